@@ -1,0 +1,382 @@
+#include "platform/fabric.h"
+
+#include <dirent.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "spdlog/spdlog.h"
+
+namespace farm {
+namespace {
+
+constexpr uint32_t kFiVersion = FI_VERSION(1, 17);
+constexpr size_t kCqSize = 4096;
+constexpr size_t kMaxRma = size_t{1} << 30;
+
+std::string FiError(const char* what, int ret) {
+  return absl::StrCat(what, " failed: ", fi_strerror(-ret), " (", ret, ")");
+}
+
+// The libfabric provider string and endpoint type we ask for, given a user-facing name.
+// verbs gives RDM only through the ofi_rxm utility provider.
+std::string LibfabricProviderName(absl::string_view provider) {
+  if (provider == "verbs") return "verbs;ofi_rxm";
+  return std::string(provider);
+}
+
+std::string DescribeLimit(rlim_t v) {
+  if (v == RLIM_INFINITY) return "unlimited";
+  return absl::StrCat(v / 1024, " KiB");
+}
+
+// Lists the RDM+RMA providers this machine offers, for error messages.
+std::string AvailableProviders() {
+  fi_info* hints = fi_allocinfo();
+  hints->caps = FI_RMA;
+  hints->ep_attr->type = FI_EP_RDM;
+  fi_info* info = nullptr;
+  std::set<std::string> names;
+  if (fi_getinfo(kFiVersion, nullptr, nullptr, 0, hints, &info) == 0) {
+    for (fi_info* i = info; i; i = i->next) names.insert(i->fabric_attr->prov_name);
+    fi_freeinfo(info);
+  }
+  fi_freeinfo(hints);
+  return names.empty() ? "none" : absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+bool IsKnownProvider(absl::string_view provider) {
+  for (const char* p : kProviderNames) {
+    if (provider == p) return true;
+  }
+  return false;
+}
+
+bool HasRdmaDevice() {
+  DIR* dir = opendir("/sys/class/infiniband");
+  if (dir == nullptr) return false;
+  bool found = false;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') found = true;
+  }
+  closedir(dir);
+  return found;
+}
+
+std::string ResolveProvider(absl::string_view provider) {
+  if (provider != "auto") return std::string(provider);
+  return HasRdmaDevice() ? "verbs" : "tcp;ofi_rxm";
+}
+
+struct Fabric::Handles {
+  fi_info* info = nullptr;
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  fid_cq* cq = nullptr;
+  fid_av* av = nullptr;
+  fid_ep* ep = nullptr;
+  std::atomic<uint64_t> next_key{1};
+};
+
+// Per-operation bookkeeping handed to libfabric as the operation context. fi_context2 must come
+// first: providers that ask for FI_CONTEXT/FI_CONTEXT2 use that space.
+struct Fabric::OpContext {
+  fi_context2 fi_ctx;
+  std::shared_ptr<OpBatch::State> state;
+  bool is_read = false;
+  PeerId peer = 0;
+  uint64_t remote_addr = 0;
+  size_t len = 0;
+};
+
+struct OpBatch::State {
+  std::atomic<int> outstanding{0};
+  absl::Mutex mu;
+  absl::Status first_error ABSL_GUARDED_BY(mu);
+
+  void Fail(absl::Status s) {
+    absl::MutexLock l(&mu);
+    if (first_error.ok()) first_error = std::move(s);
+  }
+};
+
+MemoryRegistration::~MemoryRegistration() {
+  if (mr_ != nullptr) fi_close(&static_cast<fid_mr*>(mr_)->fid);
+}
+
+bool MemoryRegistration::Contains(const void* p, size_t len) const {
+  const char* c = static_cast<const char*>(p);
+  return c >= base_ && len <= size_ && c - base_ <= static_cast<ptrdiff_t>(size_ - len);
+}
+
+Fabric::Fabric() : h_(std::make_unique<Handles>()) {}
+
+Fabric::~Fabric() {
+  if (h_->ep) fi_close(&h_->ep->fid);
+  if (h_->av) fi_close(&h_->av->fid);
+  if (h_->cq) fi_close(&h_->cq->fid);
+  if (h_->domain) fi_close(&h_->domain->fid);
+  if (h_->fabric) fi_close(&h_->fabric->fid);
+  if (h_->info) fi_freeinfo(h_->info);
+}
+
+absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& options) {
+  if (!IsKnownProvider(options.provider)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown provider '", options.provider,
+                     "'; expected one of: ", absl::StrJoin(kProviderNames, ", ")));
+  }
+  const std::string provider = ResolveProvider(options.provider);
+  const std::string prov_name = LibfabricProviderName(provider);
+
+  fi_info* hints = fi_allocinfo();
+  hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+  hints->mode = FI_CONTEXT | FI_CONTEXT2;
+  hints->ep_attr->type = FI_EP_RDM;
+  hints->domain_attr->threading = FI_THREAD_SAFE;
+  hints->domain_attr->mr_mode =
+      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->fabric_attr->prov_name = strdup(prov_name.c_str());
+  // Network providers bind to the given host; "0" asks for an ephemeral port.
+  const bool bind = !options.bind_host.empty() && provider != "shm";
+  // A WRITE counts as complete only once its bytes are visible in the target's memory
+  // (FI_DELIVERY_COMPLETE), as on RDMA hardware where the ACK follows placement. Protocols above
+  // (ring buffers, commit) rely on that. Providers that cannot promise it get
+  // FI_TRANSMIT_COMPLETE, with a warning.
+  fi_info* info = nullptr;
+  int ret = -FI_ENODATA;
+  for (uint64_t completion : {FI_DELIVERY_COMPLETE, FI_TRANSMIT_COMPLETE}) {
+    hints->tx_attr->op_flags = completion;
+    ret = fi_getinfo(kFiVersion, bind ? options.bind_host.c_str() : nullptr, bind ? "0" : nullptr,
+                     bind ? FI_SOURCE : 0, hints, &info);
+    if (ret == 0) {
+      if (completion != FI_DELIVERY_COMPLETE) {
+        spdlog::warn("provider {} does not offer delivery-complete WRITEs; using transmit-complete",
+                     provider);
+      }
+      break;
+    }
+  }
+  fi_freeinfo(hints);
+  if (ret != 0 || info == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "provider '", provider, "' has no reliable-datagram endpoint with RMA",
+        bind ? absl::StrCat(" on host ", options.bind_host) : "", " (", fi_strerror(-ret),
+        "); providers available here: ", AvailableProviders()));
+  }
+
+  std::unique_ptr<Fabric> f(new Fabric());
+  Handles& h = *f->h_;
+  h.info = info;
+  f->provider_ = info->fabric_attr->prov_name;
+  f->virt_addr_ = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
+  f->max_rma_size_ = std::min<size_t>(info->ep_attr->max_msg_size, kMaxRma);
+
+  if ((ret = fi_fabric(info->fabric_attr, &h.fabric, nullptr)) != 0) {
+    return absl::UnavailableError(FiError("fi_fabric", ret));
+  }
+  if ((ret = fi_domain(h.fabric, info, &h.domain, nullptr)) != 0) {
+    return absl::UnavailableError(FiError("fi_domain", ret));
+  }
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+  cq_attr.size = kCqSize;
+  cq_attr.wait_obj = FI_WAIT_NONE;
+  if ((ret = fi_cq_open(h.domain, &cq_attr, &h.cq, nullptr)) != 0) {
+    return absl::UnavailableError(FiError("fi_cq_open", ret));
+  }
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_UNSPEC;
+  if ((ret = fi_av_open(h.domain, &av_attr, &h.av, nullptr)) != 0) {
+    return absl::UnavailableError(FiError("fi_av_open", ret));
+  }
+  if ((ret = fi_endpoint(h.domain, info, &h.ep, nullptr)) != 0) {
+    return absl::UnavailableError(FiError("fi_endpoint", ret));
+  }
+  if ((ret = fi_ep_bind(h.ep, &h.av->fid, 0)) != 0 ||
+      (ret = fi_ep_bind(h.ep, &h.cq->fid, FI_TRANSMIT | FI_RECV)) != 0) {
+    return absl::UnavailableError(FiError("fi_ep_bind", ret));
+  }
+  if ((ret = fi_enable(h.ep)) != 0) {
+    return absl::UnavailableError(FiError("fi_enable", ret));
+  }
+  char name[256];
+  size_t name_len = sizeof(name);
+  if ((ret = fi_getname(&h.ep->fid, name, &name_len)) != 0) {
+    return absl::UnavailableError(FiError("fi_getname", ret));
+  }
+  f->address_.assign(name, name_len);
+  spdlog::debug("fabric open: provider={} virt_addr={} max_rma={} addrlen={}", f->provider_,
+                f->virt_addr_, f->max_rma_size_, name_len);
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<MemoryRegistration>> Fabric::Register(void* base, size_t size) {
+  if (base == nullptr || size == 0) {
+    return absl::InvalidArgumentError("cannot register an empty buffer");
+  }
+  std::unique_ptr<MemoryRegistration> r(new MemoryRegistration());
+  fid_mr* mr = nullptr;
+  const uint64_t requested_key = h_->next_key.fetch_add(1, std::memory_order_relaxed);
+  int ret = fi_mr_reg(h_->domain, base, size,
+                      FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, requested_key, 0,
+                      &mr, nullptr);
+  if (ret != 0) {
+    std::string msg = absl::StrCat("registering ", size, " bytes with provider ", provider_,
+                                   ": ", FiError("fi_mr_reg", ret));
+    rlimit lim{};
+    getrlimit(RLIMIT_MEMLOCK, &lim);
+    if (ret == -FI_ENOMEM || ret == -FI_EFAULT || ret == -FI_EPERM || ret == -FI_EACCES) {
+      absl::StrAppend(&msg, "; the locked-memory limit is ", DescribeLimit(lim.rlim_cur),
+                      ": raise it with `ulimit -l unlimited` (or a memlock line in "
+                      "/etc/security/limits.conf, or LimitMEMLOCK= for a systemd service)");
+    }
+    return absl::ResourceExhaustedError(msg);
+  }
+  r->mr_ = mr;
+  r->base_ = static_cast<char*>(base);
+  r->size_ = size;
+  r->key_ = fi_mr_key(mr);
+  r->desc_ = fi_mr_desc(mr);
+  r->remote_base_ = virt_addr_ ? reinterpret_cast<uint64_t>(base) : 0;
+  return r;
+}
+
+absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  int n = fi_av_insert(h_->av, address.data(), 1, &addr, 0, nullptr);
+  if (n != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fi_av_insert rejected a peer address of ", address.size(), " bytes (", n, ")"));
+  }
+  return static_cast<PeerId>(addr);
+}
+
+int Fabric::Progress() {
+  fi_cq_entry entries[32];
+  int total = 0;
+  for (;;) {
+    ssize_t n = fi_cq_read(h_->cq, entries, 32);
+    if (n > 0) {
+      for (ssize_t i = 0; i < n; ++i) {
+        auto* ctx = static_cast<OpContext*>(entries[i].op_context);
+        ctx->state->outstanding.fetch_sub(1, std::memory_order_release);
+        delete ctx;
+      }
+      total += static_cast<int>(n);
+      if (n < 32) return total;
+      continue;
+    }
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(h_->cq, &err, 0) != 1) return total;
+      auto* ctx = static_cast<OpContext*>(err.op_context);
+      const char* detail = fi_cq_strerror(h_->cq, err.prov_errno, err.err_data, nullptr, 0);
+      std::string msg = absl::StrCat(ctx && ctx->is_read ? "READ" : "WRITE", " of ",
+                                     ctx ? ctx->len : 0, " bytes at remote address 0x",
+                                     absl::Hex(ctx ? ctx->remote_addr : 0), " failed: ",
+                                     fi_strerror(err.err), detail ? " / " : "",
+                                     detail ? detail : "");
+      spdlog::debug("{}", msg);
+      if (ctx != nullptr) {
+        ctx->state->Fail(absl::UnavailableError(msg));
+        ctx->state->outstanding.fetch_sub(1, std::memory_order_release);
+        delete ctx;
+      }
+      ++total;
+      continue;
+    }
+    return total;  // -FI_EAGAIN: nothing more right now.
+  }
+}
+
+absl::Status Fabric::Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local,
+                          OpContext* ctx, absl::Time deadline) {
+  for (;;) {
+    ssize_t ret =
+        is_read ? fi_read(h_->ep, local.data, local.size, local.mr->desc(), peer, remote.addr,
+                          remote.key, &ctx->fi_ctx)
+                : fi_write(h_->ep, local.data, local.size, local.mr->desc(), peer, remote.addr,
+                           remote.key, &ctx->fi_ctx);
+    if (ret == 0) return absl::OkStatus();
+    if (ret != -FI_EAGAIN) {
+      return absl::UnavailableError(FiError(is_read ? "fi_read" : "fi_write", ret));
+    }
+    Progress();
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          is_read ? "READ" : "WRITE", " could not be posted: the provider stayed busy "
+                                      "(is the peer alive and polling?)"));
+    }
+  }
+}
+
+OpBatch::OpBatch(Fabric* fabric) : fabric_(fabric), state_(std::make_shared<State>()) {}
+
+OpBatch::~OpBatch() = default;  // In-flight contexts hold their own reference to state_.
+
+int OpBatch::outstanding() const { return state_->outstanding.load(std::memory_order_acquire); }
+
+absl::Status OpBatch::Read(PeerId peer, RemoteBuffer remote, LocalBuffer local) {
+  return Add(true, peer, remote, local);
+}
+
+absl::Status OpBatch::Write(PeerId peer, RemoteBuffer remote, LocalBuffer local) {
+  return Add(false, peer, remote, local);
+}
+
+absl::Status OpBatch::Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local) {
+  absl::Status s;
+  if (local.mr == nullptr || local.size == 0 || !local.mr->Contains(local.data, local.size)) {
+    s = absl::InvalidArgumentError("local buffer is empty or not inside its registration");
+  } else if (local.size > fabric_->max_rma_size()) {
+    s = absl::InvalidArgumentError(absl::StrCat(local.size, "-byte operation exceeds the ",
+                                                fabric_->max_rma_size(),
+                                                "-byte limit of provider ", fabric_->provider()));
+  }
+  if (s.ok()) {
+    auto* ctx = new Fabric::OpContext();
+    ctx->state = state_;
+    ctx->is_read = is_read;
+    ctx->peer = peer;
+    ctx->remote_addr = remote.addr;
+    ctx->len = local.size;
+    state_->outstanding.fetch_add(1, std::memory_order_relaxed);
+    s = fabric_->Post(is_read, peer, remote, local, ctx, absl::Now() + post_timeout_);
+    if (!s.ok()) {
+      state_->outstanding.fetch_sub(1, std::memory_order_relaxed);
+      delete ctx;
+    }
+  }
+  if (!s.ok()) state_->Fail(s);
+  return s;
+}
+
+absl::Status OpBatch::Wait(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (outstanding() > 0) {
+    if (fabric_->Progress() == 0 && absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(outstanding(), " RDMA operation(s) did not complete within ",
+                       absl::FormatDuration(timeout), " (is the peer alive and polling?)"));
+    }
+  }
+  absl::MutexLock l(&state_->mu);
+  absl::Status s = state_->first_error;
+  state_->first_error = absl::OkStatus();
+  return s;
+}
+
+}  // namespace farm

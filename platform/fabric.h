@@ -1,0 +1,211 @@
+// Fabric: one-sided RDMA over libfabric.
+//
+// This is the only part of the project that talks to libfabric (or verbs). Everything above
+// platform/ sees opaque endpoint addresses, registration handles and Status values.
+//
+// A Fabric owns one reliable-datagram (FI_EP_RDM) endpoint, one completion queue and one address
+// vector. RDM works on every provider we support: verbs (through ofi_rxm), tcp;ofi_rxm, tcp and
+// shm. We use only RMA READ and WRITE: no atomics and no remote CQ data, because SoftiWARP (siw)
+// has neither.
+//
+// Progress: shm and tcp;ofi_rxm make progress only when someone polls the completion queue, even
+// for operations that *target* this process. Every process that serves memory must therefore call
+// Progress() regularly (see Poller), and a thread waiting for its own operations drives progress
+// itself, so waiting never depends on another thread being awake.
+//
+// Example:
+//   FabricOptions opts;
+//   opts.provider = "tcp;ofi_rxm";
+//   opts.bind_host = "127.0.0.1";
+//   ASSIGN_OR_RETURN(std::unique_ptr<Fabric> fabric, Fabric::Open(opts));
+//   ASSIGN_OR_RETURN(auto mr, fabric->Register(buf, len));
+//   ASSIGN_OR_RETURN(PeerId peer, fabric->AddPeer(peer_address_bytes));
+//   OpBatch batch(fabric.get());
+//   batch.Read(peer, RemoteBuffer{raddr, rkey}, mr->Slice(buf, 64));
+//   RETURN_IF_ERROR(batch.Wait(absl::Seconds(5)));
+//
+// Thread safety: all methods of Fabric are safe for concurrent use (the endpoint is opened with
+// FI_THREAD_SAFE). An OpBatch is owned by one thread.
+#ifndef FARM_PLATFORM_FABRIC_H_
+#define FARM_PLATFORM_FABRIC_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace farm {
+
+// Handle of a peer endpoint inserted with Fabric::AddPeer.
+using PeerId = uint64_t;
+
+// The provider names a user may pass. "auto" picks verbs when an RDMA device is present,
+// else tcp;ofi_rxm.
+inline constexpr const char* kProviderNames[] = {"auto", "verbs", "tcp;ofi_rxm", "tcp", "shm",
+                                                 "sockets"};
+
+struct FabricOptions {
+  // One of kProviderNames.
+  std::string provider = "auto";
+  // Local IP address (or host name) to bind network providers to, e.g. "127.0.0.1". Empty lets
+  // the provider choose. Ignored by shm.
+  std::string bind_host;
+};
+
+// True if `provider` is one of kProviderNames.
+bool IsKnownProvider(absl::string_view provider);
+
+// Resolves "auto" to the provider it stands for on this machine; other names are returned as
+// they are. Never fails.
+std::string ResolveProvider(absl::string_view provider);
+
+// True if the machine has an RDMA device that libfabric's verbs provider can open.
+bool HasRdmaDevice();
+
+class Fabric;
+
+// A registered piece of local memory. Remote peers may READ and WRITE it when they know
+// remote_base() and key(); local operations use it as source or sink. Deregisters on
+// destruction; the memory itself is owned by the caller and must outlive the registration.
+class MemoryRegistration {
+ public:
+  MemoryRegistration(const MemoryRegistration&) = delete;
+  MemoryRegistration& operator=(const MemoryRegistration&) = delete;
+  ~MemoryRegistration();
+
+  char* base() const { return base_; }
+  size_t size() const { return size_; }
+  // Remote key that peers pass with their READs and WRITEs.
+  uint64_t key() const { return key_; }
+  // The address peers use for base(): the virtual address when the provider uses virtual
+  // addressing (FI_MR_VIRT_ADDR), else 0 (offset addressing).
+  uint64_t remote_base() const { return remote_base_; }
+  // Local descriptor for FI_MR_LOCAL providers (verbs); may be null.
+  void* desc() const { return desc_; }
+  // True if [p, p + len) lies inside this registration.
+  bool Contains(const void* p, size_t len) const;
+
+ private:
+  friend class Fabric;
+  MemoryRegistration() = default;
+
+  char* base_ = nullptr;
+  size_t size_ = 0;
+  uint64_t key_ = 0;
+  uint64_t remote_base_ = 0;
+  void* desc_ = nullptr;
+  void* mr_ = nullptr;  // struct fid_mr*
+};
+
+// Where a one-sided operation lands on the peer: an address in the peer's addressing scheme
+// (see MemoryRegistration::remote_base) and the region's key.
+struct RemoteBuffer {
+  uint64_t addr = 0;
+  uint64_t key = 0;
+};
+
+// Local side of a one-sided operation: bytes inside a registration.
+struct LocalBuffer {
+  const MemoryRegistration* mr = nullptr;
+  char* data = nullptr;
+  size_t size = 0;
+};
+
+class OpBatch;
+
+class Fabric {
+ public:
+  // Opens the provider named in `options`. Errors: InvalidArgument for an unknown provider name,
+  // Unavailable when the provider has no usable RDM endpoint with RMA on this machine (the message
+  // lists what is available).
+  static absl::StatusOr<std::unique_ptr<Fabric>> Open(const FabricOptions& options);
+
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+  ~Fabric();
+
+  // The provider actually opened, e.g. "tcp;ofi_rxm" or "verbs;ofi_rxm".
+  const std::string& provider() const { return provider_; }
+  // Opaque address of this endpoint; peers pass it to AddPeer.
+  const std::string& address() const { return address_; }
+  // Largest single READ or WRITE the provider accepts.
+  size_t max_rma_size() const { return max_rma_size_; }
+
+  // Registers [base, base + size) for local use and remote READ/WRITE. Errors carry the
+  // provider's message; a failure caused by the locked-memory limit says how to raise it.
+  absl::StatusOr<std::unique_ptr<MemoryRegistration>> Register(void* base, size_t size);
+
+  // Makes a peer reachable. `address` is the peer's address() bytes.
+  absl::StatusOr<PeerId> AddPeer(absl::string_view address);
+
+  // Reads completions and fires their OpBatch bookkeeping. Returns the number of completions
+  // seen (0 when idle). Safe to call from any thread, concurrently.
+  int Progress();
+
+ private:
+  friend class OpBatch;
+  struct Handles;  // libfabric objects, defined in fabric.cc.
+  struct OpContext;
+
+  Fabric();
+  // Posts one READ (is_read) or WRITE; retries while the provider is busy, driving progress,
+  // until `deadline`.
+  absl::Status Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local,
+                    OpContext* ctx, absl::Time deadline);
+
+  std::unique_ptr<Handles> h_;
+  std::string provider_;
+  std::string address_;
+  size_t max_rma_size_ = 0;
+  bool virt_addr_ = false;
+};
+
+// A set of one-sided operations posted together and waited for together.
+//
+// Operations are posted immediately (Read/Write return as soon as the provider accepted them);
+// Wait() drives progress until all of them completed or the deadline passed. If Wait() times
+// out, the operations still in flight keep their bookkeeping alive until they complete, but the
+// local buffers they use must not be reused: treat the peer as unreachable.
+//
+// Owned by one thread. Destroying a batch with operations in flight abandons them as above.
+class OpBatch {
+ public:
+  explicit OpBatch(Fabric* fabric);
+  OpBatch(const OpBatch&) = delete;
+  OpBatch& operator=(const OpBatch&) = delete;
+  ~OpBatch();
+
+  // Posts a READ of local.size bytes from `remote` on `peer` into `local`. Errors here
+  // (invalid buffer, provider refusal) are also reported by Wait().
+  absl::Status Read(PeerId peer, RemoteBuffer remote, LocalBuffer local);
+  // Posts a WRITE of `local` to `remote` on `peer`.
+  absl::Status Write(PeerId peer, RemoteBuffer remote, LocalBuffer local);
+
+  // Waits for every posted operation. Returns the first error seen, DeadlineExceeded if some
+  // did not complete within `timeout`, or OK.
+  absl::Status Wait(absl::Duration timeout);
+
+  // Operations posted and not yet completed.
+  int outstanding() const;
+
+ private:
+  friend class Fabric;
+  struct State;
+  absl::Status Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local);
+
+  Fabric* fabric_;
+  std::shared_ptr<State> state_;
+  absl::Duration post_timeout_ = absl::Seconds(10);
+};
+
+}  // namespace farm
+
+#endif  // FARM_PLATFORM_FABRIC_H_
