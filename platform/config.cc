@@ -1,0 +1,142 @@
+#include "platform/config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/text_format.h"
+#include "platform/fabric.h"
+
+namespace farm {
+namespace {
+
+// Collects the first text-format error with its position.
+class ErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (first_.empty()) first_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+  }
+  void AddWarning(int, int, const std::string&) override {}
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+}  // namespace
+
+absl::Status ValidateAndComplete(config::ClusterConfig* c) {
+  if (c->provider().empty()) c->set_provider("auto");
+  if (!IsKnownProvider(c->provider())) {
+    std::string names;
+    for (const char* p : kProviderNames) absl::StrAppend(&names, names.empty() ? "" : ", ", p);
+    return absl::InvalidArgumentError(
+        absl::StrCat("provider '", c->provider(), "' is unknown; use one of: ", names));
+  }
+  if (c->region_size() == 0) c->set_region_size(kDefaultRegionSize);
+  if (c->region_count() == 0) c->set_region_count(kDefaultRegionCount);
+  if (c->join_timeout_s() == 0) c->set_join_timeout_s(kDefaultJoinTimeoutS);
+  if (!c->has_lock_memory()) c->set_lock_memory(true);
+  if (c->region_size() % 4096 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region_size ", c->region_size(), " is not a multiple of 4096"));
+  }
+  if (c->region_size() < 65536 || c->region_size() > (uint64_t{1} << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "region_size ", c->region_size(), " is out of range (64 KiB .. 1 TiB)"));
+  }
+  if (c->region_count() > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region_count ", c->region_count(), " is too large (at most 4096)"));
+  }
+  if (c->node_size() == 0) {
+    return absl::InvalidArgumentError("the configuration lists no node");
+  }
+  std::set<uint32_t> ids;
+  std::set<std::pair<std::string, uint32_t>> ports;
+  for (const config::NodeConfig& n : c->node()) {
+    if (n.id() > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("node id ", n.id(), " is above 65535"));
+    }
+    if (!ids.insert(n.id()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("node id ", n.id(), " is listed twice"));
+    }
+    if (n.host().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("node ", n.id(), " has no host"));
+    }
+    if (n.control_port() == 0 || n.control_port() > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("node ", n.id(), " has an invalid control_port ", n.control_port()));
+    }
+    if (!ports.insert({n.host(), n.control_port()}).second) {
+      return absl::InvalidArgumentError(absl::StrCat("node ", n.id(), " reuses control address ",
+                                                     n.host(), ":", n.control_port()));
+    }
+  }
+  if (!c->has_cm_node_id()) c->set_cm_node_id(c->node(0).id());
+  if (FindNode(*c, c->cm_node_id()) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cm_node_id ", c->cm_node_id(), " is not a listed node"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<config::ClusterConfig> ParseClusterConfig(absl::string_view text,
+                                                         absl::string_view origin) {
+  config::ClusterConfig c;
+  google::protobuf::TextFormat::Parser parser;
+  ErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &c)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": not a valid cluster configuration: ", errors.first()));
+  }
+  absl::Status s = ValidateAndComplete(&c);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat(origin, ": ", s.message()));
+  return c;
+}
+
+absl::StatusOr<config::ClusterConfig> LoadClusterConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read configuration file ", path));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return ParseClusterConfig(buf.str(), path);
+}
+
+const config::NodeConfig* FindNode(const config::ClusterConfig& c, uint32_t id) {
+  for (const config::NodeConfig& n : c.node()) {
+    if (n.id() == id) return &n;
+  }
+  return nullptr;
+}
+
+uint64_t Fingerprint(const config::ClusterConfig& c) {
+  std::string bytes;
+  google::protobuf::io::StringOutputStream out(&bytes);
+  // Deterministic serialization keeps the hash stable across processes.
+  {
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);
+    c.SerializeToCodedStream(&coded);
+  }
+  // FNV-1a: absl::Hash is seeded per process, so it cannot be compared across nodes.
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char ch : bytes) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string ToText(const config::ClusterConfig& c) {
+  std::string text;
+  google::protobuf::TextFormat::PrintToString(c, &text);
+  return text;
+}
+
+}  // namespace farm

@@ -1,0 +1,45 @@
+// Loading and validating the cluster configuration (platform/config.proto, text format).
+//
+//   absl::StatusOr<config::ClusterConfig> c = LoadClusterConfig("cluster.textproto");
+//   if (!c.ok()) { spdlog::error("{}", c.status().message()); return 2; }
+//
+// Loaded configurations have every default filled in, so callers never see a zero field.
+#ifndef FARM_PLATFORM_CONFIG_H_
+#define FARM_PLATFORM_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "platform/config.pb.h"
+
+namespace farm {
+
+inline constexpr uint64_t kDefaultRegionSize = uint64_t{4} << 20;
+inline constexpr uint32_t kDefaultRegionCount = 2;
+inline constexpr uint32_t kDefaultJoinTimeoutS = 30;
+
+// Reads and validates a configuration file. Errors (NotFound, InvalidArgument) name the file and,
+// for syntax errors, the line and column.
+absl::StatusOr<config::ClusterConfig> LoadClusterConfig(const std::string& path);
+
+// Parses and validates configuration text. `origin` names it in error messages.
+absl::StatusOr<config::ClusterConfig> ParseClusterConfig(absl::string_view text,
+                                                         absl::string_view origin = "config");
+
+// Checks a configuration and fills in defaults. Errors say which field is wrong and why.
+absl::Status ValidateAndComplete(config::ClusterConfig* c);
+
+// The node entry with this id, or null.
+const config::NodeConfig* FindNode(const config::ClusterConfig& c, uint32_t id);
+
+// A stable hash of the configuration, so nodes can tell they were started with the same one.
+uint64_t Fingerprint(const config::ClusterConfig& c);
+
+// Text format of the configuration, for writing generated configurations to files.
+std::string ToText(const config::ClusterConfig& c);
+
+}  // namespace farm
+
+#endif  // FARM_PLATFORM_CONFIG_H_

@@ -1,0 +1,301 @@
+#include "platform/configuration_manager.h"
+
+#include <atomic>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "platform/config.h"
+#include "platform/control_channel.h"
+#include "spdlog/spdlog.h"
+
+namespace farm {
+namespace {
+
+constexpr absl::Duration kTick = absl::Milliseconds(50);
+constexpr absl::Duration kFirstMessageTimeout = absl::Seconds(5);
+
+control::ControlMessage RefusalMessage(const std::string& reason) {
+  control::ControlMessage m;
+  m.mutable_refusal()->set_reason(reason);
+  return m;
+}
+
+// The CM service: admission, region-id assignment and membership broadcast.
+//
+// Thread-compatible: all state is owned by the service thread.
+class CmServerImpl : public CmServer {
+ public:
+  CmServerImpl(config::ClusterConfig config, std::unique_ptr<ControlListener> listener)
+      : config_(std::move(config)),
+        listener_(std::move(listener)),
+        join_deadline_(absl::Now() + absl::Seconds(config_.join_timeout_s())),
+        thread_([this] { Run(); }) {}
+
+  ~CmServerImpl() override {
+    stop_.store(true, std::memory_order_relaxed);
+    thread_.join();
+  }
+
+ private:
+  struct Member {
+    control::NodeInfo info;
+    std::vector<control::RegionInfo> regions;  // region_id assigned
+    std::unique_ptr<ControlChannel> channel;
+  };
+
+  void Run() {
+    spdlog::info("configuration manager listening on port {}, expecting {} node(s)",
+                 listener_->port(), config_.node_size());
+    while (!stop_.load(std::memory_order_relaxed)) {
+      absl::StatusOr<std::unique_ptr<ControlChannel>> ch = listener_->Accept(kTick);
+      if (ch.ok()) Admit(std::move(*ch));
+      if (!formed_ && !failed_ && absl::Now() > join_deadline_) FailFormation();
+      if (formed_) WatchMembers();
+    }
+  }
+
+  std::string MissingNodes() const {
+    std::vector<std::string> missing;
+    for (const config::NodeConfig& n : config_.node()) {
+      if (!members_.count(n.id())) {
+        missing.push_back(absl::StrCat("node ", n.id(), " (", n.host(), ":", n.control_port(), ")"));
+      }
+    }
+    return absl::StrJoin(missing, ", ");
+  }
+
+  void FailFormation() {
+    failed_ = true;
+    std::string reason =
+        absl::StrCat("the cluster did not form: ", MissingNodes(), " did not join within ",
+                     config_.join_timeout_s(), " s");
+    spdlog::error("{}", reason);
+    for (auto& [id, m] : members_) (void)m.channel->Send(RefusalMessage(reason));
+    members_.clear();
+  }
+
+  // Picks the id for a join request, or returns a refusal reason.
+  absl::StatusOr<uint32_t> ChooseId(const control::JoinRequest& req) const {
+    if (req.config_fingerprint() != Fingerprint(config_)) {
+      return absl::FailedPreconditionError(
+          "the node was started with a different cluster configuration than the CM's");
+    }
+    if (req.requested_id() < 0) {
+      for (const config::NodeConfig& n : config_.node()) {
+        if (!members_.count(n.id())) return n.id();
+      }
+      return absl::FailedPreconditionError("every configured node id is already taken");
+    }
+    uint32_t id = static_cast<uint32_t>(req.requested_id());
+    if (FindNode(config_, id) == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("node id ", id, " is not in the cluster configuration"));
+    }
+    if (members_.count(id)) {
+      return absl::FailedPreconditionError(absl::StrCat("node id ", id, " is already a member"));
+    }
+    if (req.regions_size() != static_cast<int>(config_.region_count())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node offers ", req.regions_size(), " regions, the configuration says ",
+          config_.region_count()));
+    }
+    return id;
+  }
+
+  void Admit(std::unique_ptr<ControlChannel> ch) {
+    absl::StatusOr<control::ControlMessage> msg = ch->Receive(kFirstMessageTimeout);
+    if (!msg.ok() || !msg->has_join()) {
+      spdlog::warn("CM: dropped a connection from {} that sent no join request ({})", ch->peer(),
+                   msg.ok() ? "other message" : msg.status().ToString());
+      return;
+    }
+    const control::JoinRequest& req = msg->join();
+    absl::StatusOr<uint32_t> id = failed_
+        ? absl::StatusOr<uint32_t>(absl::FailedPreconditionError("the cluster failed to form"))
+        : ChooseId(req);
+    if (!id.ok()) {
+      spdlog::warn("CM: refused join from {}: {}", ch->peer(), std::string(id.status().message()));
+      (void)ch->Send(RefusalMessage(std::string(id.status().message())));
+      return;
+    }
+    Member m;
+    m.info = req.node();
+    m.info.set_node_id(*id);
+    for (control::RegionInfo r : req.regions()) {
+      r.set_node_id(*id);
+      m.regions.push_back(r);
+    }
+    control::ControlMessage accepted;
+    accepted.mutable_accepted()->set_node_id(*id);
+    if (!ch->Send(accepted).ok()) return;
+    m.channel = std::move(ch);
+    spdlog::info("CM: admitted node {} from {} ({}/{})", *id, m.channel->peer(),
+                 members_.size() + 1, config_.node_size());
+    members_[*id] = std::move(m);
+    if (formed_) {
+      AssignRegionIds(members_[*id]);
+      Broadcast();
+    } else if (members_.size() == static_cast<size_t>(config_.node_size())) {
+      formed_ = true;
+      for (auto& [mid, member] : members_) AssignRegionIds(member);
+      Broadcast();
+    }
+  }
+
+  void AssignRegionIds(Member& m) {
+    for (control::RegionInfo& r : m.regions) r.set_region_id(next_region_id_++);
+  }
+
+  void Broadcast() {
+    control::ControlMessage msg;
+    control::Membership* mem = msg.mutable_membership();
+    mem->set_epoch(++epoch_);
+    mem->set_cm_node_id(config_.cm_node_id());
+    for (const auto& [id, m] : members_) {
+      *mem->add_nodes() = m.info;
+      for (const control::RegionInfo& r : m.regions) *mem->add_regions() = r;
+    }
+    spdlog::info("CM: membership epoch {}: {} node(s), {} region(s)", epoch_, mem->nodes_size(),
+                 mem->regions_size());
+    for (auto& [id, m] : members_) {
+      absl::Status s = m.channel->Send(msg);
+      if (!s.ok()) spdlog::warn("CM: could not send membership to node {}: {}", id, std::string(s.message()));
+    }
+  }
+
+  // Drops members whose connection closed (or who said Leave) and tells the rest.
+  void WatchMembers() {
+    std::vector<uint32_t> gone;
+    for (auto& [id, m] : members_) {
+      absl::StatusOr<control::ControlMessage> msg = m.channel->Receive(absl::ZeroDuration());
+      if (msg.ok() && !msg->has_leave()) continue;
+      if (!msg.ok() && absl::IsDeadlineExceeded(msg.status())) continue;
+      spdlog::info("CM: node {} left ({})", id,
+                   msg.ok() ? "leave" : std::string(msg.status().message()));
+      gone.push_back(id);
+    }
+    if (gone.empty()) return;
+    for (uint32_t id : gone) members_.erase(id);
+    if (!members_.empty()) Broadcast();
+  }
+
+  const config::ClusterConfig config_;
+  std::unique_ptr<ControlListener> listener_;
+  const absl::Time join_deadline_;
+  std::map<uint32_t, Member> members_;
+  bool formed_ = false;
+  bool failed_ = false;
+  uint64_t epoch_ = 0;
+  uint32_t next_region_id_ = 1;  // Region 0 is never valid, so a zero GlobalAddress is null.
+  std::atomic<bool> stop_{false};
+  std::thread thread_;  // Last: starts after everything above is initialised.
+};
+
+// Client side: one connection to the CM, kept open for membership updates.
+class TcpConfigurationManager : public ConfigurationManager {
+ public:
+  TcpConfigurationManager(std::string host, uint16_t port) : host_(std::move(host)), port_(port) {}
+
+  ~TcpConfigurationManager() override { Leave(); }
+
+  void OnMembershipChange(MembershipCallback callback) override { callback_ = std::move(callback); }
+
+  absl::StatusOr<control::Membership> Join(const control::JoinRequest& request,
+                                           absl::Duration timeout) override {
+    const absl::Time deadline = absl::Now() + timeout;
+    const std::string cm = absl::StrCat("configuration manager at ", host_, ":", port_);
+    absl::StatusOr<std::unique_ptr<ControlChannel>> ch =
+        ControlChannel::Connect(host_, port_, timeout);
+    if (!ch.ok()) {
+      return absl::UnavailableError(absl::StrCat("cannot reach the ", cm, ": ", ch.status().message()));
+    }
+    channel_ = std::move(*ch);
+    control::ControlMessage join;
+    *join.mutable_join() = request;
+    absl::Status s = channel_->Send(join);
+    if (!s.ok()) return s;
+    for (;;) {
+      absl::StatusOr<control::ControlMessage> reply = channel_->Receive(deadline - absl::Now());
+      if (!reply.ok()) {
+        if (absl::IsDeadlineExceeded(reply.status())) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "the cluster did not form within ", absl::FormatDuration(timeout),
+              " (waiting for the ", cm, ")"));
+        }
+        return absl::UnavailableError(absl::StrCat("lost the ", cm, ": ", reply.status().message()));
+      }
+      if (reply->has_refusal()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the ", cm, " refused this node: ", reply->refusal().reason()));
+      }
+      if (reply->has_accepted()) {
+        spdlog::info("admitted as node {}; waiting for the cluster to form", reply->accepted().node_id());
+        continue;
+      }
+      if (reply->has_membership()) {
+        watcher_ = std::thread([this] { Watch(); });
+        return reply->membership();
+      }
+    }
+  }
+
+  void Leave() override {
+    if (left_.exchange(true)) return;
+    stop_.store(true);
+    if (channel_ != nullptr) {
+      control::ControlMessage leave;
+      leave.mutable_leave();
+      (void)channel_->Send(leave);
+      channel_->Shutdown();
+    }
+    if (watcher_.joinable()) watcher_.join();
+  }
+
+ private:
+  void Watch() {
+    while (!stop_.load()) {
+      absl::StatusOr<control::ControlMessage> msg = channel_->Receive(absl::Milliseconds(200));
+      if (!msg.ok()) {
+        if (absl::IsDeadlineExceeded(msg.status())) continue;
+        if (!stop_.load()) {
+          spdlog::warn("lost the configuration manager: {}; membership is frozen",
+                       std::string(msg.status().message()));
+        }
+        return;
+      }
+      if (msg->has_membership() && callback_) callback_(msg->membership());
+    }
+  }
+
+  const std::string host_;
+  const uint16_t port_;
+  MembershipCallback callback_;
+  std::unique_ptr<ControlChannel> channel_;
+  std::thread watcher_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> left_{false};
+};
+
+}  // namespace
+
+std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(const std::string& host,
+                                                                 uint16_t port) {
+  return std::make_unique<TcpConfigurationManager>(host, port);
+}
+
+absl::StatusOr<std::unique_ptr<CmServer>> CmServer::Start(const config::ClusterConfig& config) {
+  const config::NodeConfig* cm = FindNode(config, config.cm_node_id());
+  if (cm == nullptr) return absl::InvalidArgumentError("the CM node is not in the configuration");
+  absl::StatusOr<std::unique_ptr<ControlListener>> listener =
+      ControlListener::Listen(cm->host(), static_cast<uint16_t>(cm->control_port()));
+  if (!listener.ok()) {
+    return absl::UnavailableError(absl::StrCat("configuration manager: ", listener.status().message()));
+  }
+  return std::unique_ptr<CmServer>(new CmServerImpl(config, std::move(*listener)));
+}
+
+}  // namespace farm

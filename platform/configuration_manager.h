@@ -1,0 +1,67 @@
+// Configuration manager (CM): admits nodes and distributes membership and the region map.
+//
+// As in FaRM, one node of the cluster acts as CM. Nodes see it only through the
+// ConfigurationManager interface, so a later backend (ZooKeeper, for multi-host clusters) can
+// replace the built-in one without touching the node runtime.
+//
+// The built-in backend is CmServer (running inside the CM node, listening on its control port)
+// plus TcpConfigurationManager (the client every node, the CM node included, joins through).
+//
+// Protocol: a node connects, sends JoinRequest (its id, fabric address, regions and config
+// fingerprint) and gets JoinAccepted or Refusal. When every configured node has joined, the CM
+// assigns cluster-wide region ids and sends Membership (epoch 1) to all. If some node does not
+// join within the configured join timeout, the CM sends every joined node a Refusal naming the
+// missing ones. After formation, a node whose connection closes is dropped and the CM sends the
+// rest a new Membership (epoch + 1); a node that joins again later is added the same way.
+#ifndef FARM_PLATFORM_CONFIGURATION_MANAGER_H_
+#define FARM_PLATFORM_CONFIGURATION_MANAGER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "platform/config.pb.h"
+#include "platform/control.pb.h"
+
+namespace farm {
+
+// A node's view of the configuration manager. Implementations are safe for concurrent use.
+class ConfigurationManager {
+ public:
+  using MembershipCallback = std::function<void(const control::Membership&)>;
+
+  virtual ~ConfigurationManager() = default;
+
+  // Admits this node and waits until the cluster has formed. Returns the first membership.
+  // Errors: Unavailable if the CM cannot be reached (names it), FailedPrecondition if the CM
+  // refused the node or the cluster could not form (the CM's reason, e.g. which node is missing),
+  // DeadlineExceeded after `timeout`.
+  virtual absl::StatusOr<control::Membership> Join(const control::JoinRequest& request,
+                                                   absl::Duration timeout) = 0;
+
+  // Sets the function called (on an internal thread) with every membership after the first.
+  // Call before Join.
+  virtual void OnMembershipChange(MembershipCallback callback) = 0;
+
+  // Leaves the cluster. Idempotent.
+  virtual void Leave() = 0;
+};
+
+// Client of the built-in CM at host:port.
+std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(const std::string& host,
+                                                                 uint16_t port);
+
+// The built-in CM service. Runs one thread; destroying it stops the service.
+class CmServer {
+ public:
+  // Listens on the CM node's control address from `config` and starts admitting nodes.
+  static absl::StatusOr<std::unique_ptr<CmServer>> Start(const config::ClusterConfig& config);
+  virtual ~CmServer() = default;
+};
+
+}  // namespace farm
+
+#endif  // FARM_PLATFORM_CONFIGURATION_MANAGER_H_

@@ -1,0 +1,265 @@
+#include "platform/node.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "platform/config.h"
+#include "spdlog/spdlog.h"
+
+namespace farm {
+
+absl::StatusOr<std::unique_ptr<Node>> Node::Start(NodeOptions options) {
+  std::unique_ptr<Node> node(new Node(std::move(options)));
+  absl::Status s = node->Init();
+  if (!s.ok()) return s;
+  return node;
+}
+
+Node::~Node() {
+  if (cm_ != nullptr) cm_->Leave();
+  if (poller_ != nullptr) poller_->Stop();
+  cm_server_.reset();
+  // Registrations before the fabric, regions after their registrations.
+  staging_mr_.reset();
+  registrations_.clear();
+}
+
+absl::Status Node::Init() {
+  const config::ClusterConfig& cfg = options_.config;
+  const config::NodeConfig* self =
+      options_.node_id >= 0 ? FindNode(cfg, static_cast<uint32_t>(options_.node_id)) : nullptr;
+  if (options_.node_id >= 0 && self == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node id ", options_.node_id, " is not in the cluster configuration"));
+  }
+  const config::NodeConfig* cm_node = FindNode(cfg, cfg.cm_node_id());
+  region_size_ = cfg.region_size();
+  if (options_.node_id >= 0) id_ = static_cast<uint32_t>(options_.node_id);
+
+  FabricOptions fopts;
+  fopts.provider = options_.provider.empty() ? cfg.provider() : options_.provider;
+  fopts.bind_host = self != nullptr ? self->host() : cm_node->host();
+  absl::StatusOr<std::unique_ptr<Fabric>> fabric = Fabric::Open(fopts);
+  if (!fabric.ok()) return fabric.status();
+  fabric_ = std::move(*fabric);
+
+  control::JoinRequest join;
+  join.set_requested_id(options_.node_id);
+  join.set_config_fingerprint(Fingerprint(cfg));
+  join.mutable_node()->set_host(fopts.bind_host);
+  join.mutable_node()->set_fabric_address(fabric_->address());
+  join.mutable_node()->set_provider(fabric_->provider());
+  join.mutable_node()->set_pid(static_cast<uint32_t>(getpid()));
+  for (uint32_t i = 0; i < cfg.region_count(); ++i) {
+    absl::StatusOr<std::unique_ptr<Region>> region = Region::Allocate(region_size_, cfg.lock_memory());
+    if (!region.ok()) return region.status();
+    absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
+        fabric_->Register((*region)->data(), region_size_);
+    if (!mr.ok()) return mr.status();
+    if (options_.fill_pattern) {
+      char* p = (*region)->data();
+      for (uint64_t off = 0; off < region_size_; ++off) {
+        p[off] = SelfCheckPattern(options_.node_id < 0 ? 0 : options_.node_id, i, off);
+      }
+    }
+    control::RegionInfo* info = join.add_regions();
+    info->set_index(i);
+    info->set_size(region_size_);
+    info->set_remote_base((*mr)->remote_base());
+    info->set_rkey((*mr)->key());
+    regions_.push_back(std::move(*region));
+    registrations_.push_back(std::move(*mr));
+  }
+  absl::StatusOr<std::unique_ptr<Region>> staging = Region::Allocate(region_size_, false);
+  if (!staging.ok()) return staging.status();
+  staging_ = std::move(*staging);
+  absl::StatusOr<std::unique_ptr<MemoryRegistration>> staging_mr =
+      fabric_->Register(staging_->data(), staging_->size());
+  if (!staging_mr.ok()) return staging_mr.status();
+  staging_mr_ = std::move(*staging_mr);
+
+  // Serve before joining: peers may access our regions as soon as they learn the membership.
+  poller_ = std::make_unique<Poller>(fabric_.get(), options_.poll);
+
+  const bool is_cm = options_.node_id >= 0 &&
+                     static_cast<uint32_t>(options_.node_id) == cfg.cm_node_id();
+  if (is_cm) {
+    absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(cfg);
+    if (!server.ok()) return server.status();
+    cm_server_ = std::move(*server);
+  }
+  cm_ = NewTcpConfigurationManager(cm_node->host(), static_cast<uint16_t>(cm_node->control_port()));
+  cm_->OnMembershipChange([this](const control::Membership& m) {
+    absl::Status s = ApplyMembership(m);
+    if (!s.ok()) spdlog::error("node {}: cannot apply membership epoch {}: {}", id_, m.epoch(), std::string(s.message()));
+  });
+  absl::Duration timeout = options_.join_timeout;
+  if (timeout == absl::ZeroDuration()) timeout = absl::Seconds(cfg.join_timeout_s() + 5);
+  spdlog::info("joining the cluster through the configuration manager (node {} at {}:{})",
+               cfg.cm_node_id(), cm_node->host(), cm_node->control_port());
+  absl::StatusOr<control::Membership> membership = cm_->Join(join, timeout);
+  if (!membership.ok()) return membership.status();
+  for (const control::NodeInfo& n : membership->nodes()) {
+    if (n.fabric_address() == fabric_->address()) id_ = n.node_id();
+  }
+  if (options_.fill_pattern && options_.node_id < 0 && id_ != 0) {
+    // Our id was assigned by the CM: refill so the pattern matches it.
+    for (size_t i = 0; i < regions_.size(); ++i) {
+      for (uint64_t off = 0; off < region_size_; ++off) {
+        regions_[i]->data()[off] = SelfCheckPattern(id_, static_cast<uint32_t>(i), off);
+      }
+    }
+  }
+  absl::Status s = ApplyMembership(*membership);
+  if (!s.ok()) return s;
+  spdlog::info("node {} is a member: epoch {}, {} node(s), {} region(s), provider {}", id_,
+               membership->epoch(), membership->nodes_size(), membership->regions_size(),
+               fabric_->provider());
+  return absl::OkStatus();
+}
+
+absl::Status Node::ApplyMembership(const control::Membership& m) {
+  absl::MutexLock l(&map_mu_);
+  if (m.epoch() <= membership_.epoch()) return absl::OkStatus();
+  absl::flat_hash_map<uint32_t, PeerId> peer_of_node;
+  for (const control::NodeInfo& n : m.nodes()) {
+    if (n.provider() != fabric_->provider()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", n.node_id(), " uses provider ", n.provider(), ", this node ", fabric_->provider()));
+    }
+    auto it = peers_by_address_.find(n.fabric_address());
+    if (it == peers_by_address_.end()) {
+      absl::StatusOr<PeerId> peer = fabric_->AddPeer(n.fabric_address());
+      if (!peer.ok()) return peer.status();
+      it = peers_by_address_.emplace(n.fabric_address(), *peer).first;
+    }
+    peer_of_node[n.node_id()] = it->second;
+  }
+  absl::flat_hash_map<uint32_t, RegionEntry> map;
+  for (const control::RegionInfo& r : m.regions()) {
+    RegionEntry e;
+    e.info = r;
+    e.peer = peer_of_node[r.node_id()];
+    if (r.node_id() == id_ && r.index() < regions_.size()) e.local = regions_[r.index()]->data();
+    map[r.region_id()] = e;
+  }
+  region_map_ = std::move(map);
+  membership_ = m;
+  return absl::OkStatus();
+}
+
+control::Membership Node::membership() const {
+  absl::MutexLock l(&map_mu_);
+  return membership_;
+}
+
+std::vector<uint32_t> Node::members() const {
+  absl::MutexLock l(&map_mu_);
+  std::vector<uint32_t> ids;
+  for (const control::NodeInfo& n : membership_.nodes()) ids.push_back(n.node_id());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::vector<control::RegionInfo> Node::RegionsOf(uint32_t node_id) const {
+  absl::MutexLock l(&map_mu_);
+  std::vector<control::RegionInfo> out;
+  for (const control::RegionInfo& r : membership_.regions()) {
+    if (r.node_id() == node_id) out.push_back(r);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const control::RegionInfo& a, const control::RegionInfo& b) { return a.index() < b.index(); });
+  return out;
+}
+
+absl::StatusOr<RemoteTarget> Node::Resolve(GlobalAddress addr, size_t len) const {
+  if (len == 0) return absl::InvalidArgumentError("empty access");
+  if (len > fabric_->max_rma_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(len, "-byte access exceeds the provider's ",
+                                                   fabric_->max_rma_size(), "-byte limit"));
+  }
+  absl::MutexLock l(&map_mu_);
+  auto it = region_map_.find(addr.region);
+  if (it == region_map_.end()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("address ", addr.ToString(), " is in no region of the current membership"));
+  }
+  const RegionEntry& e = it->second;
+  if (addr.offset > e.info.size() || len > e.info.size() - addr.offset) {
+    return absl::OutOfRangeError(absl::StrCat("access of ", len, " bytes at ", addr.ToString(),
+                                              " leaves region ", addr.region, " (node ",
+                                              e.info.node_id(), ", ", e.info.size(), " bytes)"));
+  }
+  RemoteTarget t;
+  t.node_id = e.info.node_id();
+  t.peer = e.peer;
+  t.buffer = RemoteBuffer{e.info.remote_base() + addr.offset, e.info.rkey()};
+  if (e.local != nullptr) t.local = e.local + addr.offset;
+  return t;
+}
+
+absl::Status Node::Access(bool is_read, GlobalAddress addr, char* buf, size_t len,
+                          absl::Duration timeout) {
+  absl::StatusOr<RemoteTarget> t = Resolve(addr, len);
+  if (!t.ok()) return t.status();
+  if (t->local != nullptr) {
+    if (is_read) {
+      std::memcpy(buf, t->local, len);
+    } else {
+      std::memcpy(t->local, buf, len);
+    }
+    return absl::OkStatus();
+  }
+  absl::MutexLock l(&staging_mu_);
+  LocalBuffer local{staging_mr_.get(), staging_->data(), len};
+  OpBatch batch(fabric_.get());
+  if (!is_read) std::memcpy(staging_->data(), buf, len);
+  absl::Status s = is_read ? batch.Read(t->peer, t->buffer, local) : batch.Write(t->peer, t->buffer, local);
+  if (s.ok()) s = batch.Wait(timeout);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(is_read ? "READ" : "WRITE", " of ", len, " bytes at ",
+                                               addr.ToString(), " on node ", t->node_id, ": ",
+                                               s.message()));
+  }
+  if (is_read) std::memcpy(buf, staging_->data(), len);
+  return absl::OkStatus();
+}
+
+absl::Status Node::Read(GlobalAddress addr, void* dst, size_t len, absl::Duration timeout) {
+  return Access(true, addr, static_cast<char*>(dst), len, timeout);
+}
+
+absl::Status Node::Write(GlobalAddress addr, const void* src, size_t len, absl::Duration timeout) {
+  return Access(false, addr, static_cast<char*>(const_cast<void*>(src)), len, timeout);
+}
+
+absl::Status Node::Batch::Post(bool is_read, GlobalAddress addr, LocalBuffer local) {
+  absl::StatusOr<RemoteTarget> t = node_->Resolve(addr, local.size);
+  if (!t.ok()) {
+    if (early_error_.ok()) early_error_ = t.status();
+    return t.status();
+  }
+  return is_read ? ops_.Read(t->peer, t->buffer, local) : ops_.Write(t->peer, t->buffer, local);
+}
+
+absl::Status Node::Batch::Wait(absl::Duration timeout) {
+  absl::Status s = ops_.Wait(timeout);
+  if (!early_error_.ok()) {
+    s = early_error_;
+    early_error_ = absl::OkStatus();
+  }
+  return s;
+}
+
+absl::Status Node::Batch::Read(GlobalAddress addr, LocalBuffer local) {
+  return Post(true, addr, local);
+}
+
+absl::Status Node::Batch::Write(GlobalAddress addr, LocalBuffer local) {
+  return Post(false, addr, local);
+}
+
+}  // namespace farm

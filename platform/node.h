@@ -1,0 +1,169 @@
+// Node: the runtime of one symmetric cluster member.
+//
+// A node owns memory regions, registers them with the fabric, joins the cluster through the
+// configuration manager (hosting the CM itself if the configuration names it), learns every
+// peer's fabric address and region keys, and serves one-sided access to its regions from its
+// poller thread. Application code on the node reads and writes anywhere in the shared address
+// space by GlobalAddress.
+//
+//   NodeOptions opts;
+//   opts.config = *LoadClusterConfig("cluster.textproto");
+//   opts.node_id = 1;
+//   ASSIGN_OR_RETURN(std::unique_ptr<Node> node, Node::Start(opts));
+//   char buf[64];
+//   RETURN_IF_ERROR(node->Read(GlobalAddress{5, 128}, buf, sizeof(buf)));
+//
+// Every remote access is checked against the region map before anything is posted: an address
+// outside every region, or a range crossing a region's end, is refused with OutOfRange.
+//
+// Thread safety: all public methods are safe for concurrent use. A Batch is owned by one thread.
+#ifndef FARM_PLATFORM_NODE_H_
+#define FARM_PLATFORM_NODE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "platform/config.pb.h"
+#include "platform/configuration_manager.h"
+#include "platform/control.pb.h"
+#include "platform/fabric.h"
+#include "platform/global_address.h"
+#include "platform/poller.h"
+#include "platform/region.h"
+
+namespace farm {
+
+struct NodeOptions {
+  config::ClusterConfig config;  // Validated (see LoadClusterConfig).
+  // This node's id from the configuration; -1 lets the CM assign the lowest free one.
+  int node_id = -1;
+  // Overrides config.provider when not empty.
+  std::string provider;
+  PollerOptions poll;
+  // Fill local regions with SelfCheckPattern bytes before joining (for the self-check).
+  bool fill_pattern = false;
+  // How long to wait for the cluster to form; default: config.join_timeout_s plus a margin.
+  absl::Duration join_timeout = absl::ZeroDuration();
+};
+
+// Where a global address lives, resolved from the region map.
+struct RemoteTarget {
+  uint32_t node_id = 0;
+  PeerId peer = 0;
+  RemoteBuffer buffer;
+  char* local = nullptr;  // Set when the region is this node's own.
+};
+
+class Node {
+ public:
+  static absl::StatusOr<std::unique_ptr<Node>> Start(NodeOptions options);
+
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  ~Node();  // Leaves the cluster and stops serving.
+
+  uint32_t id() const { return id_; }
+  const std::string& provider() const { return fabric_->provider(); }
+  uint64_t region_size() const { return region_size_; }
+  const config::ClusterConfig& config() const { return options_.config; }
+  // Current membership (a copy; it changes when nodes leave or join).
+  control::Membership membership() const;
+  // Node ids of the current members, ascending.
+  std::vector<uint32_t> members() const;
+  // Regions of `node_id` in the current membership, by index.
+  std::vector<control::RegionInfo> RegionsOf(uint32_t node_id) const;
+
+  // This node's own regions.
+  int local_region_count() const { return static_cast<int>(regions_.size()); }
+  char* local_region_data(int index) const { return regions_[index]->data(); }
+
+  // Resolves [addr, addr + len) to its owner. OutOfRange for an unknown region or a range that
+  // leaves it; InvalidArgument for an empty or oversized range.
+  absl::StatusOr<RemoteTarget> Resolve(GlobalAddress addr, size_t len) const;
+
+  // Copies len bytes at addr into dst (any memory), or dst into addr. Local regions are accessed
+  // directly; remote ones with one one-sided operation through a registered staging buffer.
+  absl::Status Read(GlobalAddress addr, void* dst, size_t len,
+                    absl::Duration timeout = absl::Seconds(10));
+  absl::Status Write(GlobalAddress addr, const void* src, size_t len,
+                     absl::Duration timeout = absl::Seconds(10));
+
+  // Registers caller memory for zero-copy batches.
+  absl::StatusOr<std::unique_ptr<MemoryRegistration>> RegisterBuffer(void* base, size_t size) {
+    return fabric_->Register(base, size);
+  }
+
+  // Many one-sided operations posted together, addressed by GlobalAddress.
+  class Batch {
+   public:
+    explicit Batch(Node* node) : node_(node), ops_(node->fabric_.get()) {}
+    // Resolve + post. Errors are returned here and again by Wait().
+    absl::Status Read(GlobalAddress addr, LocalBuffer local);
+    absl::Status Write(GlobalAddress addr, LocalBuffer local);
+    // Waits for every posted operation; returns the first error (including refused posts).
+    absl::Status Wait(absl::Duration timeout = absl::Seconds(10));
+
+   private:
+    absl::Status Post(bool is_read, GlobalAddress addr, LocalBuffer local);
+    Node* node_;
+    OpBatch ops_;
+    absl::Status early_error_;
+  };
+
+  Fabric* fabric() { return fabric_.get(); }
+  Poller* poller() { return poller_.get(); }
+
+ private:
+  struct RegionEntry {
+    control::RegionInfo info;
+    PeerId peer = 0;
+    char* local = nullptr;
+  };
+
+  explicit Node(NodeOptions options) : options_(std::move(options)) {}
+  absl::Status Init();
+  absl::Status ApplyMembership(const control::Membership& m);
+  absl::Status Access(bool is_read, GlobalAddress addr, char* buf, size_t len,
+                      absl::Duration timeout);
+
+  NodeOptions options_;
+  uint32_t id_ = 0;
+  uint64_t region_size_ = 0;
+  std::unique_ptr<Fabric> fabric_;
+  std::vector<std::unique_ptr<Region>> regions_;
+  std::vector<std::unique_ptr<MemoryRegistration>> registrations_;
+  std::unique_ptr<CmServer> cm_server_;
+  std::unique_ptr<ConfigurationManager> cm_;
+  std::unique_ptr<Poller> poller_;
+
+  mutable absl::Mutex map_mu_;
+  control::Membership membership_ ABSL_GUARDED_BY(map_mu_);
+  absl::flat_hash_map<uint32_t, RegionEntry> region_map_ ABSL_GUARDED_BY(map_mu_);
+  absl::flat_hash_map<std::string, PeerId> peers_by_address_ ABSL_GUARDED_BY(map_mu_);
+
+  // Staging buffer for Read/Write of unregistered memory; one operation at a time.
+  absl::Mutex staging_mu_;
+  std::unique_ptr<Region> staging_;
+  std::unique_ptr<MemoryRegistration> staging_mr_;
+};
+
+// The byte the self-check expects at `offset` of region `index` of node `node_id` when the node
+// was started with fill_pattern.
+inline char SelfCheckPattern(uint32_t node_id, uint32_t index, uint64_t offset) {
+  uint64_t x = (uint64_t{node_id} << 48) ^ (uint64_t{index} << 40) ^ offset;
+  x ^= x >> 29;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 32;
+  return static_cast<char>(x);
+}
+
+}  // namespace farm
+
+#endif  // FARM_PLATFORM_NODE_H_

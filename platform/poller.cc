@@ -1,0 +1,59 @@
+#include "platform/poller.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace farm {
+
+absl::StatusOr<PollMode> ParsePollMode(absl::string_view s) {
+  if (s == "busy") return PollMode::kBusy;
+  if (s == "adaptive") return PollMode::kAdaptive;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown poll mode '", s, "'; use busy or adaptive"));
+}
+
+std::string PollModeName(PollMode mode) { return mode == PollMode::kBusy ? "busy" : "adaptive"; }
+
+Poller::Poller(Fabric* fabric, PollerOptions options)
+    : fabric_(fabric), options_(options), thread_([this] { Run(); }) {}
+
+Poller::~Poller() { Stop(); }
+
+void Poller::Stop() {
+  stop_.store(true, std::memory_order_relaxed);
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void Poller::AddTask(Task task) {
+  absl::MutexLock l(&mu_);
+  tasks_.push_back(std::move(task));
+  has_tasks_.store(true, std::memory_order_release);
+}
+
+int Poller::RunTasks() {
+  if (!has_tasks_.load(std::memory_order_acquire)) return 0;
+  absl::MutexLock l(&mu_);
+  int work = 0;
+  for (Task& t : tasks_) work += t();
+  return work;
+}
+
+void Poller::Run() {
+  absl::Time last_activity = absl::Now();
+  absl::Duration sleep = absl::Microseconds(1);
+  while (!stop_.load(std::memory_order_relaxed)) {
+    iterations_.fetch_add(1, std::memory_order_relaxed);
+    int work = fabric_->Progress() + RunTasks();
+    if (options_.mode == PollMode::kBusy) continue;
+    const absl::Time now = absl::Now();
+    if (work > 0) {
+      last_activity = now;
+      sleep = absl::Microseconds(1);
+      continue;
+    }
+    if (now - last_activity < options_.spin) continue;
+    absl::SleepFor(sleep);
+    sleep = std::min(sleep * 2, options_.max_sleep);
+  }
+}
+
+}  // namespace farm

@@ -1,0 +1,78 @@
+// Poller: the thread that keeps a node's fabric making progress.
+//
+// shm and tcp;ofi_rxm complete one-sided operations that *target* this node only while someone
+// polls its completion queue, so every node runs a Poller for as long as it serves memory.
+// Higher layers add tasks (e.g. scanning message rings) that run on the same thread.
+//
+// Modes:
+//  - kBusy: poll without pause. Lowest latency; burns a core. For benchmarks.
+//  - kAdaptive: after activity, keep polling for a spin window; when idle, sleep in growing steps
+//    up to max_sleep. A remote READ that reaches an idle node therefore waits up to max_sleep for
+//    the target's progress (on providers with manual progress). The default for local clusters,
+//    where several nodes share a few cores.
+//
+// Thread safety: AddTask and Stop may be called from any thread.
+#ifndef FARM_PLATFORM_POLLER_H_
+#define FARM_PLATFORM_POLLER_H_
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "platform/fabric.h"
+
+namespace farm {
+
+enum class PollMode { kBusy, kAdaptive };
+
+// Parses "busy" or "adaptive".
+absl::StatusOr<PollMode> ParsePollMode(absl::string_view s);
+std::string PollModeName(PollMode mode);
+
+struct PollerOptions {
+  PollMode mode = PollMode::kAdaptive;
+  // Adaptive: how long to keep spinning after the last activity.
+  absl::Duration spin = absl::Microseconds(200);
+  // Adaptive: the longest sleep between polls when idle.
+  absl::Duration max_sleep = absl::Milliseconds(1);
+};
+
+class Poller {
+ public:
+  // A task returns how much work it did (0 when idle); it runs on the poller thread.
+  using Task = std::function<int()>;
+
+  // Starts the thread. `fabric` must outlive the poller.
+  Poller(Fabric* fabric, PollerOptions options);
+  Poller(const Poller&) = delete;
+  Poller& operator=(const Poller&) = delete;
+  ~Poller();  // Stops the thread.
+
+  void AddTask(Task task);
+  void Stop();
+
+  // Loop iterations so far (for tests and idle-cost measurements).
+  uint64_t iterations() const { return iterations_.load(std::memory_order_relaxed); }
+
+ private:
+  void Run();
+  int RunTasks();
+
+  Fabric* const fabric_;
+  const PollerOptions options_;
+  absl::Mutex mu_;
+  std::vector<Task> tasks_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> has_tasks_{false};
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> iterations_{0};
+  std::thread thread_;
+};
+
+}  // namespace farm
+
+#endif  // FARM_PLATFORM_POLLER_H_
