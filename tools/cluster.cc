@@ -1,0 +1,510 @@
+// cluster: starts a local cluster of node processes, reports when it is ready, runs the
+// self-check across every ordered pair of nodes, and stops every node on Ctrl-C or SIGTERM.
+//
+//   bazel run //tools:cluster -- --nodes=3 --provider=shm
+//   bazel run //tools:cluster -- --nodes=3 --exit_after_check     # the README's main job
+//
+// Nodes can also be placed in network namespaces (--netns=ns0,ns1,ns2 with --hosts=addresses in
+// them), which is how the multi-node tests use veth-connected test hosts.
+//
+// The supervisor talks to its nodes through their standard input and output (see tools/node.cc):
+// it waits for every READY line, then asks one node at a time to run the self-check (so that no
+// two checkers write the same bytes) and prints the results as a table or as JSON lines.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "platform/config.h"
+#include "platform/fabric.h"
+#include "platform/logging.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(int, nodes, 3, "number of node processes");
+ABSL_FLAG(std::string, provider, "auto", "fabric provider: auto, verbs, tcp;ofi_rxm, tcp, shm");
+ABSL_FLAG(std::string, poll, "adaptive", "nodes' polling mode: busy or adaptive");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address every node binds to (when --hosts is empty)");
+ABSL_FLAG(std::vector<std::string>, hosts, {}, "per-node addresses, comma separated");
+ABSL_FLAG(std::vector<std::string>, netns, {},
+          "per-node network namespaces, comma separated (run nodes with `ip netns exec`)");
+ABSL_FLAG(int, base_port, 0, "first control port (node i uses base_port+i); 0 picks free ports");
+ABSL_FLAG(int64_t, region_size, 1 << 20, "bytes per region");
+ABSL_FLAG(int, region_count, 2, "regions per node");
+ABSL_FLAG(bool, lock_memory, true, "lock regions in RAM");
+ABSL_FLAG(bool, self_check, true, "run the READ/WRITE self-check across every pair");
+ABSL_FLAG(bool, exit_after_check, false, "stop the cluster after the self-check");
+ABSL_FLAG(bool, json, false, "print results as JSON lines instead of a table");
+ABSL_FLAG(int, ready_timeout_s, 60, "seconds to wait for every node to be ready");
+ABSL_FLAG(std::string, node_binary, "", "node executable (default: `node` beside this binary)");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+
+namespace farm {
+namespace {
+
+struct Child {
+  uint32_t id = 0;
+  pid_t pid = -1;
+  int in = -1;   // its standard input
+  int out = -1;  // its standard output
+  std::string buffer;
+  bool ready = false;
+  bool exited = false;
+  int status = 0;
+};
+
+std::string DescribeExit(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status));
+  return "stopped";
+}
+
+absl::StatusOr<uint16_t> FreePort(const std::string& host) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = 0;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("no free port: ", std::strerror(errno)));
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+class Cluster {
+ public:
+  ~Cluster() { Stop(); }
+
+  absl::Status Configure() {
+    const int n = absl::GetFlag(FLAGS_nodes);
+    if (n < 1 || n > 64) return absl::InvalidArgumentError("--nodes must be between 1 and 64");
+    std::vector<std::string> hosts = absl::GetFlag(FLAGS_hosts);
+    netns_ = absl::GetFlag(FLAGS_netns);
+    if (!hosts.empty() && hosts.size() != static_cast<size_t>(n)) {
+      return absl::InvalidArgumentError(absl::StrCat("--hosts lists ", hosts.size(),
+                                                     " addresses for ", n, " nodes"));
+    }
+    if (!netns_.empty() && netns_.size() != static_cast<size_t>(n)) {
+      return absl::InvalidArgumentError(absl::StrCat("--netns lists ", netns_.size(),
+                                                     " namespaces for ", n, " nodes"));
+    }
+    config::ClusterConfig c;
+    c.set_provider(absl::GetFlag(FLAGS_provider));
+    c.set_region_size(static_cast<uint64_t>(absl::GetFlag(FLAGS_region_size)));
+    c.set_region_count(static_cast<uint32_t>(absl::GetFlag(FLAGS_region_count)));
+    c.set_lock_memory(absl::GetFlag(FLAGS_lock_memory));
+    const int base_port = absl::GetFlag(FLAGS_base_port);
+    for (int i = 0; i < n; ++i) {
+      config::NodeConfig* node = c.add_node();
+      node->set_id(i);
+      node->set_host(hosts.empty() ? absl::GetFlag(FLAGS_host) : hosts[i]);
+      if (base_port > 0) {
+        node->set_control_port(base_port + i);
+      } else {
+        absl::StatusOr<uint16_t> port = FreePort(node->host());
+        if (!port.ok()) return port.status();
+        node->set_control_port(*port);
+      }
+    }
+    absl::Status s = ValidateAndComplete(&c);
+    if (!s.ok()) return s;
+    config_ = c;
+
+    char tmpl[] = "/tmp/farm-cluster-XXXXXX";
+    const char* tmpdir = std::getenv("TEST_TMPDIR");
+    std::string pattern = tmpdir ? absl::StrCat(tmpdir, "/farm-cluster-XXXXXX") : tmpl;
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    if (mkdtemp(buf.data()) == nullptr) {
+      return absl::UnavailableError(absl::StrCat("mkdtemp: ", std::strerror(errno)));
+    }
+    dir_ = buf.data();
+    config_path_ = dir_ + "/cluster.textproto";
+    std::ofstream(config_path_) << ToText(config_);
+    return absl::OkStatus();
+  }
+
+  absl::Status Launch(const std::string& node_binary, int signal_fd) {
+    signal_fd_ = signal_fd;
+    for (const config::NodeConfig& n : config_.node()) {
+      absl::Status s = Spawn(node_binary, n.id());
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits until every node printed READY. Fails if one exits, on a signal, or on timeout.
+  absl::Status WaitReady(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!AllReady()) {
+      absl::Status s = Pump(deadline, nullptr);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  // Runs the self-check on each node in turn; returns the JSON lines of all pairs.
+  absl::StatusOr<std::vector<std::string>> SelfCheck(absl::Duration timeout) {
+    std::vector<std::string> results;
+    for (Child& c : children_) {
+      const std::string cmd = "selfcheck\n";
+      if (write(c.in, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size())) {
+        return absl::UnavailableError(absl::StrCat("node ", c.id, " does not take commands"));
+      }
+      const absl::Time deadline = absl::Now() + timeout;
+      bool done = false;
+      while (!done) {
+        std::vector<std::pair<uint32_t, std::string>> lines;
+        absl::Status s = Pump(deadline, &lines);
+        if (!s.ok()) return s;
+        for (auto& [id, line] : lines) {
+          if (id != c.id) continue;
+          if (absl::StartsWith(line, "SELFCHECK_DONE")) done = true;
+          if (absl::StartsWith(line, "SELFCHECK {")) results.push_back(line.substr(10));
+        }
+      }
+    }
+    return results;
+  }
+
+  // Blocks until a signal arrives or a node exits on its own.
+  absl::Status Hold() {
+    for (;;) {
+      absl::Status s = Pump(absl::InfiniteFuture(), nullptr);
+      if (!s.ok()) return s;
+    }
+  }
+
+  // Stops every node: SIGTERM, then SIGKILL after a grace period. Removes the temp directory.
+  void Stop() {
+    for (Child& c : children_) {
+      if (c.in >= 0) close(c.in);
+      c.in = -1;
+      if (!c.exited && c.pid > 0) kill(c.pid, SIGTERM);
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    for (Child& c : children_) {
+      while (!c.exited && c.pid > 0) {
+        pid_t r = waitpid(c.pid, &c.status, WNOHANG);
+        if (r == c.pid || (r < 0 && errno == ECHILD)) {
+          c.exited = true;
+        } else if (absl::Now() > deadline) {
+          spdlog::warn("node {} did not stop within 5 s; killing it", c.id);
+          kill(c.pid, SIGKILL);
+          waitpid(c.pid, &c.status, 0);
+          c.exited = true;
+        } else {
+          absl::SleepFor(absl::Milliseconds(10));
+        }
+      }
+      if (c.out >= 0) close(c.out);
+      c.out = -1;
+    }
+    children_.clear();
+    if (!dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(dir_, ec);
+      dir_.clear();
+    }
+  }
+
+  const config::ClusterConfig& config() const { return config_; }
+  const std::string& config_path() const { return config_path_; }
+  std::string provider_opened() const { return provider_opened_; }
+
+ private:
+  absl::Status Spawn(const std::string& node_binary, uint32_t id) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+      return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
+    }
+    std::vector<std::string> args;
+    if (!netns_.empty()) args = {"ip", "netns", "exec", netns_[id]};
+    for (std::string a : {node_binary, absl::StrCat("--config=", config_path_),
+                          absl::StrCat("--node_id=", id), std::string("--control_stdin"),
+                          std::string("--fill_pattern"),
+                          absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
+                          absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))}) {
+      args.push_back(a);
+    }
+    const pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
+    if (pid == 0) {
+      // A node must never outlive its supervisor, even one killed with SIGKILL.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(1);
+      dup2(in[0], STDIN_FILENO);
+      dup2(out[1], STDOUT_FILENO);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execvp(argv[0], argv.data());
+      std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+      _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    Child c;
+    c.id = id;
+    c.pid = pid;
+    c.in = in[1];
+    c.out = out[0];
+    children_.push_back(std::move(c));
+    return absl::OkStatus();
+  }
+
+  bool AllReady() const {
+    for (const Child& c : children_) {
+      if (!c.ready) return false;
+    }
+    return true;
+  }
+
+  // Waits for output from any node (or a signal) until `deadline`; collects complete lines.
+  absl::Status Pump(absl::Time deadline, std::vector<std::pair<uint32_t, std::string>>* lines) {
+    std::vector<pollfd> fds;
+    fds.push_back({signal_fd_, POLLIN, 0});
+    for (const Child& c : children_) fds.push_back({c.out, POLLIN, 0});
+    int timeout_ms = -1;
+    if (deadline != absl::InfiniteFuture()) {
+      timeout_ms = static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+    }
+    int n = poll(fds.data(), fds.size(), std::min(timeout_ms < 0 ? 1000 : timeout_ms, 1000));
+    if (n < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo info{};
+      (void)!read(signal_fd_, &info, sizeof(info));
+      return absl::CancelledError(absl::StrCat("stopping on signal ", info.ssi_signo));
+    }
+    for (size_t i = 0; i < children_.size(); ++i) {
+      Child& c = children_[i];
+      if (!(fds[i + 1].revents & (POLLIN | POLLHUP))) continue;
+      char buf[4096];
+      ssize_t got = read(c.out, buf, sizeof(buf));
+      if (got > 0) {
+        c.buffer.append(buf, static_cast<size_t>(got));
+        size_t nl;
+        while ((nl = c.buffer.find('\n')) != std::string::npos) {
+          std::string line = c.buffer.substr(0, nl);
+          c.buffer.erase(0, nl + 1);
+          OnLine(c, line);
+          if (lines != nullptr) lines->emplace_back(c.id, line);
+        }
+      }
+    }
+    for (Child& c : children_) {
+      if (c.exited) continue;
+      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+        c.exited = true;
+        return absl::AbortedError(absl::StrCat("node ", c.id, " ", DescribeExit(c.status),
+                                               " (its log above says why)"));
+      }
+    }
+    if (n == 0 && absl::Now() >= deadline) {
+      std::string missing;
+      for (const Child& c : children_) {
+        if (!c.ready) absl::StrAppend(&missing, missing.empty() ? "" : ", ", c.id);
+      }
+      return absl::DeadlineExceededError(
+          missing.empty() ? "nodes did not answer in time"
+                          : absl::StrCat("node(s) ", missing, " did not become ready in time"));
+    }
+    return absl::OkStatus();
+  }
+
+  void OnLine(Child& c, const std::string& line) {
+    if (absl::StartsWith(line, "READY ")) {
+      c.ready = true;
+      size_t p = line.find("\"provider\":\"");
+      if (p != std::string::npos) {
+        size_t start = p + 12;
+        provider_opened_ = line.substr(start, line.find('"', start) - start);
+      }
+    }
+  }
+
+  config::ClusterConfig config_;
+  std::vector<std::string> netns_;
+  std::string dir_;
+  std::string config_path_;
+  std::string provider_opened_;
+  std::vector<Child> children_;
+  int signal_fd_ = -1;
+};
+
+// Extracts a field from the flat JSON objects the nodes print.
+std::string Field(const std::string& json, const std::string& key) {
+  const std::string k = absl::StrCat("\"", key, "\":");
+  size_t p = json.find(k);
+  if (p == std::string::npos) return "";
+  p += k.size();
+  if (json[p] == '"') {
+    size_t end = p + 1;
+    while (end < json.size() && (json[end] != '"' || json[end - 1] == '\\')) ++end;
+    return json.substr(p + 1, end - p - 1);
+  }
+  size_t end = json.find_first_of(",}", p);
+  return json.substr(p, end - p);
+}
+
+int PrintResults(const std::vector<std::string>& results, bool json) {
+  int passed = 0;
+  if (!json) {
+    std::printf("\nSelf-check: one-sided READ and WRITE of 256 B at both ends of every region, "
+                "verified byte for byte\n");
+    absl::PrintF("%5s %4s  %-16s %-16s %-7s %9s\n", "from", "to", "READ (p50)", "WRITE (p50)",
+                "bounds", "verified");
+  }
+  for (const std::string& r : results) {
+    const bool ok = Field(r, "ok") == "true";
+    passed += ok;
+    if (json) {
+      std::printf("%s\n", r.c_str());
+      continue;
+    }
+    auto cell = [&](const char* flag, const char* lat) {
+      return absl::StrFormat("%-4s %8s us", Field(r, flag) == "true" ? "ok" : "FAIL",
+                             Field(r, lat));
+    };
+    absl::PrintF("%5s %4s  %-16s %-16s %-7s %7s B\n", Field(r, "from"), Field(r, "to"),
+                cell("read_ok", "read_p50_us"), cell("write_ok", "write_p50_us"),
+                Field(r, "bounds_ok") == "true" ? "ok" : "FAIL", Field(r, "bytes_verified"));
+    if (!ok) std::printf("      error: %s\n", Field(r, "error").c_str());
+  }
+  const int failed = static_cast<int>(results.size()) - passed;
+  if (json) {
+    std::printf("{\"summary\":true,\"pairs\":%zu,\"passed\":%d,\"failed\":%d}\n", results.size(),
+                passed, failed);
+  } else {
+    std::printf("%d/%zu pairs passed\n", passed, results.size());
+  }
+  std::fflush(stdout);
+  return failed;
+}
+
+std::string DefaultNodeBinary() {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (self.parent_path() / "node").string();
+}
+
+int Main() {
+  if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "cluster"); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 2;
+  }
+  if (!IsKnownProvider(absl::GetFlag(FLAGS_provider))) {
+    spdlog::error("--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
+                  "sockets", absl::GetFlag(FLAGS_provider));
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_poll) != "busy" && absl::GetFlag(FLAGS_poll) != "adaptive") {
+    spdlog::error("--poll must be busy or adaptive, not '{}'", absl::GetFlag(FLAGS_poll));
+    return 2;
+  }
+  std::string node_binary = absl::GetFlag(FLAGS_node_binary);
+  if (node_binary.empty()) node_binary = DefaultNodeBinary();
+  if (access(node_binary.c_str(), X_OK) != 0) {
+    spdlog::error("node binary {} is not executable; build //tools:node or pass --node_binary",
+                  node_binary);
+    return 2;
+  }
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
+  signal(SIGPIPE, SIG_IGN);
+
+  Cluster cluster;
+  if (absl::Status s = cluster.Configure(); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 2;
+  }
+  const int n = cluster.config().node_size();
+  spdlog::info("starting {} node(s), provider {}, config {}", n, cluster.config().provider(),
+               cluster.config_path());
+  const absl::Time start = absl::Now();
+  absl::Status s = cluster.Launch(node_binary, signal_fd);
+  if (s.ok()) s = cluster.WaitReady(absl::Seconds(absl::GetFlag(FLAGS_ready_timeout_s)));
+  if (!s.ok()) {
+    spdlog::error("the cluster did not come up: {}", std::string(s.message()));
+    return absl::IsCancelled(s) ? 130 : 1;
+  }
+  spdlog::info("cluster ready: {} node(s) connected all-to-all over {} in {}", n,
+               cluster.provider_opened(), absl::FormatDuration(absl::Now() - start));
+  if (!absl::GetFlag(FLAGS_json)) {
+    std::printf("cluster ready: %d nodes, provider %s\n", n, cluster.provider_opened().c_str());
+    std::fflush(stdout);
+  }
+  int failed = 0;
+  if (absl::GetFlag(FLAGS_self_check) && n > 1) {
+    absl::StatusOr<std::vector<std::string>> results = cluster.SelfCheck(absl::Seconds(120));
+    if (!results.ok()) {
+      spdlog::error("self-check did not finish: {}", std::string(results.status().message()));
+      return 1;
+    }
+    failed = PrintResults(*results, absl::GetFlag(FLAGS_json));
+    if (results->size() != static_cast<size_t>(n * (n - 1))) {
+      spdlog::error("expected {} pair results, got {}", n * (n - 1), results->size());
+      failed += 1;
+    }
+  }
+  if (!absl::GetFlag(FLAGS_exit_after_check)) {
+    spdlog::info("cluster running; press Ctrl-C to stop it");
+    s = cluster.Hold();
+    spdlog::info("{}", std::string(s.message()));
+    if (!absl::IsCancelled(s)) failed += 1;
+  }
+  cluster.Stop();
+  spdlog::info("all nodes stopped");
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace farm
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Starts a local cluster of node processes and checks one-sided access between them.\n"
+      "  cluster --nodes=3 [--provider=shm|tcp;ofi_rxm|...] [--exit_after_check] [--json]");
+  absl::ParseCommandLine(argc, argv);
+  return farm::Main();
+}
