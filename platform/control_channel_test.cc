@@ -1,0 +1,78 @@
+#include "platform/control_channel.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <thread>
+
+namespace farm {
+
+TEST_CASE("messages round-trip over a connection", "[control]") {
+  auto listener = ControlListener::Listen("127.0.0.1", 0);
+  REQUIRE(listener.ok());
+  std::thread client([port = (*listener)->port()] {
+    auto ch = ControlChannel::Connect("127.0.0.1", port, absl::Seconds(5));
+    REQUIRE(ch.ok());
+    control::ControlMessage m;
+    m.mutable_join()->set_requested_id(7);
+    m.mutable_join()->mutable_node()->set_fabric_address(std::string("\0\1\2", 3));
+    REQUIRE((*ch)->Send(m).ok());
+  });
+  auto server = (*listener)->Accept(absl::Seconds(5));
+  REQUIRE(server.ok());
+  auto got = (*server)->Receive(absl::Seconds(5));
+  client.join();
+  REQUIRE(got.ok());
+  CHECK(got->join().requested_id() == 7);
+  CHECK(got->join().node().fabric_address() == std::string("\0\1\2", 3));
+  // The client closed: the next receive reports it instead of hanging.
+  CHECK((*server)->Receive(absl::Seconds(5)).status().code() == absl::StatusCode::kUnavailable);
+}
+
+TEST_CASE("a receive with nothing to read times out", "[control]") {
+  int fds[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  ControlChannel ch(fds[0], "pair");
+  CHECK(ch.Receive(absl::Milliseconds(50)).status().code() == absl::StatusCode::kDeadlineExceeded);
+  close(fds[1]);
+}
+
+TEST_CASE("corrupt frames are rejected as data loss", "[control]") {
+  int fds[2];
+  REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  ControlChannel ch(fds[0], "pair");
+  SECTION("impossible length") {
+    const unsigned char header[4] = {0xff, 0xff, 0xff, 0x7f};
+    REQUIRE(write(fds[1], header, 4) == 4);
+    CHECK(ch.Receive(absl::Seconds(1)).status().code() == absl::StatusCode::kDataLoss);
+  }
+  SECTION("garbage body") {
+    const unsigned char frame[8] = {4, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};
+    REQUIRE(write(fds[1], frame, 8) == 8);
+    CHECK(ch.Receive(absl::Seconds(1)).status().code() == absl::StatusCode::kDataLoss);
+  }
+  close(fds[1]);
+}
+
+TEST_CASE("connecting to a closed port fails within the timeout and names the address",
+          "[control]") {
+  auto listener = ControlListener::Listen("127.0.0.1", 0);
+  REQUIRE(listener.ok());
+  uint16_t port = (*listener)->port();
+  listener->reset();
+  auto ch = ControlChannel::Connect("127.0.0.1", port, absl::Milliseconds(200));
+  REQUIRE_FALSE(ch.ok());
+  CHECK(std::string(ch.status().message()).find("127.0.0.1:" + std::to_string(port)) !=
+        std::string::npos);
+}
+
+TEST_CASE("a port in use is reported as such", "[control]") {
+  auto a = ControlListener::Listen("127.0.0.1", 0);
+  REQUIRE(a.ok());
+  auto b = ControlListener::Listen("127.0.0.1", (*a)->port());
+  REQUIRE_FALSE(b.ok());
+  CHECK(std::string(b.status().message()).find("in use") != std::string::npos);
+}
+
+}  // namespace farm

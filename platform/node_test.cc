@@ -1,0 +1,141 @@
+// Node runtime in one process: three nodes on shm, each started on its own thread (Start blocks
+// until the cluster has formed).
+#include "platform/node.h"
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "platform/config.h"
+#include "platform/control_channel.h"
+#include "platform/self_check.h"
+
+namespace farm {
+namespace {
+
+// A port that was free a moment ago (the kernel does not hand it out again right away).
+uint16_t FreePortFor(int) {
+  auto l = ControlListener::Listen("127.0.0.1", 0);
+  REQUIRE(l.ok());
+  return (*l)->port();
+}
+
+config::ClusterConfig ThreeNodes() {
+  std::string text = R"(provider: "shm" region_size: 1048576 region_count: 2 lock_memory: false)";
+  for (int i = 0; i < 3; ++i) {
+    text += " node { id: " + std::to_string(i) + " host: \"127.0.0.1\" control_port: " +
+            std::to_string(FreePortFor(i)) + " }";
+  }
+  auto c = ParseClusterConfig(text);
+  REQUIRE(c.ok());
+  return *c;
+}
+
+std::vector<std::unique_ptr<Node>> StartCluster(const config::ClusterConfig& c) {
+  std::vector<std::future<absl::StatusOr<std::unique_ptr<Node>>>> starting;
+  for (int i = 0; i < 3; ++i) {
+    starting.push_back(std::async(std::launch::async, [&c, i] {
+      NodeOptions o;
+      o.config = c;
+      o.node_id = i;
+      o.fill_pattern = true;
+      return Node::Start(o);
+    }));
+  }
+  std::vector<std::unique_ptr<Node>> nodes;
+  for (auto& f : starting) {
+    auto n = f.get();
+    INFO(n.status().ToString());
+    REQUIRE(n.ok());
+    nodes.push_back(std::move(*n));
+  }
+  return nodes;
+}
+
+}  // namespace
+
+TEST_CASE("three nodes form a cluster and access each other's regions", "[node]") {
+  auto nodes = StartCluster(ThreeNodes());
+  for (auto& n : nodes) {
+    CHECK(n->members() == std::vector<uint32_t>{0, 1, 2});
+    CHECK(n->membership().regions_size() == 6);
+  }
+  Node& a = *nodes[0];
+  const control::RegionInfo r = a.RegionsOf(2)[1];
+  const GlobalAddress end{r.region_id(), r.size() - 8};
+
+  SECTION("WRITE then READ at the last byte of a remote region") {
+    const char data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    REQUIRE(a.Write(end, data, 8).ok());
+    char back[8] = {};
+    REQUIRE(nodes[1]->Read(end, back, 8).ok());
+    CHECK(std::memcmp(back, data, 8) == 0);
+    CHECK(std::memcmp(nodes[2]->local_region_data(1) + r.size() - 8, data, 8) == 0);
+  }
+  SECTION("accesses outside every region are refused before posting") {
+    char buf[16];
+    CHECK(absl::IsOutOfRange(a.Read(end, buf, 16)));               // crosses the end
+    CHECK(absl::IsOutOfRange(a.Write(GlobalAddress{999, 0}, buf, 8)));  // no such region
+    CHECK(absl::IsOutOfRange(a.Read(GlobalAddress{r.region_id(), r.size()}, buf, 1)));
+    CHECK(absl::IsInvalidArgument(a.Read(end, buf, 0)));
+    CHECK(absl::IsOutOfRange(a.Read(GlobalAddress{r.region_id(), 0}, buf, r.size() + 1)));
+  }
+  SECTION("a batch of reads across every peer") {
+    std::vector<char> buf(4096);
+    auto mr = a.RegisterBuffer(buf.data(), buf.size());
+    REQUIRE(mr.ok());
+    Node::Batch batch(&a);
+    int k = 0;
+    for (uint32_t peer : {1u, 2u}) {
+      for (const control::RegionInfo& ri : a.RegionsOf(peer)) {
+        REQUIRE(batch.Read(GlobalAddress{ri.region_id(), 64},
+                           LocalBuffer{mr->get(), buf.data() + k * 64, 64})
+                    .ok());
+        ++k;
+      }
+    }
+    REQUIRE(batch.Wait().ok());
+    k = 0;
+    for (uint32_t peer : {1u, 2u}) {
+      for (const control::RegionInfo& ri : a.RegionsOf(peer)) {
+        for (int i = 0; i < 64; ++i) {
+          REQUIRE(buf[k * 64 + i] == SelfCheckPattern(peer, ri.index(), 64 + i));
+        }
+        ++k;
+      }
+    }
+  }
+  SECTION("a batch reports an address outside every region") {
+    char local[8];
+    auto mr = a.RegisterBuffer(local, sizeof(local));
+    REQUIRE(mr.ok());
+    Node::Batch batch(&a);
+    CHECK(absl::IsOutOfRange(batch.Read(GlobalAddress{999, 0}, LocalBuffer{mr->get(), local, 8})));
+    CHECK(absl::IsOutOfRange(batch.Wait()));
+  }
+  SECTION("the self-check passes between every pair, one checker at a time") {
+    for (auto& n : nodes) {
+      for (const PairCheck& c : RunSelfCheck(*n, 5)) {
+        INFO(c.ToJson());
+        CHECK(c.ok());
+        CHECK(c.bytes_verified == 3072);
+      }
+    }
+  }
+}
+
+TEST_CASE("a node that leaves is dropped from the others' membership", "[node]") {
+  auto nodes = StartCluster(ThreeNodes());
+  const uint64_t epoch = nodes[0]->membership().epoch();
+  nodes[2].reset();
+  for (int i = 0; i < 200 && nodes[0]->members().size() != 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(nodes[0]->members() == std::vector<uint32_t>{0, 1});
+  CHECK(nodes[0]->membership().epoch() > epoch);
+  char buf[8];
+  CHECK(absl::IsOutOfRange(nodes[0]->Read(GlobalAddress{5, 0}, buf, 8)));  // node 2's region
+}
+
+}  // namespace farm

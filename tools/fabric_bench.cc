@@ -1,0 +1,891 @@
+// fabric_bench: one-sided READ and WRITE latency and throughput between two node processes.
+//
+//   bazel run //tools:fabric_bench -- --provider='tcp;ofi_rxm'
+//   bazel run //tools:fabric_bench -- --provider=shm --poll=adaptive --json
+//
+// The bench starts a two-node cluster on this machine: it re-executes itself as the target node
+// (node 0, also the configuration manager, with one region of at least 4 MiB) and joins as node 1.
+// Both are ordinary farm::Node instances. The measuring side registers its own buffer and posts
+// zero-copy operations with Node::Batch into the target's region:
+//  - latency: one operation posted and waited for at a time (--iters samples per size; fewer for
+//    large sizes), reported as p50 and p99 in microseconds;
+//  - throughput: --window operations kept in flight for --duration_ms, reported as operations per
+//    second and GB/s (10^9 bytes per second).
+// Data is verified for every size before it is measured: a READ is compared with the pattern the
+// target filled its region with, then a fresh pattern is written, read back and compared.
+//
+// --poll sets the target's polling mode. shm and tcp;ofi_rxm progress operations that target a
+// node only while that node polls, so the target's mode shows up directly in READ latency. The
+// measuring node's own poller is stopped after joining: nobody accesses its memory, and waiting
+// for an operation drives progress itself, so on a small machine the only threads polling are the
+// bench's and the target's.
+//
+// Output: a table on standard output, or with --json one JSON object per line:
+//   {"provider":"tcp;ofi_rxm","op":"read","size":8,"p50_us":..,"p99_us":..,"ops_per_s":..,
+//    "gbytes_per_s":..}
+// Logs go to standard error. Exit status: 0 success, 1 runtime failure (the target did not come
+// up, an operation failed or timed out), 2 bad flags, 3 data mismatch.
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "platform/config.h"
+#include "platform/fabric.h"
+#include "platform/global_address.h"
+#include "platform/logging.h"
+#include "platform/node.h"
+#include "platform/poller.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, provider, "auto",
+          "fabric provider: auto, verbs, tcp;ofi_rxm, tcp, shm or sockets");
+ABSL_FLAG(std::string, poll, "busy",
+          "the target node's polling mode: busy or adaptive (adaptive shows what an idle node "
+          "costs in latency)");
+ABSL_FLAG(std::string, sizes, "8,64,512,4096,32768,262144,1048576",
+          "comma-separated operation sizes in bytes; a K or M suffix multiplies by 1024 or "
+          "1048576 (e.g. 8,4K,1M)");
+ABSL_FLAG(int, iters, 2000,
+          "latency samples per operation and size; sizes above 32 KiB use fewer (a 128 MiB "
+          "budget per point, at least min(iters, 200))");
+ABSL_FLAG(int, window, 16, "operations kept in flight for the throughput measurement");
+ABSL_FLAG(int, duration_ms, 500, "milliseconds per throughput point (0 skips throughput)");
+ABSL_FLAG(bool, json, false,
+          "print one JSON object per line (keys provider, op, size, p50_us, p99_us, ops_per_s, "
+          "gbytes_per_s) instead of a table");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address both nodes bind to");
+ABSL_FLAG(int, base_port, 0,
+          "control port of the target node (the measuring node gets base_port+1); 0 picks free "
+          "ports");
+ABSL_FLAG(int, timeout_s, 30, "seconds to wait for the two-node cluster to form");
+ABSL_FLAG(std::string, log_level, "warn", "trace, debug, info, warn, error or off");
+ABSL_FLAG(std::string, role, "",
+          "internal: 'target' when the bench re-executes itself as the target node");
+ABSL_FLAG(std::string, config, "", "internal: cluster configuration file of the target role");
+
+namespace farm {
+namespace {
+
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitMismatch = 3;
+constexpr uint32_t kTargetId = 0;
+constexpr uint32_t kBenchId = 1;
+constexpr uint64_t kMinRegionSize = uint64_t{4} << 20;
+constexpr uint64_t kMaxOpSize = uint64_t{1} << 30;
+constexpr uint64_t kLatencyByteBudget = uint64_t{128} << 20;
+constexpr absl::Duration kOpTimeout = absl::Seconds(10);
+constexpr absl::Duration kTargetExitGrace = absl::Seconds(5);
+
+// ---------------------------------------------------------------------------------------------
+// Target role: a plain node that serves its region until its standard input closes.
+
+int TargetMain() {
+  if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "target"); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return kExitUsage;
+  }
+  absl::StatusOr<config::ClusterConfig> cfg = LoadClusterConfig(absl::GetFlag(FLAGS_config));
+  if (!cfg.ok()) {
+    spdlog::error("{}", std::string(cfg.status().message()));
+    return kExitUsage;
+  }
+  absl::StatusOr<PollMode> mode = ParsePollMode(absl::GetFlag(FLAGS_poll));
+  if (!mode.ok()) {
+    spdlog::error("{}", std::string(mode.status().message()));
+    return kExitUsage;
+  }
+  NodeOptions opts;
+  opts.config = *cfg;
+  opts.node_id = kTargetId;
+  opts.poll.mode = *mode;
+  opts.fill_pattern = true;  // The bench verifies its first READ of every size against it.
+  opts.join_timeout = absl::Seconds(cfg->join_timeout_s());
+  absl::StatusOr<std::unique_ptr<Node>> node = Node::Start(opts);
+  if (!node.ok()) {
+    spdlog::error("target node {} could not start: {}", kTargetId,
+                  std::string(node.status().message()));
+    return kExitRuntime;
+  }
+  std::string ready = absl::StrFormat("READY {\"node\":%d,\"provider\":\"%s\",\"poll\":\"%s\"}\n",
+                                      (*node)->id(), (*node)->provider(), PollModeName(*mode));
+  (void)!write(STDOUT_FILENO, ready.data(), ready.size());
+  // Serve until the bench closes our standard input (or dies: then the kernel closes it, and
+  // PR_SET_PDEATHSIG has already signalled us).
+  char buf[256];
+  for (;;) {
+    ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
+    if (n == 0) break;
+    if (n < 0 && errno != EINTR) break;
+  }
+  node->reset();
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The target child process.
+
+// For the signal handler: what to kill and remove if the bench is interrupted.
+volatile sig_atomic_t g_child_pid = 0;
+char g_config_path[512];
+char g_temp_dir[512];
+
+void RemoveTempFiles() {
+  if (g_config_path[0] != '\0') unlink(g_config_path);
+  if (g_temp_dir[0] != '\0') rmdir(g_temp_dir);
+}
+
+void OnFatalSignal(int sig) {
+  // Only async-signal-safe calls here.
+  pid_t child = g_child_pid;
+  if (child > 0) kill(child, SIGKILL);
+  RemoveTempFiles();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status));
+  return absl::StrCat("ended with wait status ", status);
+}
+
+class TargetProcess {
+ public:
+  ~TargetProcess() { Stop(); }
+
+  absl::Status Spawn(const std::vector<std::string>& args) {
+    int in_pipe[2], out_pipe[2];
+    if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0) {
+      return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+    }
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+    if (pid == 0) {
+      // Child: die with the bench, even if it is killed with SIGKILL. SIGTERM (not SIGKILL) lets
+      // the shm provider remove its shared-memory files.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(127);
+      dup2(in_pipe[0], STDIN_FILENO);
+      dup2(out_pipe[1], STDOUT_FILENO);
+      execv("/proc/self/exe", argv.data());
+      _exit(127);
+    }
+    close(in_pipe[0]);
+    close(out_pipe[1]);
+    pid_ = pid;
+    g_child_pid = pid;
+    stdin_fd_ = in_pipe[1];
+    stdout_fd_ = out_pipe[0];
+    return absl::OkStatus();
+  }
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0; }
+
+  // Non-blocking: true (and the description) if the child has exited; reaps it.
+  bool Exited(std::string* how) {
+    if (pid_ <= 0) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+    *how = DescribeWaitStatus(status);
+    pid_ = 0;
+    g_child_pid = 0;
+    return true;
+  }
+
+  // Waits up to `timeout` for a line on the child's standard output that starts with `prefix`.
+  // Returns true when seen; false on timeout or end of output.
+  bool PollLine(absl::string_view prefix, absl::Duration timeout) {
+    pollfd p{stdout_fd_, POLLIN, 0};
+    int ms = static_cast<int>(absl::ToInt64Milliseconds(timeout));
+    if (poll(&p, 1, ms) <= 0) return false;
+    char buf[512];
+    ssize_t n = read(stdout_fd_, buf, sizeof(buf));
+    if (n <= 0) return false;
+    output_.append(buf, static_cast<size_t>(n));
+    for (absl::string_view line : absl::StrSplit(output_, '\n')) {
+      if (absl::StartsWith(line, prefix)) return true;
+    }
+    return false;
+  }
+
+  // Asks the child to leave (closes its standard input), waits, then escalates to SIGTERM and
+  // SIGKILL. Always reaps. Returns how it ended, or empty if it was not running.
+  std::string Stop() {
+    if (stdin_fd_ >= 0) {
+      close(stdin_fd_);
+      stdin_fd_ = -1;
+    }
+    std::string how;
+    if (pid_ > 0) {
+      if (!WaitExit(kTargetExitGrace, &how)) {
+        spdlog::warn("target node (pid {}) did not leave within {}; sending SIGTERM", pid_,
+                     absl::FormatDuration(kTargetExitGrace));
+        kill(pid_, SIGTERM);
+        if (!WaitExit(absl::Seconds(2), &how)) {
+          kill(pid_, SIGKILL);
+          int status = 0;
+          waitpid(pid_, &status, 0);
+          how = DescribeWaitStatus(status);
+          pid_ = 0;
+          g_child_pid = 0;
+        }
+      }
+    }
+    if (stdout_fd_ >= 0) {
+      close(stdout_fd_);
+      stdout_fd_ = -1;
+    }
+    return how;
+  }
+
+  // Kills at once (error paths).
+  void Kill() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+      pid_ = 0;
+      g_child_pid = 0;
+    }
+    Stop();
+  }
+
+ private:
+  bool WaitExit(absl::Duration timeout, std::string* how) {
+    const absl::Time deadline = absl::Now() + timeout;
+    for (;;) {
+      if (Exited(how)) return true;
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+
+  pid_t pid_ = 0;
+  int stdin_fd_ = -1;
+  int stdout_fd_ = -1;
+  std::string output_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Set-up helpers.
+
+absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text) {
+  std::vector<uint64_t> sizes;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    part = absl::StripAsciiWhitespace(part);
+    uint64_t mult = 1;
+    if (absl::ConsumeSuffix(&part, "K") || absl::ConsumeSuffix(&part, "k")) {
+      mult = 1024;
+    } else if (absl::ConsumeSuffix(&part, "M") || absl::ConsumeSuffix(&part, "m")) {
+      mult = 1024 * 1024;
+    }
+    uint64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v == 0 || v > kMaxOpSize / mult) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sizes: '", part, "' is not a size between 1 byte and 1 GiB"));
+    }
+    sizes.push_back(v * mult);
+  }
+  if (sizes.empty()) return absl::InvalidArgumentError("--sizes lists no size");
+  return sizes;
+}
+
+// Two distinct free TCP ports on `host` (bound to port 0, then released).
+absl::StatusOr<std::pair<int, int>> PickFreePorts(const std::string& host) {
+  int fds[2] = {-1, -1};
+  int ports[2] = {0, 0};
+  absl::Status status;
+  for (int i = 0; i < 2 && status.ok(); ++i) {
+    fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = 0;
+    if (fds[i] < 0 || inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1 ||
+        bind(fds[i], reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "cannot bind a port on --host=", host, " (an IPv4 address of this machine is needed): ",
+          std::strerror(errno)));
+      break;
+    }
+    socklen_t len = sizeof(a);
+    getsockname(fds[i], reinterpret_cast<sockaddr*>(&a), &len);
+    ports[i] = ntohs(a.sin_port);
+  }
+  for (int fd : fds) {
+    if (fd >= 0) close(fd);
+  }
+  if (!status.ok()) return status;
+  return std::make_pair(ports[0], ports[1]);
+}
+
+std::string HumanSize(uint64_t n) {
+  if (n >= (1u << 20) && n % (1u << 20) == 0) return absl::StrCat(n >> 20, " MiB");
+  if (n >= 1024 && n % 1024 == 0) return absl::StrCat(n >> 10, " KiB");
+  return absl::StrCat(n, " B");
+}
+
+// Page-aligned anonymous memory for the measuring side's buffer.
+class Buffer {
+ public:
+  explicit Buffer(size_t size) : size_((size + 4095) / 4096 * 4096) {
+    void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    data_ = p == MAP_FAILED ? nullptr : static_cast<char*>(p);
+  }
+  ~Buffer() {
+    if (data_ != nullptr) munmap(data_, size_);
+  }
+  char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  size_t size_;
+  char* data_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Measurements.
+
+struct Result {
+  std::string op;
+  uint64_t size = 0;
+  int samples = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  double ops_per_s = 0;
+  double gbytes_per_s = 0;
+};
+
+// Nearest-rank percentile of sorted samples.
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(p * sorted.size()));
+  return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+class Bench {
+ public:
+  Bench(Node* node, GlobalAddress target, uint64_t region_size, const MemoryRegistration* mr,
+        int window)
+      : node_(node), target_(target), region_size_(region_size), mr_(mr), window_(window) {}
+
+  // Local slot `i` of `size` bytes; slots [0, window) are for operations, window and window+1
+  // for verification.
+  LocalBuffer Slot(int i, uint64_t size) const {
+    return LocalBuffer{mr_, mr_->base() + static_cast<size_t>(i) * size, size};
+  }
+  GlobalAddress Remote(uint64_t seq, uint64_t size) const {
+    const uint64_t slots = std::max<uint64_t>(1, region_size_ / size);
+    return target_ + (seq % slots) * size;
+  }
+
+  absl::Status Op(Node::Batch& batch, bool is_read, GlobalAddress addr, LocalBuffer local) {
+    absl::Status s = is_read ? batch.Read(addr, local) : batch.Write(addr, local);
+    absl::Status w = batch.Wait(kOpTimeout);
+    if (s.ok()) s = w;
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(is_read ? "READ" : "WRITE", " of ", local.size,
+                                                 " bytes at ", addr.ToString(), " on target node ",
+                                                 kTargetId, ": ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  // READ [0, size) and compare with the pattern the target filled its region with. Valid only
+  // before the first WRITE.
+  absl::Status CheckFillPattern(uint64_t size) {
+    Node::Batch batch(node_);
+    LocalBuffer dst = Slot(window_ + 1, size);
+    std::memset(dst.data, 0, size);
+    if (absl::Status s = Op(batch, true, target_, dst); !s.ok()) return s;
+    for (uint64_t i = 0; i < size; ++i) {
+      if (dst.data[i] != SelfCheckPattern(kTargetId, 0, i)) {
+        return absl::DataLossError(absl::StrFormat(
+            "READ of %d bytes returned wrong data: byte %d is 0x%02x, the target holds 0x%02x",
+            size, i, static_cast<unsigned char>(dst.data[i]),
+            static_cast<unsigned char>(SelfCheckPattern(kTargetId, 0, i))));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // WRITE a size-specific pattern to [0, size), READ it back and compare.
+  absl::Status CheckRoundTrip(uint64_t size) {
+    Node::Batch batch(node_);
+    LocalBuffer src = Slot(window_, size);
+    LocalBuffer dst = Slot(window_ + 1, size);
+    for (uint64_t i = 0; i < size; ++i) {
+      src.data[i] = static_cast<char>((i * 131 + size * 7 + (i >> 8)) ^ 0x5a);
+    }
+    std::memset(dst.data, 0, size);
+    if (absl::Status s = Op(batch, false, target_, src); !s.ok()) return s;
+    if (absl::Status s = Op(batch, true, target_, dst); !s.ok()) return s;
+    if (std::memcmp(src.data, dst.data, size) != 0) {
+      uint64_t i = 0;
+      while (src.data[i] == dst.data[i]) ++i;
+      return absl::DataLossError(absl::StrFormat(
+          "WRITE of %d bytes then READ back differ at byte %d: wrote 0x%02x, read 0x%02x", size,
+          i, static_cast<unsigned char>(src.data[i]), static_cast<unsigned char>(dst.data[i])));
+    }
+    return absl::OkStatus();
+  }
+
+  // One operation at a time.
+  absl::Status Latency(bool is_read, uint64_t size, int iters, Result* r) {
+    Node::Batch batch(node_);
+    const int warmup = std::min(iters, 20);
+    std::vector<double> us;
+    us.reserve(iters);
+    for (int i = 0; i < warmup + iters; ++i) {
+      const GlobalAddress addr = Remote(i, size);
+      const LocalBuffer local = Slot(i % window_, size);
+      const auto t0 = std::chrono::steady_clock::now();
+      if (absl::Status s = Op(batch, is_read, addr, local); !s.ok()) return s;
+      const auto t1 = std::chrono::steady_clock::now();
+      if (i >= warmup) us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    r->samples = iters;
+    r->p50_us = Percentile(us, 0.50);
+    r->p99_us = Percentile(us, 0.99);
+    return absl::OkStatus();
+  }
+
+  // `window` operations in flight for `duration`: a ring of single-operation batches, retired in
+  // posting order; each one is re-posted as soon as it completed.
+  absl::Status Throughput(bool is_read, uint64_t size, absl::Duration duration, Result* r) {
+    std::vector<std::unique_ptr<Node::Batch>> ring;
+    for (int i = 0; i < window_; ++i) ring.push_back(std::make_unique<Node::Batch>(node_));
+    uint64_t seq = 0;
+    auto post = [&](int slot) -> absl::Status {
+      Node::Batch& b = *ring[slot];
+      const GlobalAddress addr = Remote(seq++, size);
+      const LocalBuffer local = Slot(slot, size);
+      return is_read ? b.Read(addr, local) : b.Write(addr, local);
+    };
+    auto wait = [&](int slot) -> absl::Status {
+      absl::Status s = ring[slot]->Wait(kOpTimeout);
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(is_read ? "READ" : "WRITE", " of ", size,
+                                                   " bytes to target node ", kTargetId,
+                                                   " (throughput run): ", s.message()));
+      }
+      return s;
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto end = t0 + std::chrono::nanoseconds(absl::ToInt64Nanoseconds(duration));
+    int posted = 0;
+    absl::Status status;
+    for (; posted < window_ && status.ok(); ++posted) status = post(posted);
+    uint64_t completed = 0;
+    int slot = 0;
+    while (status.ok()) {
+      status = wait(slot);
+      if (!status.ok()) break;
+      ++completed;
+      if (std::chrono::steady_clock::now() >= end) break;
+      status = post(slot);
+      slot = (slot + 1) % window_;
+    }
+    // Drain the rest (also on errors, so no buffer is in use when we return).
+    for (int i = 1; i < posted; ++i) {
+      absl::Status s = wait((slot + i) % window_);
+      if (s.ok()) {
+        ++completed;
+      } else if (status.ok()) {
+        status = s;
+      }
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!status.ok()) return status;
+    const double secs = std::chrono::duration<double>(t1 - t0).count();
+    r->ops_per_s = completed / secs;
+    r->gbytes_per_s = completed * static_cast<double>(size) / secs / 1e9;
+    return absl::OkStatus();
+  }
+
+ private:
+  Node* node_;
+  GlobalAddress target_;
+  uint64_t region_size_;
+  const MemoryRegistration* mr_;
+  int window_;
+};
+
+int LatencyIters(uint64_t size, int iters) {
+  const uint64_t budget = kLatencyByteBudget / size;
+  const int floor = std::min(iters, 200);
+  return static_cast<int>(std::max<uint64_t>(floor, std::min<uint64_t>(iters, budget)));
+}
+
+std::string JsonLine(const std::string& provider, const Result& r) {
+  return absl::StrFormat(
+      "{\"provider\":\"%s\",\"op\":\"%s\",\"size\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
+      "\"ops_per_s\":%.1f,\"gbytes_per_s\":%.6f}",
+      provider, r.op, r.size, r.p50_us, r.p99_us, r.ops_per_s, r.gbytes_per_s);
+}
+
+void Print(const std::string& line) {
+  std::fputs((line + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bench role.
+
+// Node::Start runs on its own thread so the main thread can watch the target process meanwhile.
+struct StartResult {
+  std::mutex mu;
+  bool done = false;
+  absl::StatusOr<std::unique_ptr<Node>> node = absl::UnknownError("not started");
+};
+
+// Leaves without joining a thread that is still inside Node::Start (it may wait for a CM that
+// will never answer): everything that needs cleaning up has been cleaned up by then.
+[[noreturn]] void Abandon(int code) {
+  spdlog::default_logger()->flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
+int BenchMain() {
+  if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "fabric_bench"); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return kExitUsage;
+  }
+  const std::string provider_flag = absl::GetFlag(FLAGS_provider);
+  if (!IsKnownProvider(provider_flag)) {
+    spdlog::error("--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
+                  "sockets",
+                  provider_flag);
+    return kExitUsage;
+  }
+  absl::StatusOr<PollMode> mode = ParsePollMode(absl::GetFlag(FLAGS_poll));
+  if (!mode.ok()) {
+    spdlog::error("--poll: {}", std::string(mode.status().message()));
+    return kExitUsage;
+  }
+  absl::StatusOr<std::vector<uint64_t>> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
+  if (!sizes.ok()) {
+    spdlog::error("{}", std::string(sizes.status().message()));
+    return kExitUsage;
+  }
+  const int iters = absl::GetFlag(FLAGS_iters);
+  const int window = absl::GetFlag(FLAGS_window);
+  const int duration_ms = absl::GetFlag(FLAGS_duration_ms);
+  const int base_port = absl::GetFlag(FLAGS_base_port);
+  const int timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  const std::string host = absl::GetFlag(FLAGS_host);
+  if (iters < 1 || iters > 10000000) {
+    spdlog::error("--iters={} must be between 1 and 10000000", iters);
+    return kExitUsage;
+  }
+  if (window < 1 || window > 1024) {
+    spdlog::error("--window={} must be between 1 and 1024", window);
+    return kExitUsage;
+  }
+  if (duration_ms < 0 || duration_ms > 3600 * 1000) {
+    spdlog::error("--duration_ms={} must be between 0 and 3600000", duration_ms);
+    return kExitUsage;
+  }
+  if (base_port < 0 || base_port > 65534) {
+    spdlog::error("--base_port={} must be 0 (pick free ports) or a port below 65535", base_port);
+    return kExitUsage;
+  }
+  if (timeout_s < 1 || timeout_s > 3600) {
+    spdlog::error("--timeout_s={} must be between 1 and 3600", timeout_s);
+    return kExitUsage;
+  }
+  const uint64_t max_size = *std::max_element(sizes->begin(), sizes->end());
+  // The local buffer holds `window` operation slots plus two for verification.
+  const uint64_t buffer_bytes = (static_cast<uint64_t>(window) + 2) * max_size;
+  if (buffer_bytes > (uint64_t{4} << 30)) {
+    spdlog::error("--window={} with {}-byte operations needs a {} MiB buffer; use a smaller "
+                  "window or size", window, max_size, buffer_bytes >> 20);
+    return kExitUsage;
+  }
+  int target_port = base_port, bench_port = base_port + 1;
+  if (base_port == 0) {
+    absl::StatusOr<std::pair<int, int>> ports = PickFreePorts(host);
+    if (!ports.ok()) {
+      spdlog::error("{}", std::string(ports.status().message()));
+      return kExitUsage;
+    }
+    std::tie(target_port, bench_port) = *ports;
+  }
+
+  // The cluster configuration, in a private temporary directory.
+  config::ClusterConfig cfg;
+  cfg.set_provider(provider_flag);
+  cfg.set_region_size(std::max(kMinRegionSize, (max_size + 4095) / 4096 * 4096));
+  cfg.set_region_count(1);
+  cfg.set_cm_node_id(kTargetId);
+  cfg.set_join_timeout_s(static_cast<uint32_t>(timeout_s));
+  cfg.set_lock_memory(false);
+  for (auto [id, port] : {std::pair<uint32_t, int>{kTargetId, target_port},
+                          std::pair<uint32_t, int>{kBenchId, bench_port}}) {
+    config::NodeConfig* n = cfg.add_node();
+    n->set_id(id);
+    n->set_host(host);
+    n->set_control_port(static_cast<uint32_t>(port));
+  }
+  if (absl::Status s = ValidateAndComplete(&cfg); !s.ok()) {
+    spdlog::error("generated configuration is invalid: {}", std::string(s.message()));
+    return kExitUsage;
+  }
+  std::snprintf(g_temp_dir, sizeof(g_temp_dir), "%s/fabric_bench.XXXXXX",
+                std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp");
+  if (mkdtemp(g_temp_dir) == nullptr) {
+    spdlog::error("cannot create a temporary directory {}: {}", g_temp_dir, std::strerror(errno));
+    g_temp_dir[0] = '\0';
+    return kExitRuntime;
+  }
+  std::snprintf(g_config_path, sizeof(g_config_path), "%s/cluster.textproto", g_temp_dir);
+  {
+    FILE* f = std::fopen(g_config_path, "w");
+    const std::string text = ToText(cfg);
+    if (f == nullptr || std::fwrite(text.data(), 1, text.size(), f) != text.size() ||
+        std::fclose(f) != 0) {
+      spdlog::error("cannot write {}: {}", g_config_path, std::strerror(errno));
+      RemoveTempFiles();
+      return kExitRuntime;
+    }
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnFatalSignal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+
+  // The target: node 0, the configuration manager.
+  TargetProcess target;
+  const std::string target_name =
+      absl::StrCat("target node ", kTargetId, " (", host, ":", target_port, ")");
+  if (absl::Status s = target.Spawn({"fabric_bench", "--role=target",
+                                     absl::StrCat("--config=", g_config_path),
+                                     absl::StrCat("--poll=", PollModeName(*mode)),
+                                     absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))});
+      !s.ok()) {
+    spdlog::error("cannot start the {}: {}", target_name, std::string(s.message()));
+    RemoveTempFiles();
+    return kExitRuntime;
+  }
+  spdlog::info("started the {} as pid {}; joining as node {}", target_name, target.pid(), kBenchId);
+
+  // Join as node 1 while watching the target.
+  auto start = std::make_shared<StartResult>();
+  NodeOptions opts;
+  opts.config = cfg;
+  opts.node_id = kBenchId;
+  opts.poll.mode = PollMode::kAdaptive;  // Stopped once we are a member; see the file comment.
+  opts.join_timeout = absl::Seconds(timeout_s);
+  std::thread starter([start, opts] {
+    absl::StatusOr<std::unique_ptr<Node>> node = Node::Start(opts);
+    std::lock_guard<std::mutex> l(start->mu);
+    start->node = std::move(node);
+    start->done = true;
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s) + absl::Seconds(2);
+  bool target_ready = false;
+  std::string failure;
+  for (;;) {
+    std::string how;
+    if (target.Exited(&how)) {
+      failure = absl::StrCat("the ", target_name, " ", how,
+                             " before the benchmark could start (its log is above)");
+      break;
+    }
+    if (!target_ready) target_ready = target.PollLine("READY", absl::Milliseconds(20));
+    bool done;
+    {
+      std::lock_guard<std::mutex> l(start->mu);
+      done = start->done;
+    }
+    if (done && !start->node.ok()) {
+      failure = absl::StrCat("node ", kBenchId, " could not join the cluster of the ",
+                             target_name, ": ", start->node.status().message());
+      break;
+    }
+    if (done && target_ready) break;
+    if (!target_ready) {
+      // PollLine waited already.
+    } else {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (absl::Now() > deadline) {
+      failure = absl::StrCat("the ", target_name, " (pid ", target.pid(), ") did not come up within ",
+                             timeout_s, " s", done ? "" : " (node 1 is still waiting to join)");
+      break;
+    }
+  }
+  if (!failure.empty()) {
+    spdlog::error("{}", failure);
+    target.Kill();
+    RemoveTempFiles();
+    bool done;
+    {
+      std::lock_guard<std::mutex> l(start->mu);
+      done = start->done;
+    }
+    if (done) {
+      starter.join();
+      return kExitRuntime;
+    }
+    starter.detach();
+    Abandon(kExitRuntime);
+  }
+  starter.join();
+  std::unique_ptr<Node> node = std::move(*start->node);
+  node->poller()->Stop();
+
+  int exit_code = 0;
+  {
+    const std::string provider = node->provider();
+    std::vector<control::RegionInfo> regions = node->RegionsOf(kTargetId);
+    std::unique_ptr<Buffer> buffer;
+    std::unique_ptr<MemoryRegistration> mr;
+    std::string error;
+    int error_code = kExitRuntime;
+    if (regions.empty()) {
+      error = absl::StrCat("the ", target_name, " offers no region");
+    } else if (max_size > node->fabric()->max_rma_size()) {
+      error = absl::StrCat(max_size, "-byte operations exceed the ", node->fabric()->max_rma_size(),
+                           "-byte limit of provider ", provider);
+      error_code = kExitUsage;
+    } else {
+      buffer = std::make_unique<Buffer>(buffer_bytes);
+      if (buffer->data() == nullptr) {
+        error = absl::StrCat("cannot map a ", buffer_bytes, "-byte buffer");
+      } else {
+        absl::StatusOr<std::unique_ptr<MemoryRegistration>> r =
+            node->RegisterBuffer(buffer->data(), buffer->size());
+        if (!r.ok()) {
+          error = std::string(r.status().message());
+        } else {
+          mr = std::move(*r);
+        }
+      }
+    }
+    if (!error.empty()) {
+      spdlog::error("{}", error);
+      exit_code = error_code;
+    } else {
+      const GlobalAddress base{regions[0].region_id(), 0};
+      Bench bench(node.get(), base, regions[0].size(), mr.get(), window);
+      const bool json = absl::GetFlag(FLAGS_json);
+      if (!json) {
+        Print(absl::StrFormat(
+            "fabric_bench: provider %s, target poll %s, %d-op window, %d ms per throughput point",
+            provider, PollModeName(*mode), window, duration_ms));
+        Print(absl::StrFormat("%-5s %9s %7s %10s %10s %12s %9s", "op", "size", "samples",
+                              "p50_us", "p99_us", "ops/s", "GB/s"));
+      }
+      // Every size is checked twice: READs against the target's fill pattern (all sizes first,
+      // before any WRITE changes the region), then a WRITE/READ round trip just before the
+      // size is measured.
+      absl::Status s;
+      for (uint64_t size : *sizes) {
+        s = bench.CheckFillPattern(size);
+        if (!s.ok()) {
+          spdlog::error("{} bytes: {}", size, std::string(s.message()));
+          exit_code = absl::IsDataLoss(s) ? kExitMismatch : kExitRuntime;
+          break;
+        }
+      }
+      for (uint64_t size : *sizes) {
+        if (exit_code != 0) break;
+        s = bench.CheckRoundTrip(size);
+        for (bool is_read : {true, false}) {
+          if (!s.ok()) break;
+          Result r;
+          r.op = is_read ? "read" : "write";
+          r.size = size;
+          s = bench.Latency(is_read, size, LatencyIters(size, iters), &r);
+          if (s.ok() && duration_ms > 0) {
+            s = bench.Throughput(is_read, size, absl::Milliseconds(duration_ms), &r);
+          }
+          if (!s.ok()) break;
+          if (json) {
+            Print(JsonLine(provider, r));
+          } else {
+            Print(absl::StrFormat("%-5s %9s %7d %10.2f %10.2f %12.0f %9.4f", r.op,
+                                  HumanSize(size), r.samples, r.p50_us, r.p99_us, r.ops_per_s,
+                                  r.gbytes_per_s));
+          }
+        }
+        if (!s.ok()) {
+          spdlog::error("{} bytes: {}", size, std::string(s.message()));
+          exit_code = absl::IsDataLoss(s) ? kExitMismatch : kExitRuntime;
+          break;
+        }
+      }
+    }
+    mr.reset();
+  }
+  node.reset();  // Leaves the cluster.
+  std::string how = target.Stop();
+  if (exit_code == 0 && !how.empty() && how != "exited with status 0") {
+    spdlog::warn("the {} {} at the end of the run", target_name, how);
+  }
+  RemoveTempFiles();
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace farm
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Measures one-sided READ and WRITE latency (p50, p99) and throughput between two node "
+      "processes on this machine.\n"
+      "  fabric_bench [--provider=tcp;ofi_rxm] [--poll=busy|adaptive] [--sizes=8,4K,1M] "
+      "[--json]\n"
+      "It starts the target node itself (a second copy of this program). Exit status: 0 ok, "
+      "1 runtime failure, 2 bad flags, 3 data mismatch.");
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_role) == "target") return farm::TargetMain();
+  if (!absl::GetFlag(FLAGS_role).empty()) {
+    std::fprintf(stderr, "--role: only 'target' (internal) is accepted\n");
+    return farm::kExitUsage;
+  }
+  return farm::BenchMain();
+}
