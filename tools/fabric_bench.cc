@@ -161,8 +161,8 @@ int TargetMain() {
 
 // For the signal handler: what to kill and remove if the bench is interrupted.
 volatile sig_atomic_t g_child_pid = 0;
-char g_config_path[512];
-char g_temp_dir[512];
+char g_temp_dir[256];
+char g_config_path[sizeof(g_temp_dir) + 32];
 
 void RemoveTempFiles() {
   if (g_config_path[0] != '\0') unlink(g_config_path);
@@ -673,8 +673,9 @@ int BenchMain() {
     spdlog::error("generated configuration is invalid: {}", std::string(s.message()));
     return kExitUsage;
   }
-  std::snprintf(g_temp_dir, sizeof(g_temp_dir), "%s/fabric_bench.XXXXXX",
-                std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp");
+  const char* tmp = std::getenv("TMPDIR");
+  if (tmp == nullptr || *tmp == '\0' || std::strlen(tmp) > 200) tmp = "/tmp";
+  std::snprintf(g_temp_dir, sizeof(g_temp_dir), "%s/fabric_bench.XXXXXX", tmp);
   if (mkdtemp(g_temp_dir) == nullptr) {
     spdlog::error("cannot create a temporary directory {}: {}", g_temp_dir, std::strerror(errno));
     g_temp_dir[0] = '\0';

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages the project builds and tests with, if any is missing.
+# Everything comes from Debian's archive: nothing is downloaded during the build itself.
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap bazel-rules-java   # Bazel 4.2.3 and the rules_java it needs offline
+  g++ python3 iproute2 util-linux procps
+  libfabric-dev libfabric-bin        # libfabric 1.17 (tcp;ofi_rxm, tcp, shm, verbs providers)
+  rdma-core libibverbs-dev librdmacm-dev ibverbs-providers
+  libabsl-dev                        # Abseil 20220623
+  libprotobuf-dev protobuf-compiler  # protobuf 3.21
+  catch2                             # Catch2 2.13
+  libspdlog-dev libfmt-dev           # spdlog 1.10 on fmt 9
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  [ "${p:0:1}" = "#" ] && continue
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing missing packages: ${missing[*]}" >&2
+sudo=()
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
