@@ -98,9 +98,11 @@ class CmServerImpl : public CmServer {
     if (members_.count(id)) {
       return absl::FailedPreconditionError(absl::StrCat("node id ", id, " is already a member"));
     }
-    if (req.regions_size() != static_cast<int>(config_.region_count())) {
+    int data_regions = 0;
+    for (const control::RegionInfo& r : req.regions()) data_regions += r.purpose().empty();
+    if (data_regions != static_cast<int>(config_.region_count())) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "node offers ", req.regions_size(), " regions, the configuration says ",
+          "node offers ", data_regions, " data regions, the configuration says ",
           config_.region_count()));
     }
     return id;

@@ -1,6 +1,7 @@
 #include "platform/fabric.h"
 
 #include <dirent.h>
+#include <poll.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -193,10 +194,19 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_CONTEXT;
   cq_attr.size = kCqSize;
-  cq_attr.wait_obj = FI_WAIT_NONE;
-  if ((ret = fi_cq_open(h.domain, &cq_attr, &h.cq, nullptr)) != 0) {
-    return absl::UnavailableError(FiError("fi_cq_open", ret));
+  // A file-descriptor wait object lets an idle poller block until a peer's operation arrives
+  // (WaitForProgress). Not for verbs: the NIC serves peers' READs and WRITEs without our
+  // progress, so there is nothing to wake up for. Providers without one (shm) get none.
+  const bool want_wait = provider != "verbs";
+  cq_attr.wait_obj = want_wait ? FI_WAIT_FD : FI_WAIT_NONE;
+  ret = fi_cq_open(h.domain, &cq_attr, &h.cq, nullptr);
+  if (ret != 0 && want_wait) {
+    spdlog::debug("provider {} has no CQ wait object ({}); idle polling will sleep", provider,
+                  fi_strerror(-ret));
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    ret = fi_cq_open(h.domain, &cq_attr, &h.cq, nullptr);
   }
+  if (ret != 0) return absl::UnavailableError(FiError("fi_cq_open", ret));
   fi_av_attr av_attr{};
   av_attr.type = FI_AV_UNSPEC;
   if ((ret = fi_av_open(h.domain, &av_attr, &h.av, nullptr)) != 0) {
@@ -218,8 +228,16 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
     return absl::UnavailableError(FiError("fi_getname", ret));
   }
   f->address_.assign(name, name_len);
-  spdlog::debug("fabric open: provider={} virt_addr={} max_rma={} addrlen={}", f->provider_,
-                f->virt_addr_, f->max_rma_size_, name_len);
+  if (cq_attr.wait_obj == FI_WAIT_FD) {
+    int fd = -1;
+    if ((ret = fi_control(&h.cq->fid, FI_GETWAIT, &fd)) == 0 && fd >= 0) {
+      f->wait_fd_ = fd;
+    } else {
+      spdlog::debug("fi_control(FI_GETWAIT) failed ({}); idle polling will sleep", ret);
+    }
+  }
+  spdlog::debug("fabric open: provider={} virt_addr={} max_rma={} addrlen={} cq_wait={}",
+                f->provider_, f->virt_addr_, f->max_rma_size_, name_len, f->can_wait());
   return f;
 }
 
@@ -300,6 +318,28 @@ int Fabric::Progress() {
     }
     return total;  // -FI_EAGAIN: nothing more right now.
   }
+}
+
+int Fabric::WaitForProgress(absl::Duration max_wait) {
+  int done = Progress();
+  if (done > 0) return done;
+  if (wait_fd_ < 0) {
+    absl::SleepFor(max_wait);
+    return Progress();
+  }
+  // fi_trywait progresses the provider and says whether blocking is safe: -FI_EAGAIN means
+  // there is work already (e.g. bytes the provider buffered, which the fd would not report).
+  fid* fids[1] = {&h_->cq->fid};
+  int ret = fi_trywait(h_->fabric, fids, 1);
+  if (ret == -FI_EAGAIN) return Progress() + 1;
+  if (ret != 0) {
+    absl::SleepFor(max_wait);
+    return Progress();
+  }
+  pollfd p{wait_fd_, POLLIN, 0};
+  const timespec ts = absl::ToTimespec(max_wait);
+  const int ready = ppoll(&p, 1, &ts, nullptr);
+  return Progress() + (ready > 0 ? 1 : 0);
 }
 
 absl::Status Fabric::Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local,

@@ -150,6 +150,21 @@ class Fabric {
   // seen (0 when idle). Safe to call from any thread, concurrently.
   int Progress();
 
+  // Blocks until this endpoint has something to progress (an incoming READ or WRITE, a
+  // connection request, a completion) or `max_wait` passed, then progresses as Progress() does.
+  // Returns how much happened: the completions seen, plus 1 if the provider's wait object
+  // reported activity (a peer's READ served by this call produces no completion here, but
+  // counts); 0 means max_wait passed quietly. For the poller of an idle node: unlike a sleep, a
+  // peer's operation does not wait for the sleep to end.
+  //
+  // Blocking needs a completion queue with a file-descriptor wait object (can_wait()): tcp and
+  // tcp;ofi_rxm have one. Elsewhere this sleeps for max_wait and then progresses: shm's queue
+  // can only wait by yielding the CPU, and verbs serves peers' operations in hardware, without
+  // this node's progress. Safe to call concurrently with Progress(); meant for one thread.
+  int WaitForProgress(absl::Duration max_wait);
+  // True if WaitForProgress blocks on the provider's wait object instead of sleeping.
+  bool can_wait() const { return wait_fd_ >= 0; }
+
  private:
   friend class OpBatch;
   struct Handles;  // libfabric objects, defined in fabric.cc.
@@ -166,6 +181,7 @@ class Fabric {
   std::string address_;
   size_t max_rma_size_ = 0;
   bool virt_addr_ = false;
+  int wait_fd_ = -1;  // The CQ's wait object (owned by libfabric), or -1.
 };
 
 // A set of one-sided operations posted together and waited for together.

@@ -73,6 +73,25 @@ absl::Status Node::Init() {
     regions_.push_back(std::move(*region));
     registrations_.push_back(std::move(*mr));
   }
+  for (const AreaRequest& area : options_.areas) {
+    if (area.purpose.empty() || area.size == 0 || area.size % 4096 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "area '", area.purpose, "' needs a name and a size that is a multiple of 4096"));
+    }
+    absl::StatusOr<std::unique_ptr<Region>> region = Region::Allocate(area.size, cfg.lock_memory());
+    if (!region.ok()) return region.status();
+    absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
+        fabric_->Register((*region)->data(), area.size);
+    if (!mr.ok()) return mr.status();
+    control::RegionInfo* info = join.add_regions();
+    info->set_index(static_cast<uint32_t>(areas_.size()));
+    info->set_size(area.size);
+    info->set_remote_base((*mr)->remote_base());
+    info->set_rkey((*mr)->key());
+    info->set_purpose(area.purpose);
+    areas_.emplace_back(area.purpose, std::move(*region));
+    registrations_.push_back(std::move(*mr));
+  }
   absl::StatusOr<std::unique_ptr<Region>> staging = Region::Allocate(region_size_, false);
   if (!staging.ok()) return staging.status();
   staging_ = std::move(*staging);
@@ -143,7 +162,7 @@ absl::Status Node::ApplyMembership(const control::Membership& m) {
     RegionEntry e;
     e.info = r;
     e.peer = peer_of_node[r.node_id()];
-    if (r.node_id() == id_ && r.index() < regions_.size()) e.local = regions_[r.index()]->data();
+    if (r.node_id() == id_) e.local = LocalBase(r);
     map[r.region_id()] = e;
   }
   region_map_ = std::move(map);
@@ -164,11 +183,24 @@ std::vector<uint32_t> Node::members() const {
   return ids;
 }
 
-std::vector<control::RegionInfo> Node::RegionsOf(uint32_t node_id) const {
+char* Node::local_area(const std::string& purpose) const {
+  for (const auto& [name, region] : areas_) {
+    if (name == purpose) return region->data();
+  }
+  return nullptr;
+}
+
+char* Node::LocalBase(const control::RegionInfo& r) const {
+  if (r.purpose().empty()) return r.index() < regions_.size() ? regions_[r.index()]->data() : nullptr;
+  return r.index() < areas_.size() ? areas_[r.index()].second->data() : nullptr;
+}
+
+std::vector<control::RegionInfo> Node::RegionsOf(uint32_t node_id,
+                                                 const std::string& purpose) const {
   absl::MutexLock l(&map_mu_);
   std::vector<control::RegionInfo> out;
   for (const control::RegionInfo& r : membership_.regions()) {
-    if (r.node_id() == node_id) out.push_back(r);
+    if (r.node_id() == node_id && r.purpose() == purpose) out.push_back(r);
   }
   std::sort(out.begin(), out.end(),
             [](const control::RegionInfo& a, const control::RegionInfo& b) { return a.index() < b.index(); });

@@ -40,6 +40,14 @@
 
 namespace farm {
 
+// An extra registered area a layer above asks for (e.g. message rings). Areas get region ids
+// and are addressable like data regions, but hold the layer's own structures; peers find them
+// with Node::RegionsOf(node, purpose).
+struct AreaRequest {
+  std::string purpose;  // non-empty
+  uint64_t size = 0;    // multiple of 4096
+};
+
 struct NodeOptions {
   config::ClusterConfig config;  // Validated (see LoadClusterConfig).
   // This node's id from the configuration; -1 lets the CM assign the lowest free one.
@@ -49,6 +57,7 @@ struct NodeOptions {
   PollerOptions poll;
   // Fill local regions with SelfCheckPattern bytes before joining (for the self-check).
   bool fill_pattern = false;
+  std::vector<AreaRequest> areas;
   // How long to wait for the cluster to form; default: config.join_timeout_s plus a margin.
   absl::Duration join_timeout = absl::ZeroDuration();
 };
@@ -77,12 +86,15 @@ class Node {
   control::Membership membership() const;
   // Node ids of the current members, ascending.
   std::vector<uint32_t> members() const;
-  // Regions of `node_id` in the current membership, by index.
-  std::vector<control::RegionInfo> RegionsOf(uint32_t node_id) const;
+  // Data regions (purpose "") or areas of `node_id` in the current membership, by index.
+  std::vector<control::RegionInfo> RegionsOf(uint32_t node_id,
+                                             const std::string& purpose = "") const;
 
-  // This node's own regions.
+  // This node's own data regions.
   int local_region_count() const { return static_cast<int>(regions_.size()); }
   char* local_region_data(int index) const { return regions_[index]->data(); }
+  // This node's area for `purpose` (see AreaRequest), or null.
+  char* local_area(const std::string& purpose) const;
 
   // Resolves [addr, addr + len) to its owner. OutOfRange for an unknown region or a range that
   // leaves it; InvalidArgument for an empty or oversized range.
@@ -130,6 +142,8 @@ class Node {
   explicit Node(NodeOptions options) : options_(std::move(options)) {}
   absl::Status Init();
   absl::Status ApplyMembership(const control::Membership& m);
+  // Local memory of one of this node's regions or areas, or null.
+  char* LocalBase(const control::RegionInfo& r) const;
   absl::Status Access(bool is_read, GlobalAddress addr, char* buf, size_t len,
                       absl::Duration timeout);
 
@@ -137,7 +151,8 @@ class Node {
   uint32_t id_ = 0;
   uint64_t region_size_ = 0;
   std::unique_ptr<Fabric> fabric_;
-  std::vector<std::unique_ptr<Region>> regions_;
+  std::vector<std::unique_ptr<Region>> regions_;  // data regions
+  std::vector<std::pair<std::string, std::unique_ptr<Region>>> areas_;
   std::vector<std::unique_ptr<MemoryRegistration>> registrations_;
   std::unique_ptr<CmServer> cm_server_;
   std::unique_ptr<ConfigurationManager> cm_;

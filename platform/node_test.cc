@@ -32,11 +32,13 @@ config::ClusterConfig ThreeNodes() {
   return *c;
 }
 
-std::vector<std::unique_ptr<Node>> StartCluster(const config::ClusterConfig& c) {
+std::vector<std::unique_ptr<Node>> StartCluster(const config::ClusterConfig& c,
+                                                std::vector<AreaRequest> areas = {}) {
   std::vector<std::future<absl::StatusOr<std::unique_ptr<Node>>>> starting;
   for (int i = 0; i < 3; ++i) {
-    starting.push_back(std::async(std::launch::async, [&c, i] {
+    starting.push_back(std::async(std::launch::async, [&c, i, areas] {
       NodeOptions o;
+      o.areas = areas;
       o.config = c;
       o.node_id = i;
       o.fill_pattern = true;
@@ -136,6 +138,28 @@ TEST_CASE("a node that leaves is dropped from the others' membership", "[node]")
   CHECK(nodes[0]->membership().epoch() > epoch);
   char buf[8];
   CHECK(absl::IsOutOfRange(nodes[0]->Read(GlobalAddress{5, 0}, buf, 8)));  // node 2's region
+}
+
+}  // namespace farm
+
+namespace farm {
+
+TEST_CASE("areas requested by upper layers are published and addressable", "[node]") {
+  auto nodes = StartCluster(ThreeNodes(), {{"rings", 65536}});
+  for (auto& n : nodes) {
+    CHECK(n->membership().regions_size() == 9);  // 2 data regions + 1 area per node
+    CHECK(n->local_area("rings") != nullptr);
+    CHECK(n->local_area("other") == nullptr);
+  }
+  const std::vector<control::RegionInfo> rings = nodes[0]->RegionsOf(1, "rings");
+  REQUIRE(rings.size() == 1);
+  CHECK(rings[0].size() == 65536);
+  CHECK(nodes[0]->RegionsOf(1).size() == 2);  // data regions only
+  const char msg[] = "hello, ring";
+  REQUIRE(nodes[0]->Write(GlobalAddress{rings[0].region_id(), 65536 - sizeof(msg)}, msg,
+                          sizeof(msg))
+              .ok());
+  CHECK(std::string(nodes[1]->local_area("rings") + 65536 - sizeof(msg)) == msg);
 }
 
 }  // namespace farm

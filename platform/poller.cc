@@ -51,6 +51,12 @@ void Poller::Run() {
       continue;
     }
     if (now - last_activity < options_.spin) continue;
+    if (fabric_->can_wait()) {
+      // Block on the completion queue's wait object: a peer's READ or WRITE wakes us at once,
+      // and we spin again for a while in case more follow.
+      if (fabric_->WaitForProgress(options_.max_sleep) > 0) last_activity = absl::Now();
+      continue;
+    }
     absl::SleepFor(sleep);
     sleep = std::min(sleep * 2, options_.max_sleep);
   }

@@ -6,10 +6,15 @@
 //
 // Modes:
 //  - kBusy: poll without pause. Lowest latency; burns a core. For benchmarks.
-//  - kAdaptive: after activity, keep polling for a spin window; when idle, sleep in growing steps
-//    up to max_sleep. A remote READ that reaches an idle node therefore waits up to max_sleep for
-//    the target's progress (on providers with manual progress). The default for local clusters,
-//    where several nodes share a few cores.
+//  - kAdaptive: after activity, keep polling for a spin window; when idle, wait up to max_sleep
+//    at a time. The default for local clusters, where several nodes share a few cores. How an
+//    idle node waits depends on the provider (Fabric::can_wait):
+//      * tcp, tcp;ofi_rxm: it blocks on the completion queue's wait object, which wakes up when a
+//        peer's operation arrives, so a remote READ to an idle node costs a wake-up (tens of
+//        microseconds) rather than a sleep.
+//      * shm (its queue cannot block) and verbs: it sleeps in growing steps up to max_sleep. On
+//        shm a remote READ that reaches an idle node therefore waits up to max_sleep for the
+//        target's progress.
 //
 // Thread safety: AddTask and Stop may be called from any thread.
 #ifndef FARM_PLATFORM_POLLER_H_
