@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -104,7 +105,14 @@ int Main() {
     spdlog::error("--config is required (a cluster configuration file); see --help");
     return 2;
   }
-  absl::StatusOr<config::ClusterConfig> cfg = LoadClusterConfig(absl::GetFlag(FLAGS_config));
+  // Under `bazel run` the process runs in its runfiles tree; resolve relative paths against the
+  // directory the user ran bazel from.
+  std::string config_path = absl::GetFlag(FLAGS_config);
+  const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (user_dir != nullptr && !config_path.empty() && config_path[0] != '/') {
+    config_path = absl::StrCat(user_dir, "/", config_path);
+  }
+  absl::StatusOr<config::ClusterConfig> cfg = LoadClusterConfig(config_path);
   if (!cfg.ok()) {
     spdlog::error("{}", std::string(cfg.status().message()));
     return 2;
@@ -122,7 +130,7 @@ int Main() {
   }
   const int node_id = absl::GetFlag(FLAGS_node_id);
   if (node_id >= 0 && FindNode(*cfg, static_cast<uint32_t>(node_id)) == nullptr) {
-    spdlog::error("--node_id={} is not listed in {}", node_id, absl::GetFlag(FLAGS_config));
+    spdlog::error("--node_id={} is not listed in {}", node_id, config_path);
     return 2;
   }
   spdlog::default_logger()->set_pattern(
