@@ -85,8 +85,9 @@ class CmServerImpl : public CmServer {
           "the node was started with a different cluster configuration than the CM's");
     }
     if (req.requested_id() < 0) {
+      // The CM's own node joins with its id; never hand that id to someone else.
       for (const config::NodeConfig& n : config_.node()) {
-        if (!members_.count(n.id())) return n.id();
+        if (!members_.count(n.id()) && n.id() != config_.cm_node_id()) return n.id();
       }
       return absl::FailedPreconditionError("every configured node id is already taken");
     }
