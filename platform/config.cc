@@ -18,7 +18,8 @@ namespace {
 class ErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, int column, const std::string& message) override {
-    if (first_.empty()) first_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
+    if (first_.empty())
+      first_ = absl::StrCat("line ", line + 1, ", column ", column + 1, ": ", message);
   }
   void AddWarning(int, int, const std::string&) override {}
   const std::string& first() const { return first_; }
@@ -46,8 +47,8 @@ absl::Status ValidateAndComplete(config::ClusterConfig* c) {
         absl::StrCat("region_size ", c->region_size(), " is not a multiple of 4096"));
   }
   if (c->region_size() < 65536 || c->region_size() > (uint64_t{1} << 40)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "region_size ", c->region_size(), " is out of range (64 KiB .. 1 TiB)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("region_size ", c->region_size(), " is out of range (64 KiB .. 1 TiB)"));
   }
   if (c->region_count() > 4096) {
     return absl::InvalidArgumentError(

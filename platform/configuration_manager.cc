@@ -62,7 +62,8 @@ class CmServerImpl : public CmServer {
     std::vector<std::string> missing;
     for (const config::NodeConfig& n : config_.node()) {
       if (!members_.count(n.id())) {
-        missing.push_back(absl::StrCat("node ", n.id(), " (", n.host(), ":", n.control_port(), ")"));
+        missing.push_back(
+            absl::StrCat("node ", n.id(), " (", n.host(), ":", n.control_port(), ")"));
       }
     }
     return absl::StrJoin(missing, ", ");
@@ -70,9 +71,8 @@ class CmServerImpl : public CmServer {
 
   void FailFormation() {
     failed_ = true;
-    std::string reason =
-        absl::StrCat("the cluster did not form: ", MissingNodes(), " did not join within ",
-                     config_.join_timeout_s(), " s");
+    std::string reason = absl::StrCat("the cluster did not form: ", MissingNodes(),
+                                      " did not join within ", config_.join_timeout_s(), " s");
     spdlog::error("{}", reason);
     for (auto& [id, m] : members_) (void)m.channel->Send(RefusalMessage(reason));
     members_.clear();
@@ -102,9 +102,9 @@ class CmServerImpl : public CmServer {
     int data_regions = 0;
     for (const control::RegionInfo& r : req.regions()) data_regions += r.purpose().empty();
     if (data_regions != static_cast<int>(config_.region_count())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "node offers ", data_regions, " data regions, the configuration says ",
-          config_.region_count()));
+      return absl::FailedPreconditionError(absl::StrCat("node offers ", data_regions,
+                                                        " data regions, the configuration says ",
+                                                        config_.region_count()));
     }
     return id;
   }
@@ -117,9 +117,10 @@ class CmServerImpl : public CmServer {
       return;
     }
     const control::JoinRequest& req = msg->join();
-    absl::StatusOr<uint32_t> id = failed_
-        ? absl::StatusOr<uint32_t>(absl::FailedPreconditionError("the cluster failed to form"))
-        : ChooseId(req);
+    absl::StatusOr<uint32_t> id =
+        failed_
+            ? absl::StatusOr<uint32_t>(absl::FailedPreconditionError("the cluster failed to form"))
+            : ChooseId(req);
     if (!id.ok()) {
       spdlog::warn("CM: refused join from {}: {}", ch->peer(), std::string(id.status().message()));
       (void)ch->Send(RefusalMessage(std::string(id.status().message())));
@@ -166,7 +167,8 @@ class CmServerImpl : public CmServer {
                  mem->regions_size());
     for (auto& [id, m] : members_) {
       absl::Status s = m.channel->Send(msg);
-      if (!s.ok()) spdlog::warn("CM: could not send membership to node {}: {}", id, std::string(s.message()));
+      if (!s.ok())
+        spdlog::warn("CM: could not send membership to node {}: {}", id, std::string(s.message()));
     }
   }
 
@@ -214,7 +216,8 @@ class TcpConfigurationManager : public ConfigurationManager {
     absl::StatusOr<std::unique_ptr<ControlChannel>> ch =
         ControlChannel::Connect(host_, port_, timeout);
     if (!ch.ok()) {
-      return absl::UnavailableError(absl::StrCat("cannot reach the ", cm, ": ", ch.status().message()));
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach the ", cm, ": ", ch.status().message()));
     }
     channel_ = std::move(*ch);
     control::ControlMessage join;
@@ -225,18 +228,20 @@ class TcpConfigurationManager : public ConfigurationManager {
       absl::StatusOr<control::ControlMessage> reply = channel_->Receive(deadline - absl::Now());
       if (!reply.ok()) {
         if (absl::IsDeadlineExceeded(reply.status())) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "the cluster did not form within ", absl::FormatDuration(timeout),
-              " (waiting for the ", cm, ")"));
+          return absl::DeadlineExceededError(absl::StrCat("the cluster did not form within ",
+                                                          absl::FormatDuration(timeout),
+                                                          " (waiting for the ", cm, ")"));
         }
-        return absl::UnavailableError(absl::StrCat("lost the ", cm, ": ", reply.status().message()));
+        return absl::UnavailableError(
+            absl::StrCat("lost the ", cm, ": ", reply.status().message()));
       }
       if (reply->has_refusal()) {
         return absl::FailedPreconditionError(
             absl::StrCat("the ", cm, " refused this node: ", reply->refusal().reason()));
       }
       if (reply->has_accepted()) {
-        spdlog::info("admitted as node {}; waiting for the cluster to form", reply->accepted().node_id());
+        spdlog::info("admitted as node {}; waiting for the cluster to form",
+                     reply->accepted().node_id());
         continue;
       }
       if (reply->has_membership()) {
@@ -296,7 +301,8 @@ absl::StatusOr<std::unique_ptr<CmServer>> CmServer::Start(const config::ClusterC
   absl::StatusOr<std::unique_ptr<ControlListener>> listener =
       ControlListener::Listen(cm->host(), static_cast<uint16_t>(cm->control_port()));
   if (!listener.ok()) {
-    return absl::UnavailableError(absl::StrCat("configuration manager: ", listener.status().message()));
+    return absl::UnavailableError(
+        absl::StrCat("configuration manager: ", listener.status().message()));
   }
   return std::unique_ptr<CmServer>(new CmServerImpl(config, std::move(*listener)));
 }

@@ -73,12 +73,20 @@ TEST_CASE("one-sided WRITE then READ round-trips bytes", "[fabric]") {
   const size_t off = p.bbuf.size() - 4096;
   OpBatch batch(p.a.get());
   REQUIRE(batch.Write(p.b_from_a, p.Remote(off), {p.amr.get(), p.abuf.data(), 4096}).ok());
-  { auto ws = batch.Wait(absl::Seconds(10)); INFO(ws.ToString()); REQUIRE(ws.ok()); }
+  {
+    auto ws = batch.Wait(absl::Seconds(10));
+    INFO(ws.ToString());
+    REQUIRE(ws.ok());
+  }
   CHECK(std::memcmp(p.bbuf.data() + off, p.abuf.data(), 4096) == 0);
 
   std::memset(p.abuf.data() + 8192, 0, 4096);
   REQUIRE(batch.Read(p.b_from_a, p.Remote(off), {p.amr.get(), p.abuf.data() + 8192, 4096}).ok());
-  { auto ws = batch.Wait(absl::Seconds(10)); INFO(ws.ToString()); REQUIRE(ws.ok()); }
+  {
+    auto ws = batch.Wait(absl::Seconds(10));
+    INFO(ws.ToString());
+    REQUIRE(ws.ok());
+  }
   CHECK(std::memcmp(p.abuf.data() + 8192, p.abuf.data(), 4096) == 0);
 }
 
@@ -87,10 +95,14 @@ TEST_CASE("a batch of many operations completes together", "[fabric]") {
   OpBatch batch(p.a.get());
   for (int i = 0; i < 64; ++i) {
     p.abuf[i * 64] = static_cast<char>(i + 1);
-    REQUIRE(batch.Write(p.b_from_a, p.Remote(i * 64), {p.amr.get(), p.abuf.data() + i * 64, 64})
-                .ok());
+    REQUIRE(
+        batch.Write(p.b_from_a, p.Remote(i * 64), {p.amr.get(), p.abuf.data() + i * 64, 64}).ok());
   }
-  { auto ws = batch.Wait(absl::Seconds(10)); INFO(ws.ToString()); REQUIRE(ws.ok()); }
+  {
+    auto ws = batch.Wait(absl::Seconds(10));
+    INFO(ws.ToString());
+    REQUIRE(ws.ok());
+  }
   CHECK(batch.outstanding() == 0);
   for (int i = 0; i < 64; ++i) CHECK(p.bbuf[i * 64] == static_cast<char>(i + 1));
 }

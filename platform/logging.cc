@@ -13,8 +13,8 @@ absl::Status InitLogging(const std::string& level, const std::string& name) {
   spdlog::level::level_enum lvl = spdlog::level::from_str(level);
   if (lvl == spdlog::level::off && level != "off") {
     spdlog::set_level(spdlog::level::info);
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown log level '", level, "'; use trace, debug, info, warn, error or off"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown log level '", level, "'; use trace, debug, info, warn, error or off"));
   }
   spdlog::set_level(lvl);
   return absl::OkStatus();

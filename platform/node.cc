@@ -54,7 +54,8 @@ absl::Status Node::Init() {
   join.mutable_node()->set_provider(fabric_->provider());
   join.mutable_node()->set_pid(static_cast<uint32_t>(getpid()));
   for (uint32_t i = 0; i < cfg.region_count(); ++i) {
-    absl::StatusOr<std::unique_ptr<Region>> region = Region::Allocate(region_size_, cfg.lock_memory());
+    absl::StatusOr<std::unique_ptr<Region>> region =
+        Region::Allocate(region_size_, cfg.lock_memory());
     if (!region.ok()) return region.status();
     absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
         fabric_->Register((*region)->data(), region_size_);
@@ -103,8 +104,8 @@ absl::Status Node::Init() {
   // Serve before joining: peers may access our regions as soon as they learn the membership.
   poller_ = std::make_unique<Poller>(fabric_.get(), options_.poll);
 
-  const bool is_cm = options_.node_id >= 0 &&
-                     static_cast<uint32_t>(options_.node_id) == cfg.cm_node_id();
+  const bool is_cm =
+      options_.node_id >= 0 && static_cast<uint32_t>(options_.node_id) == cfg.cm_node_id();
   if (is_cm) {
     absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(cfg);
     if (!server.ok()) return server.status();
@@ -113,7 +114,9 @@ absl::Status Node::Init() {
   cm_ = NewTcpConfigurationManager(cm_node->host(), static_cast<uint16_t>(cm_node->control_port()));
   cm_->OnMembershipChange([this](const control::Membership& m) {
     absl::Status s = ApplyMembership(m);
-    if (!s.ok()) spdlog::error("node {}: cannot apply membership epoch {}: {}", id_, m.epoch(), std::string(s.message()));
+    if (!s.ok())
+      spdlog::error("node {}: cannot apply membership epoch {}: {}", id_, m.epoch(),
+                    std::string(s.message()));
   });
   absl::Duration timeout = options_.join_timeout;
   if (timeout == absl::ZeroDuration()) timeout = absl::Seconds(cfg.join_timeout_s() + 5);
@@ -146,8 +149,9 @@ absl::Status Node::ApplyMembership(const control::Membership& m) {
   absl::flat_hash_map<uint32_t, PeerId> peer_of_node;
   for (const control::NodeInfo& n : m.nodes()) {
     if (n.provider() != fabric_->provider()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "node ", n.node_id(), " uses provider ", n.provider(), ", this node ", fabric_->provider()));
+      return absl::FailedPreconditionError(absl::StrCat("node ", n.node_id(), " uses provider ",
+                                                        n.provider(), ", this node ",
+                                                        fabric_->provider()));
     }
     auto it = peers_by_address_.find(n.fabric_address());
     if (it == peers_by_address_.end()) {
@@ -191,7 +195,8 @@ char* Node::local_area(const std::string& purpose) const {
 }
 
 char* Node::LocalBase(const control::RegionInfo& r) const {
-  if (r.purpose().empty()) return r.index() < regions_.size() ? regions_[r.index()]->data() : nullptr;
+  if (r.purpose().empty())
+    return r.index() < regions_.size() ? regions_[r.index()]->data() : nullptr;
   return r.index() < areas_.size() ? areas_[r.index()].second->data() : nullptr;
 }
 
@@ -202,8 +207,9 @@ std::vector<control::RegionInfo> Node::RegionsOf(uint32_t node_id,
   for (const control::RegionInfo& r : membership_.regions()) {
     if (r.node_id() == node_id && r.purpose() == purpose) out.push_back(r);
   }
-  std::sort(out.begin(), out.end(),
-            [](const control::RegionInfo& a, const control::RegionInfo& b) { return a.index() < b.index(); });
+  std::sort(out.begin(), out.end(), [](const control::RegionInfo& a, const control::RegionInfo& b) {
+    return a.index() < b.index();
+  });
   return out;
 }
 
@@ -249,12 +255,13 @@ absl::Status Node::Access(bool is_read, GlobalAddress addr, char* buf, size_t le
   LocalBuffer local{staging_mr_.get(), staging_->data(), len};
   OpBatch batch(fabric_.get());
   if (!is_read) std::memcpy(staging_->data(), buf, len);
-  absl::Status s = is_read ? batch.Read(t->peer, t->buffer, local) : batch.Write(t->peer, t->buffer, local);
+  absl::Status s =
+      is_read ? batch.Read(t->peer, t->buffer, local) : batch.Write(t->peer, t->buffer, local);
   if (s.ok()) s = batch.Wait(timeout);
   if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(is_read ? "READ" : "WRITE", " of ", len, " bytes at ",
-                                               addr.ToString(), " on node ", t->node_id, ": ",
-                                               s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat(is_read ? "READ" : "WRITE", " of ", len, " bytes at ",
+                                     addr.ToString(), " on node ", t->node_id, ": ", s.message()));
   }
   if (is_read) std::memcpy(buf, staging_->data(), len);
   return absl::OkStatus();

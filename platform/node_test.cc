@@ -24,8 +24,8 @@ uint16_t FreePortFor(int) {
 config::ClusterConfig ThreeNodes() {
   std::string text = R"(provider: "shm" region_size: 1048576 region_count: 2 lock_memory: false)";
   for (int i = 0; i < 3; ++i) {
-    text += " node { id: " + std::to_string(i) + " host: \"127.0.0.1\" control_port: " +
-            std::to_string(FreePortFor(i)) + " }";
+    text += " node { id: " + std::to_string(i) +
+            " host: \"127.0.0.1\" control_port: " + std::to_string(FreePortFor(i)) + " }";
   }
   auto c = ParseClusterConfig(text);
   REQUIRE(c.ok());
@@ -77,7 +77,7 @@ TEST_CASE("three nodes form a cluster and access each other's regions", "[node]"
   }
   SECTION("accesses outside every region are refused before posting") {
     char buf[16];
-    CHECK(absl::IsOutOfRange(a.Read(end, buf, 16)));               // crosses the end
+    CHECK(absl::IsOutOfRange(a.Read(end, buf, 16)));                    // crosses the end
     CHECK(absl::IsOutOfRange(a.Write(GlobalAddress{999, 0}, buf, 8)));  // no such region
     CHECK(absl::IsOutOfRange(a.Read(GlobalAddress{r.region_id(), r.size()}, buf, 1)));
     CHECK(absl::IsInvalidArgument(a.Read(end, buf, 0)));
@@ -91,8 +91,9 @@ TEST_CASE("three nodes form a cluster and access each other's regions", "[node]"
     int k = 0;
     for (uint32_t peer : {1u, 2u}) {
       for (const control::RegionInfo& ri : a.RegionsOf(peer)) {
-        REQUIRE(batch.Read(GlobalAddress{ri.region_id(), 64},
-                           LocalBuffer{mr->get(), buf.data() + k * 64, 64})
+        REQUIRE(batch
+                    .Read(GlobalAddress{ri.region_id(), 64},
+                          LocalBuffer{mr->get(), buf.data() + k * 64, 64})
                     .ok());
         ++k;
       }
@@ -156,8 +157,8 @@ TEST_CASE("areas requested by upper layers are published and addressable", "[nod
   CHECK(rings[0].size() == 65536);
   CHECK(nodes[0]->RegionsOf(1).size() == 2);  // data regions only
   const char msg[] = "hello, ring";
-  REQUIRE(nodes[0]->Write(GlobalAddress{rings[0].region_id(), 65536 - sizeof(msg)}, msg,
-                          sizeof(msg))
+  REQUIRE(nodes[0]
+              ->Write(GlobalAddress{rings[0].region_id(), 65536 - sizeof(msg)}, msg, sizeof(msg))
               .ok());
   CHECK(std::string(nodes[1]->local_area("rings") + 65536 - sizeof(msg)) == msg);
 }

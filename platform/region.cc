@@ -37,8 +37,8 @@ absl::StatusOr<std::unique_ptr<Region>> Region::Allocate(size_t size, bool lock)
     int err = errno;
     munmap(p, size);
     return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot lock a ", size / 1024, " KiB region in RAM (", std::strerror(err), "): ",
-        MemlockAdvice(), " (or set lock_memory: false in the cluster configuration)"));
+        "cannot lock a ", size / 1024, " KiB region in RAM (", std::strerror(err),
+        "): ", MemlockAdvice(), " (or set lock_memory: false in the cluster configuration)"));
   }
   return std::unique_ptr<Region>(new Region(static_cast<char*>(p), size));
 }

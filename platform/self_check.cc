@@ -121,8 +121,8 @@ class PairChecker {
       absl::Status ws = node_.Write(a, buf, kCheckBytes);
       if (!absl::IsOutOfRange(rs) || !absl::IsOutOfRange(ws)) {
         Fail(&r_.bounds_ok, absl::StrCat("access at ", a.ToString(),
-                                         " was not refused as out of range: ", rs.ToString(),
-                                         " / ", ws.ToString()));
+                                         " was not refused as out of range: ", rs.ToString(), " / ",
+                                         ws.ToString()));
       }
     }
   }

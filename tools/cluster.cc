@@ -11,13 +11,13 @@
 // it waits for every READY line, then asks one node at a time to run the self-check (so that no
 // two checkers write the same bytes) and prints the results as a table or as JSON lines.
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -111,12 +111,12 @@ class Cluster {
     std::vector<std::string> hosts = absl::GetFlag(FLAGS_hosts);
     netns_ = absl::GetFlag(FLAGS_netns);
     if (!hosts.empty() && hosts.size() != static_cast<size_t>(n)) {
-      return absl::InvalidArgumentError(absl::StrCat("--hosts lists ", hosts.size(),
-                                                     " addresses for ", n, " nodes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--hosts lists ", hosts.size(), " addresses for ", n, " nodes"));
     }
     if (!netns_.empty() && netns_.size() != static_cast<size_t>(n)) {
-      return absl::InvalidArgumentError(absl::StrCat("--netns lists ", netns_.size(),
-                                                     " namespaces for ", n, " nodes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--netns lists ", netns_.size(), " namespaces for ", n, " nodes"));
     }
     config::ClusterConfig c;
     c.set_provider(absl::GetFlag(FLAGS_provider));
@@ -250,11 +250,11 @@ class Cluster {
     }
     std::vector<std::string> args;
     if (!netns_.empty()) args = {"ip", "netns", "exec", netns_[id]};
-    for (std::string a : {node_binary, absl::StrCat("--config=", config_path_),
-                          absl::StrCat("--node_id=", id), std::string("--control_stdin"),
-                          std::string("--fill_pattern"),
-                          absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
-                          absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))}) {
+    for (std::string a :
+         {node_binary, absl::StrCat("--config=", config_path_), absl::StrCat("--node_id=", id),
+          std::string("--control_stdin"), std::string("--fill_pattern"),
+          absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
+          absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))}) {
       args.push_back(a);
     }
     const pid_t parent = getpid();
@@ -301,10 +301,12 @@ class Cluster {
     for (const Child& c : children_) fds.push_back({c.out, POLLIN, 0});
     int timeout_ms = -1;
     if (deadline != absl::InfiniteFuture()) {
-      timeout_ms = static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+      timeout_ms =
+          static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
     }
     int n = poll(fds.data(), fds.size(), std::min(timeout_ms < 0 ? 1000 : timeout_ms, 1000));
-    if (n < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
+    if (n < 0 && errno != EINTR)
+      return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
     if (fds[0].revents & POLLIN) {
       signalfd_siginfo info{};
       (void)!read(signal_fd_, &info, sizeof(info));
@@ -330,8 +332,8 @@ class Cluster {
       if (c.exited) continue;
       if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
         c.exited = true;
-        return absl::AbortedError(absl::StrCat("node ", c.id, " ", DescribeExit(c.status),
-                                               " (its log above says why)"));
+        return absl::AbortedError(
+            absl::StrCat("node ", c.id, " ", DescribeExit(c.status), " (its log above says why)"));
       }
     }
     if (n == 0 && absl::Now() >= deadline) {
@@ -384,10 +386,11 @@ std::string Field(const std::string& json, const std::string& key) {
 int PrintResults(const std::vector<std::string>& results, bool json) {
   int passed = 0;
   if (!json) {
-    std::printf("\nSelf-check: one-sided READ and WRITE of 256 B at both ends of every region, "
-                "verified byte for byte\n");
+    std::printf(
+        "\nSelf-check: one-sided READ and WRITE of 256 B at both ends of every region, "
+        "verified byte for byte\n");
     absl::PrintF("%5s %4s  %-16s %-16s %-7s %9s\n", "from", "to", "READ (p50)", "WRITE (p50)",
-                "bounds", "verified");
+                 "bounds", "verified");
   }
   for (const std::string& r : results) {
     const bool ok = Field(r, "ok") == "true";
@@ -401,8 +404,8 @@ int PrintResults(const std::vector<std::string>& results, bool json) {
                              Field(r, lat));
     };
     absl::PrintF("%5s %4s  %-16s %-16s %-7s %7s B\n", Field(r, "from"), Field(r, "to"),
-                cell("read_ok", "read_p50_us"), cell("write_ok", "write_p50_us"),
-                Field(r, "bounds_ok") == "true" ? "ok" : "FAIL", Field(r, "bytes_verified"));
+                 cell("read_ok", "read_p50_us"), cell("write_ok", "write_p50_us"),
+                 Field(r, "bounds_ok") == "true" ? "ok" : "FAIL", Field(r, "bytes_verified"));
     if (!ok) std::printf("      error: %s\n", Field(r, "error").c_str());
   }
   const int failed = static_cast<int>(results.size()) - passed;
@@ -428,8 +431,10 @@ int Main() {
     return 2;
   }
   if (!IsKnownProvider(absl::GetFlag(FLAGS_provider))) {
-    spdlog::error("--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
-                  "sockets", absl::GetFlag(FLAGS_provider));
+    spdlog::error(
+        "--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
+        "sockets",
+        absl::GetFlag(FLAGS_provider));
     return 2;
   }
   if (absl::GetFlag(FLAGS_poll) != "busy" && absl::GetFlag(FLAGS_poll) != "adaptive") {

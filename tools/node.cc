@@ -10,6 +10,8 @@
 // With --control_stdin, it reads commands from standard input, one per line: "selfcheck" runs
 // the self-check against every peer, "quit" leaves; end of input also leaves (so a node never
 // outlives the supervisor that started it). Logs go to standard error.
+#include "platform/node.h"
+
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -28,7 +30,6 @@
 #include "absl/strings/strip.h"
 #include "platform/config.h"
 #include "platform/logging.h"
-#include "platform/node.h"
 #include "platform/poller.h"
 #include "platform/self_check.h"
 #include "spdlog/spdlog.h"
@@ -124,8 +125,10 @@ int Main() {
   }
   const std::string provider = absl::GetFlag(FLAGS_provider);
   if (!provider.empty() && !IsKnownProvider(provider)) {
-    spdlog::error("--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
-                  "sockets", provider);
+    spdlog::error(
+        "--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
+        "sockets",
+        provider);
     return 2;
   }
   const int node_id = absl::GetFlag(FLAGS_node_id);
@@ -133,9 +136,8 @@ int Main() {
     spdlog::error("--node_id={} is not listed in {}", node_id, config_path);
     return 2;
   }
-  spdlog::default_logger()->set_pattern(
-      absl::StrCat("%H:%M:%S.%e node", node_id < 0 ? std::string("?") : absl::StrCat(node_id),
-                   " %l: %v"));
+  spdlog::default_logger()->set_pattern(absl::StrCat(
+      "%H:%M:%S.%e node", node_id < 0 ? std::string("?") : absl::StrCat(node_id), " %l: %v"));
 
   // Signals are taken synchronously through a signalfd; block them before any thread starts.
   sigset_t mask;
