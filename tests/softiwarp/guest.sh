@@ -50,7 +50,10 @@ say "up; driver=$FARM_DRIVER address=$FARM_ADDR/$FARM_PREFIX"
 # siw/rxe cannot use lo, so the device sits on a dummy interface that owns the test address.
 case "$FARM_DRIVER" in
     siw) KMOD=siw RDMA_DEV=siw0 ;;
-    rxe) KMOD=rdma_rxe RDMA_DEV=rxe0 ;;
+    rxe) KMOD=rdma_rxe RDMA_DEV=rxe0
+        # rxe caps a CQ at 32767 entries; ofi_rxm sizes its MSG CQ as queue sizes x universe size
+        # (default 256), which is over that, so fi_enable fails with EINVAL. A smaller universe fits.
+        export FI_UNIVERSE_SIZE=${FI_UNIVERSE_SIZE:-32} ;;
     *) say "unknown driver '$FARM_DRIVER'"; echo 2 > "$RESULTS/setup.rc"; exit 1 ;;
 esac
 NETDEV=dummy0

@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# shellcheck shell=sh
 # /init of the SoftiWARP lane's initramfs (copied there by run.sh; runs under busybox, not bash).
 #
 # Builds the guest's root file system and hands over to the per-run guest script:
@@ -23,6 +24,7 @@ die() {
 
 # Value of NAME=VALUE on the kernel command line.
 param() {
+    # shellcheck disable=SC2013  # words are what we want
     for word in $(cat /proc/cmdline); do
         case "$word" in "$1="*) echo "${word#*=}" ;; esac
     done

@@ -1,18 +1,21 @@
 #!/bin/bash
 # Run a two-process (server + client) test and succeed only if both sides exit 0.
 #
-#   tests/softiwarp/pair.sh [--delay SECS] [--timeout SECS] 'SERVER COMMAND' 'CLIENT COMMAND'
+#   tests/softiwarp/pair.sh [--port PORT] [--delay SECS] [--timeout SECS] 'SERVER CMD' 'CLIENT CMD'
 #
 # Both commands are bash command lines (so they may use $FARM_TEST_HOST and friends). The server
-# starts first; the client starts after --delay seconds (default 1) and the pair gets --timeout
-# seconds (default 120) in all. Output of each side is prefixed with "server| " or "client| ".
+# starts first. The client starts once the server listens on --port (a TCP socket or an rdma_cm id;
+# the right choice under slow emulation, where a server can take seconds to start), or else after
+# --delay seconds (default 1). Each side gets --timeout seconds (default 120). Output of each side is prefixed with "server| " or "client| ".
 # Meant for the SoftiWARP guest (see README.md), but works anywhere both sides can reach each other.
 set -euo pipefail
 
 delay=1
 limit=120
+port=""
 while [ $# -gt 0 ]; do
     case "$1" in
+        --port) port=$2; shift 2 ;;
         --delay) delay=$2; shift 2 ;;
         --timeout) limit=$2; shift 2 ;;
         --) shift; break ;;
@@ -20,9 +23,16 @@ while [ $# -gt 0 ]; do
         *) break ;;
     esac
 done
-[ $# -eq 2 ] || { echo "usage: pair.sh [--delay S] [--timeout S] 'SERVER CMD' 'CLIENT CMD'" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: pair.sh [--port P] [--delay S] [--timeout S] 'SERVER CMD' 'CLIENT CMD'" >&2; exit 2; }
 server_cmd=$1
 client_cmd=$2
+
+# True if a TCP socket, or an RDMA CM id (how rdma_cm servers listen; on Soft-RoCE they have no
+# TCP socket), listens on the port.
+listening() {
+    ss -Hltn "sport = :$1" 2>/dev/null | grep -q . ||
+        rdma res show cm_id 2>/dev/null | grep -q "state LISTEN .*:$1\b"
+}
 
 # Prefix every line of a stream so the two interleaved outputs stay readable.
 label() { sed -u "s/^/$1| /"; }
@@ -30,7 +40,22 @@ label() { sed -u "s/^/$1| /"; }
 echo "pair: server: $server_cmd"
 timeout -k 5 "$limit" bash -c "$server_cmd" > >(label server) 2>&1 &
 server=$!
-sleep "$delay"
+if [ -n "$port" ]; then
+    # Poll (bounded by --timeout) until something listens on the port, or the server dies.
+    waited=0
+    until listening "$port"; do
+        kill -0 "$server" 2>/dev/null || break
+        if [ "$waited" -ge $((limit * 5)) ]; then
+            echo "pair: server did not listen on port $port within ${limit}s"
+            kill -TERM "$server" 2>/dev/null; wait "$server" 2>/dev/null
+            exit 1
+        fi
+        sleep 0.2
+        waited=$((waited + 1))
+    done
+else
+    sleep "$delay"
+fi
 if ! kill -0 "$server" 2>/dev/null; then
     # It already exited: collect its status (a server that quits before any client is a failure
     # even with rc 0, but report the rc we have).

@@ -271,6 +271,7 @@ prepare_cache() {
     # One builder at a time; a second run waits (bounded) and then finds the cache ready.
     exec 9> "$WORKDIR/.lock"
     flock -w "$((APT_TIMEOUT + BUILD_TIMEOUT))" 9 || die "timed out waiting for another run's cache build"
+    BUILDING=1
     [[ $REBUILD -eq 1 ]] && rm -rf "$KCACHE"
     ensure_pkgs "${RUNTIME_PKGS[@]}"
     cached_kernel_ok || build_kernel_cache
@@ -278,6 +279,7 @@ prepare_cache() {
     if [[ ! -f $KCACHE/initrd.gz || $(cat "$KCACHE/initrd.key" 2>/dev/null) != "$(initrd_key)" ]]; then
         build_initrd "$KVER"
     fi
+    BUILDING=0
     flock -u 9
     exec 9>&-
 }
@@ -285,6 +287,7 @@ prepare_cache() {
 # ---- 3. one run -------------------------------------------------------------------------------
 RUN=""
 QEMU_PID=""
+BUILDING=0
 
 cleanup() {
     local rc=$?
@@ -299,7 +302,10 @@ cleanup() {
     if [[ -n $RUN && -d $RUN ]]; then
         rm -rf "$RUN/share/tests" "$RUN/share/guest.sh" "$RUN/share/config.sh"
     fi
-    rm -rf "$WORKDIR/build.tmp" "$WORKDIR/initrd.tmp" 2>/dev/null || true
+    # Half-built cache pieces, only if this run was the builder (another run may be building).
+    if [[ $BUILDING -eq 1 ]]; then
+        rm -rf "$WORKDIR/build.tmp" "$WORKDIR/initrd.tmp" 2>/dev/null || true
+    fi
     exit "$rc"
 }
 trap cleanup EXIT
@@ -400,7 +406,7 @@ while true; do
         log "guest RDMA set-up finished after $((SECONDS - BOOT_T0))s (rc=$(cat "$SHARE/results/setup.rc"))"
     fi
     report_ready
-    [[ -f $SHARE/results/done ]] && { GUEST_STATE=done; break; }
+    if [[ -f $SHARE/results/done ]]; then GUEST_STATE="done"; break; fi
     if ! kill -0 "$QEMU_PID" 2>/dev/null; then
         GUEST_STATE=stopped
         break
@@ -427,7 +433,7 @@ GUEST_SECS=$((SECONDS - BOOT_T0))
 
 problem=""
 case $GUEST_STATE in
-    done) ;;
+    "done") ;;
     timeout) problem="the guest did not finish within the ${TIMEOUT}s timeout" ;;
     stopped) problem="the guest stopped before finishing (qemu exit status $QEMU_RC)" ;;
 esac
