@@ -1,0 +1,505 @@
+#include "messaging/messenger.h"
+
+#include <sched.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
+
+namespace farm {
+namespace {
+
+constexpr uint64_t kHeadSlotStride = 64;  // one cache line per slot: receivers never share one
+
+uint64_t RoundUpToPage(uint64_t n) { return (n + 4095) / 4096 * 4096; }
+
+}  // namespace
+
+// Where a peer's messaging area is (resolved once, when the messenger starts).
+struct Messenger::PeerArea {
+  uint32_t node_id = 0;
+  uint32_t region_id = 0;
+  absl::Status status;  // why this peer cannot be sent to, if it cannot
+};
+
+struct Messenger::ReceiveRing {
+  std::unique_ptr<RingReader> reader;
+  int sender_index = 0;
+  int lane = 0;
+};
+
+// The poller task's handle on the messenger: the messenger may go away before the node's poller
+// (which has no RemoveTask); the destructor clears `messenger` under the lock.
+struct Messenger::Shared {
+  absl::Mutex mu;
+  Messenger* messenger ABSL_GUARDED_BY(mu) = nullptr;
+};
+
+// One Node::Batch per destination, posted together and waited for together, so an error is
+// attributed to its destination. Kept and reused (batches are reusable after Wait), so that a
+// flush or an idle scan allocates nothing.
+class Messenger::Posting {
+ public:
+  explicit Posting(Messenger* m) : m_(m), batches_(m->nodes_), used_(m->nodes_, false) {}
+  Node::Batch& For(int index) {
+    if (batches_[index] == nullptr) batches_[index] = std::make_unique<Node::Batch>(m_->node_);
+    used_[index] = true;
+    return *batches_[index];
+  }
+  // Waits for every batch used since the last Wait; calls on_error(index, status) for each that
+  // failed.
+  template <typename OnError>
+  void Wait(OnError on_error) {
+    for (size_t i = 0; i < batches_.size(); ++i) {
+      if (!used_[i]) continue;
+      used_[i] = false;
+      absl::Status s = batches_[i]->Wait(m_->options_.write_timeout);
+      if (!s.ok()) on_error(static_cast<int>(i), s);
+    }
+  }
+
+ private:
+  Messenger* m_;
+  std::vector<std::unique_ptr<Node::Batch>> batches_;
+  std::vector<bool> used_;
+};
+
+// The sending end of one lane to one node.
+struct Messenger::Lane::PeerSend {
+  std::unique_ptr<RingWriter> writer;
+  char* mirror = nullptr;
+  const char* head_slot = nullptr;  // in this node's area, written by the receiver
+  GlobalAddress ring;               // the receiver's ring for this lane
+  absl::Status failed;              // set once: sends to this node fail with it
+  std::deque<std::pair<uint16_t, std::string>> backlog;  // scanning lane only
+};
+
+// ---------------------------------------------------------------------------------------------
+// Layout
+
+AreaRequest Messenger::Area(const config::ClusterConfig& config, const MessengerOptions& options) {
+  const uint64_t n = static_cast<uint64_t>(config.node_size());
+  const uint64_t l = static_cast<uint64_t>(options.lanes) + 1;
+  return AreaRequest{kMessagingAreaPurpose,
+                     RoundUpToPage(n * l * options.ring_size + n * l * kHeadSlotStride)};
+}
+
+uint64_t Messenger::RingOffset(int sender_index, int lane) const {
+  return (static_cast<uint64_t>(sender_index) * total_lanes_ + lane) * options_.ring_size;
+}
+
+uint64_t Messenger::HeadSlotOffset(int receiver_index, int lane) const {
+  return RingOffset(nodes_, 0) +
+         (static_cast<uint64_t>(receiver_index) * total_lanes_ + lane) * kHeadSlotStride;
+}
+
+uint64_t Messenger::AreaSize() const { return Area(node_->config(), options_).size; }
+
+int Messenger::IndexOf(uint32_t node) const {
+  for (int i = 0; i < nodes_; ++i) {
+    if (node_ids_[i] == node) return i;
+  }
+  return -1;
+}
+
+char* Messenger::ReceiveRingForTesting(uint32_t from, int lane) const {
+  return area_ + RingOffset(IndexOf(from), lane);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Set-up
+
+Messenger::Messenger(Node* node, MessengerOptions options)
+    : node_(node), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(Node* node, MessengerOptions options) {
+  if (options.lanes < 1 || options.lanes > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("messaging lanes must be between 1 and 64, not ", options.lanes));
+  }
+  if (absl::Status s = ValidateRingSize(options.ring_size); !s.ok()) return s;
+  if (options.messages_per_scan < 1) {
+    return absl::InvalidArgumentError("messages_per_scan must be at least 1");
+  }
+  std::unique_ptr<Messenger> m(new Messenger(node, std::move(options)));
+  if (absl::Status s = m->Init(); !s.ok()) return s;
+  return m;
+}
+
+absl::Status Messenger::Init() {
+  const config::ClusterConfig& cfg = node_->config();
+  nodes_ = cfg.node_size();
+  total_lanes_ = options_.lanes + 1;
+  for (const config::NodeConfig& n : cfg.node()) node_ids_.push_back(n.id());
+  self_index_ = IndexOf(node_->id());
+  if (self_index_ < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node_->id(), " is not listed in the cluster configuration"));
+  }
+  area_ = node_->local_area(kMessagingAreaPurpose);
+  const std::vector<control::RegionInfo> own = node_->RegionsOf(node_->id(), kMessagingAreaPurpose);
+  if (area_ == nullptr || own.empty() || own[0].size() != AreaSize()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node_->id(), " has no messaging area of ", AreaSize(),
+        " bytes: add Messenger::Area(config, options) to NodeOptions::areas before Node::Start"));
+  }
+  peers_.resize(nodes_);
+  for (int i = 0; i < nodes_; ++i) {
+    PeerArea& p = peers_[i];
+    p.node_id = node_ids_[i];
+    const std::vector<control::RegionInfo> areas =
+        node_->RegionsOf(p.node_id, kMessagingAreaPurpose);
+    if (areas.empty()) {
+      p.status = absl::UnavailableError(
+          absl::StrCat("node ", p.node_id,
+                       " has no messaging area (it is not a member, or was started "
+                       "without messaging)"));
+    } else if (areas[0].size() != AreaSize()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", p.node_id, "'s messaging area has ", areas[0].size(), " bytes, this node's ",
+          AreaSize(), ": start every node with the same messaging lanes and ring size"));
+    } else {
+      p.region_id = areas[0].region_id();
+    }
+  }
+
+  // Mirrors: lane-major, then destination; then 16-byte head write-back staging per ring.
+  const uint64_t mirrors = static_cast<uint64_t>(total_lanes_) * nodes_ * options_.ring_size;
+  const uint64_t staging = static_cast<uint64_t>(total_lanes_) * nodes_ * kHeadSlotBytes;
+  absl::StatusOr<std::unique_ptr<Region>> mem =
+      Region::Allocate(RoundUpToPage(mirrors + staging), node_->config().lock_memory());
+  if (!mem.ok()) return mem.status();
+  send_memory_ = std::move(*mem);
+  absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
+      node_->RegisterBuffer(send_memory_->data(), send_memory_->size());
+  if (!mr.ok()) return mr.status();
+  send_mr_ = std::move(*mr);
+
+  for (int l = 0; l < total_lanes_; ++l) {
+    lanes_.push_back(std::unique_ptr<Lane>(new Lane(this, l, l == options_.lanes)));
+  }
+  {
+    absl::MutexLock l(&lane_mu_);
+    for (int i = options_.lanes - 1; i >= 0; --i) free_lanes_.push_back(i);
+  }
+  {
+    absl::MutexLock l(&scan_mu_);
+    RingReaderOptions ro;
+    ro.incomplete_timeout = options_.incomplete_timeout;
+    for (int s = 0; s < nodes_; ++s) {
+      for (int l = 0; l < total_lanes_; ++l) {
+        ReceiveRing r;
+        r.reader = std::make_unique<RingReader>(area_ + RingOffset(s, l), options_.ring_size, ro);
+        r.sender_index = s;
+        r.lane = l;
+        rings_.push_back(std::move(r));
+      }
+    }
+  }
+  {
+    absl::MutexLock l(&status_mu_);
+    receive_status_.assign(nodes_, absl::OkStatus());
+  }
+  shared_ = std::make_shared<Shared>();
+  {
+    absl::MutexLock l(&shared_->mu);
+    shared_->messenger = this;
+  }
+  // The poller already drives the fabric's progress; the task only scans.
+  node_->poller()->AddTask([shared = shared_]() -> int {
+    absl::ReaderMutexLock l(&shared->mu);
+    Messenger* m = shared->messenger;
+    if (m == nullptr || !m->scan_mu_.TryLock()) return 0;
+    const int work = m->Scan();
+    m->scan_mu_.Unlock();
+    return work;
+  });
+  return absl::OkStatus();
+}
+
+Messenger::~Messenger() {
+  if (shared_ != nullptr) {
+    absl::MutexLock l(&shared_->mu);  // waits for a scan in progress on the poller
+    shared_->messenger = nullptr;
+  }
+  lanes_.clear();
+  send_mr_.reset();
+}
+
+void Messenger::SetReceiver(Receiver receiver) {
+  absl::MutexLock l(&scan_mu_);
+  receiver_ = std::move(receiver);
+}
+
+void Messenger::SetCloseListener(CloseListener listener) {
+  absl::MutexLock l(&scan_mu_);
+  close_listener_ = std::move(listener);
+}
+
+absl::Status Messenger::ReceiveStatus(uint32_t node) const {
+  const int i = IndexOf(node);
+  if (i < 0) return absl::InvalidArgumentError(absl::StrCat("node ", node, " is not configured"));
+  // Acquire: pairs with the release store in OnRingClosed (a fast path for the common case).
+  if (!any_closed_.load(std::memory_order_acquire)) return absl::OkStatus();
+  absl::MutexLock l(&status_mu_);
+  return receive_status_[i];
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lanes
+
+absl::StatusOr<Messenger::LaneLease> Messenger::AcquireLane(absl::Duration wait) {
+  absl::MutexLock l(&lane_mu_);
+  auto available = [this]() ABSL_SHARED_LOCKS_REQUIRED(lane_mu_) { return !free_lanes_.empty(); };
+  if (!lane_mu_.AwaitWithTimeout(absl::Condition(&available), wait)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "all ", options_.lanes, " messaging lanes stayed leased for ", absl::FormatDuration(wait),
+        "; raise MessengerOptions::lanes or return leases sooner"));
+  }
+  const int index = free_lanes_.back();
+  free_lanes_.pop_back();
+  return LaneLease(this, lanes_[index].get());
+}
+
+void Messenger::ReleaseLane(int index) {
+  absl::MutexLock l(&lane_mu_);
+  free_lanes_.push_back(index);
+}
+
+Messenger::LaneLease& Messenger::LaneLease::operator=(LaneLease&& o) noexcept {
+  if (this != &o) {
+    if (lane_ != nullptr) m_->ReleaseLane(lane_->index());
+    m_ = o.m_;
+    lane_ = o.lane_;
+    o.lane_ = nullptr;
+  }
+  return *this;
+}
+
+Messenger::LaneLease::~LaneLease() {
+  if (lane_ != nullptr) m_->ReleaseLane(lane_->index());
+}
+
+Messenger::Lane::Lane(Messenger* m, int index, bool scanning)
+    : m_(m), index_(index), scanning_(scanning), posting_(std::make_unique<Posting>(m)) {
+  const uint64_t ring = m->options_.ring_size;
+  char* base = m->send_memory_->data();
+  for (int i = 0; i < m->nodes_; ++i) {
+    auto p = std::make_unique<PeerSend>();
+    p->mirror = base + (static_cast<uint64_t>(index) * m->nodes_ + i) * ring;
+    p->writer = std::make_unique<RingWriter>(p->mirror, ring);
+    p->head_slot = m->area_ + m->HeadSlotOffset(i, index);
+    p->ring = GlobalAddress{m->peers_[i].region_id, m->RingOffset(m->self_index_, index)};
+    p->failed = m->peers_[i].status;
+    peers_.push_back(std::move(p));
+  }
+}
+
+Messenger::Lane::~Lane() = default;
+
+bool Messenger::Lane::has_unflushed() const {
+  for (const auto& p : peers_) {
+    if (p->writer->has_unflushed()) return true;
+  }
+  return false;
+}
+
+absl::Status Messenger::Lane::RefreshHead(PeerSend& p) {
+  uint64_t head;
+  if (!DecodeHeadSlot(p.head_slot, &head) || head == p.writer->head()) return absl::OkStatus();
+  absl::Status s = p.writer->UpdateHead(head);
+  if (!s.ok() && p.failed.ok()) {
+    p.failed = s;
+    spdlog::error("messaging: node {} stops sending on lane {}: {}", m_->node_->id(), index_,
+                  std::string(s.message()));
+  }
+  return s;
+}
+
+absl::Status Messenger::Lane::TryAppend(PeerSend& p, uint16_t type,
+                                        std::initializer_list<absl::string_view> parts) {
+  if (absl::Status s = RefreshHead(p); !s.ok()) return s;
+  return p.writer->Append(type, parts);
+}
+
+absl::Status Messenger::Lane::Send(uint32_t node, uint16_t type,
+                                   std::initializer_list<absl::string_view> parts,
+                                   absl::Duration wait) {
+  const int i = m_->IndexOf(node);
+  if (i < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node ", node, " is not in the cluster configuration"));
+  }
+  PeerSend& p = *peers_[i];
+  if (!p.failed.ok()) return p.failed;
+  if (scanning_ && !p.backlog.empty()) {
+    std::string joined;
+    for (absl::string_view part : parts) joined.append(part.data(), part.size());
+    p.backlog.emplace_back(type, std::move(joined));
+    return absl::OkStatus();
+  }
+  absl::Status s = TryAppend(p, type, parts);
+  if (!absl::IsResourceExhausted(s)) return s;
+  if (scanning_) {
+    // The scanning thread must never wait for space: it is the one that frees space for others.
+    std::string joined;
+    for (absl::string_view part : parts) joined.append(part.data(), part.size());
+    p.backlog.emplace_back(type, std::move(joined));
+    return absl::OkStatus();
+  }
+  // Back-pressure: the receiver can only consume what was flushed; then wait for its head.
+  const absl::Time deadline = absl::Now() + wait;
+  for (;;) {
+    if (p.writer->has_unflushed()) {
+      if (absl::Status f = Flush(); !f.ok()) return f;
+    }
+    s = TryAppend(p, type, parts);
+    if (!absl::IsResourceExhausted(s) || absl::Now() >= deadline) break;
+    // The head write-back lands in our memory only with our own progress on tcp and shm.
+    if (m_->Poll() == 0) sched_yield();
+  }
+  if (absl::IsResourceExhausted(s)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("messages to node ", node, " on lane ", index_, " are not being consumed (",
+                     s.message(), " after waiting ", absl::FormatDuration(wait), "); retry later"));
+  }
+  return s;
+}
+
+void Messenger::Lane::RetryBacklog() {
+  for (auto& p : peers_) {
+    while (!p->backlog.empty() && p->failed.ok()) {
+      const auto& [type, payload] = p->backlog.front();
+      if (!TryAppend(*p, type, {payload}).ok()) break;
+      p->backlog.pop_front();
+    }
+  }
+}
+
+void Messenger::Lane::PostUnflushed(Posting& posting) {
+  for (int i = 0; i < m_->nodes_; ++i) {
+    PeerSend& p = *peers_[i];
+    if (!p.writer->has_unflushed() || !p.failed.ok()) continue;
+    const RingWriter::Ranges ranges = p.writer->Unflushed();
+    if (i == m_->self_index_) {
+      // To ourselves: a plain copy into our own ring (the scan reads it like a WRITE's bytes).
+      char* ring = m_->area_ + m_->RingOffset(i, index_);
+      for (const ByteRange& b : ranges) std::memcpy(ring + b.offset, p.mirror + b.offset, b.size);
+    } else {
+      Node::Batch& batch = posting.For(i);
+      for (const ByteRange& b : ranges) {
+        // Errors are reported again by the batch's Wait.
+        batch.Write(p.ring + b.offset, LocalBuffer{m_->send_mr_.get(), p.mirror + b.offset, b.size})
+            .IgnoreError();
+      }
+    }
+    p.writer->MarkFlushed();
+  }
+}
+
+absl::Status Messenger::Lane::Flush() {
+  PostUnflushed(*posting_);
+  absl::Status first;
+  posting_->Wait([&](int i, const absl::Status& s) {
+    PeerSend& p = *peers_[i];
+    p.failed = absl::UnavailableError(absl::StrCat("WRITE of messages to node ", m_->node_ids_[i],
+                                                   " on lane ", index_, " failed: ", s.message()));
+    if (first.ok()) first = p.failed;
+  });
+  return first;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Receiving
+
+int Messenger::Poll() {
+  int work = node_->fabric()->Progress();
+  if (scan_mu_.TryLock()) {
+    work += Scan();
+    scan_mu_.Unlock();
+  }
+  return work;
+}
+
+void Messenger::ReportHead(ReceiveRing& r, Posting& posting) {
+  const uint64_t head = r.reader->head();
+  const uint64_t slot = HeadSlotOffset(self_index_, r.lane);  // in the sender's area
+  // The consumed frames were zeroed (Consume) before this point. Release: those stores are
+  // ordered before the staging store below and so before the WRITE that tells the sender it may
+  // reuse the space; the sender's next frames there land after them.
+  std::atomic_thread_fence(std::memory_order_release);
+  if (r.sender_index == self_index_) {
+    char tmp[kHeadSlotBytes];
+    EncodeHeadSlot(head, tmp);
+    std::memcpy(area_ + slot, tmp, sizeof(tmp));
+  } else {
+    const PeerArea& peer = peers_[r.sender_index];
+    if (!peer.status.ok()) return;
+    char* staging =
+        send_memory_->data() + static_cast<uint64_t>(total_lanes_) * nodes_ * options_.ring_size +
+        (static_cast<uint64_t>(r.sender_index) * total_lanes_ + r.lane) * kHeadSlotBytes;
+    EncodeHeadSlot(head, staging);
+    posting.For(r.sender_index)
+        .Write(GlobalAddress{peer.region_id, slot},
+               LocalBuffer{send_mr_.get(), staging, kHeadSlotBytes})
+        .IgnoreError();
+  }
+  r.reader->MarkReported();
+}
+
+void Messenger::OnRingClosed(ReceiveRing& r) {
+  const uint32_t from = node_ids_[r.sender_index];
+  const absl::Status why = r.reader->status();
+  spdlog::error(
+      "messaging: node {} closes lane {} from node {}: {}; messages from node {} on "
+      "that lane are no longer read and calls waiting for node {} fail",
+      node_->id(), r.lane, from, std::string(why.message()), from, from);
+  {
+    absl::MutexLock l(&status_mu_);
+    if (receive_status_[r.sender_index].ok()) {
+      receive_status_[r.sender_index] = absl::DataLossError(absl::StrCat(
+          "messages from node ", from, " (lane ", r.lane, ") are corrupt: ", why.message()));
+    }
+  }
+  any_closed_.store(true, std::memory_order_release);
+  if (close_listener_) close_listener_(from, why);
+}
+
+int Messenger::Scan() {
+  if (!receiver_) return 0;
+  Lane& scanning = *lanes_.back();
+  Posting& posting = *scanning.posting_;
+  int work = 0;
+  for (ReceiveRing& r : rings_) {
+    if (r.reader->closed()) continue;
+    for (int k = 0; k < options_.messages_per_scan; ++k) {
+      RingMessage rm;
+      const RingReader::State st = r.reader->Peek(&rm);
+      if (st == RingReader::kMessage) {
+        receiver_(Message{node_ids_[r.sender_index], r.lane, rm.type, rm.payload}, scanning);
+        r.reader->Consume();
+        ++work;
+        continue;
+      }
+      if (st == RingReader::kClosed) OnRingClosed(r);
+      if (st == RingReader::kIncomplete) ++work;  // bytes are landing: keep polling hard
+      break;
+    }
+    if (r.reader->ShouldReportHead()) ReportHead(r, posting);
+  }
+  scanning.RetryBacklog();
+  scanning.PostUnflushed(posting);
+  posting.Wait([&](int i, const absl::Status& s) {
+    Lane::PeerSend& p = *scanning.peers_[i];
+    if (!p.failed.ok()) return;
+    p.failed = absl::UnavailableError(absl::StrCat(
+        "WRITE to node ", node_ids_[i], " from the scanning lane failed: ", s.message()));
+    spdlog::warn("messaging: node {}: {}", node_->id(), std::string(p.failed.message()));
+  });
+  return work;
+}
+
+}  // namespace farm

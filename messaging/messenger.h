@@ -1,0 +1,248 @@
+// Messenger: FaRM's message passing between the nodes of a cluster, over one-sided WRITEs.
+//
+// For every ordered pair of nodes (sender -> receiver, including a node to itself) and every
+// lane, the receiver owns a ring (messaging/ring.h) in one registered area of its memory. The
+// sender appends frames to a mirror of that ring in its own registered memory and flushes them
+// with one WRITE to the same offsets on the receiver (two when they wrap around the ring's end).
+// The receiver's scan finds complete frames, hands them to the receiver callback, zeroes them and
+// writes its head back into the sender's area once half a ring has been consumed, so the sender
+// knows the free space without asking.
+//
+// Lanes: each node has `lanes` worker lanes per peer, leased to one thread at a time
+// (AcquireLane), so threads never share a tail, plus one more lane owned by whichever thread is
+// scanning (the node's poller thread, or a thread waiting for messages that drives the scan
+// itself). Replies from receiver callbacks go out on that scanning lane.
+//
+// Area layout (identical on every node, because every node has the same configuration): with N
+// nodes listed in the configuration, L = lanes + 1 and ring size R, the ring for messages from
+// the node listed i-th, lane l, starts at (i * L + l) * R; after the N * L rings come N * L head
+// slots of 64 bytes, where the node listed j-th writes how far it has consumed this node's ring
+// of lane l to it, at N * L * R + (j * L + l) * 64.
+//
+//   MessengerOptions mo;                     // the same on every node
+//   NodeOptions no = ...;
+//   no.areas.push_back(Messenger::Area(no.config, mo));
+//   ASSIGN_OR_RETURN(std::unique_ptr<Node> node, Node::Start(no));
+//   ASSIGN_OR_RETURN(std::unique_ptr<Messenger> m, Messenger::Create(node.get(), mo));
+//   m->SetReceiver([](const Message& msg, Messenger::Lane& reply) {
+//     reply.Send(msg.from, kPong, {msg.payload}).IgnoreError();  // goes out after this scan
+//   });
+//   ASSIGN_OR_RETURN(Messenger::LaneLease lane, m->AcquireLane());
+//   RETURN_IF_ERROR(lane->Send(/*node=*/2, kPing, {"hello"}));
+//   RETURN_IF_ERROR(lane->Flush());          // one WRITE per destination
+//
+// Back-pressure: a sender never overwrites bytes the receiver has not consumed. Send on a full
+// ring flushes, then waits up to its `wait` argument for the receiver's head (driving progress
+// and the scan itself meanwhile) and returns ResourceExhausted if none came. Messages larger
+// than the ring's limit (MaxPayload(ring_size), a quarter of the ring) are refused with
+// InvalidArgument; they are not fragmented.
+//
+// Corruption: a ring whose frames do not add up (ring.h) is closed: one error log line, the close
+// listener is told (the RPC layer fails its pending calls to that node with DataLoss), and that
+// ring is never read again. Nothing is read outside the ring.
+//
+// Thread safety: Messenger's public methods are safe for concurrent use. A Lane is used by one
+// thread at a time: its leaseholder, or for the scanning lane the thread running the receiver
+// callback. The receiver callback runs on the scanning thread, one message at a time; it must not
+// block (in particular not wait for an RPC response: nobody else scans meanwhile).
+// The Messenger must be destroyed before its Node, and every LaneLease before the Messenger.
+#ifndef FARM_MESSAGING_MESSENGER_H_
+#define FARM_MESSAGING_MESSENGER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "messaging/ring.h"
+#include "platform/config.pb.h"
+#include "platform/fabric.h"
+#include "platform/global_address.h"
+#include "platform/node.h"
+#include "platform/region.h"
+
+namespace farm {
+
+inline constexpr char kMessagingAreaPurpose[] = "messaging";
+
+struct MessengerOptions {
+  // Worker lanes per ordered node pair; the scanning lane comes on top. 1..64.
+  int lanes = 4;
+  // Bytes per ring; a multiple of 4096 (see ValidateRingSize). Largest message: a quarter.
+  uint64_t ring_size = 64 << 10;
+  // How long a half-placed frame may stay unchanged before its ring is declared corrupt.
+  absl::Duration incomplete_timeout = absl::Seconds(2);
+  // Messages taken from one ring per scan before moving on to the next (fairness).
+  int messages_per_scan = 64;
+  // How long a flush waits for its WRITEs to complete.
+  absl::Duration write_timeout = absl::Seconds(10);
+};
+
+// A message handed to the receiver callback.
+struct Message {
+  uint32_t from = 0;  // sender's node id
+  int lane = 0;       // sender's lane
+  uint16_t type = 0;
+  absl::string_view payload;  // inside the ring: valid during the callback only
+};
+
+class Messenger {
+ public:
+  class Lane;
+  class LaneLease;
+  using Receiver = std::function<void(const Message& message, Lane& reply)>;
+  using CloseListener = std::function<void(uint32_t node, const absl::Status& why)>;
+
+  // The area a node must request (NodeOptions::areas) to take part in messaging.
+  static AreaRequest Area(const config::ClusterConfig& config, const MessengerOptions& options);
+
+  // Sets up messaging on a started node (which requested Area()) and adds the ring scan to its
+  // poller. Errors: InvalidArgument for bad options; FailedPrecondition when the node has no
+  // messaging area, or a peer's area differs in size (nodes started with different options).
+  static absl::StatusOr<std::unique_ptr<Messenger>> Create(Node* node, MessengerOptions options);
+
+  Messenger(const Messenger&) = delete;
+  Messenger& operator=(const Messenger&) = delete;
+  ~Messenger();
+
+  // Installs the callback for incoming messages. Rings are not read until one is installed, so
+  // messages that arrive earlier wait (and eventually back-pressure their senders).
+  void SetReceiver(Receiver receiver);
+  // Called (on the scanning thread) when a ring from `node` is closed as corrupt.
+  void SetCloseListener(CloseListener listener);
+
+  // Leases a worker lane for the calling thread. ResourceExhausted if every lane stays leased
+  // for `wait`.
+  absl::StatusOr<LaneLease> AcquireLane(absl::Duration wait = absl::Seconds(10));
+
+  // Drives the fabric's progress and, unless another thread is scanning, scans every ring once.
+  // Returns how much work was done (0 when idle). The poller calls this continuously; threads
+  // waiting for messages call it too so that they never depend on the poller being awake.
+  int Poll();
+
+  // OK while messages from `node` can be received; the reason otherwise (a ring from it closed).
+  absl::Status ReceiveStatus(uint32_t node) const;
+
+  Node* node() const { return node_; }
+  const MessengerOptions& options() const { return options_; }
+  // Index of `node` in the configuration's node list, or -1.
+  int IndexOf(uint32_t node) const;
+
+  // Test hooks: the bytes of the ring this node receives from `from` on `lane`, and its size.
+  char* ReceiveRingForTesting(uint32_t from, int lane) const;
+
+ private:
+  struct Shared;    // what the poller task holds on to
+  struct PeerArea;  // where a peer's area is
+  struct ReceiveRing;
+  class Posting;
+
+  Messenger(Node* node, MessengerOptions options);
+  absl::Status Init();
+  uint64_t RingOffset(int sender_index, int lane) const;
+  uint64_t HeadSlotOffset(int receiver_index, int lane) const;
+  uint64_t AreaSize() const;
+  int Scan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(scan_mu_);
+  void ReportHead(ReceiveRing& ring, Posting& posting) ABSL_EXCLUSIVE_LOCKS_REQUIRED(scan_mu_);
+  void OnRingClosed(ReceiveRing& ring) ABSL_EXCLUSIVE_LOCKS_REQUIRED(scan_mu_);
+  void ReleaseLane(int index);
+
+  Node* const node_;
+  const MessengerOptions options_;
+  int nodes_ = 0;        // N
+  int total_lanes_ = 0;  // L = lanes + 1
+  int self_index_ = -1;
+  std::vector<uint32_t> node_ids_;  // by configuration index
+  char* area_ = nullptr;            // this node's messaging area
+  std::vector<PeerArea> peers_;     // by configuration index (immutable after Init)
+  // Mirrors of every ring this node sends into, and head write-back staging, registered.
+  std::unique_ptr<Region> send_memory_;
+  std::unique_ptr<MemoryRegistration> send_mr_;
+  std::vector<std::unique_ptr<Lane>> lanes_;  // worker lanes, then the scanning lane
+  std::shared_ptr<Shared> shared_;
+
+  absl::Mutex lane_mu_;
+  std::vector<int> free_lanes_ ABSL_GUARDED_BY(lane_mu_);
+
+  absl::Mutex scan_mu_;  // held by the scanning thread; owns the rings' readers and lanes_.back()
+  Receiver receiver_ ABSL_GUARDED_BY(scan_mu_);
+  CloseListener close_listener_ ABSL_GUARDED_BY(scan_mu_);
+  std::vector<ReceiveRing> rings_ ABSL_GUARDED_BY(scan_mu_);
+
+  mutable absl::Mutex status_mu_;
+  std::vector<absl::Status> receive_status_ ABSL_GUARDED_BY(status_mu_);  // by index
+  std::atomic<bool> any_closed_{false};  // some receive_status_ is not OK
+};
+
+// One lane's sending ends to every node.
+class Messenger::Lane {
+ public:
+  Lane(const Lane&) = delete;
+  Lane& operator=(const Lane&) = delete;
+  ~Lane();
+
+  int index() const { return index_; }
+
+  // Queues a message to `node` (any member, this node included); it goes out with the next
+  // Flush(). The payload is the concatenation of `parts`, copied into the registered mirror.
+  // Errors: InvalidArgument (unknown node, message above the ring's limit), ResourceExhausted
+  // (the ring stayed full for `wait`; nothing was queued), Unavailable or DataLoss when the
+  // lane to that node failed earlier (the message says why). On the scanning lane a full ring
+  // never fails or waits: the message is kept in order in a backlog and sent when space frees.
+  absl::Status Send(uint32_t node, uint16_t type, std::initializer_list<absl::string_view> parts,
+                    absl::Duration wait = absl::ZeroDuration());
+
+  // Writes everything queued: one WRITE per destination (two if it wraps around the ring's
+  // end), all posted before waiting for any. Returns the first error; a destination whose WRITE
+  // failed is marked failed (later sends to it fail).
+  absl::Status Flush();
+  bool has_unflushed() const;
+
+ private:
+  friend class Messenger;
+  struct PeerSend;
+  Lane(Messenger* m, int index, bool scanning);
+  absl::Status RefreshHead(PeerSend& p);
+  absl::Status TryAppend(PeerSend& p, uint16_t type,
+                         std::initializer_list<absl::string_view> parts);
+  // Posts the queued bytes of every destination into `posting` (does not wait).
+  void PostUnflushed(Posting& posting);
+  void RetryBacklog();
+
+  Messenger* const m_;
+  const int index_;
+  const bool scanning_;
+  std::vector<std::unique_ptr<PeerSend>> peers_;  // by configuration index
+  std::unique_ptr<Posting> posting_;              // reused by every flush
+};
+
+// Exclusive use of a worker lane; returns it when destroyed. Movable.
+class Messenger::LaneLease {
+ public:
+  LaneLease() = default;
+  LaneLease(LaneLease&& o) noexcept : m_(o.m_), lane_(o.lane_) { o.lane_ = nullptr; }
+  LaneLease& operator=(LaneLease&& o) noexcept;
+  ~LaneLease();
+  Lane* operator->() const { return lane_; }
+  Lane& operator*() const { return *lane_; }
+  Lane* get() const { return lane_; }
+
+ private:
+  friend class Messenger;
+  LaneLease(Messenger* m, Lane* lane) : m_(m), lane_(lane) {}
+  Messenger* m_ = nullptr;
+  Lane* lane_ = nullptr;
+};
+
+}  // namespace farm
+
+#endif  // FARM_MESSAGING_MESSENGER_H_

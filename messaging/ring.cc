@@ -1,0 +1,342 @@
+#include "messaging/ring.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace farm {
+namespace {
+
+constexpr uint64_t kHeadSlotSalt = 0x68656164736c6f74ull;  // "headslot"
+
+uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+
+// splitmix64's finalizer: a bijection that spreads every input bit over the output.
+uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+// One step of a hash lane. For a fixed accumulator it is a bijection of the word, so two inputs
+// that differ in a single word (e.g. a word that has not arrived yet and still reads zero) always
+// leave the lane in different states.
+uint64_t Round(uint64_t acc, uint64_t word) {
+  return Rotl((acc ^ word) * 0x9e3779b97f4a7c15ull, 29) + 0x632be59bd9b4e019ull;
+}
+
+uint64_t LoadWord(const char* p) {
+  uint64_t w;
+  std::memcpy(&w, p, sizeof(w));
+  return w;
+}
+
+// Loads a 16-byte header or trailer that a remote WRITE may be placing right now. The acquire
+// loads keep the compiler and CPU from using values read before these (nothing on the writing
+// side releases: the NIC or the provider places bytes in no promised order, which is what the
+// checksum is for).
+template <typename T>
+T LoadRemote(const char* p) {
+  static_assert(sizeof(T) == 16, "header and trailer are two words");
+  uint64_t w[2];
+  w[0] = __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_ACQUIRE);
+  w[1] = __atomic_load_n(reinterpret_cast<const uint64_t*>(p + 8), __ATOMIC_ACQUIRE);
+  T t;
+  std::memcpy(&t, w, sizeof(t));
+  return t;
+}
+
+// True if every byte of `seen` is either zero or the same byte of `want`: what a field that is
+// still being placed over zeroed memory can look like on its way to `want`.
+bool CouldBecome(uint32_t seen, uint32_t want) {
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t b = (seen >> (8 * i)) & 0xff;
+    if (b != 0 && b != ((want >> (8 * i)) & 0xff)) return false;
+  }
+  return true;
+}
+
+uint32_t NextSeq(uint32_t seq) { return seq + 1 == 0 ? 1 : seq + 1; }
+
+}  // namespace
+
+absl::Status ValidateRingSize(uint64_t ring_size) {
+  if (ring_size < kMinRingSize || ring_size > kMaxRingSize || ring_size % 4096 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ring size ", ring_size,
+                                                   " must be a multiple of 4096 between ",
+                                                   kMinRingSize, " and ", kMaxRingSize));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t FrameSize(uint64_t ring_size, uint64_t pos, uint64_t length) {
+  uint64_t s = (kFrameOverhead + length + kFrameAlign - 1) / kFrameAlign * kFrameAlign;
+  // Never leave exactly 16 bytes before the ring's end: a wrap frame needs 32.
+  if (pos + s + kFrameAlign == ring_size) s += kFrameAlign;
+  return s;
+}
+
+uint64_t FrameHash(const char* p, size_t n) {
+  uint64_t a = 0x243f6a8885a308d3ull ^ n, b = 0x13198a2e03707344ull, c = 0xa4093822299f31d0ull,
+           d = 0x082efa98ec4e6c89ull;
+  size_t i = 0;
+  // Four independent lanes so the multiplies overlap (about one cycle per word).
+  for (; i + 32 <= n; i += 32) {
+    a = Round(a, LoadWord(p + i));
+    b = Round(b, LoadWord(p + i + 8));
+    c = Round(c, LoadWord(p + i + 16));
+    d = Round(d, LoadWord(p + i + 24));
+  }
+  for (; i < n; i += 8) a = Round(a, LoadWord(p + i));
+  return Mix64(a ^ Rotl(b, 17) ^ Rotl(c, 31) ^ Rotl(d, 47));
+}
+
+void EncodeHeadSlot(uint64_t head, char* slot) {
+  const uint64_t w[2] = {head, Mix64(head ^ kHeadSlotSalt)};
+  std::memcpy(slot, w, sizeof(w));
+}
+
+bool DecodeHeadSlot(const char* slot, uint64_t* head) {
+  // Pairs with nothing on the writer's side (a remote WRITE): a torn read shows up as a check
+  // mismatch, never as a wrong head accepted.
+  const uint64_t h = __atomic_load_n(reinterpret_cast<const uint64_t*>(slot), __ATOMIC_ACQUIRE);
+  const uint64_t c = __atomic_load_n(reinterpret_cast<const uint64_t*>(slot + 8), __ATOMIC_ACQUIRE);
+  if (c != Mix64(h ^ kHeadSlotSalt)) return false;
+  *head = h;
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// RingWriter
+
+RingWriter::RingWriter(char* mirror, uint64_t ring_size) : mirror_(mirror), size_(ring_size) {}
+
+void RingWriter::WriteHeader(uint64_t pos, uint64_t frame, uint16_t type, uint16_t flags,
+                             uint64_t length) {
+  seq_ = NextSeq(seq_);
+  const FrameHeader h{static_cast<uint32_t>(length), type, flags, seq_, 0};
+  std::memcpy(mirror_ + pos, &h, sizeof(h));
+  // The mirror holds older frames; the receiver's copy of free space is zero, and the checksum
+  // covers the padding, so the padding must be zero here too.
+  const uint64_t pad_begin = pos + sizeof(FrameHeader) + length;
+  std::memset(mirror_ + pad_begin, 0, pos + frame - sizeof(FrameTrailer) - pad_begin);
+}
+
+absl::StatusOr<char*> RingWriter::Reserve(uint16_t type, uint64_t length) {
+  if (length > MaxPayload(size_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ", length, "-byte message exceeds the ", MaxPayload(size_), "-byte limit of a ", size_,
+        "-byte ring (messages are not fragmented: raise MessengerOptions::ring_size or split "
+        "the message)"));
+  }
+  uint64_t pos = tail_ % size_;
+  uint64_t frame = FrameSize(size_, pos, length);
+  const uint64_t skip = pos + frame > size_ ? size_ - pos : 0;
+  if (skip > 0) frame = FrameSize(size_, 0, length);
+  if (tail_ - head_ + skip + frame > size_) {
+    return absl::ResourceExhaustedError(absl::StrCat("ring full: ", tail_ - head_, " of ", size_,
+                                                     " bytes not yet consumed by the receiver, ",
+                                                     skip + frame, " needed"));
+  }
+  if (skip > 0) {
+    WriteHeader(pos, kFrameOverhead, 0, kWrapFlag, 0);
+    tail_ += skip;
+    pos = 0;
+  }
+  WriteHeader(pos, frame, type, 0, length);
+  tail_ += frame;
+  return mirror_ + pos + sizeof(FrameHeader);
+}
+
+absl::Status RingWriter::Append(uint16_t type, std::initializer_list<absl::string_view> parts) {
+  uint64_t length = 0;
+  for (absl::string_view p : parts) length += p.size();
+  absl::StatusOr<char*> dst = Reserve(type, length);
+  if (!dst.ok()) return dst.status();
+  char* out = *dst;
+  for (absl::string_view p : parts) {
+    if (!p.empty()) std::memcpy(out, p.data(), p.size());
+    out += p.size();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingWriter::Append(uint16_t type, absl::string_view payload) {
+  return Append(type, {payload});
+}
+
+void RingWriter::Seal(uint64_t pos, uint64_t frame) {
+  FrameHeader h;
+  std::memcpy(&h, mirror_ + pos, sizeof(h));
+  const uint64_t trailer_at = pos + frame - sizeof(FrameTrailer);
+  const FrameTrailer t{FrameHash(mirror_ + pos, trailer_at - pos), h.seq, h.length};
+  std::memcpy(mirror_ + trailer_at, &t, sizeof(t));
+}
+
+RingWriter::Ranges RingWriter::Unflushed() {
+  Ranges out;
+  uint64_t at = flushed_;
+  while (at != tail_) {
+    const uint64_t pos = at % size_;
+    FrameHeader h;
+    std::memcpy(&h, mirror_ + pos, sizeof(h));
+    const bool wrap = (h.flags & kWrapFlag) != 0;
+    const uint64_t bytes = wrap ? kFrameOverhead : FrameSize(size_, pos, h.length);
+    if (at >= sealed_) Seal(pos, bytes);
+    // Consecutive frames form one range; a wrap frame ends it (the rest of the ring is skipped,
+    // not written: it is zero on the receiver) and so does the ring's end.
+    if (!out.empty() && out.back().offset + out.back().size == pos) {
+      out.back().size += bytes;
+    } else {
+      out.push_back(ByteRange{pos, bytes});
+    }
+    at += wrap ? size_ - pos : bytes;
+  }
+  sealed_ = tail_;
+  return out;
+}
+
+absl::Status RingWriter::UpdateHead(uint64_t head) {
+  if (head < head_ || head > flushed_) {
+    return absl::DataLossError(absl::StrCat("the receiver reported head ", head,
+                                            ", outside the possible range [", head_, ", ", flushed_,
+                                            "]"));
+  }
+  head_ = head;
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// RingReader
+//
+// Why a message is never consumed before all its bytes are in place, on every transport. The
+// receiver learns of a WRITE only by looking at memory: we use no immediate data, no atomics and
+// no completion on the receiver's side. So we must assume that the bytes of one WRITE become
+// visible in any order, and that each byte is either still zero (free ring space is always zero)
+// or already its final value:
+//  - verbs (RC, also through ofi_rxm): the NIC places the data by DMA. InfiniBand guarantees
+//    that a WRITE's data is in memory when its *sender* sees the completion, but not the order in
+//    which the receiver's CPU sees the bytes while it is placed (PCIe writes, caches, relaxed
+//    ordering). FaRM polls the last byte, which works on the NICs it used but is not promised.
+//  - tcp;ofi_rxm and tcp: the provider copies the data from its socket buffers into the ring with
+//    memcpy, on this node's own thread when it drives progress — but possibly in several pieces
+//    for one WRITE, and glibc's memcpy copies some sizes back to front.
+//  - shm: the sending process copies with memcpy or process_vm_writev (CMA) concurrently with our
+//    scan, in no promised order.
+// A frame is accepted only when the header's sequence number is the one due, the trailer repeats
+// it and the length, and the checksum over header + payload + padding matches. A partly placed
+// frame fails one of these: a missing (still zero) word changes the checksum (FrameHash is a
+// bijection per word) except with probability 2^-64; a partly placed length puts the trailer
+// somewhere it is not. After acceptance the bytes cannot change: the sender writes that space
+// again only after we zeroed it and reported the head.
+//
+// Why a stale message of an earlier lap is never read: consumed frames are zeroed before the head
+// is reported, and the sender never writes beyond the reported head, so ring space ahead of the
+// head is always either zero or the current lap's frame being placed. The sequence number (and
+// the zeroing) make a frame from a sender that restarted, or a mis-addressed WRITE, look corrupt
+// instead of being delivered twice.
+//
+// Which inconsistencies are corrupt at once (without waiting): those that no partly placed valid
+// frame can show, given that each byte is zero or final — a header sequence number with a byte
+// that differs from the one due, unknown flags, a non-zero reserved word, a length beyond the
+// ring's limit or a frame running past the ring's end (a partial length only reads smaller than
+// the final one). Anything else that does not add up may be a frame still arriving; it is
+// corrupt only if it stays the same for incomplete_timeout.
+
+RingReader::RingReader(char* ring, uint64_t ring_size, RingReaderOptions options)
+    : ring_(ring), size_(ring_size), options_(std::move(options)) {}
+
+RingReader::State RingReader::Peek(RingMessage* msg) {
+  if (closed()) return kClosed;
+  for (;;) {
+    const uint64_t pos = head_ % size_;
+    const FrameHeader h = LoadRemote<FrameHeader>(ring_ + pos);
+    if (h.length == 0 && h.type == 0 && h.flags == 0 && h.seq == 0 && h.reserved == 0) {
+      return kIdle;
+    }
+    if (!CouldBecome(h.seq, expected_)) {
+      return Corrupt(
+          pos, absl::StrCat("header sequence number ", h.seq, " where ", expected_, " is due"));
+    }
+    if ((h.flags & ~kWrapFlag) != 0) {
+      return Corrupt(pos, absl::StrCat("unknown header flags 0x", absl::Hex(h.flags)));
+    }
+    if (h.reserved != 0) {
+      return Corrupt(pos, absl::StrCat("reserved header word is 0x", absl::Hex(h.reserved)));
+    }
+    const bool wrap = (h.flags & kWrapFlag) != 0;
+    if (wrap && h.length != 0) {
+      return Corrupt(pos, absl::StrCat("wrap frame with a length of ", h.length));
+    }
+    if (h.length > MaxPayload(size_)) {
+      return Corrupt(pos, absl::StrCat("length ", h.length, " beyond the ", MaxPayload(size_),
+                                       "-byte limit of a ", size_, "-byte ring"));
+    }
+    const uint64_t frame = wrap ? kFrameOverhead : FrameSize(size_, pos, h.length);
+    if (pos + frame > size_) {
+      return Corrupt(pos, absl::StrCat("a ", frame, "-byte frame runs past the ring's end"));
+    }
+    const uint64_t trailer_at = pos + frame - sizeof(FrameTrailer);
+    const FrameTrailer t = LoadRemote<FrameTrailer>(ring_ + trailer_at);
+    if (h.seq != expected_ || t.seq != expected_ || t.length != h.length) {
+      return Inconsistent(pos, frame, "trailer does not match the header");
+    }
+    if (FrameHash(ring_ + pos, trailer_at - pos) != t.checksum) {
+      return Inconsistent(pos, frame, "checksum mismatch");
+    }
+    if (wrap) {
+      std::memset(ring_ + pos, 0, kFrameOverhead);
+      Advance(size_ - pos);
+      continue;
+    }
+    msg->type = h.type;
+    msg->seq = h.seq;
+    msg->payload = absl::string_view(ring_ + pos + sizeof(FrameHeader), h.length);
+    peeked_frame_ = frame;
+    return kMessage;
+  }
+}
+
+void RingReader::Consume() {
+  if (peeked_frame_ == 0) return;
+  const uint64_t pos = head_ % size_;
+  std::memset(ring_ + pos, 0, peeked_frame_);
+  Advance(peeked_frame_);
+}
+
+void RingReader::Advance(uint64_t bytes) {
+  head_ += bytes;
+  expected_ = NextSeq(expected_);
+  peeked_frame_ = 0;
+}
+
+void RingReader::Close(absl::Status reason) {
+  if (status_.ok()) status_ = std::move(reason);
+}
+
+RingReader::State RingReader::Corrupt(uint64_t pos, const std::string& what) {
+  Close(absl::DataLossError(
+      absl::StrCat("ring corrupt at offset ", pos, " (frame ", expected_, "): ", what)));
+  return kClosed;
+}
+
+RingReader::State RingReader::Inconsistent(uint64_t pos, uint64_t extent, const char* what) {
+  const uint64_t fingerprint = FrameHash(ring_ + pos, extent);
+  const absl::Time now = options_.now();
+  if (stuck_head_ != head_ || stuck_fingerprint_ != fingerprint) {
+    // Something moved: bytes are still arriving. Restart the watch.
+    stuck_head_ = head_;
+    stuck_fingerprint_ = fingerprint;
+    stuck_since_ = now;
+  }
+  if (now - stuck_since_ >= options_.incomplete_timeout) {
+    return Corrupt(
+        pos, absl::StrCat(what, " (unchanged for ", absl::FormatDuration(now - stuck_since_), ")"));
+  }
+  return kIncomplete;
+}
+
+}  // namespace farm

@@ -1,0 +1,360 @@
+// The ring protocol on plain memory: a RingWriter's mirror copied into a RingReader's ring with
+// memcpy stands in for the one-sided WRITE, in whole ranges or byte by byte in shuffled order.
+#include "messaging/ring.h"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace farm {
+namespace {
+
+// 16-byte aligned zeroed memory.
+class Memory {
+ public:
+  explicit Memory(size_t size) : words_(size / 8 + 2, 0) {}
+  char* data() { return reinterpret_cast<char*>(words_.data()); }
+
+ private:
+  std::vector<uint64_t> words_;
+};
+
+// The payload of message number k: its number, then bytes derived from it.
+std::string PayloadFor(uint64_t k, size_t size) {
+  std::string p(size, '\0');
+  for (size_t i = 0; i < size; ++i) p[i] = static_cast<char>((k * 131 + i * 7) ^ (i >> 3));
+  std::memcpy(p.data(), &k, std::min(size, sizeof(k)));
+  return p;
+}
+
+// A writer and a reader joined by memcpy.
+struct Link {
+  explicit Link(uint64_t size, RingReaderOptions opts = {})
+      : size(size), mirror(size), ring(size), w(mirror.data(), size), r(ring.data(), size, opts) {}
+
+  void Flush() {
+    for (const ByteRange& b : w.Unflushed()) {
+      std::memcpy(ring.data() + b.offset, mirror.data() + b.offset, b.size);
+    }
+    w.MarkFlushed();
+  }
+  void Report() {
+    REQUIRE(w.UpdateHead(r.head()).ok());
+    r.MarkReported();
+  }
+  // Appends one message and returns its bytes as (offset, size) pieces, without copying them.
+  RingWriter::Ranges Stage(uint16_t type, const std::string& payload) {
+    REQUIRE(w.Append(type, payload).ok());
+    RingWriter::Ranges ranges = w.Unflushed();
+    w.MarkFlushed();
+    return ranges;
+  }
+  // Writes a valid frame, then lets `patch` damage the ring's copy before the reader looks.
+  template <typename Patch>
+  RingReader::State Corrupted(const std::string& payload, Patch patch) {
+    for (const ByteRange& b : Stage(3, payload)) {
+      std::memcpy(ring.data() + b.offset, mirror.data() + b.offset, b.size);
+    }
+    patch(ring.data() + r.head() % size);
+    RingMessage m;
+    return r.Peek(&m);
+  }
+
+  uint64_t size;
+  Memory mirror, ring;
+  RingWriter w;
+  RingReader r;
+};
+
+RingReaderOptions Strict() {
+  RingReaderOptions o;
+  o.incomplete_timeout = absl::ZeroDuration();
+  return o;
+}
+
+RingReaderOptions Patient() {
+  RingReaderOptions o;
+  o.incomplete_timeout = absl::InfiniteDuration();
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("frame sizes are aligned and never leave 16 bytes before the ring's end", "[ring]") {
+  for (uint64_t pos = 0; pos < 4096; pos += 16) {
+    for (uint64_t len = 0; len <= MaxPayload(4096); ++len) {
+      const uint64_t s = FrameSize(4096, pos, len);
+      REQUIRE(s % 16 == 0);
+      REQUIRE(s >= len + kFrameOverhead);
+      REQUIRE(s < 4096 / 4);
+      if (pos + s <= 4096) REQUIRE(4096 - (pos + s) != 16);
+    }
+  }
+  CHECK(ValidateRingSize(4096).ok());
+  CHECK(absl::IsInvalidArgument(ValidateRingSize(4000)));
+  CHECK(absl::IsInvalidArgument(ValidateRingSize(0)));
+}
+
+TEST_CASE("messages arrive in order, exactly once, across hundreds of wrap-arounds", "[ring]") {
+  const uint64_t size = GENERATE(4096, 16384);
+  Link link(size, Strict());
+  std::mt19937_64 rng(size);
+  uint64_t sent = 0, received = 0;
+  const uint64_t total = 20000;
+  int stalls = 0;
+  while (received < total) {
+    bool progress = false;
+    // Append a few messages of random sizes, small ones more often.
+    for (int n = std::uniform_int_distribution<int>(0, 6)(rng); n > 0 && sent < total; --n) {
+      const uint64_t max = rng() % 4 == 0 ? MaxPayload(size) : 64;
+      const size_t len = static_cast<size_t>(rng() % (max + 1));
+      absl::Status s = link.w.Append(static_cast<uint16_t>(sent % 7), PayloadFor(sent, len));
+      if (absl::IsResourceExhausted(s)) break;
+      REQUIRE(s.ok());
+      ++sent;
+      progress = true;
+    }
+    if (rng() % 3 != 0) link.Flush();
+    // Consume a random number of messages.
+    for (int n = std::uniform_int_distribution<int>(0, 8)(rng); n > 0; --n) {
+      RingMessage m;
+      const RingReader::State st = link.r.Peek(&m);
+      if (st == RingReader::kIdle) break;
+      REQUIRE(st == RingReader::kMessage);
+      REQUIRE(m.type == received % 7);
+      REQUIRE(m.payload == PayloadFor(received, m.payload.size()));
+      link.r.Consume();
+      ++received;
+      progress = true;
+    }
+    if (link.r.ShouldReportHead()) link.Report();
+    // Lazy head reports alone must never deadlock: without progress, flush everything; if that
+    // does not help either, the protocol is stuck.
+    if (!progress) {
+      link.Flush();
+      REQUIRE(++stalls < 1000);
+    } else {
+      stalls = 0;
+    }
+  }
+  CHECK(received == total);
+  INFO("wraps: " << link.w.tail() / size);
+  CHECK(link.w.tail() / size >= 100);
+  RingMessage m;
+  CHECK(link.r.Peek(&m) == RingReader::kIdle);
+}
+
+TEST_CASE("a full ring refuses appends without touching unconsumed bytes", "[ring]") {
+  Link link(4096, Strict());
+  int appended = 0;
+  absl::Status s;
+  while ((s = link.w.Append(1, PayloadFor(appended, 100))).ok()) ++appended;
+  CHECK(absl::IsResourceExhausted(s));
+  CHECK(appended > 20);
+  const int large = appended;
+  while ((s = link.w.Append(1, "")).ok()) ++appended;  // top up with the smallest frames
+  CHECK(absl::IsResourceExhausted(s));
+  link.Flush();
+  const std::string before(link.ring.data(), 4096);
+  CHECK(absl::IsResourceExhausted(link.w.Append(1, "")));
+  CHECK(!link.w.has_unflushed());
+  CHECK(std::string(link.ring.data(), 4096) == before);
+  // Consuming alone frees nothing until the head is reported, and then it is due.
+  for (int i = 0; i < appended; ++i) {
+    RingMessage m;
+    REQUIRE(link.r.Peek(&m) == RingReader::kMessage);
+    REQUIRE(m.payload == (i < large ? PayloadFor(i, 100) : ""));
+    link.r.Consume();
+  }
+  CHECK(absl::IsResourceExhausted(link.w.Append(1, "x")));
+  CHECK(link.r.ShouldReportHead());
+  link.Report();
+  CHECK(link.w.Append(1, "x").ok());
+  // The consumed space is zero again.
+  CHECK(std::count(link.ring.data(), link.ring.data() + 4096, 0) == 4096);
+}
+
+TEST_CASE("a message larger than the ring's limit is refused with a clear error", "[ring]") {
+  Link link(4096);
+  CHECK(link.w.Append(1, std::string(MaxPayload(4096), 'a')).ok());
+  absl::Status s = link.w.Append(1, std::string(MaxPayload(4096) + 1, 'a'));
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("not fragmented"));
+}
+
+TEST_CASE("a frame whose bytes arrive in any order is accepted only when complete", "[ring]") {
+  const bool bytewise = GENERATE(true, false);
+  std::mt19937_64 rng(bytewise ? 1 : 2);
+  Link link(4096, Patient());
+  for (int k = 0; k < 300; ++k) {
+    const size_t len = static_cast<size_t>(rng() % (MaxPayload(4096) + 1));
+    const std::string payload = PayloadFor(k, len);
+    // Positions sweep the ring, so some frames wrap and some absorb the last 16 bytes.
+    RingWriter::Ranges ranges = link.Stage(9, payload);
+    std::vector<uint64_t> units;  // offsets of bytes (or 8-byte words) in shuffled order
+    const uint64_t step = bytewise ? 1 : 8;
+    for (const ByteRange& b : ranges) {
+      for (uint64_t o = b.offset; o < b.offset + b.size; o += step) units.push_back(o);
+    }
+    std::shuffle(units.begin(), units.end(), rng);
+    bool delivered = false;
+    for (size_t i = 0; i < units.size(); ++i) {
+      std::memcpy(link.ring.data() + units[i], link.mirror.data() + units[i], step);
+      // The message's own frame is the last range (a wrap frame before it is zeroed once read).
+      const ByteRange& f = ranges.back();
+      const bool complete =
+          std::memcmp(link.ring.data() + f.offset, link.mirror.data() + f.offset, f.size) == 0;
+      RingMessage m;
+      const RingReader::State st = link.r.Peek(&m);
+      REQUIRE(st != RingReader::kClosed);
+      if (st == RingReader::kMessage) {
+        REQUIRE(complete);  // every byte of the frame in place (the rest were zero anyway)
+        REQUIRE(m.payload == payload);
+        link.r.Consume();
+        delivered = true;
+        break;
+      }
+    }
+    REQUIRE(delivered);
+    link.Report();
+  }
+}
+
+TEST_CASE("corrupt frames close the ring with a clear reason", "[ring]") {
+  Link link(4096, Strict());
+  std::string why;
+  RingReader::State st = RingReader::kIdle;
+  SECTION("length beyond the ring") {
+    st = link.Corrupted("hello",
+                        [](char* f) { reinterpret_cast<FrameHeader*>(f)->length = 1 << 30; });
+    why = "beyond";
+  }
+  SECTION("header sequence number") {
+    st = link.Corrupted("hello", [](char* f) { reinterpret_cast<FrameHeader*>(f)->seq = 77; });
+    why = "sequence number 77";
+  }
+  SECTION("trailer sequence number") {
+    st = link.Corrupted("hello", [](char* f) {
+      reinterpret_cast<FrameTrailer*>(f + FrameSize(4096, 0, 5) - 16)->seq = 2;
+    });
+    why = "trailer";
+  }
+  SECTION("checksum") {
+    st = link.Corrupted("hello", [](char* f) { f[sizeof(FrameHeader) + 1] ^= 1; });
+    why = "checksum";
+  }
+  SECTION("unknown flags") {
+    st = link.Corrupted("hello", [](char* f) { reinterpret_cast<FrameHeader*>(f)->flags = 0x40; });
+    why = "flags";
+  }
+  SECTION("a frame running past the ring's end") {
+    // Move the head close to the end with valid traffic, then claim a length that cannot fit.
+    while (link.r.head() % 4096 < 4096 - 128) {
+      REQUIRE(link.w.Append(1, std::string(48, 'x')).ok());
+      link.Flush();
+      RingMessage m;
+      REQUIRE(link.r.Peek(&m) == RingReader::kMessage);
+      link.r.Consume();
+      link.Report();
+    }
+    st = link.Corrupted("", [](char* f) { reinterpret_cast<FrameHeader*>(f)->length = 512; });
+    why = "past the ring's end";
+  }
+  CHECK(st == RingReader::kClosed);
+  CHECK(absl::IsDataLoss(link.r.status()));
+  CHECK_THAT(std::string(link.r.status().message()), Catch::Contains(why));
+  RingMessage m;
+  CHECK(link.r.Peek(&m) == RingReader::kClosed);
+}
+
+TEST_CASE("garbage anywhere in the ring never crashes or reads outside it", "[ring]") {
+  for (int seed = 0; seed < 2000; ++seed) {
+    std::mt19937_64 rng(seed);
+    Link link(4096, seed % 2 ? Strict() : Patient());
+    // Some valid traffic first, so the head sits anywhere.
+    for (int i = rng() % 40; i > 0; --i) {
+      REQUIRE(link.w.Append(1, PayloadFor(i, rng() % 200)).ok());
+      link.Flush();
+      RingMessage m;
+      REQUIRE(link.r.Peek(&m) == RingReader::kMessage);
+      link.r.Consume();
+      if (link.r.ShouldReportHead()) link.Report();
+    }
+    // Then random words at and after the head; sometimes keep a plausible sequence number.
+    const uint64_t pos = link.r.head() % 4096;
+    for (int i = rng() % 8 + 1; i > 0; --i) {
+      const uint64_t at = (pos + (rng() % 64) * 8) % 4096;
+      uint64_t word = rng();
+      if (rng() % 2) word &= 0xffffffffull;
+      std::memcpy(link.ring.data() + at, &word, 8);
+    }
+    if (rng() % 2) {
+      FrameHeader* h = reinterpret_cast<FrameHeader*>(link.ring.data() + pos);
+      h->seq = link.r.expected_seq();
+      h->flags &= kWrapFlag;
+      h->reserved = 0;
+    }
+    for (int polls = 0; polls < 4; ++polls) {
+      RingMessage m;
+      const RingReader::State st = link.r.Peek(&m);
+      if (st == RingReader::kMessage) {
+        REQUIRE(m.payload.data() >= link.ring.data());
+        REQUIRE(m.payload.data() + m.payload.size() <= link.ring.data() + 4096);
+        link.r.Consume();
+      }
+      if (st == RingReader::kClosed) REQUIRE(absl::IsDataLoss(link.r.status()));
+    }
+  }
+}
+
+TEST_CASE("a frame stuck half-placed closes the ring after the timeout, not before", "[ring]") {
+  absl::Time now = absl::UnixEpoch();
+  RingReaderOptions o;
+  o.incomplete_timeout = absl::Seconds(2);
+  o.now = [&now] { return now; };
+  Link link(4096, o);
+  RingWriter::Ranges ranges = link.Stage(1, std::string(100, 'z'));
+  REQUIRE(ranges.size() == 1);
+  // Everything but the trailer.
+  std::memcpy(link.ring.data(), link.mirror.data(), ranges[0].size - 16);
+  RingMessage m;
+  CHECK(link.r.Peek(&m) == RingReader::kIncomplete);
+  now += absl::Seconds(1);
+  CHECK(link.r.Peek(&m) == RingReader::kIncomplete);
+  // Another byte lands: the watch restarts.
+  std::memcpy(link.ring.data() + ranges[0].size - 8, link.mirror.data() + ranges[0].size - 8, 4);
+  now += absl::Seconds(1.5);
+  CHECK(link.r.Peek(&m) == RingReader::kIncomplete);
+  now += absl::Seconds(1.5);
+  CHECK(link.r.Peek(&m) == RingReader::kIncomplete);
+  now += absl::Seconds(1);
+  CHECK(link.r.Peek(&m) == RingReader::kClosed);
+  CHECK_THAT(std::string(link.r.status().message()), Catch::Contains("unchanged for"));
+}
+
+TEST_CASE("head slots reject torn values and impossible heads", "[ring]") {
+  char slot[16] = {};
+  uint64_t head = 42;
+  CHECK(!DecodeHeadSlot(slot, &head));  // never written: the zero slot is not a head
+  CHECK(head == 42);
+  EncodeHeadSlot(8192, slot);
+  REQUIRE(DecodeHeadSlot(slot, &head));
+  CHECK(head == 8192);
+  // Bytes of an old and a new value mixed: rejected.
+  char newer[16];
+  EncodeHeadSlot(8192 + 4096 * 255, newer);
+  std::memcpy(slot + 1, newer + 1, 3);
+  CHECK(!DecodeHeadSlot(slot, &head));
+  CHECK(head == 8192);
+
+  Link link(4096);
+  link.Stage(1, "abc");
+  CHECK(absl::IsDataLoss(link.w.UpdateHead(link.w.tail() + 16)));
+  CHECK(link.w.UpdateHead(link.w.tail()).ok());
+  CHECK(absl::IsDataLoss(link.w.UpdateHead(0)));
+}
+
+}  // namespace farm

@@ -1,0 +1,223 @@
+// Rpc: requests and responses over the Messenger's rings.
+//
+// A request goes out on the caller's lane to the target node; the target's scanning thread runs
+// the handler registered for the request's method and sends the response back on its scanning
+// lane (the reverse ring). Every request carries a 64-bit id that the response repeats; a caller
+// waits for its id until the deadline. Requests queued together on one lane (Start ... Start,
+// then Await or Flush) go out in one WRITE per destination.
+//
+//   Rpc rpc(messenger.get());
+//   rpc.RegisterHandler(kEcho, [](const RpcRequest& r) -> absl::StatusOr<std::string> {
+//     return std::string(r.payload);
+//   });
+//   absl::StatusOr<std::string> reply = rpc.Call(/*node=*/2, kEcho, "ping", absl::Seconds(1));
+//
+//   // Several calls, one WRITE per destination:
+//   ASSIGN_OR_RETURN(Messenger::LaneLease lane, messenger->AcquireLane());
+//   std::vector<std::shared_ptr<Rpc::Pending>> calls;
+//   for (uint32_t n : {1, 2}) calls.push_back(*rpc.Start(*lane, n, kEcho, "x", absl::Seconds(1)));
+//   for (auto& c : calls) RETURN_IF_ERROR(rpc.Await(*lane, *c).status());
+//
+// Function shipping: Ship() runs a handler registered with RegisterShipped() on the node that
+// owns a GlobalAddress, with a pointer to the addressed bytes in its own memory.
+//
+// Errors seen by callers: DeadlineExceeded (no response in time), DataLoss (responses from that
+// node can no longer be read: its ring to us was corrupt), Unimplemented (no handler for the
+// method there), ResourceExhausted (back-pressure: the request could not be queued in time),
+// Unavailable (the WRITE failed), or the handler's own error, prefixed with the node and method.
+//
+// Thread safety: all methods are safe for concurrent use; a lane is used by one thread at a time
+// (see Messenger). Handlers run on the target's scanning thread, one at a time; they must not
+// block (no Call from inside a handler). The Rpc must be destroyed before its Messenger, and it
+// installs itself as the Messenger's receiver (one Rpc per Messenger).
+#ifndef FARM_MESSAGING_RPC_H_
+#define FARM_MESSAGING_RPC_H_
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "messaging/messenger.h"
+#include "platform/global_address.h"
+
+namespace farm {
+
+struct RpcRequest {
+  uint32_t from = 0;
+  uint16_t method = 0;
+  absl::string_view payload;  // valid during the handler only
+};
+
+using RpcHandler = std::function<absl::StatusOr<std::string>(const RpcRequest&)>;
+// A shipped function: `data` points at the addressed bytes in the owner's memory, `available`
+// says how many bytes from there to the end of their region.
+using ShippedHandler = std::function<absl::StatusOr<std::string>(
+    GlobalAddress addr, char* data, uint64_t available, absl::string_view request)>;
+
+struct RpcOptions {
+  // How long a waiting caller spins (driving progress and the ring scan itself) after the last
+  // sign of activity before it sleeps in short steps until the poller delivers its response.
+  // InfiniteDuration for benchmarks (always spin), as PollMode::kBusy.
+  absl::Duration spin = absl::Microseconds(200);
+};
+
+class Rpc {
+ public:
+  // Message types on the Messenger used by RPC.
+  static constexpr uint16_t kRequestType = 0x5251;   // "RQ"
+  static constexpr uint16_t kResponseType = 0x5250;  // "RP"
+
+  // A call in flight. Obtained from Start, completed by Await.
+  class Pending {
+   public:
+    uint64_t id() const { return id_; }
+    uint32_t node() const { return node_; }
+
+   private:
+    friend class Rpc;
+    uint64_t id_ = 0;
+    uint32_t node_ = 0;
+    uint16_t method_ = 0;
+    absl::Time deadline_;
+    absl::Duration timeout_;
+    std::atomic<bool> done_{false};  // release: set after result_; acquire in Await
+    absl::Mutex mu_;
+    absl::StatusOr<std::string> result_ ABSL_GUARDED_BY(mu_) = absl::UnknownError("pending");
+  };
+
+  explicit Rpc(Messenger* messenger, RpcOptions options = {});
+  Rpc(const Rpc&) = delete;
+  Rpc& operator=(const Rpc&) = delete;
+  ~Rpc();
+
+  // Registers the handler for `method` (replacing an earlier one). Safe at any time; requests
+  // for a method without handler get Unimplemented.
+  void RegisterHandler(uint16_t method, RpcHandler handler);
+
+  // One call: leases a lane (waiting up to `timeout` for one), sends, flushes, waits.
+  absl::StatusOr<std::string> Call(uint32_t node, uint16_t method, absl::string_view request,
+                                   absl::Duration timeout = absl::Seconds(10));
+  // One call on a lane the caller holds.
+  absl::StatusOr<std::string> Call(Messenger::Lane& lane, uint32_t node, uint16_t method,
+                                   absl::string_view request,
+                                   absl::Duration timeout = absl::Seconds(10));
+
+  // Queues a request on `lane` without flushing it. The deadline starts now.
+  absl::StatusOr<std::shared_ptr<Pending>> Start(Messenger::Lane& lane, uint32_t node,
+                                                 uint16_t method, absl::string_view request,
+                                                 absl::Duration timeout = absl::Seconds(10));
+  // Flushes `lane` if it holds queued requests, then waits for `call`'s response.
+  absl::StatusOr<std::string> Await(Messenger::Lane& lane, Pending& call);
+
+  // Function shipping: runs the handler registered for `method` with RegisterShipped on the node
+  // that owns `addr` (this one included).
+  absl::StatusOr<std::string> Ship(GlobalAddress addr, uint16_t method, absl::string_view request,
+                                   absl::Duration timeout = absl::Seconds(10));
+  void RegisterShipped(uint16_t method, ShippedHandler handler);
+
+  Messenger* messenger() const { return messenger_; }
+
+ private:
+  void OnMessage(const Message& m, Messenger::Lane& reply);
+  // Leads every request and response payload.
+  struct Envelope {
+    uint64_t id;
+    uint16_t method;
+    uint16_t code;  // absl::StatusCode of a response; 0 in requests
+    uint32_t reserved;
+  };
+  static_assert(sizeof(Envelope) == 16, "envelope layout");
+  static absl::string_view Bytes(const Envelope& e) {
+    return absl::string_view(reinterpret_cast<const char*>(&e), sizeof(e));
+  }
+  void OnRequest(uint32_t from, const Envelope& e, absl::string_view body, Messenger::Lane& reply);
+  void OnResponse(uint32_t from, const Envelope& e, absl::string_view body);
+  void OnClosed(uint32_t node, const absl::Status& why);
+  void Complete(Pending& p, absl::StatusOr<std::string> result);
+  std::shared_ptr<Pending> Take(uint64_t id);
+
+  Messenger* const messenger_;
+  const RpcOptions options_;
+  std::atomic<uint64_t> next_id_{1};
+  absl::Mutex handlers_mu_;
+  // Shared so a handler can run while another is registered (rehashing the map).
+  absl::flat_hash_map<uint16_t, std::shared_ptr<const RpcHandler>> handlers_
+      ABSL_GUARDED_BY(handlers_mu_);
+  absl::Mutex pending_mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Pending>> pending_ ABSL_GUARDED_BY(pending_mu_);
+};
+
+// Encoding of a typed value as RPC bytes: trivially copyable types byte for byte, protobuf
+// messages (anything with SerializeAsString/ParseFromArray) in their wire format.
+template <typename T, typename = void>
+struct RpcCodec {
+  static_assert(std::is_trivially_copyable<T>::value,
+                "RpcCodec: use a trivially copyable type or a protobuf message");
+  static std::string Encode(const T& v) {
+    return std::string(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  static absl::StatusOr<T> Decode(absl::string_view b) {
+    if (b.size() != sizeof(T)) {
+      return absl::DataLossError(absl::StrCat("expected ", sizeof(T), " bytes, got ", b.size()));
+    }
+    T v;
+    std::memcpy(&v, b.data(), sizeof(T));
+    return v;
+  }
+};
+
+template <typename T>
+struct RpcCodec<T, std::void_t<decltype(std::declval<const T&>().SerializeAsString())>> {
+  static std::string Encode(const T& v) { return v.SerializeAsString(); }
+  static absl::StatusOr<T> Decode(absl::string_view b) {
+    T v;
+    if (!v.ParseFromArray(b.data(), static_cast<int>(b.size()))) {
+      return absl::DataLossError("cannot parse the message");
+    }
+    return v;
+  }
+};
+
+// A typed method: requests of type Req answered with Resp.
+//
+//   struct Add { int64_t a, b; };
+//   constexpr RpcMethod<Add, int64_t> kAdd{7};
+//   kAdd.Serve(rpc, [](uint32_t from, const Add& x) -> absl::StatusOr<int64_t> { return x.a + x.b;
+//   }); absl::StatusOr<int64_t> sum = kAdd.Call(rpc, /*node=*/1, Add{2, 3});
+template <typename Req, typename Resp>
+struct RpcMethod {
+  uint16_t id;
+
+  void Serve(Rpc& rpc, std::function<absl::StatusOr<Resp>(uint32_t from, const Req&)> fn) const {
+    rpc.RegisterHandler(id,
+                        [fn = std::move(fn)](const RpcRequest& r) -> absl::StatusOr<std::string> {
+                          absl::StatusOr<Req> req = RpcCodec<Req>::Decode(r.payload);
+                          if (!req.ok())
+                            return absl::InvalidArgumentError(std::string(req.status().message()));
+                          absl::StatusOr<Resp> resp = fn(r.from, *req);
+                          if (!resp.ok()) return resp.status();
+                          return RpcCodec<Resp>::Encode(*resp);
+                        });
+  }
+  absl::StatusOr<Resp> Call(Rpc& rpc, uint32_t node, const Req& req,
+                            absl::Duration timeout = absl::Seconds(10)) const {
+    absl::StatusOr<std::string> bytes = rpc.Call(node, id, RpcCodec<Req>::Encode(req), timeout);
+    if (!bytes.ok()) return bytes.status();
+    return RpcCodec<Resp>::Decode(*bytes);
+  }
+};
+
+}  // namespace farm
+
+#endif  // FARM_MESSAGING_RPC_H_

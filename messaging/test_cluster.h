@@ -1,0 +1,96 @@
+// TestCluster: nodes with messaging in one process, for tests. Every node runs on shm (or the
+// given provider) with adaptive polling; Start blocks until the cluster has formed.
+//
+//   TestCluster c(3, options);
+//   c.StartMessengers();                 // or StartMessenger(i) one by one
+//   Rpc rpc(c.messenger(0));
+#ifndef FARM_MESSAGING_TEST_CLUSTER_H_
+#define FARM_MESSAGING_TEST_CLUSTER_H_
+
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "messaging/messenger.h"
+#include "platform/config.h"
+#include "platform/control_channel.h"
+#include "platform/node.h"
+
+namespace farm {
+
+class TestCluster {
+ public:
+  // Starts `n` nodes. Failures are reported by ok()/status() (tests REQUIRE them).
+  TestCluster(int n, MessengerOptions options, const std::string& provider = "shm")
+      : options_(options), messengers_(n) {
+    std::string text = absl::StrCat("provider: \"", provider,
+                                    "\" region_size: 1048576 region_count: 1 lock_memory: false");
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<std::unique_ptr<ControlListener>> l = ControlListener::Listen("127.0.0.1", 0);
+      if (!l.ok()) {
+        status_ = l.status();
+        return;
+      }
+      absl::StrAppend(&text, " node { id: ", i, " host: \"127.0.0.1\" control_port: ", (*l)->port(),
+                      " }");
+    }
+    absl::StatusOr<config::ClusterConfig> c = ParseClusterConfig(text);
+    if (!c.ok()) {
+      status_ = c.status();
+      return;
+    }
+    config_ = *c;
+    std::vector<std::future<absl::StatusOr<std::unique_ptr<Node>>>> starting;
+    for (int i = 0; i < n; ++i) {
+      starting.push_back(std::async(std::launch::async, [this, i] {
+        NodeOptions o;
+        o.config = config_;
+        o.node_id = i;
+        o.areas.push_back(Messenger::Area(config_, options_));
+        return Node::Start(o);
+      }));
+    }
+    for (auto& f : starting) {
+      absl::StatusOr<std::unique_ptr<Node>> node = f.get();
+      if (!node.ok() && status_.ok()) status_ = node.status();
+      nodes_.push_back(node.ok() ? std::move(*node) : nullptr);
+    }
+  }
+  ~TestCluster() {
+    messengers_.clear();  // before their nodes
+    nodes_.clear();
+  }
+
+  const absl::Status& status() const { return status_; }
+  int size() const { return static_cast<int>(nodes_.size()); }
+  Node* node(int i) const { return nodes_[i].get(); }
+  Messenger* messenger(int i) const { return messengers_[i].get(); }
+
+  absl::Status StartMessenger(int i) {
+    absl::StatusOr<std::unique_ptr<Messenger>> m = Messenger::Create(nodes_[i].get(), options_);
+    if (!m.ok()) return m.status();
+    messengers_[i] = std::move(*m);
+    return absl::OkStatus();
+  }
+  absl::Status StartMessengers() {
+    for (int i = 0; i < size(); ++i) {
+      if (absl::Status s = StartMessenger(i); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+  // Destroys node i's messenger (e.g. before destroying an Rpc that uses it: do that first).
+  void StopMessenger(int i) { messengers_[i].reset(); }
+
+ private:
+  MessengerOptions options_;
+  config::ClusterConfig config_;
+  absl::Status status_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<std::unique_ptr<Messenger>> messengers_;
+};
+
+}  // namespace farm
+
+#endif  // FARM_MESSAGING_TEST_CLUSTER_H_

@@ -1,0 +1,209 @@
+#include "tools/child_process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "platform/config.h"
+#include "platform/control_channel.h"
+
+namespace farm {
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status));
+  return absl::StrCat("ended with wait status ", status);
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::SpawnSelf(
+    const std::vector<std::string>& args) {
+  int in[2], out[2];
+  if (pipe2(in, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close(in[0]);
+    close(in[1]);
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  std::vector<std::string> argv_storage = {"self"};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    // Never outlive the parent, even one killed with SIGKILL. SIGTERM (not SIGKILL) lets the shm
+    // provider remove its shared-memory files.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);
+    dup2(in[0], STDIN_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  std::unique_ptr<ChildProcess> c(new ChildProcess());
+  c->pid_ = pid;
+  c->stdin_fd_ = in[1];
+  c->stdout_fd_ = out[0];
+  return c;
+}
+
+absl::StatusOr<std::string> ChildProcess::WaitForLine(absl::string_view prefix,
+                                                      absl::Time deadline) {
+  for (;;) {
+    size_t nl;
+    while ((nl = buffer_.find('\n')) != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      if (absl::StartsWith(line, prefix)) return line;
+    }
+    std::string how;
+    if (stdout_fd_ < 0 || Exited(&how)) {
+      return absl::AbortedError(absl::StrCat("process ", pid_, " ", how.empty() ? "ended" : how,
+                                             " before printing ", prefix));
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("process ", pid_, " did not print ", prefix, " in time"));
+    }
+    pollfd p{stdout_fd_, POLLIN, 0};
+    const int ms =
+        static_cast<int>(std::min<int64_t>(100, absl::ToInt64Milliseconds(deadline - now) + 1));
+    if (poll(&p, 1, ms) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = read(stdout_fd_, buf, sizeof(buf));
+    if (n > 0) {
+      buffer_.append(buf, static_cast<size_t>(n));
+    } else if (n == 0) {
+      close(stdout_fd_);  // end of output: the child is leaving
+      stdout_fd_ = -1;
+      WaitExit(absl::Seconds(2), &how);
+      return absl::AbortedError(absl::StrCat("process ", pid_, " closed its output (", how,
+                                             ") before printing ", prefix));
+    }
+  }
+}
+
+absl::Status ChildProcess::Send(absl::string_view text) {
+  if (stdin_fd_ < 0) return absl::FailedPreconditionError("the child's input is closed");
+  const ssize_t n = write(stdin_fd_, text.data(), text.size());
+  if (n != static_cast<ssize_t>(text.size())) {
+    return absl::UnavailableError(
+        absl::StrCat("process ", pid_, " does not take input: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+bool ChildProcess::Exited(std::string* how) {
+  if (pid_ <= 0) return false;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  *how = DescribeWaitStatus(status);
+  pid_ = -pid_;  // keep the number for messages; negative: reaped
+  return true;
+}
+
+bool ChildProcess::WaitExit(absl::Duration timeout, std::string* how) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    if (pid_ <= 0 || Exited(how)) return true;
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+std::string ChildProcess::Stop(absl::Duration grace) {
+  if (stdin_fd_ >= 0) {
+    close(stdin_fd_);
+    stdin_fd_ = -1;
+  }
+  std::string how;
+  if (pid_ > 0 && !WaitExit(grace, &how)) {
+    kill(pid_, SIGTERM);
+    if (!WaitExit(absl::Seconds(3), &how)) {
+      kill(pid_, SIGKILL);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+      how = DescribeWaitStatus(status);
+      pid_ = -pid_;
+    }
+  }
+  if (stdout_fd_ >= 0) {
+    close(stdout_fd_);
+    stdout_fd_ = -1;
+  }
+  return how;
+}
+
+absl::StatusOr<config::ClusterConfig> LocalClusterConfig(int nodes, const std::string& provider,
+                                                         const std::string& host) {
+  config::ClusterConfig c;
+  c.set_provider(provider);
+  c.set_region_size(1 << 20);
+  c.set_region_count(1);
+  c.set_lock_memory(false);
+  for (int i = 0; i < nodes; ++i) {
+    // A port that was free a moment ago (the kernel does not hand it out again right away).
+    absl::StatusOr<std::unique_ptr<ControlListener>> l = ControlListener::Listen(host, 0);
+    if (!l.ok()) {
+      return absl::Status(l.status().code(), absl::StrCat("cannot find a free port on ", host, ": ",
+                                                          l.status().message()));
+    }
+    config::NodeConfig* n = c.add_node();
+    n->set_id(i);
+    n->set_host(host);
+    n->set_control_port((*l)->port());
+  }
+  if (absl::Status s = ValidateAndComplete(&c); !s.ok()) return s;
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<TempDir>> TempDir::Create(const std::string& prefix) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  if (base == nullptr || *base == '\0') base = std::getenv("TMPDIR");
+  if (base == nullptr || *base == '\0') base = "/tmp";
+  std::string pattern = absl::StrCat(base, "/", prefix, ".XXXXXX");
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create a temporary directory ", pattern, ": ", std::strerror(errno)));
+  }
+  return std::unique_ptr<TempDir>(new TempDir(pattern));
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+absl::StatusOr<std::string> TempDir::Write(const std::string& name, const std::string& text) {
+  const std::string file = absl::StrCat(path_, "/", name);
+  std::ofstream out(file);
+  out << text;
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", file));
+  return file;
+}
+
+}  // namespace farm

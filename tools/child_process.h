@@ -1,0 +1,94 @@
+// ChildProcess: a copy of the running program started as a helper process (e.g. as another
+// node), for benchmarks and multi-process tests that re-execute themselves in another role.
+//
+//   ASSIGN_OR_RETURN(auto child, ChildProcess::SpawnSelf({"--role=node", "--node_id=1"}));
+//   ASSIGN_OR_RETURN(std::string ready, child->WaitForLine("READY", absl::Now() +
+//   absl::Seconds(30))); child->Send("go\n");
+//   ...
+//   std::string how = child->Stop();   // closes its stdin, then SIGTERM, then SIGKILL
+//
+// The child's standard input and output are pipes to the parent; its standard error is the
+// parent's. It dies with the parent even if the parent is killed with SIGKILL
+// (PR_SET_PDEATHSIG), and it leaves when its standard input closes (the roles here all do).
+// Stop() always reaps it, so no process outlives its ChildProcess.
+//
+// Thread-compatible: one thread uses a ChildProcess at a time.
+#ifndef FARM_TOOLS_CHILD_PROCESS_H_
+#define FARM_TOOLS_CHILD_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "platform/config.pb.h"
+
+namespace farm {
+
+class ChildProcess {
+ public:
+  // Runs /proc/self/exe with `args` (not including argv[0]).
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnSelf(
+      const std::vector<std::string>& args);
+
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() { Stop(); }
+
+  pid_t pid() const { return pid_; }
+
+  // Waits until the child printed a line starting with `prefix` (earlier lines are skipped) and
+  // returns it without the newline. DeadlineExceeded at `deadline`; Aborted if the child exited
+  // (the message says how).
+  absl::StatusOr<std::string> WaitForLine(absl::string_view prefix, absl::Time deadline);
+  // Writes to the child's standard input.
+  absl::Status Send(absl::string_view text);
+  // Non-blocking: true (and how) once the child has exited; reaps it.
+  bool Exited(std::string* how);
+  // Closes its standard input, waits up to `grace` for it to leave, then SIGTERM, then SIGKILL.
+  // Returns how it ended ("exited with status 0", ...), empty if it was not running.
+  std::string Stop(absl::Duration grace = absl::Seconds(10));
+
+ private:
+  ChildProcess() = default;
+  bool WaitExit(absl::Duration timeout, std::string* how);
+
+  pid_t pid_ = 0;
+  int stdin_fd_ = -1;
+  int stdout_fd_ = -1;
+  std::string buffer_;  // output not yet returned as lines
+};
+
+// "exited with status N" / "was killed by signal N".
+std::string DescribeWaitStatus(int status);
+
+// A configuration of `nodes` nodes on `host` with free control ports (node i has id i), the
+// given provider, 1 MiB regions, memory not locked (local tests and benchmarks).
+absl::StatusOr<config::ClusterConfig> LocalClusterConfig(int nodes, const std::string& provider,
+                                                         const std::string& host);
+
+// A private temporary directory (under $TEST_TMPDIR, $TMPDIR or /tmp), removed with everything
+// in it on destruction.
+class TempDir {
+ public:
+  static absl::StatusOr<std::unique_ptr<TempDir>> Create(const std::string& prefix);
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  // Writes `text` to path()/name and returns the file's path.
+  absl::StatusOr<std::string> Write(const std::string& name, const std::string& text);
+
+ private:
+  explicit TempDir(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+};
+
+}  // namespace farm
+
+#endif  // FARM_TOOLS_CHILD_PROCESS_H_
