@@ -1,5 +1,5 @@
-// TestCluster: nodes with messaging in one process, for tests. Every node runs on shm (or the
-// given provider) with adaptive polling; Start blocks until the cluster has formed.
+// TestCluster: nodes with messaging in one process, for tests. Every node runs on the provider
+// under test (FARM_TEST_PROVIDERS, default shm) with adaptive polling; Start blocks until the cluster has formed.
 //
 //   TestCluster c(3, options);
 //   c.StartMessengers();                 // or StartMessenger(i) one by one
@@ -17,24 +17,27 @@
 #include "platform/config.h"
 #include "platform/control_channel.h"
 #include "platform/node.h"
+#include "platform/testing/test_env.h"
 
 namespace farm {
 
 class TestCluster {
  public:
   // Starts `n` nodes. Failures are reported by ok()/status() (tests REQUIRE them).
-  TestCluster(int n, MessengerOptions options, const std::string& provider = "shm")
+  // The provider and host default to the environment's (platform/testing/test_env.h).
+  TestCluster(int n, MessengerOptions options,
+              const std::string& provider = testing::AnyProvider())
       : options_(options), messengers_(n) {
     std::string text = absl::StrCat("provider: \"", provider,
                                     "\" region_size: 1048576 region_count: 1 lock_memory: false");
     for (int i = 0; i < n; ++i) {
-      absl::StatusOr<std::unique_ptr<ControlListener>> l = ControlListener::Listen("127.0.0.1", 0);
+      absl::StatusOr<std::unique_ptr<ControlListener>> l = ControlListener::Listen(testing::TestHost(), 0);
       if (!l.ok()) {
         status_ = l.status();
         return;
       }
-      absl::StrAppend(&text, " node { id: ", i, " host: \"127.0.0.1\" control_port: ", (*l)->port(),
-                      " }");
+      absl::StrAppend(&text, " node { id: ", i, " host: \"", testing::TestHost(),
+                      "\" control_port: ", (*l)->port(), " }");
     }
     absl::StatusOr<config::ClusterConfig> c = ParseClusterConfig(text);
     if (!c.ok()) {
