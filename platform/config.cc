@@ -38,6 +38,10 @@ absl::Status ValidateAndComplete(config::ClusterConfig* c) {
     return absl::InvalidArgumentError(
         absl::StrCat("provider '", c->provider(), "' is unknown; use one of: ", names));
   }
+  if (c->endpoint().empty()) c->set_endpoint("auto");
+  if (absl::StatusOr<EndpointType> e = ParseEndpointType(c->endpoint()); !e.ok()) {
+    return e.status();
+  }
   if (c->region_size() == 0) c->set_region_size(kDefaultRegionSize);
   if (c->region_count() == 0) c->set_region_count(kDefaultRegionCount);
   if (c->join_timeout_s() == 0) c->set_join_timeout_s(kDefaultJoinTimeoutS);

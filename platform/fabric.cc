@@ -1,11 +1,14 @@
 #include "platform/fabric.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <sys/resource.h>
@@ -29,11 +32,33 @@ std::string FiError(const char* what, int ret) {
   return absl::StrCat(what, " failed: ", fi_strerror(-ret), " (", ret, ")");
 }
 
-// The libfabric provider string and endpoint type we ask for, given a user-facing name.
+// The libfabric provider string we ask for, given a user-facing name and the endpoint type.
 // verbs gives RDM only through the ofi_rxm utility provider.
-std::string LibfabricProviderName(absl::string_view provider) {
-  if (provider == "verbs") return "verbs;ofi_rxm";
+std::string LibfabricProviderName(absl::string_view provider, EndpointType type) {
+  if (provider == "verbs" && type == EndpointType::kRdm) return "verbs;ofi_rxm";
   return std::string(provider);
+}
+
+// "10.0.0.1" and "7300" from a sockaddr_in/sockaddr_in6 endpoint name (MSG addresses).
+bool SockaddrToHostPort(const std::string& addr, std::string* host, std::string* port) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (addr.size() >= sizeof(sockaddr_in) &&
+      reinterpret_cast<const sockaddr*>(addr.data())->sa_family == AF_INET) {
+    sockaddr_in in;
+    std::memcpy(&in, addr.data(), sizeof(in));
+    inet_ntop(AF_INET, &in.sin_addr, buf, sizeof(buf));
+    *port = std::to_string(ntohs(in.sin_port));
+  } else if (addr.size() >= sizeof(sockaddr_in6) &&
+             reinterpret_cast<const sockaddr*>(addr.data())->sa_family == AF_INET6) {
+    sockaddr_in6 in6;
+    std::memcpy(&in6, addr.data(), sizeof(in6));
+    inet_ntop(AF_INET6, &in6.sin6_addr, buf, sizeof(buf));
+    *port = std::to_string(ntohs(in6.sin6_port));
+  } else {
+    return false;
+  }
+  *host = buf;
+  return true;
 }
 
 std::string DescribeLimit(rlim_t v) {
@@ -57,6 +82,26 @@ std::string AvailableProviders() {
 }
 
 }  // namespace
+
+absl::StatusOr<EndpointType> ParseEndpointType(absl::string_view s) {
+  if (s == "auto") return EndpointType::kAuto;
+  if (s == "rdm") return EndpointType::kRdm;
+  if (s == "msg") return EndpointType::kMsg;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown endpoint type '", s, "'; use auto, rdm or msg"));
+}
+
+std::string EndpointTypeName(EndpointType type) {
+  switch (type) {
+    case EndpointType::kAuto:
+      return "auto";
+    case EndpointType::kRdm:
+      return "rdm";
+    case EndpointType::kMsg:
+      return "msg";
+  }
+  return "?";
+}
 
 bool IsKnownProvider(absl::string_view provider) {
   for (const char* p : kProviderNames) {
@@ -86,9 +131,28 @@ struct Fabric::Handles {
   fid_fabric* fabric = nullptr;
   fid_domain* domain = nullptr;
   fid_cq* cq = nullptr;
-  fid_av* av = nullptr;
-  fid_ep* ep = nullptr;
+  fid_av* av = nullptr;  // RDM
+  fid_ep* ep = nullptr;  // RDM
   std::atomic<uint64_t> next_key{1};
+
+  // MSG: a passive endpoint accepts peers' connections (which serve their operations on us);
+  // each peer we send to gets an active endpoint of its own, connected by AddPeer.
+  struct MsgPeer {
+    fid_ep* ep = nullptr;
+    // 0 connecting, 1 connected, -1 failed. Release stores pair with EndpointFor's acquire loads
+    // (error is written before state becomes -1).
+    std::atomic<int> state{0};
+    std::string error;
+  };
+  fi_info* msg_hints = nullptr;  // to resolve each peer's connection info
+  fid_eq* eq = nullptr;
+  fid_pep* pep = nullptr;
+  absl::Mutex peers_mu;
+  std::vector<std::unique_ptr<MsgPeer>> peers ABSL_GUARDED_BY(peers_mu);  // PeerId = index
+  absl::Mutex eq_mu;  // one thread reads the event queue at a time
+  std::vector<fid_ep*> accepted ABSL_GUARDED_BY(eq_mu);
+  std::atomic<int> connecting{0};
+  std::atomic<uint32_t> progress_calls{0};
 };
 
 // Per-operation bookkeeping handed to libfabric as the operation context. fi_context2 must come
@@ -125,12 +189,25 @@ bool MemoryRegistration::Contains(const void* p, size_t len) const {
 Fabric::Fabric() : h_(std::make_unique<Handles>()) {}
 
 Fabric::~Fabric() {
+  {
+    absl::MutexLock l(&h_->peers_mu);
+    for (auto& p : h_->peers) {
+      if (p->ep) fi_close(&p->ep->fid);
+    }
+  }
+  {
+    absl::MutexLock l(&h_->eq_mu);
+    for (fid_ep* ep : h_->accepted) fi_close(&ep->fid);
+  }
+  if (h_->pep) fi_close(&h_->pep->fid);
   if (h_->ep) fi_close(&h_->ep->fid);
   if (h_->av) fi_close(&h_->av->fid);
   if (h_->cq) fi_close(&h_->cq->fid);
   if (h_->domain) fi_close(&h_->domain->fid);
+  if (h_->eq) fi_close(&h_->eq->fid);
   if (h_->fabric) fi_close(&h_->fabric->fid);
   if (h_->info) fi_freeinfo(h_->info);
+  if (h_->msg_hints) fi_freeinfo(h_->msg_hints);
 }
 
 absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& options) {
@@ -140,15 +217,19 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
                      "'; expected one of: ", absl::StrJoin(kProviderNames, ", ")));
   }
   const std::string provider = ResolveProvider(options.provider);
-  const std::string prov_name = LibfabricProviderName(provider);
+  EndpointType type = options.endpoint;
+  if (type == EndpointType::kAuto)
+    type = provider == "tcp" ? EndpointType::kMsg : EndpointType::kRdm;
+  const std::string prov_name = LibfabricProviderName(provider, type);
+  const bool msg = type == EndpointType::kMsg;
 
   fi_info* hints = fi_allocinfo();
   hints->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-  hints->mode = FI_CONTEXT | FI_CONTEXT2;
-  hints->ep_attr->type = FI_EP_RDM;
+  // FI_RX_CQ_DATA (verbs MSG) only constrains receiving remote CQ data, which we never use.
+  hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+  hints->ep_attr->type = msg ? FI_EP_MSG : FI_EP_RDM;
   hints->domain_attr->threading = FI_THREAD_SAFE;
-  hints->domain_attr->mr_mode =
-      FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
   hints->fabric_attr->prov_name = strdup(prov_name.c_str());
   // Network providers bind to the given host; "0" asks for an ephemeral port.
   const bool bind = !options.bind_host.empty() && provider != "shm";
@@ -158,35 +239,52 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
   // FI_TRANSMIT_COMPLETE, with a warning.
   fi_info* info = nullptr;
   int ret = -FI_ENODATA;
-  for (uint64_t completion : {FI_DELIVERY_COMPLETE, FI_TRANSMIT_COMPLETE}) {
+  // verbs MSG endpoints offer neither flag: their WRITE completes when the peer's NIC
+  // acknowledged it, as on the RC queue pairs FaRM uses.
+  for (uint64_t completion :
+       {uint64_t{FI_DELIVERY_COMPLETE}, uint64_t{FI_TRANSMIT_COMPLETE}, uint64_t{0}}) {
     hints->tx_attr->op_flags = completion;
     ret = fi_getinfo(kFiVersion, bind ? options.bind_host.c_str() : nullptr, bind ? "0" : nullptr,
                      bind ? FI_SOURCE : 0, hints, &info);
     if (ret == 0) {
       if (completion != FI_DELIVERY_COMPLETE) {
-        spdlog::warn("provider {} does not offer delivery-complete WRITEs; using transmit-complete",
-                     provider);
+        spdlog::info("provider {} does not offer delivery-complete WRITEs; using {}", provider,
+                     completion == 0 ? "its default completions (the peer's acknowledgement)"
+                                     : "transmit-complete");
       }
       break;
     }
   }
+  std::unique_ptr<Fabric> f(new Fabric());
+  if (msg && ret == 0) f->h_->msg_hints = fi_dupinfo(hints);
   fi_freeinfo(hints);
   if (ret != 0 || info == nullptr) {
-    return absl::UnavailableError(absl::StrCat(
-        "provider '", provider, "' has no reliable-datagram endpoint with RMA",
-        bind ? absl::StrCat(" on host ", options.bind_host) : "", " (", fi_strerror(-ret),
-        "); providers available here: ", AvailableProviders()));
+    return absl::UnavailableError(
+        absl::StrCat("provider '", provider, "' has no ",
+                     msg ? "connected (MSG) endpoint with RMA (MSG works on verbs and tcp)"
+                         : "reliable-datagram endpoint with RMA",
+                     bind ? absl::StrCat(" on host ", options.bind_host) : "", " (",
+                     fi_strerror(-ret), "); providers available here: ", AvailableProviders()));
   }
 
-  std::unique_ptr<Fabric> f(new Fabric());
   Handles& h = *f->h_;
   h.info = info;
+  f->endpoint_ = type;
+  f->write_completion_ = info->tx_attr->op_flags & (FI_DELIVERY_COMPLETE | FI_TRANSMIT_COMPLETE);
   f->provider_ = info->fabric_attr->prov_name;
   f->virt_addr_ = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
   f->max_rma_size_ = std::min<size_t>(info->ep_attr->max_msg_size, kMaxRma);
 
   if ((ret = fi_fabric(info->fabric_attr, &h.fabric, nullptr)) != 0) {
     return absl::UnavailableError(FiError("fi_fabric", ret));
+  }
+  if (msg) {
+    fi_eq_attr eq_attr{};
+    eq_attr.size = 256;
+    eq_attr.wait_obj = FI_WAIT_NONE;
+    if ((ret = fi_eq_open(h.fabric, &eq_attr, &h.eq, nullptr)) != 0) {
+      return absl::UnavailableError(FiError("fi_eq_open", ret));
+    }
   }
   if ((ret = fi_domain(h.fabric, info, &h.domain, nullptr)) != 0) {
     return absl::UnavailableError(FiError("fi_domain", ret));
@@ -207,27 +305,7 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
     ret = fi_cq_open(h.domain, &cq_attr, &h.cq, nullptr);
   }
   if (ret != 0) return absl::UnavailableError(FiError("fi_cq_open", ret));
-  fi_av_attr av_attr{};
-  av_attr.type = FI_AV_UNSPEC;
-  if ((ret = fi_av_open(h.domain, &av_attr, &h.av, nullptr)) != 0) {
-    return absl::UnavailableError(FiError("fi_av_open", ret));
-  }
-  if ((ret = fi_endpoint(h.domain, info, &h.ep, nullptr)) != 0) {
-    return absl::UnavailableError(FiError("fi_endpoint", ret));
-  }
-  if ((ret = fi_ep_bind(h.ep, &h.av->fid, 0)) != 0 ||
-      (ret = fi_ep_bind(h.ep, &h.cq->fid, FI_TRANSMIT | FI_RECV)) != 0) {
-    return absl::UnavailableError(FiError("fi_ep_bind", ret));
-  }
-  if ((ret = fi_enable(h.ep)) != 0) {
-    return absl::UnavailableError(FiError("fi_enable", ret));
-  }
-  char name[256];
-  size_t name_len = sizeof(name);
-  if ((ret = fi_getname(&h.ep->fid, name, &name_len)) != 0) {
-    return absl::UnavailableError(FiError("fi_getname", ret));
-  }
-  f->address_.assign(name, name_len);
+  if (absl::Status st = f->OpenEndpoint(); !st.ok()) return st;
   if (cq_attr.wait_obj == FI_WAIT_FD) {
     int fd = -1;
     if ((ret = fi_control(&h.cq->fid, FI_GETWAIT, &fd)) == 0 && fd >= 0) {
@@ -236,9 +314,157 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
       spdlog::debug("fi_control(FI_GETWAIT) failed ({}); idle polling will sleep", ret);
     }
   }
-  spdlog::debug("fabric open: provider={} virt_addr={} max_rma={} addrlen={} cq_wait={}",
-                f->provider_, f->virt_addr_, f->max_rma_size_, name_len, f->can_wait());
+  spdlog::debug(
+      "fabric open: provider={} endpoint={} virt_addr={} max_rma={} addrlen={} cq_wait={}",
+      f->provider_, EndpointTypeName(type), f->virt_addr_, f->max_rma_size_, f->address_.size(),
+      f->can_wait());
   return f;
+}
+
+absl::Status Fabric::OpenEndpoint() {
+  Handles& h = *h_;
+  int ret;
+  char name[256];
+  size_t name_len = sizeof(name);
+  if (endpoint_ == EndpointType::kMsg) {
+    if ((ret = fi_passive_ep(h.fabric, h.info, &h.pep, nullptr)) != 0) {
+      return absl::UnavailableError(FiError("fi_passive_ep", ret));
+    }
+    if ((ret = fi_pep_bind(h.pep, &h.eq->fid, 0)) != 0) {
+      return absl::UnavailableError(FiError("fi_pep_bind", ret));
+    }
+    if ((ret = fi_listen(h.pep)) != 0) return absl::UnavailableError(FiError("fi_listen", ret));
+    if ((ret = fi_getname(&h.pep->fid, name, &name_len)) != 0) {
+      return absl::UnavailableError(FiError("fi_getname", ret));
+    }
+    address_.assign(name, name_len);
+    return absl::OkStatus();
+  }
+  fi_av_attr av_attr{};
+  av_attr.type = FI_AV_UNSPEC;
+  if ((ret = fi_av_open(h.domain, &av_attr, &h.av, nullptr)) != 0) {
+    return absl::UnavailableError(FiError("fi_av_open", ret));
+  }
+  if ((ret = fi_endpoint(h.domain, h.info, &h.ep, nullptr)) != 0) {
+    return absl::UnavailableError(FiError("fi_endpoint", ret));
+  }
+  if ((ret = fi_ep_bind(h.ep, &h.av->fid, 0)) != 0 ||
+      (ret = fi_ep_bind(h.ep, &h.cq->fid, FI_TRANSMIT | FI_RECV)) != 0) {
+    return absl::UnavailableError(FiError("fi_ep_bind", ret));
+  }
+  if ((ret = fi_enable(h.ep)) != 0) return absl::UnavailableError(FiError("fi_enable", ret));
+  if ((ret = fi_getname(&h.ep->fid, name, &name_len)) != 0) {
+    return absl::UnavailableError(FiError("fi_getname", ret));
+  }
+  address_.assign(name, name_len);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Creates an endpoint from `info` on the fabric's event queue and completion queue.
+int MakeMsgEndpoint(fid_domain* domain, fi_info* info, fid_eq* eq, fid_cq* cq, fid_ep** ep) {
+  int ret = fi_endpoint(domain, info, ep, nullptr);
+  if (ret != 0) return ret;
+  if ((ret = fi_ep_bind(*ep, &eq->fid, 0)) != 0 ||
+      (ret = fi_ep_bind(*ep, &cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
+      (ret = fi_enable(*ep)) != 0) {
+    fi_close(&(*ep)->fid);
+    *ep = nullptr;
+  }
+  return ret;
+}
+
+}  // namespace
+
+int Fabric::ProgressConnections() {
+  Handles& h = *h_;
+  if (!h.eq_mu.TryLock()) return 0;  // another thread is at it
+  int events = 0;
+  alignas(fi_eq_cm_entry) char buf[sizeof(fi_eq_cm_entry) + 256];
+  auto* entry = reinterpret_cast<fi_eq_cm_entry*>(buf);
+  auto find_peer = [&](fid_t fid) -> Handles::MsgPeer* {
+    absl::ReaderMutexLock l(&h.peers_mu);
+    for (auto& p : h.peers) {
+      if (p->ep != nullptr && &p->ep->fid == fid) return p.get();
+    }
+    return nullptr;
+  };
+  auto fail_peer = [&](Handles::MsgPeer* p, std::string why) {
+    if (p->state.load(std::memory_order_acquire) == 0) h.connecting.fetch_sub(1);
+    p->error = std::move(why);
+    p->state.store(-1, std::memory_order_release);
+  };
+  for (;;) {
+    uint32_t event = 0;
+    ssize_t n = fi_eq_read(h.eq, &event, buf, sizeof(buf), 0);
+    if (n == -FI_EAGAIN) break;
+    ++events;
+    if (n == -FI_EAVAIL) {
+      fi_eq_err_entry err{};
+      if (fi_eq_readerr(h.eq, &err, 0) < 0) break;
+      const char* detail = fi_eq_strerror(h.eq, err.prov_errno, err.err_data, nullptr, 0);
+      std::string why = absl::StrCat("connection failed: ", fi_strerror(err.err),
+                                     detail ? " / " : "", detail ? detail : "");
+      if (Handles::MsgPeer* p = find_peer(err.fid)) {
+        fail_peer(p, why);
+      } else {
+        spdlog::debug("incoming connection: {}", why);
+      }
+      continue;
+    }
+    if (n < 0) {
+      spdlog::warn("fi_eq_read: {}", fi_strerror(-static_cast<int>(n)));
+      break;
+    }
+    if (event == FI_CONNREQ) {
+      fid_ep* ep = nullptr;
+      int ret = MakeMsgEndpoint(h.domain, entry->info, h.eq, h.cq, &ep);
+      if (ret == 0) ret = fi_accept(ep, nullptr, 0);
+      if (ret != 0) {
+        spdlog::warn("cannot accept a connection: {}", FiError("fi_accept", ret));
+        if (ep != nullptr) fi_close(&ep->fid);
+        fi_reject(h.pep, entry->info->handle, nullptr, 0);
+      } else {
+        h.accepted.push_back(ep);
+      }
+      fi_freeinfo(entry->info);
+    } else if (event == FI_CONNECTED) {
+      if (Handles::MsgPeer* p = find_peer(entry->fid)) {
+        h.connecting.fetch_sub(1);
+        p->state.store(1, std::memory_order_release);
+      }
+    } else if (event == FI_SHUTDOWN) {
+      if (Handles::MsgPeer* p = find_peer(entry->fid))
+        fail_peer(p, "the peer closed the connection");
+    }
+  }
+  h.eq_mu.Unlock();
+  return events;
+}
+
+absl::Status Fabric::EndpointFor(PeerId peer, absl::Time deadline, void** ep, uint64_t* dest) {
+  if (endpoint_ == EndpointType::kRdm) {
+    *ep = h_->ep;
+    *dest = peer;
+    return absl::OkStatus();
+  }
+  Handles::MsgPeer* p = nullptr;
+  {
+    absl::ReaderMutexLock l(&h_->peers_mu);
+    if (peer < h_->peers.size()) p = h_->peers[peer].get();
+  }
+  if (p == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown peer ", peer));
+  while (p->state.load(std::memory_order_acquire) == 0) {
+    Progress();
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError("the connection to the peer was not established in time");
+    }
+  }
+  if (p->state.load(std::memory_order_acquire) < 0) return absl::UnavailableError(p->error);
+  *ep = p->ep;
+  *dest = 0;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<MemoryRegistration>> Fabric::Register(void* base, size_t size) {
@@ -248,12 +474,11 @@ absl::StatusOr<std::unique_ptr<MemoryRegistration>> Fabric::Register(void* base,
   std::unique_ptr<MemoryRegistration> r(new MemoryRegistration());
   fid_mr* mr = nullptr;
   const uint64_t requested_key = h_->next_key.fetch_add(1, std::memory_order_relaxed);
-  int ret = fi_mr_reg(h_->domain, base, size,
-                      FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, requested_key, 0,
-                      &mr, nullptr);
+  int ret = fi_mr_reg(h_->domain, base, size, FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE,
+                      0, requested_key, 0, &mr, nullptr);
   if (ret != 0) {
-    std::string msg = absl::StrCat("registering ", size, " bytes with provider ", provider_,
-                                   ": ", FiError("fi_mr_reg", ret));
+    std::string msg = absl::StrCat("registering ", size, " bytes with provider ", provider_, ": ",
+                                   FiError("fi_mr_reg", ret));
     rlimit lim{};
     getrlimit(RLIMIT_MEMLOCK, &lim);
     if (ret == -FI_ENOMEM || ret == -FI_EFAULT || ret == -FI_EPERM || ret == -FI_EACCES) {
@@ -273,11 +498,37 @@ absl::StatusOr<std::unique_ptr<MemoryRegistration>> Fabric::Register(void* base,
 }
 
 absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
+  if (endpoint_ == EndpointType::kMsg) {
+    std::string host, port;
+    if (!SockaddrToHostPort(std::string(address), &host, &port)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a peer address of ", address.size(), " bytes is no IP socket address"));
+    }
+    fi_info* info = nullptr;
+    int ret = fi_getinfo(kFiVersion, host.c_str(), port.c_str(), 0, h_->msg_hints, &info);
+    if (ret != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot resolve peer ", host, ":", port, ": ", fi_strerror(-ret)));
+    }
+    auto peer = std::make_unique<Handles::MsgPeer>();
+    ret = MakeMsgEndpoint(h_->domain, info, h_->eq, h_->cq, &peer->ep);
+    if (ret == 0) ret = fi_connect(peer->ep, info->dest_addr, nullptr, 0);
+    fi_freeinfo(info);
+    if (ret != 0) {
+      if (peer->ep != nullptr) fi_close(&peer->ep->fid);
+      return absl::UnavailableError(absl::StrCat("cannot connect to peer ", host, ":", port, ": ",
+                                                 FiError("fi_connect", ret)));
+    }
+    h_->connecting.fetch_add(1);
+    absl::MutexLock l(&h_->peers_mu);
+    h_->peers.push_back(std::move(peer));
+    return static_cast<PeerId>(h_->peers.size() - 1);
+  }
   fi_addr_t addr = FI_ADDR_UNSPEC;
   int n = fi_av_insert(h_->av, address.data(), 1, &addr, 0, nullptr);
   if (n != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "fi_av_insert rejected a peer address of ", address.size(), " bytes (", n, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("fi_av_insert rejected a peer address of ",
+                                                   address.size(), " bytes (", n, ")"));
   }
   return static_cast<PeerId>(addr);
 }
@@ -285,6 +536,13 @@ absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
 int Fabric::Progress() {
   fi_cq_entry entries[32];
   int total = 0;
+  // Connection events are rare: look at the event queue every 16th call, or every call while a
+  // connection of ours is being set up.
+  if (h_->eq != nullptr &&
+      ((h_->progress_calls.fetch_add(1, std::memory_order_relaxed) & 15) == 0 ||
+       h_->connecting.load(std::memory_order_relaxed) > 0)) {
+    total += ProgressConnections();
+  }
   for (;;) {
     ssize_t n = fi_cq_read(h_->cq, entries, 32);
     if (n > 0) {
@@ -302,11 +560,10 @@ int Fabric::Progress() {
       if (fi_cq_readerr(h_->cq, &err, 0) != 1) return total;
       auto* ctx = static_cast<OpContext*>(err.op_context);
       const char* detail = fi_cq_strerror(h_->cq, err.prov_errno, err.err_data, nullptr, 0);
-      std::string msg = absl::StrCat(ctx && ctx->is_read ? "READ" : "WRITE", " of ",
-                                     ctx ? ctx->len : 0, " bytes at remote address 0x",
-                                     absl::Hex(ctx ? ctx->remote_addr : 0), " failed: ",
-                                     fi_strerror(err.err), detail ? " / " : "",
-                                     detail ? detail : "");
+      std::string msg = absl::StrCat(
+          ctx && ctx->is_read ? "READ" : "WRITE", " of ", ctx ? ctx->len : 0,
+          " bytes at remote address 0x", absl::Hex(ctx ? ctx->remote_addr : 0),
+          " failed: ", fi_strerror(err.err), detail ? " / " : "", detail ? detail : "");
       spdlog::debug("{}", msg);
       if (ctx != nullptr) {
         ctx->state->Fail(absl::UnavailableError(msg));
@@ -344,21 +601,36 @@ int Fabric::WaitForProgress(absl::Duration max_wait) {
 
 absl::Status Fabric::Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local,
                           OpContext* ctx, absl::Time deadline) {
+  void* ep_ptr = nullptr;
+  uint64_t dest = 0;
+  if (absl::Status s = EndpointFor(peer, deadline, &ep_ptr, &dest); !s.ok()) return s;
+  fid_ep* ep = static_cast<fid_ep*>(ep_ptr);
+  iovec iov{local.data, local.size};
+  void* desc = local.mr->desc();
+  fi_rma_iov rma{remote.addr, local.size, remote.key};
+  fi_msg_rma msg{};
+  msg.msg_iov = &iov;
+  msg.desc = &desc;
+  msg.iov_count = 1;
+  msg.addr = dest;
+  msg.rma_iov = &rma;
+  msg.rma_iov_count = 1;
+  msg.context = &ctx->fi_ctx;
+  // The completion semantics are asked for on every WRITE: some providers (tcp) ignore the
+  // endpoint's default op_flags.
   for (;;) {
-    ssize_t ret =
-        is_read ? fi_read(h_->ep, local.data, local.size, local.mr->desc(), peer, remote.addr,
-                          remote.key, &ctx->fi_ctx)
-                : fi_write(h_->ep, local.data, local.size, local.mr->desc(), peer, remote.addr,
-                           remote.key, &ctx->fi_ctx);
+    ssize_t ret = is_read ? fi_readmsg(ep, &msg, FI_COMPLETION)
+                          : fi_writemsg(ep, &msg, FI_COMPLETION | write_completion_);
     if (ret == 0) return absl::OkStatus();
     if (ret != -FI_EAGAIN) {
       return absl::UnavailableError(FiError(is_read ? "fi_read" : "fi_write", ret));
     }
     Progress();
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          is_read ? "READ" : "WRITE", " could not be posted: the provider stayed busy "
-                                      "(is the peer alive and polling?)"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(is_read ? "READ" : "WRITE",
+                       " could not be posted: the provider stayed busy "
+                       "(is the peer alive and polling?)"));
     }
   }
 }
@@ -383,8 +655,8 @@ absl::Status OpBatch::Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
     s = absl::InvalidArgumentError("local buffer is empty or not inside its registration");
   } else if (local.size > fabric_->max_rma_size()) {
     s = absl::InvalidArgumentError(absl::StrCat(local.size, "-byte operation exceeds the ",
-                                                fabric_->max_rma_size(),
-                                                "-byte limit of provider ", fabric_->provider()));
+                                                fabric_->max_rma_size(), "-byte limit of provider ",
+                                                fabric_->provider()));
   }
   if (s.ok()) {
     auto* ctx = new Fabric::OpContext();

@@ -49,12 +49,23 @@ using PeerId = uint64_t;
 
 // The provider names a user may pass. "auto" picks verbs when an RDMA device is present,
 // else tcp;ofi_rxm.
-inline constexpr const char* kProviderNames[] = {"auto", "verbs", "tcp;ofi_rxm", "tcp", "shm",
-                                                 "sockets"};
+inline constexpr const char* kProviderNames[] = {"auto", "verbs", "tcp;ofi_rxm",
+                                                 "tcp",  "shm",   "sockets"};
+
+// Endpoint types. RDM (reliable datagram) works on every provider (verbs through ofi_rxm); MSG
+// (reliable connected, like the RC queue pairs FaRM uses) only on verbs and tcp, with one
+// connection per peer and direction. kAuto picks MSG for the tcp provider (whose RDM endpoint is
+// tcp;ofi_rxm) and RDM otherwise.
+enum class EndpointType { kAuto, kRdm, kMsg };
+
+// Parses "auto", "rdm" or "msg".
+absl::StatusOr<EndpointType> ParseEndpointType(absl::string_view s);
+std::string EndpointTypeName(EndpointType type);
 
 struct FabricOptions {
   // One of kProviderNames.
   std::string provider = "auto";
+  EndpointType endpoint = EndpointType::kAuto;
   // Local IP address (or host name) to bind network providers to, e.g. "127.0.0.1". Empty lets
   // the provider choose. Ignored by shm.
   std::string bind_host;
@@ -134,6 +145,8 @@ class Fabric {
 
   // The provider actually opened, e.g. "tcp;ofi_rxm" or "verbs;ofi_rxm".
   const std::string& provider() const { return provider_; }
+  // kRdm or kMsg (never kAuto).
+  EndpointType endpoint_type() const { return endpoint_; }
   // Opaque address of this endpoint; peers pass it to AddPeer.
   const std::string& address() const { return address_; }
   // Largest single READ or WRITE the provider accepts.
@@ -143,7 +156,8 @@ class Fabric {
   // provider's message; a failure caused by the locked-memory limit says how to raise it.
   absl::StatusOr<std::unique_ptr<MemoryRegistration>> Register(void* base, size_t size);
 
-  // Makes a peer reachable. `address` is the peer's address() bytes.
+  // Makes a peer reachable. `address` is the peer's address() bytes. With MSG endpoints this
+  // starts connecting; operations to the peer wait for the connection (within their deadline).
   absl::StatusOr<PeerId> AddPeer(absl::string_view address);
 
   // Reads completions and fires their OpBatch bookkeeping. Returns the number of completions
@@ -171,6 +185,12 @@ class Fabric {
   struct OpContext;
 
   Fabric();
+  absl::Status OpenEndpoint();
+  // MSG: accepts connection requests and tracks connection state. Returns events handled.
+  int ProgressConnections();
+  // The endpoint and destination to post an operation to `peer` on; for MSG, waits for the
+  // connection until `deadline`.
+  absl::Status EndpointFor(PeerId peer, absl::Time deadline, void** ep, uint64_t* dest);
   // Posts one READ (is_read) or WRITE; retries while the provider is busy, driving progress,
   // until `deadline`.
   absl::Status Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local,
@@ -181,7 +201,9 @@ class Fabric {
   std::string address_;
   size_t max_rma_size_ = 0;
   bool virt_addr_ = false;
-  int wait_fd_ = -1;  // The CQ's wait object (owned by libfabric), or -1.
+  EndpointType endpoint_ = EndpointType::kRdm;
+  uint64_t write_completion_ = 0;  // FI_DELIVERY_COMPLETE, or FI_TRANSMIT_COMPLETE
+  int wait_fd_ = -1;               // The CQ's wait object (owned by libfabric), or -1.
 };
 
 // A set of one-sided operations posted together and waited for together.

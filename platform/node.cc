@@ -41,6 +41,10 @@ absl::Status Node::Init() {
 
   FabricOptions fopts;
   fopts.provider = options_.provider.empty() ? cfg.provider() : options_.provider;
+  absl::StatusOr<EndpointType> endpoint =
+      ParseEndpointType(options_.endpoint.empty() ? cfg.endpoint() : options_.endpoint);
+  if (!endpoint.ok()) return endpoint.status();
+  fopts.endpoint = *endpoint;
   fopts.bind_host = self != nullptr ? self->host() : cm_node->host();
   absl::StatusOr<std::unique_ptr<Fabric>> fabric = Fabric::Open(fopts);
   if (!fabric.ok()) return fabric.status();

@@ -52,8 +52,9 @@ struct NodeOptions {
   config::ClusterConfig config;  // Validated (see LoadClusterConfig).
   // This node's id from the configuration; -1 lets the CM assign the lowest free one.
   int node_id = -1;
-  // Overrides config.provider when not empty.
+  // Override config.provider / config.endpoint when not empty.
   std::string provider;
+  std::string endpoint;
   PollerOptions poll;
   // Fill local regions with SelfCheckPattern bytes before joining (for the self-check).
   bool fill_pattern = false;

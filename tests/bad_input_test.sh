@@ -30,6 +30,8 @@ expect_fail 2 "unknown provider 'carrier-pigeon'" -- "$NODE" --config="$cfg" --n
 expect_fail 2 "unknown provider 'carrier-pigeon'" -- "$CLUSTER" --provider=carrier-pigeon
 expect_fail 2 "poll mode 'sometimes'" -- "$NODE" --config="$cfg" --node_id=0 --poll=sometimes
 expect_fail 2 "--poll must be busy or adaptive" -- "$CLUSTER" --poll=sometimes
+expect_fail 2 "unknown endpoint type 'datagram'" -- "$NODE" --config="$cfg" --node_id=0 --endpoint=datagram
+expect_fail 1 "provider 'shm' has no connected \(MSG\) endpoint" -- "$NODE" --config="$cfg" --node_id=0 --endpoint=msg
 expect_fail 2 "unknown log level" -- "$NODE" --config="$cfg" --log_level=loud
 expect_fail 2 "--nodes must be between" -- "$CLUSTER" --nodes=0
 expect_fail 1 "Unknown command line flag 'bogus'" -- "$NODE" --bogus=1

@@ -3,21 +3,24 @@
 # every ordered pair verified byte for byte at both ends of every region, out-of-region accesses
 # refused, for each provider. Afterwards no node process may be left.
 #
-# Environment: FARM_TEST_PROVIDERS (default "shm tcp;ofi_rxm"), FARM_TEST_HOST (default
-# 127.0.0.1), FARM_TEST_NODES (default "3 4").
+# Environment: FARM_TEST_PROVIDERS (default "shm tcp;ofi_rxm tcp"; tcp runs connected MSG
+# endpoints), FARM_TEST_HOST (default 127.0.0.1), FARM_TEST_NODES (default "3 4"),
+# FARM_TEST_ENDPOINT (default auto; rdm or msg).
 source "$(dirname "$0")/lib.sh"
 CLUSTER=$(bin cluster) || exit 1
 NODE=$(bin node) || exit 1
 
-IFS=' ' read -r -a providers <<<"${FARM_TEST_PROVIDERS:-shm tcp;ofi_rxm}"
+IFS=' ' read -r -a providers <<<"${FARM_TEST_PROVIDERS:-shm tcp;ofi_rxm tcp}"
 IFS=' ' read -r -a sizes <<<"${FARM_TEST_NODES:-3 4}"
 host=${FARM_TEST_HOST:-127.0.0.1}
+endpoint=${FARM_TEST_ENDPOINT:-auto}
 
 for provider in "${providers[@]}"; do
   for n in "${sizes[@]}"; do
-    echo "== $n nodes, provider $provider, host $host"
+    echo "== $n nodes, provider $provider, endpoint $endpoint, host $host"
     out="$TMP/run.json"
-    timeout 180 "$CLUSTER" --nodes="$n" --provider="$provider" --host="$host" \
+    timeout 180 "$CLUSTER" --nodes="$n" --provider="$provider" --endpoint="$endpoint" \
+      --host="$host" \
       --node_binary="$NODE" --exit_after_check --json --log_level=warn >"$out" 2>"$TMP/run.err"
     rc=$?
     cat "$out"

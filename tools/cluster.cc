@@ -49,6 +49,7 @@
 
 ABSL_FLAG(int, nodes, 3, "number of node processes");
 ABSL_FLAG(std::string, provider, "auto", "fabric provider: auto, verbs, tcp;ofi_rxm, tcp, shm");
+ABSL_FLAG(std::string, endpoint, "auto", "endpoint type: auto, rdm or msg (verbs and tcp only)");
 ABSL_FLAG(std::string, poll, "adaptive", "nodes' polling mode: busy or adaptive");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address every node binds to (when --hosts is empty)");
 ABSL_FLAG(std::vector<std::string>, hosts, {}, "per-node addresses, comma separated");
@@ -120,6 +121,7 @@ class Cluster {
     }
     config::ClusterConfig c;
     c.set_provider(absl::GetFlag(FLAGS_provider));
+    c.set_endpoint(absl::GetFlag(FLAGS_endpoint));
     c.set_region_size(static_cast<uint64_t>(absl::GetFlag(FLAGS_region_size)));
     c.set_region_count(static_cast<uint32_t>(absl::GetFlag(FLAGS_region_count)));
     c.set_lock_memory(absl::GetFlag(FLAGS_lock_memory));

@@ -38,6 +38,8 @@ ABSL_FLAG(std::string, config, "", "cluster configuration file (protobuf text fo
 ABSL_FLAG(int, node_id, -1, "this node's id in the configuration; -1 lets the CM assign one");
 ABSL_FLAG(std::string, provider, "",
           "fabric provider, overriding the configuration: auto, verbs, tcp;ofi_rxm, tcp, shm");
+ABSL_FLAG(std::string, endpoint, "",
+          "fabric endpoint type, overriding the configuration: auto, rdm or msg");
 ABSL_FLAG(std::string, poll, "adaptive", "polling mode: busy or adaptive");
 ABSL_FLAG(bool, control_stdin, false, "read commands (selfcheck, quit) from standard input");
 ABSL_FLAG(bool, fill_pattern, false, "fill regions with the self-check pattern before joining");
@@ -131,6 +133,13 @@ int Main() {
         provider);
     return 2;
   }
+  const std::string endpoint = absl::GetFlag(FLAGS_endpoint);
+  if (!endpoint.empty()) {
+    if (absl::Status s = ParseEndpointType(endpoint).status(); !s.ok()) {
+      spdlog::error("--endpoint: {}", std::string(s.message()));
+      return 2;
+    }
+  }
   const int node_id = absl::GetFlag(FLAGS_node_id);
   if (node_id >= 0 && FindNode(*cfg, static_cast<uint32_t>(node_id)) == nullptr) {
     spdlog::error("--node_id={} is not listed in {}", node_id, config_path);
@@ -151,6 +160,7 @@ int Main() {
   opts.config = *cfg;
   opts.node_id = node_id;
   opts.provider = provider;
+  opts.endpoint = endpoint;
   opts.poll.mode = *mode;
   opts.fill_pattern = absl::GetFlag(FLAGS_fill_pattern);
   absl::StatusOr<std::unique_ptr<Node>> node = Node::Start(opts);
