@@ -15,6 +15,16 @@
 //      * shm (its queue cannot block) and verbs: it sleeps in growing steps up to max_sleep. On
 //        shm a remote READ that reaches an idle node therefore waits up to max_sleep for the
 //        target's progress.
+//    What it costs, measured with tools/fabric_bench (8-byte READ to the target, 2 cores,
+//    loopback, medians of 3 to 6 runs; "idle" = 2 ms between operations, so every one finds the
+//    target waiting):
+//                         busy p50/p99 us   adaptive p50/p99 us   adaptive, idle p50/p99 us
+//      tcp;ofi_rxm            15 / 32             17 / 42               113 / 245
+//      shm                   2.4 / 12           1086 / 1211               82 / 1120
+//    (busy with the same 2 ms gaps: tcp;ofi_rxm 65 / 140, shm 13 / 70.) shm keeps sleeping
+//    between operations that arrive back to back, because serving a peer's READ leaves no
+//    completion to count as activity: an adaptive shm node serves about 1000 operations/s. An
+//    idle adaptive node uses about 2% of a core (3-node cluster, tcp;ofi_rxm or shm).
 //
 // Thread safety: AddTask and Stop may be called from any thread.
 #ifndef FARM_PLATFORM_POLLER_H_

@@ -2,6 +2,7 @@
 //
 //   bazel run //tools:fabric_bench -- --provider='tcp;ofi_rxm'
 //   bazel run //tools:fabric_bench -- --provider=shm --poll=adaptive --json
+//   bazel run //tools:fabric_bench -- --provider=tcp --endpoint=msg --sizes=8,4K --gap_us=2000
 //
 // The bench starts a two-node cluster on this machine: it re-executes itself as the target node
 // (node 0, also the configuration manager, with one region of at least 4 MiB) and joins as node 1.
@@ -73,6 +74,8 @@
 
 ABSL_FLAG(std::string, provider, "auto",
           "fabric provider: auto, verbs, tcp;ofi_rxm, tcp, shm or sockets");
+ABSL_FLAG(std::string, endpoint, "auto",
+          "fabric endpoint type: auto, rdm or msg (connected; tcp and verbs only)");
 ABSL_FLAG(std::string, poll, "busy",
           "the target node's polling mode: busy or adaptive (adaptive shows what an idle node "
           "costs in latency)");
@@ -80,8 +83,11 @@ ABSL_FLAG(std::string, sizes, "8,64,512,4096,32768,262144,1048576",
           "comma-separated operation sizes in bytes; a K or M suffix multiplies by 1024 or "
           "1048576 (e.g. 8,4K,1M)");
 ABSL_FLAG(int, iters, 2000,
-          "latency samples per operation and size; sizes above 32 KiB use fewer (a 128 MiB "
-          "budget per point, at least min(iters, 200))");
+          "latency samples per operation and size; large sizes use fewer (at most 128 MiB "
+          "moved per point, but at least min(iters, 200) samples)");
+ABSL_FLAG(int, gap_us, 0,
+          "microseconds to sleep before each latency sample; with --poll=adaptive a gap longer "
+          "than the target's spin window (200 us) measures operations that reach an idle target");
 ABSL_FLAG(int, window, 16, "operations kept in flight for the throughput measurement");
 ABSL_FLAG(int, duration_ms, 500, "milliseconds per throughput point (0 skips throughput)");
 ABSL_FLAG(bool, json, false,
@@ -167,12 +173,14 @@ char g_config_path[sizeof(g_temp_dir) + 32];
 void RemoveTempFiles() {
   if (g_config_path[0] != '\0') unlink(g_config_path);
   if (g_temp_dir[0] != '\0') rmdir(g_temp_dir);
+  g_config_path[0] = '\0';
+  g_temp_dir[0] = '\0';
 }
 
 void OnFatalSignal(int sig) {
   // Only async-signal-safe calls here.
   pid_t child = g_child_pid;
-  if (child > 0) kill(child, SIGKILL);
+  if (child > 0) kill(child, SIGTERM);  // SIGTERM lets shm remove its files; nothing blocks it.
   RemoveTempFiles();
   signal(sig, SIG_DFL);
   raise(sig);
@@ -469,8 +477,8 @@ class Bench {
     return absl::OkStatus();
   }
 
-  // One operation at a time.
-  absl::Status Latency(bool is_read, uint64_t size, int iters, Result* r) {
+  // One operation at a time, each after a sleep of `gap`.
+  absl::Status Latency(bool is_read, uint64_t size, int iters, absl::Duration gap, Result* r) {
     Node::Batch batch(node_);
     const int warmup = std::min(iters, 20);
     std::vector<double> us;
@@ -478,6 +486,7 @@ class Bench {
     for (int i = 0; i < warmup + iters; ++i) {
       const GlobalAddress addr = Remote(i, size);
       const LocalBuffer local = Slot(i % window_, size);
+      if (gap > absl::ZeroDuration()) absl::SleepFor(gap);
       const auto t0 = std::chrono::steady_clock::now();
       if (absl::Status s = Op(batch, is_read, addr, local); !s.ok()) return s;
       const auto t1 = std::chrono::steady_clock::now();
@@ -513,22 +522,26 @@ class Bench {
     };
     const auto t0 = std::chrono::steady_clock::now();
     const auto end = t0 + std::chrono::nanoseconds(absl::ToInt64Nanoseconds(duration));
-    int posted = 0;
+    std::vector<bool> in_flight(window_, false);
     absl::Status status;
-    for (; posted < window_ && status.ok(); ++posted) status = post(posted);
+    for (int i = 0; i < window_ && status.ok(); ++i) {
+      status = post(i);
+      in_flight[i] = status.ok();
+    }
     uint64_t completed = 0;
-    int slot = 0;
-    while (status.ok()) {
+    for (int slot = 0; status.ok(); slot = (slot + 1) % window_) {
       status = wait(slot);
+      in_flight[slot] = false;
       if (!status.ok()) break;
       ++completed;
       if (std::chrono::steady_clock::now() >= end) break;
       status = post(slot);
-      slot = (slot + 1) % window_;
+      in_flight[slot] = status.ok();
     }
-    // Drain the rest (also on errors, so no buffer is in use when we return).
-    for (int i = 1; i < posted; ++i) {
-      absl::Status s = wait((slot + i) % window_);
+    // Drain the rest (also after an error, so that no buffer is in use when we return).
+    for (int i = 0; i < window_; ++i) {
+      if (!in_flight[i]) continue;
+      absl::Status s = wait(i);
       if (s.ok()) {
         ++completed;
       } else if (status.ok()) {
@@ -605,6 +618,11 @@ int BenchMain() {
     spdlog::error("--poll: {}", std::string(mode.status().message()));
     return kExitUsage;
   }
+  const std::string endpoint = absl::GetFlag(FLAGS_endpoint);
+  if (absl::Status s = ParseEndpointType(endpoint).status(); !s.ok()) {
+    spdlog::error("--endpoint: {}", std::string(s.message()));
+    return kExitUsage;
+  }
   absl::StatusOr<std::vector<uint64_t>> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
   if (!sizes.ok()) {
     spdlog::error("{}", std::string(sizes.status().message()));
@@ -615,9 +633,15 @@ int BenchMain() {
   const int duration_ms = absl::GetFlag(FLAGS_duration_ms);
   const int base_port = absl::GetFlag(FLAGS_base_port);
   const int timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  const int gap_us = absl::GetFlag(FLAGS_gap_us);
+  const absl::Duration gap = absl::Microseconds(gap_us);
   const std::string host = absl::GetFlag(FLAGS_host);
   if (iters < 1 || iters > 10000000) {
     spdlog::error("--iters={} must be between 1 and 10000000", iters);
+    return kExitUsage;
+  }
+  if (gap_us < 0 || gap_us > 10000000) {
+    spdlog::error("--gap_us={} must be between 0 and 10000000", gap_us);
     return kExitUsage;
   }
   if (window < 1 || window > 1024) {
@@ -657,6 +681,7 @@ int BenchMain() {
   // The cluster configuration, in a private temporary directory.
   config::ClusterConfig cfg;
   cfg.set_provider(provider_flag);
+  cfg.set_endpoint(endpoint);
   cfg.set_region_size(std::max(kMinRegionSize, (max_size + 4095) / 4096 * 4096));
   cfg.set_region_count(1);
   cfg.set_cm_node_id(kTargetId);
@@ -775,6 +800,8 @@ int BenchMain() {
     Abandon(kExitRuntime);
   }
   starter.join();
+  // Both nodes have read the configuration: remove it now, so that not even SIGKILL leaves it.
+  RemoveTempFiles();
   std::unique_ptr<Node> node = std::move(*start->node);
   node->poller()->Stop();
 
@@ -815,8 +842,11 @@ int BenchMain() {
       const bool json = absl::GetFlag(FLAGS_json);
       if (!json) {
         Print(absl::StrFormat(
-            "fabric_bench: provider %s, target poll %s, %d-op window, %d ms per throughput point",
-            provider, PollModeName(*mode), window, duration_ms));
+            "fabric_bench: provider %s (%s endpoints), target poll %s, %d-op window, %d ms per "
+            "throughput point%s",
+            provider, EndpointTypeName(node->fabric()->endpoint_type()), PollModeName(*mode),
+            window, duration_ms,
+            gap_us > 0 ? absl::StrCat(", ", gap_us, " us between latency samples") : ""));
         Print(absl::StrFormat("%-5s %9s %7s %10s %10s %12s %9s", "op", "size", "samples",
                               "p50_us", "p99_us", "ops/s", "GB/s"));
       }
@@ -840,7 +870,7 @@ int BenchMain() {
           Result r;
           r.op = is_read ? "read" : "write";
           r.size = size;
-          s = bench.Latency(is_read, size, LatencyIters(size, iters), &r);
+          s = bench.Latency(is_read, size, LatencyIters(size, iters), gap, &r);
           if (s.ok() && duration_ms > 0) {
             s = bench.Throughput(is_read, size, absl::Milliseconds(duration_ms), &r);
           }
