@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <set>
 
@@ -153,6 +154,11 @@ struct Fabric::Handles {
   std::vector<fid_ep*> accepted ABSL_GUARDED_BY(eq_mu);
   std::atomic<int> connecting{0};
   std::atomic<uint32_t> progress_calls{0};
+
+  // Counts peers' READs and WRITEs served by this endpoint (FI_RMA_EVENT), where the provider
+  // offers it: Progress() reports them, so an adaptive poller sees serving peers as activity.
+  fid_cntr* remote_cntr = nullptr;
+  std::atomic<uint64_t> remote_seen{0};
 };
 
 // Per-operation bookkeeping handed to libfabric as the operation context. fi_context2 must come
@@ -201,6 +207,7 @@ Fabric::~Fabric() {
   }
   if (h_->pep) fi_close(&h_->pep->fid);
   if (h_->ep) fi_close(&h_->ep->fid);
+  if (h_->remote_cntr) fi_close(&h_->remote_cntr->fid);
   if (h_->av) fi_close(&h_->av->fid);
   if (h_->cq) fi_close(&h_->cq->fid);
   if (h_->domain) fi_close(&h_->domain->fid);
@@ -241,8 +248,15 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
   int ret = -FI_ENODATA;
   // verbs MSG endpoints offer neither flag: their WRITE completes when the peer's NIC
   // acknowledged it, as on the RC queue pairs FaRM uses.
-  for (uint64_t completion :
-       {uint64_t{FI_DELIVERY_COMPLETE}, uint64_t{FI_TRANSMIT_COMPLETE}, uint64_t{0}}) {
+  // Remote-access counting (FI_RMA_EVENT) is asked for where the provider needs this process's
+  // progress to serve peers, i.e. everywhere but verbs.
+  const uint64_t base_caps = hints->caps;
+  for (int attempt = 0; attempt < 6 && ret != 0; ++attempt) {
+    const bool rma_event = attempt < 3 && provider != "verbs";
+    if (attempt < 3 && !rma_event) continue;
+    const uint64_t completion = std::array<uint64_t, 3>{
+        uint64_t{FI_DELIVERY_COMPLETE}, uint64_t{FI_TRANSMIT_COMPLETE}, uint64_t{0}}[attempt % 3];
+    hints->caps = base_caps | (rma_event ? FI_RMA_EVENT : 0);
     hints->tx_attr->op_flags = completion;
     ret = fi_getinfo(kFiVersion, bind ? options.bind_host.c_str() : nullptr, bind ? "0" : nullptr,
                      bind ? FI_SOURCE : 0, hints, &info);
@@ -305,6 +319,15 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
     ret = fi_cq_open(h.domain, &cq_attr, &h.cq, nullptr);
   }
   if (ret != 0) return absl::UnavailableError(FiError("fi_cq_open", ret));
+  if (info->caps & FI_RMA_EVENT) {
+    fi_cntr_attr cntr_attr{};
+    cntr_attr.events = FI_CNTR_EVENTS_COMP;
+    cntr_attr.wait_obj = FI_WAIT_NONE;
+    if ((ret = fi_cntr_open(h.domain, &cntr_attr, &h.remote_cntr, nullptr)) != 0) {
+      spdlog::debug("no remote-access counter: {}", FiError("fi_cntr_open", ret));
+      h.remote_cntr = nullptr;
+    }
+  }
   if (absl::Status st = f->OpenEndpoint(); !st.ok()) return st;
   if (cq_attr.wait_obj == FI_WAIT_FD) {
     int fd = -1;
@@ -352,6 +375,10 @@ absl::Status Fabric::OpenEndpoint() {
       (ret = fi_ep_bind(h.ep, &h.cq->fid, FI_TRANSMIT | FI_RECV)) != 0) {
     return absl::UnavailableError(FiError("fi_ep_bind", ret));
   }
+  if (h.remote_cntr != nullptr &&
+      (ret = fi_ep_bind(h.ep, &h.remote_cntr->fid, FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0) {
+    return absl::UnavailableError(FiError("fi_ep_bind(counter)", ret));
+  }
   if ((ret = fi_enable(h.ep)) != 0) return absl::UnavailableError(FiError("fi_enable", ret));
   if ((ret = fi_getname(&h.ep->fid, name, &name_len)) != 0) {
     return absl::UnavailableError(FiError("fi_getname", ret));
@@ -363,11 +390,15 @@ absl::Status Fabric::OpenEndpoint() {
 namespace {
 
 // Creates an endpoint from `info` on the fabric's event queue and completion queue.
-int MakeMsgEndpoint(fid_domain* domain, fi_info* info, fid_eq* eq, fid_cq* cq, fid_ep** ep) {
+// `cntr`, if set, counts the peer's operations served by this endpoint.
+int MakeMsgEndpoint(fid_domain* domain, fi_info* info, fid_eq* eq, fid_cq* cq, fid_cntr* cntr,
+                    fid_ep** ep) {
   int ret = fi_endpoint(domain, info, ep, nullptr);
   if (ret != 0) return ret;
   if ((ret = fi_ep_bind(*ep, &eq->fid, 0)) != 0 ||
       (ret = fi_ep_bind(*ep, &cq->fid, FI_TRANSMIT | FI_RECV)) != 0 ||
+      (cntr != nullptr &&
+       (ret = fi_ep_bind(*ep, &cntr->fid, FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0) ||
       (ret = fi_enable(*ep)) != 0) {
     fi_close(&(*ep)->fid);
     *ep = nullptr;
@@ -419,7 +450,7 @@ int Fabric::ProgressConnections() {
     }
     if (event == FI_CONNREQ) {
       fid_ep* ep = nullptr;
-      int ret = MakeMsgEndpoint(h.domain, entry->info, h.eq, h.cq, &ep);
+      int ret = MakeMsgEndpoint(h.domain, entry->info, h.eq, h.cq, h.remote_cntr, &ep);
       if (ret == 0) ret = fi_accept(ep, nullptr, 0);
       if (ret != 0) {
         spdlog::warn("cannot accept a connection: {}", FiError("fi_accept", ret));
@@ -511,7 +542,7 @@ absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
           absl::StrCat("cannot resolve peer ", host, ":", port, ": ", fi_strerror(-ret)));
     }
     auto peer = std::make_unique<Handles::MsgPeer>();
-    ret = MakeMsgEndpoint(h_->domain, info, h_->eq, h_->cq, &peer->ep);
+    ret = MakeMsgEndpoint(h_->domain, info, h_->eq, h_->cq, nullptr, &peer->ep);
     if (ret == 0) ret = fi_connect(peer->ep, info->dest_addr, nullptr, 0);
     fi_freeinfo(info);
     if (ret != 0) {
@@ -552,12 +583,12 @@ int Fabric::Progress() {
         delete ctx;
       }
       total += static_cast<int>(n);
-      if (n < 32) return total;
+      if (n < 32) break;
       continue;
     }
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
-      if (fi_cq_readerr(h_->cq, &err, 0) != 1) return total;
+      if (fi_cq_readerr(h_->cq, &err, 0) != 1) break;
       auto* ctx = static_cast<OpContext*>(err.op_context);
       const char* detail = fi_cq_strerror(h_->cq, err.prov_errno, err.err_data, nullptr, 0);
       std::string msg = absl::StrCat(
@@ -573,8 +604,16 @@ int Fabric::Progress() {
       ++total;
       continue;
     }
-    return total;  // -FI_EAGAIN: nothing more right now.
+    break;  // -FI_EAGAIN: nothing more right now.
   }
+  return total + RemoteAccesses();
+}
+
+int Fabric::RemoteAccesses() {
+  if (h_->remote_cntr == nullptr) return 0;
+  const uint64_t now = fi_cntr_read(h_->remote_cntr);
+  const uint64_t before = h_->remote_seen.exchange(now, std::memory_order_relaxed);
+  return now > before ? static_cast<int>(std::min<uint64_t>(now - before, 1 << 20)) : 0;
 }
 
 int Fabric::WaitForProgress(absl::Duration max_wait) {

@@ -161,7 +161,9 @@ class Fabric {
   absl::StatusOr<PeerId> AddPeer(absl::string_view address);
 
   // Reads completions and fires their OpBatch bookkeeping. Returns the number of completions
-  // seen (0 when idle). Safe to call from any thread, concurrently.
+  // seen plus, where the provider counts them (FI_RMA_EVENT: shm, tcp;ofi_rxm), the peers' READs
+  // and WRITEs this endpoint served since the last call; 0 when idle. Safe to call from any
+  // thread, concurrently.
   int Progress();
 
   // Blocks until this endpoint has something to progress (an incoming READ or WRITE, a
@@ -188,6 +190,8 @@ class Fabric {
   absl::Status OpenEndpoint();
   // MSG: accepts connection requests and tracks connection state. Returns events handled.
   int ProgressConnections();
+  // Peers' operations served since the last call (0 without a remote-access counter).
+  int RemoteAccesses();
   // The endpoint and destination to post an operation to `peer` on; for MSG, waits for the
   // connection until `deadline`.
   absl::Status EndpointFor(PeerId peer, absl::Time deadline, void** ep, uint64_t* dest);
