@@ -16,19 +16,26 @@ constexpr uint64_t kHeadSlotStride = 64;  // one cache line per slot: receivers 
 
 uint64_t RoundUpToPage(uint64_t n) { return (n + 4095) / 4096 * 4096; }
 
-}  // namespace
+// The tag of the head slots of one ring (see EncodeHeadSlot): the incarnations of its receiver
+// and its sender.
+uint64_t HeadSlotTag(uint32_t receiver_incarnation, uint32_t sender_incarnation) {
+  return (uint64_t{receiver_incarnation} << 32) | sender_incarnation;
+}
 
-// Where a peer's messaging area is (resolved once, when the messenger starts).
-struct Messenger::PeerArea {
-  uint32_t node_id = 0;
-  uint32_t region_id = 0;
-  absl::Status status;  // why this peer cannot be sent to, if it cannot
-};
+// Whether a sender must wait for the receiver's acknowledgement before it writes into the ring.
+// The receiver's ring may hold bytes and reading state of an earlier incarnation of the sender
+// only if the receiver joined before this incarnation of the sender did (see OnMembership).
+bool NeedsAck(uint64_t receiver_joined, uint64_t sender_joined) {
+  return receiver_joined < sender_joined;
+}
+
+}  // namespace
 
 struct Messenger::ReceiveRing {
   std::unique_ptr<RingReader> reader;
   int sender_index = 0;
   int lane = 0;
+  uint32_t incarnation = 0;  // the sender's region id this ring is read for; 0: nobody's
 };
 
 // The poller task's handle on the messenger: the messenger may go away before the node's poller
@@ -73,7 +80,10 @@ struct Messenger::Lane::PeerSend {
   char* mirror = nullptr;
   const char* head_slot = nullptr;  // in this node's area, written by the receiver
   GlobalAddress ring;               // the receiver's ring for this lane
-  absl::Status failed;              // set once: sends to this node fail with it
+  uint32_t incarnation = 0;         // the receiver's region id the writer is for
+  uint64_t tag = 0;                 // HeadSlotTag of this ring
+  bool ready = false;               // the receiver's rings are known to be ready for us
+  absl::Status failed = absl::UnavailableError("not synchronised with the membership yet");
   std::deque<std::pair<uint16_t, std::string>> backlog;  // scanning lane only
 };
 
@@ -98,6 +108,11 @@ uint64_t Messenger::HeadSlotOffset(int receiver_index, int lane) const {
 
 uint64_t Messenger::AreaSize() const { return Area(node_->config(), options_).size; }
 
+uint64_t Messenger::membership_epoch() const {
+  // Acquire: pairs with the release store at the end of OnMembership.
+  return applied_epoch_.load(std::memory_order_acquire);
+}
+
 int Messenger::IndexOf(uint32_t node) const {
   for (int i = 0; i < nodes_; ++i) {
     if (node_ids_[i] == node) return i;
@@ -107,6 +122,124 @@ int Messenger::IndexOf(uint32_t node) const {
 
 char* Messenger::ReceiveRingForTesting(uint32_t from, int lane) const {
   return area_ + RingOffset(IndexOf(from), lane);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Membership
+//
+// A node's *incarnation* is the region id of its messaging area: the CM assigns region ids from
+// a counter, so a node that leaves and joins again (a new process with the same node id) has a
+// new one, and every member learns it from the same membership. NodeInfo::joined_epoch says when
+// an incarnation joined (1 for the nodes that formed the cluster).
+//
+// Leaving. When the membership no longer lists a peer, OnMembership (on the CM's thread) marks it
+// Unavailable ("node N left the cluster"), bumps peer_version_ and then tells the close listener,
+// which fails the RPCs waiting for it. Lanes see the new version on their next Send or Flush and
+// refuse the peer; the scan zeroes the rings from it and resets their readers (nothing of the
+// old incarnation is read again); head write-backs to it stop. A call started concurrently with
+// the change either saw the new version (refused at Send) or was registered before the listener
+// ran (failed by it); a call to the new incarnation of a restarting node that is registered in
+// that window may fail spuriously with Unavailable ("node N restarted") and can be retried.
+//
+// Rejoining. The old incarnation's state must go on both ends before the new one's frames land:
+//  - Receiving from a new incarnation S' (we are R): our ring from S may hold frames, half-placed
+//    bytes and a mid-ring head of the old S. The scan zeroes it and resets its reader, then
+//    writes an acknowledgement into S's area: head slot {head 0} with the tag (R, S'), which no
+//    other incarnation pair decodes. S' does not write into our ring before it has decoded that
+//    slot, so its bytes land only on zeroed memory read by a fresh reader (the release fence in
+//    WriteHeadSlot orders the zeroing before the acknowledgement).
+//  - The acknowledgement is needed only when our area may have seen an older S: when we joined
+//    before S' (NeedsAck). Otherwise (we joined after S', or both formed the cluster) our area
+//    was allocated zeroed after every older S had left, or no older S existed; S' writes at
+//    once, and we must not zero: at Init and on a change we zero only rings whose sender waits
+//    for our acknowledgement, or whose sender left (any later incarnation of it will wait).
+//  - Sending to a new incarnation R' (we are S): the lane resets its writer (tail, head and
+//    sequence numbers from zero) on its next Send or Flush and drops what was queued for R.
+//    R' joined after us, so its area is fresh and we write at once; head slots in our area left
+//    by the old R carry its tag and no longer decode.
+// Safety rests on fail-stop: a node the CM has dropped writes no more (its process exited, or its
+// messenger was destroyed, which waits for its WRITEs, before the node left). A late WRITE of a
+// dropped incarnation could still only break a ring's framing (closing it as corrupt), never be
+// delivered as a message of the new one: its sequence numbers and checksums do not fit.
+
+void Messenger::OnMembership(const control::Membership& m) {
+  std::vector<std::pair<int, absl::Status>> receive;    // index, new receive status
+  std::vector<std::pair<uint32_t, absl::Status>> down;  // node, why (for the close listener)
+  {
+    absl::MutexLock l(&peer_mu_);
+    if (m.epoch() <= epoch_) return;
+    epoch_ = m.epoch();
+    for (int i = 0; i < nodes_; ++i) {
+      PeerArea& p = peers_[i];
+      PeerArea next = DescribePeer(m, node_ids_[i], p.region_id != 0);
+      if (next.region_id == 0) {
+        receive.emplace_back(i, next.status);
+        if (p.region_id != 0) down.emplace_back(next.node_id, next.status);
+      } else if (next.region_id != p.region_id) {
+        receive.emplace_back(i, absl::OkStatus());
+        if (p.region_id != 0) {
+          down.emplace_back(next.node_id,
+                            absl::UnavailableError(
+                                absl::StrCat("node ", next.node_id, " restarted (membership epoch ",
+                                             m.epoch(), "); its previous process is gone")));
+        }
+      }
+      p = std::move(next);
+    }
+    // Release: pairs with the acquire loads in Lane::Sync and SyncReceiveRings.
+    peer_version_.fetch_add(1, std::memory_order_release);
+  }
+  if (!receive.empty()) {
+    absl::MutexLock l(&status_mu_);
+    for (auto& [i, s] : receive) receive_status_[i] = std::move(s);
+    bool any = false;
+    for (const absl::Status& s : receive_status_) any |= !s.ok();
+    // Release: pairs with the acquire load in ReceiveStatus.
+    any_down_.store(any, std::memory_order_release);
+  }
+  for (const auto& [node, why] : down) {
+    spdlog::info("messaging: node {}: {}", node_->id(), std::string(why.message()));
+  }
+  {
+    absl::ReaderMutexLock l(&listener_mu_);
+    if (close_listener_) {
+      for (const auto& [node, why] : down) close_listener_(node, why);
+    }
+  }
+  uint64_t seen = applied_epoch_.load(std::memory_order_relaxed);
+  while (seen < m.epoch() &&
+         !applied_epoch_.compare_exchange_weak(seen, m.epoch(), std::memory_order_release)) {
+  }
+}
+
+Messenger::PeerArea Messenger::DescribePeer(const control::Membership& m, uint32_t node_id,
+                                            bool was_member) const {
+  PeerArea p;
+  p.node_id = node_id;
+  const control::NodeInfo* info = nullptr;
+  for (const control::NodeInfo& n : m.nodes()) {
+    if (n.node_id() == node_id) info = &n;
+  }
+  const control::RegionInfo* area = nullptr;
+  for (const control::RegionInfo& r : m.regions()) {
+    if (r.node_id() == node_id && r.purpose() == kMessagingAreaPurpose) area = &r;
+  }
+  if (info == nullptr) {
+    p.status = absl::UnavailableError(
+        absl::StrCat("node ", node_id, was_member ? " left the cluster" : " is not a member",
+                     " (membership epoch ", m.epoch(), ")"));
+  } else if (area == nullptr) {
+    p.status = absl::UnavailableError(absl::StrCat(
+        "node ", node_id, " has no messaging area (it was started without messaging)"));
+  } else if (area->size() != AreaSize()) {
+    p.status = absl::FailedPreconditionError(absl::StrCat(
+        "node ", node_id, "'s messaging area has ", area->size(), " bytes, this node's ",
+        AreaSize(), ": start every node with the same messaging lanes and ring size"));
+  } else {
+    p.region_id = area->region_id();
+    p.joined_epoch = info->joined_epoch();
+  }
+  return p;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -146,24 +279,26 @@ absl::Status Messenger::Init() {
         "node ", node_->id(), " has no messaging area of ", AreaSize(),
         " bytes: add Messenger::Area(config, options) to NodeOptions::areas before Node::Start"));
   }
-  peers_.resize(nodes_);
-  for (int i = 0; i < nodes_; ++i) {
-    PeerArea& p = peers_[i];
-    p.node_id = node_ids_[i];
-    const std::vector<control::RegionInfo> areas =
-        node_->RegionsOf(p.node_id, kMessagingAreaPurpose);
-    if (areas.empty()) {
-      p.status = absl::UnavailableError(
-          absl::StrCat("node ", p.node_id,
-                       " has no messaging area (it is not a member, or was started "
-                       "without messaging)"));
-    } else if (areas[0].size() != AreaSize()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "node ", p.node_id, "'s messaging area has ", areas[0].size(), " bytes, this node's ",
-          AreaSize(), ": start every node with the same messaging lanes and ring size"));
-    } else {
-      p.region_id = areas[0].region_id();
+  {
+    absl::MutexLock l(&status_mu_);
+    receive_status_.assign(nodes_, absl::OkStatus());
+  }
+  {
+    absl::MutexLock l(&peer_mu_);
+    peers_.resize(nodes_);
+  }
+  // Listen first, then take the current membership: no change falls in between (OnMembership
+  // ignores epochs it has seen).
+  listener_id_ =
+      node_->AddMembershipListener([this](const control::Membership& m) { OnMembership(m); });
+  OnMembership(node_->membership());
+  {
+    absl::MutexLock l(&peer_mu_);
+    for (const PeerArea& p : peers_) {
+      if (absl::IsFailedPrecondition(p.status)) return p.status;
     }
+    self_incarnation_ = peers_[self_index_].region_id;
+    self_joined_ = peers_[self_index_].joined_epoch;
   }
 
   // Mirrors: lane-major, then destination; then 16-byte head write-back staging per ring.
@@ -198,10 +333,13 @@ absl::Status Messenger::Init() {
         rings_.push_back(std::move(r));
       }
     }
-  }
-  {
-    absl::MutexLock l(&status_mu_);
-    receive_status_.assign(nodes_, absl::OkStatus());
+    // Acknowledge our rings to the current members before anyone scans.
+    Posting& posting = *lanes_.back()->posting_;
+    SyncReceiveRings(posting);
+    posting.Wait([&](int i, const absl::Status& s) {
+      spdlog::warn("messaging: node {} could not acknowledge its rings to node {}: {}", node_->id(),
+                   node_ids_[i], std::string(s.message()));
+    });
   }
   shared_ = std::make_shared<Shared>();
   {
@@ -221,6 +359,7 @@ absl::Status Messenger::Init() {
 }
 
 Messenger::~Messenger() {
+  if (listener_id_ >= 0) node_->RemoveMembershipListener(listener_id_);
   if (shared_ != nullptr) {
     absl::MutexLock l(&shared_->mu);  // waits for a scan in progress on the poller
     shared_->messenger = nullptr;
@@ -235,15 +374,16 @@ void Messenger::SetReceiver(Receiver receiver) {
 }
 
 void Messenger::SetCloseListener(CloseListener listener) {
-  absl::MutexLock l(&scan_mu_);
+  absl::MutexLock l(&listener_mu_);
   close_listener_ = std::move(listener);
 }
 
 absl::Status Messenger::ReceiveStatus(uint32_t node) const {
   const int i = IndexOf(node);
   if (i < 0) return absl::InvalidArgumentError(absl::StrCat("node ", node, " is not configured"));
-  // Acquire: pairs with the release store in OnRingClosed (a fast path for the common case).
-  if (!any_closed_.load(std::memory_order_acquire)) return absl::OkStatus();
+  // Acquire: pairs with the release stores in OnRingClosed and OnMembership (a fast path for the
+  // common case).
+  if (!any_down_.load(std::memory_order_acquire)) return absl::OkStatus();
   absl::MutexLock l(&status_mu_);
   return receive_status_[i];
 }
@@ -292,9 +432,30 @@ Messenger::Lane::Lane(Messenger* m, int index, bool scanning)
     p->mirror = base + (static_cast<uint64_t>(index) * m->nodes_ + i) * ring;
     p->writer = std::make_unique<RingWriter>(p->mirror, ring);
     p->head_slot = m->area_ + m->HeadSlotOffset(i, index);
-    p->ring = GlobalAddress{m->peers_[i].region_id, m->RingOffset(m->self_index_, index)};
-    p->failed = m->peers_[i].status;
     peers_.push_back(std::move(p));
+  }
+}
+
+void Messenger::Lane::Sync() {
+  // Acquire: pairs with the release increment in OnMembership.
+  if (m_->peer_version_.load(std::memory_order_acquire) == synced_version_) return;
+  absl::ReaderMutexLock l(&m_->peer_mu_);
+  synced_version_ = m_->peer_version_.load(std::memory_order_relaxed);
+  for (int i = 0; i < m_->nodes_; ++i) {
+    const PeerArea& a = m_->peers_[i];
+    PeerSend& p = *peers_[i];
+    if (a.region_id != p.incarnation) {
+      // A new incarnation (or none): start its ring from zero; what was queued for the old one
+      // is dropped (the RPC layer failed those calls).
+      p.writer = std::make_unique<RingWriter>(p.mirror, m_->options_.ring_size);
+      p.backlog.clear();
+      p.incarnation = a.region_id;
+      p.ring = GlobalAddress{a.region_id, m_->RingOffset(m_->self_index_, index_)};
+      p.tag = HeadSlotTag(a.region_id, m_->self_incarnation_);
+      p.ready = !NeedsAck(a.joined_epoch, m_->self_joined_);
+      p.failed = absl::OkStatus();
+    }
+    if (!a.status.ok()) p.failed = a.status;
   }
 }
 
@@ -309,7 +470,9 @@ bool Messenger::Lane::has_unflushed() const {
 
 absl::Status Messenger::Lane::RefreshHead(PeerSend& p) {
   uint64_t head;
-  if (!DecodeHeadSlot(p.head_slot, &head) || head == p.writer->head()) return absl::OkStatus();
+  if (!DecodeHeadSlot(p.head_slot, p.tag, &head)) return absl::OkStatus();
+  p.ready = true;  // any slot with this ring's tag comes from the receiver's current rings
+  if (head == p.writer->head()) return absl::OkStatus();
   absl::Status s = p.writer->UpdateHead(head);
   if (!s.ok() && p.failed.ok()) {
     p.failed = s;
@@ -322,6 +485,9 @@ absl::Status Messenger::Lane::RefreshHead(PeerSend& p) {
 absl::Status Messenger::Lane::TryAppend(PeerSend& p, uint16_t type,
                                         std::initializer_list<absl::string_view> parts) {
   if (absl::Status s = RefreshHead(p); !s.ok()) return s;
+  if (!p.ready) {
+    return absl::ResourceExhaustedError("the receiver has not yet acknowledged its rings");
+  }
   return p.writer->Append(type, parts);
 }
 
@@ -333,6 +499,7 @@ absl::Status Messenger::Lane::Send(uint32_t node, uint16_t type,
     return absl::InvalidArgumentError(
         absl::StrCat("node ", node, " is not in the cluster configuration"));
   }
+  Sync();
   PeerSend& p = *peers_[i];
   if (!p.failed.ok()) return p.failed;
   if (scanning_ && !p.backlog.empty()) {
@@ -360,6 +527,13 @@ absl::Status Messenger::Lane::Send(uint32_t node, uint16_t type,
     if (!absl::IsResourceExhausted(s) || absl::Now() >= deadline) break;
     // The head write-back lands in our memory only with our own progress on tcp and shm.
     if (m_->Poll() == 0) sched_yield();
+  }
+  if (absl::IsResourceExhausted(s) && !p.ready) {
+    return absl::UnavailableError(absl::StrCat(
+        "node ", node, " did not acknowledge its message rings to this node within ",
+        absl::FormatDuration(wait),
+        " (it restarted or joined before this node and has not yet seen this node join, or has "
+        "not started messaging)"));
   }
   if (absl::IsResourceExhausted(s)) {
     return absl::ResourceExhaustedError(
@@ -401,6 +575,7 @@ void Messenger::Lane::PostUnflushed(Posting& posting) {
 }
 
 absl::Status Messenger::Lane::Flush() {
+  Sync();
   PostUnflushed(*posting_);
   absl::Status first;
   posting_->Wait([&](int i, const absl::Status& s) {
@@ -425,29 +600,57 @@ int Messenger::Poll() {
 }
 
 void Messenger::ReportHead(ReceiveRing& r, Posting& posting) {
-  const uint64_t head = r.reader->head();
+  WriteHeadSlot(r, r.reader->head(), posting);
+  r.reader->MarkReported();
+}
+
+void Messenger::WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& posting) {
+  if (r.incarnation == 0) return;                             // its sender is gone
   const uint64_t slot = HeadSlotOffset(self_index_, r.lane);  // in the sender's area
-  // The consumed frames were zeroed (Consume) before this point. Release: those stores are
+  const uint64_t tag = HeadSlotTag(self_incarnation_, r.incarnation);
+  // The consumed (or reset) frames were zeroed before this point. Release: those stores are
   // ordered before the staging store below and so before the WRITE that tells the sender it may
-  // reuse the space; the sender's next frames there land after them.
+  // (re)use the space; the sender's next frames there land after them.
   std::atomic_thread_fence(std::memory_order_release);
   if (r.sender_index == self_index_) {
     char tmp[kHeadSlotBytes];
-    EncodeHeadSlot(head, tmp);
+    EncodeHeadSlot(head, tag, tmp);
     std::memcpy(area_ + slot, tmp, sizeof(tmp));
-  } else {
-    const PeerArea& peer = peers_[r.sender_index];
-    if (!peer.status.ok()) return;
-    char* staging =
-        send_memory_->data() + static_cast<uint64_t>(total_lanes_) * nodes_ * options_.ring_size +
-        (static_cast<uint64_t>(r.sender_index) * total_lanes_ + r.lane) * kHeadSlotBytes;
-    EncodeHeadSlot(head, staging);
-    posting.For(r.sender_index)
-        .Write(GlobalAddress{peer.region_id, slot},
-               LocalBuffer{send_mr_.get(), staging, kHeadSlotBytes})
-        .IgnoreError();
+    return;
   }
-  r.reader->MarkReported();
+  char* staging = send_memory_->data() +
+                  static_cast<uint64_t>(total_lanes_) * nodes_ * options_.ring_size +
+                  (static_cast<uint64_t>(r.sender_index) * total_lanes_ + r.lane) * kHeadSlotBytes;
+  EncodeHeadSlot(head, tag, staging);
+  posting.For(r.sender_index)
+      .Write(GlobalAddress{r.incarnation, slot},
+             LocalBuffer{send_mr_.get(), staging, kHeadSlotBytes})
+      .IgnoreError();
+}
+
+void Messenger::SyncReceiveRings(Posting& posting) {
+  // Acquire: pairs with the release increment in OnMembership.
+  if (peer_version_.load(std::memory_order_acquire) == rings_version_) return;
+  std::vector<PeerArea> peers;
+  {
+    absl::ReaderMutexLock l(&peer_mu_);
+    peers = peers_;
+    rings_version_ = peer_version_.load(std::memory_order_relaxed);
+  }
+  RingReaderOptions ro;
+  ro.incomplete_timeout = options_.incomplete_timeout;
+  for (ReceiveRing& r : rings_) {
+    const PeerArea& a = peers[r.sender_index];
+    if (a.region_id == r.incarnation) continue;
+    // See "Rejoining" above: zero only where no sender may be writing yet.
+    if (a.region_id == 0 || NeedsAck(self_joined_, a.joined_epoch)) {
+      std::memset(area_ + RingOffset(r.sender_index, r.lane), 0, options_.ring_size);
+    }
+    r.reader = std::make_unique<RingReader>(area_ + RingOffset(r.sender_index, r.lane),
+                                            options_.ring_size, ro);
+    r.incarnation = a.region_id;
+    WriteHeadSlot(r, 0, posting);  // the acknowledgement
+  }
 }
 
 void Messenger::OnRingClosed(ReceiveRing& r) {
@@ -463,15 +666,21 @@ void Messenger::OnRingClosed(ReceiveRing& r) {
       receive_status_[r.sender_index] = absl::DataLossError(absl::StrCat(
           "messages from node ", from, " (lane ", r.lane, ") are corrupt: ", why.message()));
     }
+    any_down_.store(true, std::memory_order_release);
   }
-  any_closed_.store(true, std::memory_order_release);
+  absl::ReaderMutexLock l(&listener_mu_);
   if (close_listener_) close_listener_(from, why);
 }
 
 int Messenger::Scan() {
-  if (!receiver_) return 0;
   Lane& scanning = *lanes_.back();
   Posting& posting = *scanning.posting_;
+  SyncReceiveRings(posting);
+  if (!receiver_) {
+    posting.Wait([](int, const absl::Status&) {});  // acknowledgements: the sender retries
+    return 0;
+  }
+  scanning.Sync();
   int work = 0;
   for (ReceiveRing& r : rings_) {
     if (r.reader->closed()) continue;

@@ -39,7 +39,15 @@
 //
 // Corruption: a ring whose frames do not add up (ring.h) is closed: one error log line, the close
 // listener is told (the RPC layer fails its pending calls to that node with DataLoss), and that
-// ring is never read again. Nothing is read outside the ring.
+// ring is never read again (until its sender restarts, below). Nothing is read outside the ring.
+//
+// Membership: the messenger follows the node's membership (Node::AddMembershipListener). Every
+// member's *incarnation* is the region id of its messaging area, which the CM assigns afresh
+// each time a node (re)joins. When a peer leaves, sends to it fail with Unavailable at once and
+// the close listener is told (the RPC layer fails the calls waiting for it with Unavailable,
+// naming the node). When a peer joins again (same node id, new process: new fabric address, new
+// areas), both ends start its rings from zero; the protocol is described next to
+// Messenger::OnMembership in messenger.cc.
 //
 // Thread safety: Messenger's public methods are safe for concurrent use. A Lane is used by one
 // thread at a time: its leaseholder, or for the scanning lane the thread running the receiver
@@ -117,7 +125,10 @@ class Messenger {
   // Installs the callback for incoming messages. Rings are not read until one is installed, so
   // messages that arrive earlier wait (and eventually back-pressure their senders).
   void SetReceiver(Receiver receiver);
-  // Called (on the scanning thread) when a ring from `node` is closed as corrupt.
+  // Called when messages from `node` can no longer be received: a ring from it was closed as
+  // corrupt (`why` is DataLoss; called on the scanning thread), or it left the cluster or
+  // restarted (`why` is Unavailable and names the node; called on the configuration manager's
+  // thread, after sends to it started failing). Must not block or call SetCloseListener.
   void SetCloseListener(CloseListener listener);
 
   // Leases a worker lane for the calling thread. ResourceExhausted if every lane stays leased
@@ -129,11 +140,15 @@ class Messenger {
   // waiting for messages call it too so that they never depend on the poller being awake.
   int Poll();
 
-  // OK while messages from `node` can be received; the reason otherwise (a ring from it closed).
+  // OK while messages from `node` can be received; the reason otherwise: DataLoss (a ring from
+  // it was closed as corrupt), Unavailable (it is not a member: it left, or has no messaging).
   absl::Status ReceiveStatus(uint32_t node) const;
 
   Node* node() const { return node_; }
   const MessengerOptions& options() const { return options_; }
+  // The epoch of the latest membership the messenger has applied (sends and the close listener
+  // follow it from then on).
+  uint64_t membership_epoch() const;
   // Index of `node` in the configuration's node list, or -1.
   int IndexOf(uint32_t node) const;
 
@@ -141,13 +156,28 @@ class Messenger {
   char* ReceiveRingForTesting(uint32_t from, int lane) const;
 
  private:
-  struct Shared;    // what the poller task holds on to
-  struct PeerArea;  // where a peer's area is
+  struct Shared;  // what the poller task holds on to
+  // A configured node as the current membership shows it.
+  struct PeerArea {
+    uint32_t node_id = 0;
+    uint32_t region_id = 0;     // its messaging area: its incarnation; 0 if it has none
+    uint64_t joined_epoch = 0;  // when this incarnation joined (NodeInfo::joined_epoch)
+    absl::Status status;        // why it cannot be sent to, if it cannot
+  };
   struct ReceiveRing;
   class Posting;
 
   Messenger(Node* node, MessengerOptions options);
   absl::Status Init();
+  // Takes a new membership (any thread): updates peers_, then tells the close listener about
+  // peers that left or restarted.
+  void OnMembership(const control::Membership& m);
+  PeerArea DescribePeer(const control::Membership& m, uint32_t node_id, bool was_member) const;
+  // Brings the receive rings in line with peers_ (resets the rings of departed and new
+  // incarnations; acknowledges new ones). Posts into `posting`.
+  void SyncReceiveRings(Posting& posting) ABSL_EXCLUSIVE_LOCKS_REQUIRED(scan_mu_);
+  // Writes head slot `head` for ring `r` into its sender's area.
+  void WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& posting);
   uint64_t RingOffset(int sender_index, int lane) const;
   uint64_t HeadSlotOffset(int receiver_index, int lane) const;
   uint64_t AreaSize() const;
@@ -163,7 +193,17 @@ class Messenger {
   int self_index_ = -1;
   std::vector<uint32_t> node_ids_;  // by configuration index
   char* area_ = nullptr;            // this node's messaging area
-  std::vector<PeerArea> peers_;     // by configuration index (immutable after Init)
+  uint32_t self_incarnation_ = 0;   // its region id
+  uint64_t self_joined_ = 0;        // the epoch this node joined in
+  int listener_id_ = -1;            // Node::AddMembershipListener
+
+  // The membership as the messenger follows it. peer_version_ counts changes (written under
+  // peer_mu_); lanes and the scan compare it with the version they last synchronised with.
+  mutable absl::Mutex peer_mu_;
+  std::vector<PeerArea> peers_ ABSL_GUARDED_BY(peer_mu_);  // by configuration index
+  uint64_t epoch_ ABSL_GUARDED_BY(peer_mu_) = 0;
+  std::atomic<uint64_t> peer_version_{0};
+  std::atomic<uint64_t> applied_epoch_{0};  // OnMembership finished, listener included
   // Mirrors of every ring this node sends into, and head write-back staging, registered.
   std::unique_ptr<Region> send_memory_;
   std::unique_ptr<MemoryRegistration> send_mr_;
@@ -175,12 +215,15 @@ class Messenger {
 
   absl::Mutex scan_mu_;  // held by the scanning thread; owns the rings' readers and lanes_.back()
   Receiver receiver_ ABSL_GUARDED_BY(scan_mu_);
-  CloseListener close_listener_ ABSL_GUARDED_BY(scan_mu_);
   std::vector<ReceiveRing> rings_ ABSL_GUARDED_BY(scan_mu_);
+  uint64_t rings_version_ ABSL_GUARDED_BY(scan_mu_) = ~uint64_t{0};  // peer_version_ synced
+
+  absl::Mutex listener_mu_;  // held (shared) while the close listener runs
+  CloseListener close_listener_ ABSL_GUARDED_BY(listener_mu_);
 
   mutable absl::Mutex status_mu_;
   std::vector<absl::Status> receive_status_ ABSL_GUARDED_BY(status_mu_);  // by index
-  std::atomic<bool> any_closed_{false};  // some receive_status_ is not OK
+  std::atomic<bool> any_down_{false};  // some receive_status_ is not OK
 };
 
 // One lane's sending ends to every node.
@@ -195,9 +238,11 @@ class Messenger::Lane {
   // Queues a message to `node` (any member, this node included); it goes out with the next
   // Flush(). The payload is the concatenation of `parts`, copied into the registered mirror.
   // Errors: InvalidArgument (unknown node, message above the ring's limit), ResourceExhausted
-  // (the ring stayed full for `wait`; nothing was queued), Unavailable or DataLoss when the
-  // lane to that node failed earlier (the message says why). On the scanning lane a full ring
-  // never fails or waits: the message is kept in order in a backlog and sent when space frees.
+  // (the ring stayed full for `wait`; nothing was queued), Unavailable when the node is not a
+  // member (it left), did not acknowledge its rings to this node's incarnation within `wait`
+  // (see OnMembership), or a WRITE to it failed earlier, DataLoss when its head reports were
+  // impossible (the message says why). On the scanning lane a full or not yet acknowledged ring
+  // never fails or waits: the message is kept in order in a backlog and sent when it can be.
   absl::Status Send(uint32_t node, uint16_t type, std::initializer_list<absl::string_view> parts,
                     absl::Duration wait = absl::ZeroDuration());
 
@@ -211,6 +256,8 @@ class Messenger::Lane {
   friend class Messenger;
   struct PeerSend;
   Lane(Messenger* m, int index, bool scanning);
+  // Applies membership changes to this lane's sending ends (resets those of new incarnations).
+  void Sync();
   absl::Status RefreshHead(PeerSend& p);
   absl::Status TryAppend(PeerSend& p, uint16_t type,
                          std::initializer_list<absl::string_view> parts);
@@ -223,6 +270,7 @@ class Messenger::Lane {
   const bool scanning_;
   std::vector<std::unique_ptr<PeerSend>> peers_;  // by configuration index
   std::unique_ptr<Posting> posting_;              // reused by every flush
+  uint64_t synced_version_ = ~uint64_t{0};        // Messenger::peer_version_ applied
 };
 
 // Exclusive use of a worker lane; returns it when destroyed. Movable.

@@ -94,17 +94,23 @@ uint64_t FrameHash(const char* p, size_t n) {
   return Mix64(a ^ Rotl(b, 17) ^ Rotl(c, 31) ^ Rotl(d, 47));
 }
 
-void EncodeHeadSlot(uint64_t head, char* slot) {
-  const uint64_t w[2] = {head, Mix64(head ^ kHeadSlotSalt)};
+namespace {
+uint64_t HeadSlotCheck(uint64_t head, uint64_t tag) {
+  return Mix64(head ^ Mix64(tag ^ kHeadSlotSalt));
+}
+}  // namespace
+
+void EncodeHeadSlot(uint64_t head, uint64_t tag, char* slot) {
+  const uint64_t w[2] = {head, HeadSlotCheck(head, tag)};
   std::memcpy(slot, w, sizeof(w));
 }
 
-bool DecodeHeadSlot(const char* slot, uint64_t* head) {
+bool DecodeHeadSlot(const char* slot, uint64_t tag, uint64_t* head) {
   // Pairs with nothing on the writer's side (a remote WRITE): a torn read shows up as a check
   // mismatch, never as a wrong head accepted.
   const uint64_t h = __atomic_load_n(reinterpret_cast<const uint64_t*>(slot), __ATOMIC_ACQUIRE);
   const uint64_t c = __atomic_load_n(reinterpret_cast<const uint64_t*>(slot + 8), __ATOMIC_ACQUIRE);
-  if (c != Mix64(h ^ kHeadSlotSalt)) return false;
+  if (c != HeadSlotCheck(h, tag)) return false;
   *head = h;
   return true;
 }

@@ -97,11 +97,15 @@ uint64_t FrameSize(uint64_t ring_size, uint64_t pos, uint64_t length);
 uint64_t FrameHash(const char* p, size_t n);
 
 // Head write-back slot: {head, check}. The check lets the sender tell a torn or half-placed
-// slot (bytes of the old and new value mixed) from a real one.
-void EncodeHeadSlot(uint64_t head, char* slot);
-// Reads a slot written by EncodeHeadSlot (possibly concurrently with a WRITE landing in it).
-// False when the slot is empty or inconsistent; then keep the previous head.
-bool DecodeHeadSlot(const char* slot, uint64_t* head);
+// slot (bytes of the old and new value mixed) from a real one. It also covers `tag`, which is
+// not stored: the messenger passes the pair of incarnations the ring belongs to (see
+// HeadSlotTag in messenger.cc), so a slot written for another incarnation of the sender or the
+// receiver never decodes (except with probability 2^-64).
+void EncodeHeadSlot(uint64_t head, uint64_t tag, char* slot);
+// Reads a slot written by EncodeHeadSlot with the same `tag` (possibly concurrently with a WRITE
+// landing in it). False when the slot is empty, inconsistent or for another tag; then keep the
+// previous head.
+bool DecodeHeadSlot(const char* slot, uint64_t tag, uint64_t* head);
 
 // A contiguous byte range of the ring, by offset.
 struct ByteRange {

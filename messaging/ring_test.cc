@@ -335,19 +335,26 @@ TEST_CASE("a frame stuck half-placed closes the ring after the timeout, not befo
   CHECK_THAT(std::string(link.r.status().message()), Catch::Contains("unchanged for"));
 }
 
-TEST_CASE("head slots reject torn values and impossible heads", "[ring]") {
+TEST_CASE("head slots reject torn values, other tags and impossible heads", "[ring]") {
+  constexpr uint64_t kTag = (uint64_t{7} << 32) | 9;
   char slot[16] = {};
   uint64_t head = 42;
-  CHECK(!DecodeHeadSlot(slot, &head));  // never written: the zero slot is not a head
+  CHECK(!DecodeHeadSlot(slot, kTag, &head));  // never written: the zero slot is not a head
+  CHECK(!DecodeHeadSlot(slot, 0, &head));
   CHECK(head == 42);
-  EncodeHeadSlot(8192, slot);
-  REQUIRE(DecodeHeadSlot(slot, &head));
+  EncodeHeadSlot(8192, kTag, slot);
+  REQUIRE(DecodeHeadSlot(slot, kTag, &head));
   CHECK(head == 8192);
+  // Written for another incarnation of either end: rejected.
+  uint64_t other = 42;
+  CHECK(!DecodeHeadSlot(slot, kTag + 1, &other));
+  CHECK(!DecodeHeadSlot(slot, kTag ^ (uint64_t{1} << 32), &other));
+  CHECK(other == 42);
   // Bytes of an old and a new value mixed: rejected.
   char newer[16];
-  EncodeHeadSlot(8192 + 4096 * 255, newer);
+  EncodeHeadSlot(8192 + 4096 * 255, kTag, newer);
   std::memcpy(slot + 1, newer + 1, 3);
-  CHECK(!DecodeHeadSlot(slot, &head));
+  CHECK(!DecodeHeadSlot(slot, kTag, &head));
   CHECK(head == 8192);
 
   Link link(4096);

@@ -238,8 +238,14 @@ void Rpc::OnClosed(uint32_t node, const absl::Status& why) {
     }
   }
   for (auto& p : failed) {
-    Complete(*p, absl::DataLossError(absl::StrCat("responses from node ", node,
-                                                  " can no longer be read: ", why.message())));
+    if (absl::IsDataLoss(why)) {
+      Complete(*p, absl::DataLossError(absl::StrCat("responses from node ", node,
+                                                    " can no longer be read: ", why.message())));
+    } else {
+      // The node left or restarted; `why` names it.
+      Complete(*p, absl::Status(why.code(), absl::StrCat("call of method ", p->method_,
+                                                         " failed: ", why.message())));
+    }
   }
 }
 

@@ -169,3 +169,117 @@ TEST_CASE("a corrupt ring fails the pending calls with DataLoss, other peers kee
 }
 
 }  // namespace farm
+
+namespace farm {
+namespace {
+
+// Waits until node i's messenger has applied a membership at least as new as `epoch`.
+bool WaitForEpoch(const TestCluster& c, int i, uint64_t epoch) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (c.messenger(i)->membership_epoch() < epoch) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("a node that leaves fails the calls waiting for it and refuses new ones", "[rpc]") {
+  TestCluster c(3, Options());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessengers().ok());  // node 2 has a messenger but no Rpc: it never answers
+  std::vector<std::unique_ptr<Rpc>> rpcs;
+  for (int i = 0; i < 2; ++i) {
+    rpcs.push_back(std::make_unique<Rpc>(c.messenger(i)));
+    ServeEcho(*rpcs[i], i);
+  }
+  absl::StatusOr<Messenger::LaneLease> lane = c.messenger(0)->AcquireLane();
+  REQUIRE(lane.ok());
+  // Far longer than the test may take: only the departure can end these calls.
+  std::vector<std::shared_ptr<Rpc::Pending>> calls;
+  for (int k = 0; k < 5; ++k) {
+    absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
+        rpcs[0]->Start(**lane, 2, kEcho, absl::StrCat(k), absl::Minutes(10));
+    REQUIRE(p.ok());
+    calls.push_back(*p);
+  }
+  REQUIRE((*lane)->Flush().ok());
+  const uint64_t before = c.messenger(0)->membership_epoch();
+
+  c.StopNode(2);
+  for (auto& call : calls) {
+    absl::StatusOr<std::string> r = rpcs[0]->Await(**lane, *call);
+    INFO(r.status().ToString());
+    CHECK(absl::IsUnavailable(r.status()));
+    CHECK_THAT(std::string(r.status().message()), Catch::Contains("node 2 left the cluster"));
+  }
+  CHECK(c.messenger(0)->membership_epoch() > before);
+  // New calls and messages to it are refused at once, on every node that saw it leave.
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(WaitForEpoch(c, i, before + 1));
+    absl::StatusOr<std::string> r = rpcs[i]->Call(2, kEcho, "anyone?", absl::Minutes(10));
+    CHECK(absl::IsUnavailable(r.status()));
+    CHECK_THAT(std::string(r.status().message()), Catch::Contains("node 2 left the cluster"));
+    CHECK(absl::IsUnavailable(c.messenger(i)->ReceiveStatus(2)));
+  }
+  CHECK(absl::IsUnavailable((*lane)->Send(2, Rpc::kRequestType, {"raw"})));
+  // The others carry on.
+  absl::StatusOr<std::string> ok = rpcs[0]->Call(**lane, 1, kEcho, "still here");
+  REQUIRE(ok.ok());
+  CHECK(*ok == "1:still here");
+  ok = rpcs[1]->Call(0, kEcho, "and back");
+  REQUIRE(ok.ok());
+  CHECK(*ok == "0:and back");
+}
+
+TEST_CASE("a node restarted with the same id talks again in both directions", "[rpc]") {
+  TestCluster c(3, Options());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessengers().ok());
+  std::vector<std::unique_ptr<Rpc>> rpcs(3);
+  auto serve = [&](int i) {
+    rpcs[i] = std::make_unique<Rpc>(c.messenger(i));
+    ServeEcho(*rpcs[i], i);
+  };
+  for (int i = 0; i < 3; ++i) serve(i);
+  // Calls between every pair, itself included, with odd sizes so that every ring's head and
+  // sequence number stop somewhere in the middle; a few wrap around the 16 KiB rings.
+  auto exchange = [&](int rounds, const std::string& tag) {
+    for (int k = 0; k < rounds; ++k) {
+      for (int from = 0; from < 3; ++from) {
+        for (uint32_t to = 0; to < 3; ++to) {
+          const std::string payload =
+              absl::StrCat(tag, from, ">", to, ":", std::string(k % 97, 'x'));
+          absl::StatusOr<std::string> r = rpcs[from]->Call(to, kEcho, payload);
+          INFO(absl::StrCat("round ", k, " from ", from, " to ", to, ": ", r.status().ToString()));
+          REQUIRE(r.ok());
+          REQUIRE(*r == absl::StrCat(to, ":", payload));
+        }
+      }
+    }
+  };
+  exchange(37, "before ");
+
+  rpcs[2].reset();  // before its messenger
+  c.StopNode(2);
+  REQUIRE(c.RestartNode(2).ok());
+  REQUIRE(c.StartMessenger(2).ok());
+  serve(2);
+  // At once, before nodes 0 and 1 may have heard of the new node 2: its requests wait until
+  // they reset their rings from it and acknowledge them.
+  for (uint32_t to = 0; to < 3; ++to) {
+    absl::StatusOr<std::string> r = rpcs[2]->Call(to, kEcho, "first");
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    CHECK(*r == absl::StrCat(to, ":first"));
+  }
+  const uint64_t epoch = c.node(2)->membership().epoch();
+  for (int i = 0; i < 3; ++i) REQUIRE(WaitForEpoch(c, i, epoch));
+  exchange(60, "after ");
+  for (int i = 0; i < 3; ++i) {
+    for (uint32_t from = 0; from < 3; ++from) CHECK(c.messenger(i)->ReceiveStatus(from).ok());
+  }
+}
+
+}  // namespace farm

@@ -1,5 +1,6 @@
 // TestCluster: nodes with messaging in one process, for tests. Every node runs on the provider
-// under test (FARM_TEST_PROVIDERS, default shm) with adaptive polling; Start blocks until the cluster has formed.
+// under test (FARM_TEST_PROVIDERS, default shm) with adaptive polling; Start blocks until the
+// cluster has formed.
 //
 //   TestCluster c(3, options);
 //   c.StartMessengers();                 // or StartMessenger(i) one by one
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "messaging/messenger.h"
 #include "platform/config.h"
 #include "platform/control_channel.h"
@@ -25,13 +27,13 @@ class TestCluster {
  public:
   // Starts `n` nodes. Failures are reported by ok()/status() (tests REQUIRE them).
   // The provider and host default to the environment's (platform/testing/test_env.h).
-  TestCluster(int n, MessengerOptions options,
-              const std::string& provider = testing::AnyProvider())
+  TestCluster(int n, MessengerOptions options, const std::string& provider = testing::AnyProvider())
       : options_(options), messengers_(n) {
     std::string text = absl::StrCat("provider: \"", provider,
                                     "\" region_size: 1048576 region_count: 1 lock_memory: false");
     for (int i = 0; i < n; ++i) {
-      absl::StatusOr<std::unique_ptr<ControlListener>> l = ControlListener::Listen(testing::TestHost(), 0);
+      absl::StatusOr<std::unique_ptr<ControlListener>> l =
+          ControlListener::Listen(testing::TestHost(), 0);
       if (!l.ok()) {
         status_ = l.status();
         return;
@@ -47,13 +49,8 @@ class TestCluster {
     config_ = *c;
     std::vector<std::future<absl::StatusOr<std::unique_ptr<Node>>>> starting;
     for (int i = 0; i < n; ++i) {
-      starting.push_back(std::async(std::launch::async, [this, i] {
-        NodeOptions o;
-        o.config = config_;
-        o.node_id = i;
-        o.areas.push_back(Messenger::Area(config_, options_));
-        return Node::Start(o);
-      }));
+      starting.push_back(
+          std::async(std::launch::async, [this, i] { return Node::Start(NodeOptionsFor(i)); }));
     }
     for (auto& f : starting) {
       absl::StatusOr<std::unique_ptr<Node>> node = f.get();
@@ -86,7 +83,39 @@ class TestCluster {
   // Destroys node i's messenger (e.g. before destroying an Rpc that uses it: do that first).
   void StopMessenger(int i) { messengers_[i].reset(); }
 
+  // Node i leaves the cluster: its messenger and node are destroyed (destroy its Rpc first).
+  // Node 0 hosts the configuration manager and must stay.
+  void StopNode(int i) {
+    messengers_[i].reset();
+    nodes_[i].reset();
+  }
+  // Starts node i again after StopNode (a new incarnation: new fabric address and areas).
+  // Retries while the configuration manager still lists the old one (it notices a departure
+  // within a few of its 50 ms ticks), for up to `timeout`.
+  absl::Status RestartNode(int i, absl::Duration timeout = absl::Seconds(30)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    for (;;) {
+      absl::StatusOr<std::unique_ptr<Node>> node = Node::Start(NodeOptionsFor(i));
+      if (node.ok()) {
+        nodes_[i] = std::move(*node);
+        return absl::OkStatus();
+      }
+      if (!absl::IsFailedPrecondition(node.status()) || absl::Now() > deadline) {
+        return node.status();
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+
  private:
+  NodeOptions NodeOptionsFor(int i) const {
+    NodeOptions o;
+    o.config = config_;
+    o.node_id = i;
+    o.areas.push_back(Messenger::Area(config_, options_));
+    return o;
+  }
+
   MessengerOptions options_;
   config::ClusterConfig config_;
   absl::Status status_;

@@ -129,6 +129,8 @@ class CmServerImpl : public CmServer {
     Member m;
     m.info = req.node();
     m.info.set_node_id(*id);
+    // The broadcast that lists it: the formation's (epoch 1) or the one right below.
+    m.info.set_joined_epoch(formed_ ? epoch_ + 1 : 1);
     for (control::RegionInfo r : req.regions()) {
       r.set_node_id(*id);
       m.regions.push_back(r);

@@ -118,9 +118,13 @@ absl::Status Node::Init() {
   cm_ = NewTcpConfigurationManager(cm_node->host(), static_cast<uint16_t>(cm_node->control_port()));
   cm_->OnMembershipChange([this](const control::Membership& m) {
     absl::Status s = ApplyMembership(m);
-    if (!s.ok())
+    if (!s.ok()) {
       spdlog::error("node {}: cannot apply membership epoch {}: {}", id_, m.epoch(),
                     std::string(s.message()));
+      return;
+    }
+    absl::ReaderMutexLock l(&listeners_mu_);
+    for (const auto& [id, listener] : listeners_) listener(m);
   });
   absl::Duration timeout = options_.join_timeout;
   if (timeout == absl::ZeroDuration()) timeout = absl::Seconds(cfg.join_timeout_s() + 5);
@@ -176,6 +180,19 @@ absl::Status Node::ApplyMembership(const control::Membership& m) {
   region_map_ = std::move(map);
   membership_ = m;
   return absl::OkStatus();
+}
+
+int Node::AddMembershipListener(std::function<void(const control::Membership&)> listener) {
+  absl::MutexLock l(&listeners_mu_);
+  listeners_.emplace_back(next_listener_id_, std::move(listener));
+  return next_listener_id_++;
+}
+
+void Node::RemoveMembershipListener(int id) {
+  absl::MutexLock l(&listeners_mu_);  // waits for a call in progress
+  listeners_.erase(std::remove_if(listeners_.begin(), listeners_.end(),
+                                  [id](const auto& e) { return e.first == id; }),
+                   listeners_.end());
 }
 
 control::Membership Node::membership() const {

@@ -21,6 +21,7 @@
 #define FARM_PLATFORM_NODE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -133,6 +134,16 @@ class Node {
   Fabric* fabric() { return fabric_.get(); }
   Poller* poller() { return poller_.get(); }
 
+  // Membership listeners, for layers that keep per-peer state (e.g. messaging). `listener` is
+  // called on the configuration manager's thread with every membership received after the
+  // first, once this node has applied it (RegionsOf, Resolve etc. already answer from it), in
+  // epoch order; a membership that arrives out of date may be passed again (compare epochs).
+  // It must return quickly and must not call Add/RemoveMembershipListener. Returns an id for
+  // RemoveMembershipListener.
+  int AddMembershipListener(std::function<void(const control::Membership&)> listener);
+  // Removes a listener. When this returns, the listener is not running and will not run again.
+  void RemoveMembershipListener(int id);
+
  private:
   struct RegionEntry {
     control::RegionInfo info;
@@ -158,6 +169,12 @@ class Node {
   std::unique_ptr<CmServer> cm_server_;
   std::unique_ptr<ConfigurationManager> cm_;
   std::unique_ptr<Poller> poller_;
+
+  // Held (shared) while listeners run, so that removing one waits for a call in progress.
+  absl::Mutex listeners_mu_;
+  int next_listener_id_ ABSL_GUARDED_BY(listeners_mu_) = 0;
+  std::vector<std::pair<int, std::function<void(const control::Membership&)>>> listeners_
+      ABSL_GUARDED_BY(listeners_mu_);
 
   mutable absl::Mutex map_mu_;
   control::Membership membership_ ABSL_GUARDED_BY(map_mu_);

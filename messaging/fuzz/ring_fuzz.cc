@@ -73,7 +73,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // The head slot decoder on the same bytes.
   if (size >= 17) {
     uint64_t h = 0;
-    farm::DecodeHeadSlot(reinterpret_cast<const char*>(data + 1), &h);
+    farm::DecodeHeadSlot(reinterpret_cast<const char*>(data + 1), data[0], &h);
   }
   return 0;
 }
