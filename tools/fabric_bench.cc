@@ -26,6 +26,7 @@
 //    "gbytes_per_s":..}
 // Logs go to standard error. Exit status: 0 success, 1 runtime failure (the target did not come
 // up, an operation failed or timed out), 2 bad flags, 3 data mismatch.
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -37,7 +38,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <arpa/inet.h>
 
 #include <algorithm>
 #include <chrono>
@@ -71,6 +71,7 @@
 #include "platform/node.h"
 #include "platform/poller.h"
 #include "spdlog/spdlog.h"
+#include "tools/bench_util.h"
 
 ABSL_FLAG(std::string, provider, "auto",
           "fabric provider: auto, verbs, tcp;ofi_rxm, tcp, shm or sockets");
@@ -317,27 +318,6 @@ class TargetProcess {
 // ---------------------------------------------------------------------------------------------
 // Set-up helpers.
 
-absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text) {
-  std::vector<uint64_t> sizes;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    part = absl::StripAsciiWhitespace(part);
-    uint64_t mult = 1;
-    if (absl::ConsumeSuffix(&part, "K") || absl::ConsumeSuffix(&part, "k")) {
-      mult = 1024;
-    } else if (absl::ConsumeSuffix(&part, "M") || absl::ConsumeSuffix(&part, "m")) {
-      mult = 1024 * 1024;
-    }
-    uint64_t v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v == 0 || v > kMaxOpSize / mult) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--sizes: '", part, "' is not a size between 1 byte and 1 GiB"));
-    }
-    sizes.push_back(v * mult);
-  }
-  if (sizes.empty()) return absl::InvalidArgumentError("--sizes lists no size");
-  return sizes;
-}
-
 // Two distinct free TCP ports on `host` (bound to port 0, then released).
 absl::StatusOr<std::pair<int, int>> PickFreePorts(const std::string& host) {
   int fds[2] = {-1, -1};
@@ -350,9 +330,9 @@ absl::StatusOr<std::pair<int, int>> PickFreePorts(const std::string& host) {
     a.sin_port = 0;
     if (fds[i] < 0 || inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1 ||
         bind(fds[i], reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-      status = absl::InvalidArgumentError(absl::StrCat(
-          "cannot bind a port on --host=", host, " (an IPv4 address of this machine is needed): ",
-          std::strerror(errno)));
+      status = absl::InvalidArgumentError(
+          absl::StrCat("cannot bind a port on --host=", host,
+                       " (an IPv4 address of this machine is needed): ", std::strerror(errno)));
       break;
     }
     socklen_t len = sizeof(a);
@@ -364,12 +344,6 @@ absl::StatusOr<std::pair<int, int>> PickFreePorts(const std::string& host) {
   }
   if (!status.ok()) return status;
   return std::make_pair(ports[0], ports[1]);
-}
-
-std::string HumanSize(uint64_t n) {
-  if (n >= (1u << 20) && n % (1u << 20) == 0) return absl::StrCat(n >> 20, " MiB");
-  if (n >= 1024 && n % 1024 == 0) return absl::StrCat(n >> 10, " KiB");
-  return absl::StrCat(n, " B");
 }
 
 // Page-aligned anonymous memory for the measuring side's buffer.
@@ -402,13 +376,6 @@ struct Result {
   double ops_per_s = 0;
   double gbytes_per_s = 0;
 };
-
-// Nearest-rank percentile of sorted samples.
-double Percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  size_t rank = static_cast<size_t>(std::ceil(p * sorted.size()));
-  return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
-}
 
 class Bench {
  public:
@@ -471,8 +438,8 @@ class Bench {
       uint64_t i = 0;
       while (src.data[i] == dst.data[i]) ++i;
       return absl::DataLossError(absl::StrFormat(
-          "WRITE of %d bytes then READ back differ at byte %d: wrote 0x%02x, read 0x%02x", size,
-          i, static_cast<unsigned char>(src.data[i]), static_cast<unsigned char>(dst.data[i])));
+          "WRITE of %d bytes then READ back differ at byte %d: wrote 0x%02x, read 0x%02x", size, i,
+          static_cast<unsigned char>(src.data[i]), static_cast<unsigned char>(dst.data[i])));
     }
     return absl::OkStatus();
   }
@@ -608,9 +575,10 @@ int BenchMain() {
   }
   const std::string provider_flag = absl::GetFlag(FLAGS_provider);
   if (!IsKnownProvider(provider_flag)) {
-    spdlog::error("--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
-                  "sockets",
-                  provider_flag);
+    spdlog::error(
+        "--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
+        "sockets",
+        provider_flag);
     return kExitUsage;
   }
   absl::StatusOr<PollMode> mode = ParsePollMode(absl::GetFlag(FLAGS_poll));
@@ -623,7 +591,8 @@ int BenchMain() {
     spdlog::error("--endpoint: {}", std::string(s.message()));
     return kExitUsage;
   }
-  absl::StatusOr<std::vector<uint64_t>> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
+  absl::StatusOr<std::vector<uint64_t>> sizes =
+      ParseSizes(absl::GetFlag(FLAGS_sizes), 1, kMaxOpSize);
   if (!sizes.ok()) {
     spdlog::error("{}", std::string(sizes.status().message()));
     return kExitUsage;
@@ -664,8 +633,10 @@ int BenchMain() {
   // The local buffer holds `window` operation slots plus two for verification.
   const uint64_t buffer_bytes = (static_cast<uint64_t>(window) + 2) * max_size;
   if (buffer_bytes > (uint64_t{4} << 30)) {
-    spdlog::error("--window={} with {}-byte operations needs a {} MiB buffer; use a smaller "
-                  "window or size", window, max_size, buffer_bytes >> 20);
+    spdlog::error(
+        "--window={} with {}-byte operations needs a {} MiB buffer; use a smaller "
+        "window or size",
+        window, max_size, buffer_bytes >> 20);
     return kExitUsage;
   }
   int target_port = base_port, bench_port = base_port + 1;
@@ -726,10 +697,10 @@ int BenchMain() {
   TargetProcess target;
   const std::string target_name =
       absl::StrCat("target node ", kTargetId, " (", host, ":", target_port, ")");
-  if (absl::Status s = target.Spawn({"fabric_bench", "--role=target",
-                                     absl::StrCat("--config=", g_config_path),
-                                     absl::StrCat("--poll=", PollModeName(*mode)),
-                                     absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))});
+  if (absl::Status s =
+          target.Spawn({"fabric_bench", "--role=target", absl::StrCat("--config=", g_config_path),
+                        absl::StrCat("--poll=", PollModeName(*mode)),
+                        absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))});
       !s.ok()) {
     spdlog::error("cannot start the {}: {}", target_name, std::string(s.message()));
     RemoveTempFiles();
@@ -767,8 +738,8 @@ int BenchMain() {
       done = start->done;
     }
     if (done && !start->node.ok()) {
-      failure = absl::StrCat("node ", kBenchId, " could not join the cluster of the ",
-                             target_name, ": ", start->node.status().message());
+      failure = absl::StrCat("node ", kBenchId, " could not join the cluster of the ", target_name,
+                             ": ", start->node.status().message());
       break;
     }
     if (done && target_ready) break;
@@ -778,8 +749,9 @@ int BenchMain() {
       absl::SleepFor(absl::Milliseconds(20));
     }
     if (absl::Now() > deadline) {
-      failure = absl::StrCat("the ", target_name, " (pid ", target.pid(), ") did not come up within ",
-                             timeout_s, " s", done ? "" : " (node 1 is still waiting to join)");
+      failure =
+          absl::StrCat("the ", target_name, " (pid ", target.pid(), ") did not come up within ",
+                       timeout_s, " s", done ? "" : " (node 1 is still waiting to join)");
       break;
     }
   }
@@ -847,8 +819,8 @@ int BenchMain() {
             provider, EndpointTypeName(node->fabric()->endpoint_type()), PollModeName(*mode),
             window, duration_ms,
             gap_us > 0 ? absl::StrCat(", ", gap_us, " us between latency samples") : ""));
-        Print(absl::StrFormat("%-5s %9s %7s %10s %10s %12s %9s", "op", "size", "samples",
-                              "p50_us", "p99_us", "ops/s", "GB/s"));
+        Print(absl::StrFormat("%-5s %9s %7s %10s %10s %12s %9s", "op", "size", "samples", "p50_us",
+                              "p99_us", "ops/s", "GB/s"));
       }
       // Every size is checked twice: READs against the target's fill pattern (all sizes first,
       // before any WRITE changes the region), then a WRITE/READ round trip just before the
@@ -878,9 +850,8 @@ int BenchMain() {
           if (json) {
             Print(JsonLine(provider, r));
           } else {
-            Print(absl::StrFormat("%-5s %9s %7d %10.2f %10.2f %12.0f %9.4f", r.op,
-                                  HumanSize(size), r.samples, r.p50_us, r.p99_us, r.ops_per_s,
-                                  r.gbytes_per_s));
+            Print(absl::StrFormat("%-5s %9s %7d %10.2f %10.2f %12.0f %9.4f", r.op, HumanSize(size),
+                                  r.samples, r.p50_us, r.p99_us, r.ops_per_s, r.gbytes_per_s));
           }
         }
         if (!s.ok()) {

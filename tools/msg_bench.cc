@@ -58,6 +58,7 @@
 #include "platform/poller.h"
 #include "platform/region.h"
 #include "spdlog/spdlog.h"
+#include "tools/bench_util.h"
 #include "tools/child_process.h"
 
 ABSL_FLAG(std::string, provider, "auto",
@@ -101,23 +102,6 @@ struct Layout {
   MessengerOptions messaging;
   uint64_t raw_area = 0;  // bytes; the sequence word is its last 8
 };
-
-absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text) {
-  std::vector<uint64_t> sizes;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    part = absl::StripAsciiWhitespace(part);
-    uint64_t mult = 1;
-    if (absl::ConsumeSuffix(&part, "K") || absl::ConsumeSuffix(&part, "k")) mult = 1024;
-    uint64_t v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v < 8 || v * mult > kMaxSize) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--sizes: '", part, "' is not a size between 8 bytes and 1 MiB"));
-    }
-    sizes.push_back(v * mult);
-  }
-  if (sizes.empty()) return absl::InvalidArgumentError("--sizes lists no size");
-  return sizes;
-}
 
 absl::StatusOr<Layout> MakeLayout(const std::vector<uint64_t>& sizes) {
   Layout l;
@@ -216,7 +200,7 @@ int TargetMain() {
   }
   absl::StatusOr<config::ClusterConfig> cfg = LoadClusterConfig(absl::GetFlag(FLAGS_config));
   absl::StatusOr<PollMode> mode = ParsePollMode(absl::GetFlag(FLAGS_poll));
-  absl::StatusOr<std::vector<uint64_t>> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
+  absl::StatusOr<std::vector<uint64_t>> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes), 8, kMaxSize);
   absl::StatusOr<Layout> layout = sizes.ok() ? MakeLayout(*sizes) : sizes.status();
   for (const absl::Status& s : {cfg.status(), mode.status(), layout.status()}) {
     if (!s.ok()) {
@@ -284,13 +268,6 @@ struct Point {
   double rtt_p50 = 0, rtt_p99 = 0, raw_p50 = 0, raw_p99 = 0, msgs_per_s = 0;
 };
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t rank = static_cast<size_t>(std::ceil(p * v.size()));
-  return v[std::min(v.size(), std::max<size_t>(rank, 1)) - 1];
-}
-
 double MicrosSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -314,6 +291,8 @@ class Bench {
         if (done >= 0) raw_us.push_back(us);
       }
     }
+    std::sort(rpc_us.begin(), rpc_us.end());
+    std::sort(raw_us.begin(), raw_us.end());
     p->rtt_p50 = Percentile(rpc_us, 0.5);
     p->rtt_p99 = Percentile(rpc_us, 0.99);
     p->raw_p50 = Percentile(raw_us, 0.5);
@@ -455,7 +434,7 @@ int BenchMain() {
     return kExitUsage;
   }
   absl::StatusOr<PollMode> mode = ParsePollMode(absl::GetFlag(FLAGS_poll));
-  absl::StatusOr<std::vector<uint64_t>> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes));
+  absl::StatusOr<std::vector<uint64_t>> sizes = ParseSizes(absl::GetFlag(FLAGS_sizes), 8, kMaxSize);
   absl::StatusOr<Layout> layout = sizes.ok() ? MakeLayout(*sizes) : sizes.status();
   for (const absl::Status& s : {mode.status(), layout.status()}) {
     if (!s.ok()) {
