@@ -125,7 +125,7 @@ uint64_t Messenger::HeadSlotOffset(int receiver_index, int lane) const {
 uint64_t Messenger::AreaSize() const { return Area(node_->config(), options_).size; }
 
 uint64_t Messenger::membership_epoch() const {
-  // Acquire: pairs with the release store at the end of OnMembership.
+  // Acquire: pairs with the release CAS in OnMembership (after peer and receive state).
   return applied_epoch_.load(std::memory_order_acquire);
 }
 
@@ -213,6 +213,12 @@ void Messenger::OnMembership(const control::Membership& m) {
     // Release: pairs with the acquire load in ReceiveStatus.
     any_down_.store(any, std::memory_order_release);
   }
+  // Published before the close listener runs: whoever sees a call fail because of epoch E also
+  // sees membership_epoch() >= E.
+  uint64_t seen = applied_epoch_.load(std::memory_order_relaxed);
+  while (seen < m.epoch() &&
+         !applied_epoch_.compare_exchange_weak(seen, m.epoch(), std::memory_order_release)) {
+  }
   for (const auto& [node, why] : down) {
     spdlog::info("messaging: node {}: {}", node_->id(), std::string(why.message()));
   }
@@ -221,10 +227,6 @@ void Messenger::OnMembership(const control::Membership& m) {
     if (close_listener_) {
       for (const auto& [node, why] : down) close_listener_(node, why);
     }
-  }
-  uint64_t seen = applied_epoch_.load(std::memory_order_relaxed);
-  while (seen < m.epoch() &&
-         !applied_epoch_.compare_exchange_weak(seen, m.epoch(), std::memory_order_release)) {
   }
 }
 

@@ -32,12 +32,7 @@ class ErrorCollector : public google::protobuf::io::ErrorCollector {
 
 absl::Status ValidateAndComplete(config::ClusterConfig* c) {
   if (c->provider().empty()) c->set_provider("auto");
-  if (!IsKnownProvider(c->provider())) {
-    std::string names;
-    for (const char* p : kProviderNames) absl::StrAppend(&names, names.empty() ? "" : ", ", p);
-    return absl::InvalidArgumentError(
-        absl::StrCat("provider '", c->provider(), "' is unknown; use one of: ", names));
-  }
+  if (absl::Status s = CheckProvider(c->provider()); !s.ok()) return s;
   if (c->endpoint().empty()) c->set_endpoint("auto");
   if (absl::StatusOr<EndpointType> e = ParseEndpointType(c->endpoint()); !e.ok()) {
     return e.status();

@@ -30,7 +30,7 @@ TEST_CASE("semantic errors say which field is wrong", "[config]") {
   };
   const Case cases[] = {
       {"", "lists no node"},
-      {R"(provider: "ib" node { id: 0 host: "h" control_port: 1 })", "provider 'ib' is unknown"},
+      {R"(provider: "ib" node { id: 0 host: "h" control_port: 1 })", "unknown provider 'ib'"},
       {R"(region_size: 4097 node { id: 0 host: "h" control_port: 1 })", "not a multiple of 4096"},
       {R"(region_size: 4096 node { id: 0 host: "h" control_port: 1 })", "out of range"},
       {R"(node { id: 0 host: "h" control_port: 1 } node { id: 0 host: "h" control_port: 2 })",

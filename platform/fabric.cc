@@ -104,11 +104,12 @@ std::string EndpointTypeName(EndpointType type) {
   return "?";
 }
 
-bool IsKnownProvider(absl::string_view provider) {
+absl::Status CheckProvider(absl::string_view provider) {
   for (const char* p : kProviderNames) {
-    if (provider == p) return true;
+    if (provider == p) return absl::OkStatus();
   }
-  return false;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown provider '", provider, "'; use one of: ", absl::StrJoin(kProviderNames, ", ")));
 }
 
 bool HasRdmaDevice() {
@@ -218,11 +219,7 @@ Fabric::~Fabric() {
 }
 
 absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& options) {
-  if (!IsKnownProvider(options.provider)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown provider '", options.provider,
-                     "'; expected one of: ", absl::StrJoin(kProviderNames, ", ")));
-  }
+  if (absl::Status s = CheckProvider(options.provider); !s.ok()) return s;
   const std::string provider = ResolveProvider(options.provider);
   EndpointType type = options.endpoint;
   if (type == EndpointType::kAuto)

@@ -71,8 +71,9 @@ struct FabricOptions {
   std::string bind_host;
 };
 
-// True if `provider` is one of kProviderNames.
-bool IsKnownProvider(absl::string_view provider);
+// OK if `provider` is one of kProviderNames; otherwise InvalidArgument naming it and listing
+// the names.
+absl::Status CheckProvider(absl::string_view provider);
 
 // Resolves "auto" to the provider it stands for on this machine; other names are returned as
 // they are. Never fails.

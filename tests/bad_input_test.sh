@@ -45,7 +45,7 @@ expect_fail 2 "node id 0 is listed twice" -- "$NODE" --config="$TMP/dup" --node_
 printf 'region_size: 1000\nnode { id: 0 host: "h" control_port: 1 }\n' >"$TMP/size"
 expect_fail 2 "region_size 1000 is not a multiple of 4096" -- "$NODE" --config="$TMP/size" --node_id=0
 printf 'provider: "infiniband"\nnode { id: 0 host: "h" control_port: 1 }\n' >"$TMP/prov"
-expect_fail 2 "provider 'infiniband' is unknown" -- "$NODE" --config="$TMP/prov" --node_id=0
+expect_fail 2 "unknown provider 'infiniband'" -- "$NODE" --config="$TMP/prov" --node_id=0
 expect_fail 2 "--node_id=7 is not listed" -- "$NODE" --config="$cfg" --node_id=7
 
 echo "== peers that never come up"

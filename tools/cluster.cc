@@ -432,11 +432,8 @@ int Main() {
     spdlog::error("{}", std::string(s.message()));
     return 2;
   }
-  if (!IsKnownProvider(absl::GetFlag(FLAGS_provider))) {
-    spdlog::error(
-        "--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
-        "sockets",
-        absl::GetFlag(FLAGS_provider));
+  if (absl::Status s = CheckProvider(absl::GetFlag(FLAGS_provider)); !s.ok()) {
+    spdlog::error("--provider: {}", std::string(s.message()));
     return 2;
   }
   if (absl::GetFlag(FLAGS_poll) != "busy" && absl::GetFlag(FLAGS_poll) != "adaptive") {

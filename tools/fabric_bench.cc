@@ -574,11 +574,8 @@ int BenchMain() {
     return kExitUsage;
   }
   const std::string provider_flag = absl::GetFlag(FLAGS_provider);
-  if (!IsKnownProvider(provider_flag)) {
-    spdlog::error(
-        "--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
-        "sockets",
-        provider_flag);
+  if (absl::Status s = CheckProvider(provider_flag); !s.ok()) {
+    spdlog::error("--provider: {}", std::string(s.message()));
     return kExitUsage;
   }
   absl::StatusOr<PollMode> mode = ParsePollMode(absl::GetFlag(FLAGS_poll));

@@ -426,11 +426,8 @@ int BenchMain() {
     return kExitUsage;
   }
   const std::string provider = absl::GetFlag(FLAGS_provider);
-  if (!IsKnownProvider(provider)) {
-    spdlog::error(
-        "--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
-        "sockets",
-        provider);
+  if (absl::Status s = CheckProvider(provider); !s.ok()) {
+    spdlog::error("--provider: {}", std::string(s.message()));
     return kExitUsage;
   }
   absl::StatusOr<PollMode> mode = ParsePollMode(absl::GetFlag(FLAGS_poll));

@@ -126,11 +126,8 @@ int Main() {
     return 2;
   }
   const std::string provider = absl::GetFlag(FLAGS_provider);
-  if (!provider.empty() && !IsKnownProvider(provider)) {
-    spdlog::error(
-        "--provider: unknown provider '{}'; use auto, verbs, tcp;ofi_rxm, tcp, shm or "
-        "sockets",
-        provider);
+  if (absl::Status s = CheckProvider(provider); !provider.empty() && !s.ok()) {
+    spdlog::error("--provider: {}", std::string(s.message()));
     return 2;
   }
   const std::string endpoint = absl::GetFlag(FLAGS_endpoint);
