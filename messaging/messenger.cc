@@ -64,12 +64,21 @@ void Messenger::UnlockScan() { shared_->busy.store(false, std::memory_order_rele
 // One Node::Batch per destination, posted together and waited for together, so an error is
 // attributed to its destination. Kept and reused (batches are reusable after Wait), so that a
 // flush or an idle scan allocates nothing.
+//
+// A WRITE to a node that has died may never complete (shm completes nothing for a gone peer), so
+// Wait waits in short slices and abandons a destination's batch as soon as the membership no
+// longer lists the incarnation (messaging area) the WRITEs were aimed at: otherwise the scanning
+// thread would stall for write_timeout and, among others, never acknowledge a restarted peer.
+// An abandoned batch keeps its operations' bookkeeping alive until they complete (OpBatch).
 class Messenger::Posting {
  public:
-  explicit Posting(Messenger* m) : m_(m), batches_(m->nodes_), used_(m->nodes_, false) {}
-  Node::Batch& For(int index) {
+  explicit Posting(Messenger* m)
+      : m_(m), batches_(m->nodes_), used_(m->nodes_, false), incarnation_(m->nodes_, 0) {}
+  // The batch for WRITEs to node `index`'s messaging area `incarnation` (its region id).
+  Node::Batch& For(int index, uint32_t incarnation) {
     if (batches_[index] == nullptr) batches_[index] = std::make_unique<Node::Batch>(m_->node_);
     used_[index] = true;
+    incarnation_[index] = incarnation;
     return *batches_[index];
   }
   // Waits for every batch used since the last Wait; calls on_error(index, status) for each that
@@ -79,16 +88,36 @@ class Messenger::Posting {
     for (size_t i = 0; i < batches_.size(); ++i) {
       if (!used_[i]) continue;
       used_[i] = false;
-      absl::Status s = batches_[i]->Wait(m_->options_.write_timeout);
+      absl::Status s = WaitOne(static_cast<int>(i));
       if (!s.ok()) on_error(static_cast<int>(i), s);
     }
   }
 
  private:
+  absl::Status WaitOne(int i) {
+    const absl::Time deadline = absl::Now() + m_->options_.write_timeout;
+    for (;;) {
+      const absl::Duration slice = std::min(absl::Milliseconds(20), deadline - absl::Now());
+      absl::Status s = batches_[i]->Wait(std::max(slice, absl::ZeroDuration()));
+      if (!absl::IsDeadlineExceeded(s) || absl::Now() >= deadline) return s;
+      if (m_->CurrentIncarnation(i) != incarnation_[i]) {
+        batches_[i] = std::make_unique<Node::Batch>(m_->node_);  // abandons the old one
+        return absl::UnavailableError(
+            absl::StrCat("node ", m_->node_ids_[i], " left while WRITEs to it were in flight"));
+      }
+    }
+  }
+
   Messenger* m_;
   std::vector<std::unique_ptr<Node::Batch>> batches_;
   std::vector<bool> used_;
+  std::vector<uint32_t> incarnation_;
 };
+
+uint32_t Messenger::CurrentIncarnation(int index) const {
+  absl::ReaderMutexLock l(&peer_mu_);
+  return peers_[index].region_id;
+}
 
 // The sending end of one lane to one node.
 struct Messenger::Lane::PeerSend {
@@ -580,7 +609,7 @@ void Messenger::Lane::PostUnflushed(Posting& posting) {
       char* ring = m_->area_ + m_->RingOffset(i, index_);
       for (const ByteRange& b : ranges) std::memcpy(ring + b.offset, p.mirror + b.offset, b.size);
     } else {
-      Node::Batch& batch = posting.For(i);
+      Node::Batch& batch = posting.For(i, p.incarnation);
       for (const ByteRange& b : ranges) {
         // Errors are reported again by the batch's Wait.
         batch.Write(p.ring + b.offset, LocalBuffer{m_->send_mr_.get(), p.mirror + b.offset, b.size})
@@ -639,7 +668,7 @@ void Messenger::WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& post
                   static_cast<uint64_t>(total_lanes_) * nodes_ * options_.ring_size +
                   (static_cast<uint64_t>(r.sender_index) * total_lanes_ + r.lane) * kHeadSlotBytes;
   EncodeHeadSlot(head, tag, staging);
-  posting.For(r.sender_index)
+  posting.For(r.sender_index, r.incarnation)
       .Write(GlobalAddress{r.incarnation, slot},
              LocalBuffer{send_mr_.get(), staging, kHeadSlotBytes})
       .IgnoreError();
@@ -694,7 +723,9 @@ int Messenger::Scan() {
   Posting& posting = *scanning.posting_;
   SyncReceiveRings(posting);
   if (!receiver_) {
-    posting.Wait([](int, const absl::Status&) {});  // acknowledgements: the sender retries
+    // Acknowledgements: one that fails (its sender left) is not resent; a sender still waiting
+    // for it reports Unavailable after its wait.
+    posting.Wait([](int, const absl::Status&) {});
     return 0;
   }
   scanning.Sync();

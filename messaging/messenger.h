@@ -151,6 +151,8 @@ class Messenger {
   uint64_t membership_epoch() const;
   // Index of `node` in the configuration's node list, or -1.
   int IndexOf(uint32_t node) const;
+  // Region id of node `index`'s messaging area in the current membership (0: not a member).
+  uint32_t CurrentIncarnation(int index) const;
 
   // Test hooks: the bytes of the ring this node receives from `from` on `lane`, and its size.
   char* ReceiveRingForTesting(uint32_t from, int lane) const;
