@@ -160,6 +160,14 @@ absl::Status Node::Init() {
 absl::Status Node::ApplyMembership(const control::Membership& m) {
   absl::MutexLock l(&map_mu_);
   if (m.epoch() <= membership_.epoch()) return absl::OkStatus();
+  // Forget the addresses of nodes that left: a later process may reuse an address (an
+  // ephemeral port), and must get a fresh peer (a new connection), not the dead one's.
+  absl::flat_hash_map<std::string, PeerId> still_present;
+  for (const control::NodeInfo& n : m.nodes()) {
+    auto it = peers_by_address_.find(n.fabric_address());
+    if (it != peers_by_address_.end()) still_present.insert(*it);
+  }
+  peers_by_address_ = std::move(still_present);
   absl::flat_hash_map<uint32_t, PeerId> peer_of_node;
   for (const control::NodeInfo& n : m.nodes()) {
     if (n.provider() != fabric_->provider()) {
