@@ -61,9 +61,11 @@ void Messenger::LockScan() {
 
 void Messenger::UnlockScan() { shared_->busy.store(false, std::memory_order_release); }
 
-// One Node::Batch per destination, posted together and waited for together, so an error is
+// One OpBatch per destination, posted together and waited for together, so an error is
 // attributed to its destination. Kept and reused (batches are reusable after Wait), so that a
-// flush or an idle scan allocates nothing.
+// flush or an idle scan allocates no batch. WRITEs go to targets the caller resolved beforehand
+// (a lane resolves a peer's ring once per incarnation), keeping Node::Resolve's lock and lookup
+// off the per-message path.
 //
 // A WRITE to a node that has died may never complete (shm completes nothing for a gone peer), so
 // Wait waits in short slices and abandons a destination's batch as soon as the membership no
@@ -74,12 +76,17 @@ class Messenger::Posting {
  public:
   explicit Posting(Messenger* m)
       : m_(m), batches_(m->nodes_), used_(m->nodes_, false), incarnation_(m->nodes_, 0) {}
-  // The batch for WRITEs to node `index`'s messaging area `incarnation` (its region id).
-  Node::Batch& For(int index, uint32_t incarnation) {
-    if (batches_[index] == nullptr) batches_[index] = std::make_unique<Node::Batch>(m_->node_);
+  // Posts a WRITE of `local` to `offset` bytes into `target`, which is node `index`'s messaging
+  // area `incarnation` (its region id). Errors are reported by Wait.
+  void Write(int index, uint32_t incarnation, const RemoteTarget& target, uint64_t offset,
+             LocalBuffer local) {
+    if (batches_[index] == nullptr)
+      batches_[index] = std::make_unique<OpBatch>(m_->node_->fabric());
     used_[index] = true;
     incarnation_[index] = incarnation;
-    return *batches_[index];
+    batches_[index]
+        ->Write(target.peer, RemoteBuffer{target.buffer.addr + offset, target.buffer.key}, local)
+        .IgnoreError();
   }
   // Waits for every batch used since the last Wait; calls on_error(index, status) for each that
   // failed.
@@ -101,7 +108,7 @@ class Messenger::Posting {
     const absl::Time deadline = absl::Now() + m_->options_.write_timeout - kWaitSlice;
     for (;;) {
       if (m_->CurrentIncarnation(i) != incarnation_[i]) {
-        batches_[i] = std::make_unique<Node::Batch>(m_->node_);  // abandons the old one
+        batches_[i] = std::make_unique<OpBatch>(m_->node_->fabric());  // abandons the old one
         return absl::UnavailableError(
             absl::StrCat("node ", m_->node_ids_[i], " left while WRITEs to it were in flight"));
       }
@@ -114,7 +121,7 @@ class Messenger::Posting {
   static constexpr absl::Duration kWaitSlice = absl::Milliseconds(20);
 
   Messenger* m_;
-  std::vector<std::unique_ptr<Node::Batch>> batches_;
+  std::vector<std::unique_ptr<OpBatch>> batches_;
   std::vector<bool> used_;
   std::vector<uint32_t> incarnation_;
 };
@@ -129,7 +136,7 @@ struct Messenger::Lane::PeerSend {
   std::unique_ptr<RingWriter> writer;
   char* mirror = nullptr;
   const char* head_slot = nullptr;  // in this node's area, written by the receiver
-  GlobalAddress ring;               // the receiver's ring for this lane
+  RemoteTarget ring;                // the receiver's ring for this lane, resolved
   uint32_t incarnation = 0;         // the receiver's region id the writer is for
   uint64_t tag = 0;                 // HeadSlotTag of this ring
   bool ready = false;               // the receiver's rings are known to be ready for us
@@ -501,10 +508,22 @@ void Messenger::Lane::Sync() {
       p.writer = std::make_unique<RingWriter>(p.mirror, m_->options_.ring_size);
       p.backlog.clear();
       p.incarnation = a.region_id;
-      p.ring = GlobalAddress{a.region_id, m_->RingOffset(m_->self_index_, index_)};
       p.tag = HeadSlotTag(a.region_id, m_->self_incarnation_);
       p.ready = !NeedsAck(a.joined_epoch, m_->self_joined_);
       p.failed = absl::OkStatus();
+      if (a.region_id != 0) {
+        // Resolved once per incarnation: every flush WRITEs inside this ring.
+        absl::StatusOr<RemoteTarget> t =
+            m_->node_->Resolve(GlobalAddress{a.region_id, m_->RingOffset(m_->self_index_, index_)},
+                               m_->options_.ring_size);
+        if (t.ok()) {
+          p.ring = *t;
+        } else {
+          p.failed =
+              absl::UnavailableError(absl::StrCat("the message ring of node ", m_->node_ids_[i],
+                                                  " is not reachable: ", t.status().message()));
+        }
+      }
     }
     if (!a.status.ok()) p.failed = a.status;
   }
@@ -614,11 +633,9 @@ void Messenger::Lane::PostUnflushed(Posting& posting) {
       char* ring = m_->area_ + m_->RingOffset(i, index_);
       for (const ByteRange& b : ranges) std::memcpy(ring + b.offset, p.mirror + b.offset, b.size);
     } else {
-      Node::Batch& batch = posting.For(i, p.incarnation);
       for (const ByteRange& b : ranges) {
-        // Errors are reported again by the batch's Wait.
-        batch.Write(p.ring + b.offset, LocalBuffer{m_->send_mr_.get(), p.mirror + b.offset, b.size})
-            .IgnoreError();
+        posting.Write(i, p.incarnation, p.ring, b.offset,
+                      LocalBuffer{m_->send_mr_.get(), p.mirror + b.offset, b.size});
       }
     }
     p.writer->MarkFlushed();
@@ -673,10 +690,16 @@ void Messenger::WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& post
                   static_cast<uint64_t>(total_lanes_) * nodes_ * options_.ring_size +
                   (static_cast<uint64_t>(r.sender_index) * total_lanes_ + r.lane) * kHeadSlotBytes;
   EncodeHeadSlot(head, tag, staging);
-  posting.For(r.sender_index, r.incarnation)
-      .Write(GlobalAddress{r.incarnation, slot},
-             LocalBuffer{send_mr_.get(), staging, kHeadSlotBytes})
-      .IgnoreError();
+  absl::StatusOr<RemoteTarget> t =
+      node_->Resolve(GlobalAddress{r.incarnation, slot}, kHeadSlotBytes);
+  if (!t.ok()) {
+    // Its area left the membership just now: the scan resets the ring once it sees that.
+    spdlog::debug("messaging: node {} cannot report its head to node {}: {}", node_->id(),
+                  node_ids_[r.sender_index], std::string(t.status().message()));
+    return;
+  }
+  posting.Write(r.sender_index, r.incarnation, *t, 0,
+                LocalBuffer{send_mr_.get(), staging, kHeadSlotBytes});
 }
 
 void Messenger::SyncReceiveRings(Posting& posting) {

@@ -12,14 +12,6 @@ namespace {
 // no poller thread is running); a response delivered by the poller wakes it at once.
 constexpr absl::Duration kNap = absl::Milliseconds(1);
 
-using Clock = std::chrono::steady_clock;
-
-// now + timeout, saturating (InfiniteDuration and anything beyond ~100 years never expire).
-Clock::time_point DeadlineAfter(Clock::time_point now, absl::Duration timeout) {
-  if (timeout >= absl::Hours(24 * 365 * 100)) return Clock::time_point::max();
-  return now + std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(timeout));
-}
-
 }  // namespace
 
 Rpc::Rpc(Messenger* messenger, RpcOptions options) : messenger_(messenger), options_(options) {
@@ -32,13 +24,8 @@ Rpc::Rpc(Messenger* messenger, RpcOptions options) : messenger_(messenger), opti
 Rpc::~Rpc() {
   messenger_->SetReceiver(nullptr);  // waits for a scan in progress
   messenger_->SetCloseListener(nullptr);
-  std::vector<std::shared_ptr<Pending>> left;
-  {
-    std::lock_guard<std::mutex> l(pending_mu_);
-    for (auto& [id, p] : pending_) left.push_back(p);
-    pending_.clear();
-  }
-  for (auto& p : left) Complete(*p, absl::CancelledError("the RPC layer is shutting down"));
+  for (auto& p : pending_.TakeIf([](const Pending&) { return true; }))
+    Complete(*p, absl::CancelledError("the RPC layer is shutting down"));
 }
 
 void Rpc::RegisterHandler(uint16_t method, RpcHandler handler) {
@@ -121,11 +108,8 @@ absl::StatusOr<std::shared_ptr<Rpc::Pending>> Rpc::Start(Messenger::Lane& lane, 
   p->node_ = node;
   p->method_ = method;
   p->timeout_ = timeout;
-  p->deadline_ = DeadlineAfter(Clock::now(), timeout);
-  {
-    std::lock_guard<std::mutex> l(pending_mu_);
-    pending_[p->id_] = p;
-  }
+  p->deadline_ = CoarseDeadline(timeout);
+  pending_.Insert(p->id_, p);
   const Envelope e{p->id_, method, 0, 0};
   absl::Status s = lane.Send(node, kRequestType, {Bytes(e), request}, timeout);
   if (!s.ok()) {
@@ -145,22 +129,23 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
   // The clock is read only every 32nd round (a round, one Poll, takes well under a
   // microsecond, so deadlines are still met within tens of microseconds); a response that comes
   // back within the first rounds costs no clock read at all.
-  Clock::time_point last_work{};  // set at the first clock read
+  FastClock::time_point last_work{};  // set at the first clock read
   bool worked = true;
-  const auto spin =
-      options_.spin >= absl::Hours(24 * 365 * 100)
-          ? Clock::duration::max()
-          : std::chrono::duration_cast<Clock::duration>(absl::ToChronoNanoseconds(options_.spin));
+  const auto spin = options_.spin >= absl::Hours(24 * 365 * 100)
+                        ? FastClock::duration::max()
+                        : std::chrono::duration_cast<FastClock::duration>(
+                              absl::ToChronoNanoseconds(options_.spin));
   for (uint32_t spins = 1; !p.done_.load(std::memory_order_acquire); ++spins) {
     // Drive progress and the scan ourselves: the response may be waiting for exactly that.
     if (messenger_->Poll() > 0) worked = true;
     if (spins % 32 != 0) continue;
-    const Clock::time_point now = Clock::now();
+    const FastClock::time_point now = FastClock::now();
     if (worked) {
       last_work = now;
       worked = false;
     }
-    if (now >= p.deadline_) {
+    const CoarseClock::time_point coarse_now = CoarseClock::now();
+    if (coarse_now >= p.deadline_) {
       if (Take(p.id_) != nullptr) {
         return absl::DeadlineExceededError(absl::StrCat("node ", p.node_, " did not answer method ",
                                                         p.method_, " within ",
@@ -174,19 +159,10 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
     absl::MutexLock l(&p.mu_);
     auto done = [&p] { return p.done_.load(std::memory_order_seq_cst); };
     p.mu_.AwaitWithTimeout(absl::Condition(&done),
-                           std::min(kNap, absl::FromChrono(p.deadline_ - now)));
+                           std::min(kNap, absl::FromChrono(p.deadline_ - coarse_now)));
   }
   // done_ was seen (acquire): result_ is final and nobody writes it any more.
   return std::move(p.result_);
-}
-
-std::shared_ptr<Rpc::Pending> Rpc::Take(uint64_t id) {
-  std::lock_guard<std::mutex> l(pending_mu_);
-  auto it = pending_.find(id);
-  if (it == pending_.end()) return nullptr;
-  std::shared_ptr<Pending> p = std::move(it->second);
-  pending_.erase(it);
-  return p;
 }
 
 void Rpc::Complete(Pending& p, absl::StatusOr<std::string> result) {
@@ -262,19 +238,7 @@ void Rpc::OnResponse(uint32_t from, const Envelope& e, absl::string_view body) {
 }
 
 void Rpc::OnClosed(uint32_t node, const absl::Status& why) {
-  std::vector<std::shared_ptr<Pending>> failed;
-  {
-    std::lock_guard<std::mutex> l(pending_mu_);
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->second->node_ == node) {
-        failed.push_back(std::move(it->second));
-        pending_.erase(it++);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (auto& p : failed) {
+  for (auto& p : pending_.TakeIf([node](const Pending& p) { return p.node_ == node; })) {
     if (absl::IsDataLoss(why)) {
       Complete(*p, absl::DataLossError(absl::StrCat("responses from node ", node,
                                                     " can no longer be read: ", why.message())));

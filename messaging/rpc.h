@@ -34,24 +34,23 @@
 #define FARM_MESSAGING_RPC_H_
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "messaging/call_table.h"
 #include "messaging/messenger.h"
+#include "platform/clock.h"
 #include "platform/global_address.h"
 
 namespace farm {
@@ -92,9 +91,9 @@ class Rpc {
     uint64_t id_ = 0;
     uint32_t node_ = 0;
     uint16_t method_ = 0;
-    // steady_clock rather than absl::Now: Debian's abseil takes ~130 ns per absl::Now here,
-    // steady_clock ~40 ns, and the clock is read on every call's critical path.
-    std::chrono::steady_clock::time_point deadline_;
+    // On the coarse clock (platform/clock.h): read on every call's critical path, and a
+    // timeout is milliseconds or more (it may end up to one kernel tick late).
+    CoarseClock::time_point deadline_;
     absl::Duration timeout_;
     // Completion without a lock on the fast path: Complete writes result_, then sets done_
     // (seq_cst); a waiter reads result_ only after seeing done_ (acquire). mu_ is taken only to
@@ -157,7 +156,7 @@ class Rpc {
   void OnResponse(uint32_t from, const Envelope& e, absl::string_view body);
   void OnClosed(uint32_t node, const absl::Status& why);
   void Complete(Pending& p, absl::StatusOr<std::string> result);
-  std::shared_ptr<Pending> Take(uint64_t id);
+  std::shared_ptr<Pending> Take(uint64_t id) { return pending_.Take(id); }
 
   Messenger* const messenger_;
   const RpcOptions options_;
@@ -173,11 +172,9 @@ class Rpc {
   absl::Mutex handlers_mu_;  // serialises RegisterHandler
   std::vector<std::unique_ptr<HandlerPage>> handler_page_store_ ABSL_GUARDED_BY(handlers_mu_);
   std::vector<std::unique_ptr<const RpcHandler>> handler_store_ ABSL_GUARDED_BY(handlers_mu_);
-  // Taken twice per call (Start, and the response or the deadline), never held while blocking:
-  // a std::mutex, because Debian's abseil (built without NDEBUG) takes ~35 ns per absl::Mutex
-  // lock/unlock here and std::mutex ~11 ns.
-  std::mutex pending_mu_;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Pending>> pending_;  // guarded by pending_mu_
+  // Calls in flight: inserted by Start, taken once by whoever completes them (the response, the
+  // deadline, a failing peer, the destructor).
+  CallTable<Pending> pending_;
 };
 
 // Encoding of a typed value as RPC bytes: trivially copyable types byte for byte, protobuf

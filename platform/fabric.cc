@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "platform/clock.h"
 #include "spdlog/spdlog.h"
 
 namespace farm {
@@ -471,7 +472,7 @@ int Fabric::ProgressConnections() {
   return events;
 }
 
-absl::Status Fabric::EndpointFor(PeerId peer, absl::Time deadline, void** ep, uint64_t* dest) {
+absl::Status Fabric::EndpointFor(PeerId peer, absl::Duration timeout, void** ep, uint64_t* dest) {
   if (endpoint_ == EndpointType::kRdm) {
     *ep = h_->ep;
     *dest = peer;
@@ -483,6 +484,7 @@ absl::Status Fabric::EndpointFor(PeerId peer, absl::Time deadline, void** ep, ui
     if (peer < h_->peers.size()) p = h_->peers[peer].get();
   }
   if (p == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown peer ", peer));
+  const absl::Time deadline = absl::Now() + timeout;  // off the fast path: MSG is connecting
   while (p->state.load(std::memory_order_acquire) == 0) {
     Progress();
     if (absl::Now() > deadline) {
@@ -636,10 +638,10 @@ int Fabric::WaitForProgress(absl::Duration max_wait) {
 }
 
 absl::Status Fabric::Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local,
-                          OpContext* ctx, absl::Time deadline) {
+                          OpContext* ctx, absl::Duration timeout) {
   void* ep_ptr = nullptr;
   uint64_t dest = 0;
-  if (absl::Status s = EndpointFor(peer, deadline, &ep_ptr, &dest); !s.ok()) return s;
+  if (absl::Status s = EndpointFor(peer, timeout, &ep_ptr, &dest); !s.ok()) return s;
   fid_ep* ep = static_cast<fid_ep*>(ep_ptr);
   iovec iov{local.data, local.size};
   void* desc = local.mr->desc();
@@ -654,6 +656,7 @@ absl::Status Fabric::Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
   msg.context = &ctx->fi_ctx;
   // The completion semantics are asked for on every WRITE: some providers (tcp) ignore the
   // endpoint's default op_flags.
+  CoarseClock::time_point deadline = CoarseClock::time_point::max();  // set on the first EAGAIN
   for (;;) {
     ssize_t ret = is_read ? fi_readmsg(ep, &msg, FI_COMPLETION)
                           : fi_writemsg(ep, &msg, FI_COMPLETION | write_completion_);
@@ -662,7 +665,8 @@ absl::Status Fabric::Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
       return absl::UnavailableError(FiError(is_read ? "fi_read" : "fi_write", ret));
     }
     Progress();
-    if (absl::Now() > deadline) {
+    if (deadline == CoarseClock::time_point::max()) deadline = CoarseDeadline(timeout);
+    if (CoarseClock::now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(is_read ? "READ" : "WRITE",
                        " could not be posted: the provider stayed busy "
@@ -702,7 +706,7 @@ absl::Status OpBatch::Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
     ctx->remote_addr = remote.addr;
     ctx->len = local.size;
     state_->outstanding.fetch_add(1, std::memory_order_relaxed);
-    s = fabric_->Post(is_read, peer, remote, local, ctx, absl::Now() + post_timeout_);
+    s = fabric_->Post(is_read, peer, remote, local, ctx, post_timeout_);
     if (!s.ok()) {
       state_->outstanding.fetch_sub(1, std::memory_order_relaxed);
       delete ctx;
@@ -713,9 +717,10 @@ absl::Status OpBatch::Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
 }
 
 absl::Status OpBatch::Wait(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  // The coarse clock: this loop is on every operation's path, and a timeout is seconds.
+  const CoarseClock::time_point deadline = CoarseDeadline(timeout);
   while (outstanding() > 0) {
-    if (fabric_->Progress() == 0 && absl::Now() > deadline) {
+    if (fabric_->Progress() == 0 && CoarseClock::now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(outstanding(), " RDMA operation(s) did not complete within ",
                        absl::FormatDuration(timeout), " (is the peer alive and polling?)"));

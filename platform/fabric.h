@@ -193,13 +193,13 @@ class Fabric {
   int ProgressConnections();
   // Peers' operations served since the last call (0 without a remote-access counter).
   int RemoteAccesses();
-  // The endpoint and destination to post an operation to `peer` on; for MSG, waits for the
-  // connection until `deadline`.
-  absl::Status EndpointFor(PeerId peer, absl::Time deadline, void** ep, uint64_t* dest);
+  // The endpoint and destination to post an operation to `peer` on; for MSG, waits up to
+  // `timeout` for the connection.
+  absl::Status EndpointFor(PeerId peer, absl::Duration timeout, void** ep, uint64_t* dest);
   // Posts one READ (is_read) or WRITE; retries while the provider is busy, driving progress,
-  // until `deadline`.
+  // for up to `timeout`. The clock is read only once the provider pushes back.
   absl::Status Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local,
-                    OpContext* ctx, absl::Time deadline);
+                    OpContext* ctx, absl::Duration timeout);
 
   std::unique_ptr<Handles> h_;
   std::string provider_;
