@@ -552,13 +552,35 @@ absl::Status Messenger::Lane::RefreshHead(PeerSend& p) {
   return s;
 }
 
-absl::Status Messenger::Lane::TryAppend(PeerSend& p, uint16_t type,
-                                        std::initializer_list<absl::string_view> parts) {
+absl::Status Messenger::Lane::CheckWritable(PeerSend& p) {
   if (absl::Status s = RefreshHead(p); !s.ok()) return s;
   if (!p.ready) {
     return absl::ResourceExhaustedError("the receiver has not yet acknowledged its rings");
   }
+  return absl::OkStatus();
+}
+
+absl::Status Messenger::Lane::TryAppend(PeerSend& p, uint16_t type,
+                                        std::initializer_list<absl::string_view> parts) {
+  if (absl::Status s = CheckWritable(p); !s.ok()) return s;
   return p.writer->Append(type, parts);
+}
+
+absl::StatusOr<char*> Messenger::Lane::Reserve(uint32_t node, uint16_t type, uint64_t length) {
+  const int i = m_->IndexOf(node);
+  if (i < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node ", node, " is not in the cluster configuration"));
+  }
+  Sync();
+  PeerSend& p = *peers_[i];
+  if (!p.failed.ok()) return p.failed;
+  if (!p.backlog.empty()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("messages to node ", node, " are waiting for ring space"));
+  }
+  if (absl::Status s = CheckWritable(p); !s.ok()) return s;
+  return p.writer->Reserve(type, length);
 }
 
 absl::Status Messenger::Lane::Send(uint32_t node, uint16_t type,

@@ -252,6 +252,14 @@ class Messenger::Lane {
   absl::Status Send(uint32_t node, uint16_t type, std::initializer_list<absl::string_view> parts,
                     absl::Duration wait = absl::ZeroDuration());
 
+  // Queues a message of `length` payload bytes to `node` and returns where its payload goes in
+  // this lane's registered mirror: the caller writes it there, before the next Flush() (on the
+  // scanning lane: before the receiver callback returns), instead of copying it in through
+  // Send. Never waits. Errors as Send, except that a ring without space now, or on the scanning
+  // lane a backlog to `node`, is ResourceExhausted at once: then use Send, which waits or
+  // backlogs.
+  absl::StatusOr<char*> Reserve(uint32_t node, uint16_t type, uint64_t length);
+
   // Writes everything queued: one WRITE per destination (two if it wraps around the ring's
   // end), all posted before waiting for any. Returns the first error; a destination whose WRITE
   // failed is marked failed (later sends to it fail).
@@ -265,6 +273,8 @@ class Messenger::Lane {
   // Applies membership changes to this lane's sending ends (resets those of new incarnations).
   void Sync();
   absl::Status RefreshHead(PeerSend& p);
+  // OK when frames can go into p's ring now (as far as the receiver's acknowledgement goes).
+  absl::Status CheckWritable(PeerSend& p);
   absl::Status TryAppend(PeerSend& p, uint16_t type,
                          std::initializer_list<absl::string_view> parts);
   // Posts the queued bytes of every destination into `posting` (does not wait).

@@ -29,6 +29,19 @@ Rpc::~Rpc() {
 }
 
 void Rpc::RegisterHandler(uint16_t method, RpcHandler handler) {
+  RegisterInPlaceHandler(
+      method,
+      [handler = std::move(handler)](const RpcRequest& r, RpcResponder& out) -> absl::Status {
+        absl::StatusOr<std::string> result = handler(r);
+        if (!result.ok()) return result.status();
+        absl::StatusOr<char*> body = out.Allocate(result->size());
+        if (!body.ok()) return body.status();
+        if (!result->empty()) std::memcpy(*body, result->data(), result->size());
+        return absl::OkStatus();
+      });
+}
+
+void Rpc::RegisterInPlaceHandler(uint16_t method, RpcInPlaceHandler handler) {
   absl::MutexLock l(&handlers_mu_);
   std::atomic<HandlerPage*>& slot = handler_pages_[method >> 8];
   HandlerPage* page = slot.load(std::memory_order_relaxed);
@@ -38,12 +51,12 @@ void Rpc::RegisterHandler(uint16_t method, RpcHandler handler) {
     // Release: pairs with the acquire load in FindHandler (the page's zeroed entries).
     slot.store(page, std::memory_order_release);
   }
-  handler_store_.push_back(std::make_unique<const RpcHandler>(std::move(handler)));
+  handler_store_.push_back(std::make_unique<const RpcInPlaceHandler>(std::move(handler)));
   // Release: pairs with the acquire load in FindHandler (the handler's contents).
   page->handler[method & 0xff].store(handler_store_.back().get(), std::memory_order_release);
 }
 
-const RpcHandler* Rpc::FindHandler(uint16_t method) const {
+const RpcInPlaceHandler* Rpc::FindHandler(uint16_t method) const {
   const HandlerPage* page = handler_pages_[method >> 8].load(std::memory_order_acquire);
   if (page == nullptr) return nullptr;
   return page->handler[method & 0xff].load(std::memory_order_acquire);
@@ -203,20 +216,14 @@ void Rpc::OnMessage(const Message& m, Messenger::Lane& reply) {
 
 void Rpc::OnRequest(uint32_t from, const Envelope& e, absl::string_view body,
                     Messenger::Lane& reply) {
-  const RpcHandler* handler = FindHandler(e.method);
-  absl::StatusOr<std::string> result =
+  const RpcInPlaceHandler* handler = FindHandler(e.method);
+  RpcResponder out(reply, from, e.id, e.method,
+                   MaxPayload(messenger_->options().ring_size) - sizeof(Envelope));
+  const absl::Status result =
       handler != nullptr
-          ? (*handler)(RpcRequest{from, e.method, body})
+          ? (*handler)(RpcRequest{from, e.method, body}, out)
           : absl::UnimplementedError(absl::StrCat("no handler for method ", e.method));
-  const uint64_t limit = MaxPayload(messenger_->options().ring_size) - sizeof(Envelope);
-  if (result.ok() && result->size() > limit) {
-    result = absl::ResourceExhaustedError(absl::StrCat(
-        "the ", result->size(), "-byte response exceeds the ", limit, "-byte message limit"));
-  }
-  const Envelope out{e.id, e.method, static_cast<uint16_t>(result.status().code()), 0};
-  const absl::string_view out_body =
-      result.ok() ? absl::string_view(*result) : result.status().message();
-  absl::Status s = reply.Send(from, kResponseType, {Bytes(out), out_body});
+  absl::Status s = out.Finish(result);
   if (!s.ok()) {
     spdlog::warn("rpc: node {} cannot answer request {} of node {}: {}", messenger_->node()->id(),
                  e.id, from, std::string(s.message()));
@@ -224,6 +231,7 @@ void Rpc::OnRequest(uint32_t from, const Envelope& e, absl::string_view body,
 }
 
 void Rpc::OnResponse(uint32_t from, const Envelope& e, absl::string_view body) {
+  if (e.id == 0) return;  // voided by its handler (RpcResponder::Finish); the real one follows
   std::shared_ptr<Pending> p = Take(e.id);
   if (p == nullptr) {
     spdlog::debug("rpc: late response {} from node {} (its caller gave up)", e.id, from);
@@ -248,6 +256,48 @@ void Rpc::OnClosed(uint32_t node, const absl::Status& why) {
                                                          " failed: ", why.message())));
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RpcResponder
+
+absl::StatusOr<char*> RpcResponder::Allocate(size_t size) {
+  if (allocated_) {
+    return absl::FailedPreconditionError("RpcResponder::Allocate called twice for one request");
+  }
+  if (size > limit_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the ", size, "-byte response exceeds the ", limit_, "-byte message limit"));
+  }
+  absl::StatusOr<char*> slot =
+      reply_.Reserve(to_, Rpc::kResponseType, sizeof(Rpc::Envelope) + size);
+  if (slot.ok()) {
+    allocated_ = true;
+    in_ring_ = *slot;
+    const Rpc::Envelope e{id_, method_, 0, 0};
+    std::memcpy(in_ring_, &e, sizeof(e));
+    return in_ring_ + sizeof(e);
+  }
+  if (!absl::IsResourceExhausted(slot.status())) return slot.status();
+  // No space in the ring right now: build it aside; Finish sends it through the backlog.
+  allocated_ = true;
+  buffer_.assign(size, '\0');
+  return buffer_.data();
+}
+
+absl::Status RpcResponder::Finish(const absl::Status& result) {
+  if (result.ok()) {
+    if (in_ring_ != nullptr) return absl::OkStatus();  // written in place
+    const Rpc::Envelope e{id_, method_, 0, 0};
+    return reply_.Send(to_, Rpc::kResponseType, {Rpc::Bytes(e), buffer_});
+  }
+  if (in_ring_ != nullptr) {
+    // The frame is queued already: void it (the caller ignores id 0) and send the error after.
+    const Rpc::Envelope voided{0, method_, 0, 0};
+    std::memcpy(in_ring_, &voided, sizeof(voided));
+  }
+  const Rpc::Envelope e{id_, method_, static_cast<uint16_t>(result.code()), 0};
+  return reply_.Send(to_, Rpc::kResponseType, {Rpc::Bytes(e), result.message().substr(0, limit_)});
 }
 
 }  // namespace farm

@@ -21,6 +21,16 @@
 // Function shipping: Ship() runs a handler registered with RegisterShipped() on the node that
 // owns a GlobalAddress, with a pointer to the addressed bytes in its own memory.
 //
+// In-place responses: a handler registered with RegisterInPlaceHandler writes its response
+// straight into the reply ring (RpcResponder::Allocate), without building a string first:
+//
+//   rpc.RegisterInPlaceHandler(kEcho, [](const RpcRequest& r, RpcResponder& out) -> absl::Status {
+//     absl::StatusOr<char*> p = out.Allocate(r.payload.size());
+//     if (!p.ok()) return p.status();
+//     std::memcpy(*p, r.payload.data(), r.payload.size());
+//     return absl::OkStatus();
+//   });
+//
 // Errors seen by callers: DeadlineExceeded (no response in time), DataLoss (responses from that
 // node can no longer be read: its ring to us was corrupt), Unimplemented (no handler for the
 // method there), ResourceExhausted (back-pressure: the request could not be queued in time),
@@ -62,6 +72,40 @@ struct RpcRequest {
 };
 
 using RpcHandler = std::function<absl::StatusOr<std::string>(const RpcRequest&)>;
+
+// Where an in-place handler writes its response. Used on the scanning thread, during the
+// handler only.
+class RpcResponder {
+ public:
+  RpcResponder(const RpcResponder&) = delete;
+  RpcResponder& operator=(const RpcResponder&) = delete;
+
+  // Room for a response of exactly `size` bytes, valid until the handler returns: in the reply
+  // ring when it has space now, else in a buffer that is sent (in order) once it has. At most
+  // one call per request; a handler that returns OK without calling it sends an empty response.
+  // If the handler then returns an error, the caller gets that error and not these bytes.
+  // Errors: ResourceExhausted when `size` is above the message limit, FailedPrecondition on a
+  // second call, Unavailable (and the like) when the caller's node cannot be answered.
+  absl::StatusOr<char*> Allocate(size_t size);
+
+ private:
+  friend class Rpc;
+  RpcResponder(Messenger::Lane& reply, uint32_t to, uint64_t id, uint16_t method, uint64_t limit)
+      : reply_(reply), to_(to), id_(id), method_(method), limit_(limit) {}
+  // Completes the response after the handler returned `result`.
+  absl::Status Finish(const absl::Status& result);
+
+  Messenger::Lane& reply_;
+  const uint32_t to_;
+  const uint64_t id_;
+  const uint16_t method_;
+  const uint64_t limit_;  // largest response body
+  bool allocated_ = false;
+  char* in_ring_ = nullptr;  // the response's envelope in the reply ring, if it went there
+  std::string buffer_;       // the body otherwise
+};
+
+using RpcInPlaceHandler = std::function<absl::Status(const RpcRequest&, RpcResponder&)>;
 // A shipped function: `data` points at the addressed bytes in the owner's memory, `available`
 // says how many bytes from there to the end of their region.
 using ShippedHandler = std::function<absl::StatusOr<std::string>(
@@ -115,6 +159,8 @@ class Rpc {
   // Registers the handler for `method` (replacing an earlier one). Safe at any time; requests
   // for a method without handler get Unimplemented.
   void RegisterHandler(uint16_t method, RpcHandler handler);
+  // The same for a handler that writes its response in place (see RpcResponder).
+  void RegisterInPlaceHandler(uint16_t method, RpcInPlaceHandler handler);
 
   // One call: leases a lane (waiting up to `timeout` for one), sends, flushes, waits.
   absl::StatusOr<std::string> Call(uint32_t node, uint16_t method, absl::string_view request,
@@ -140,10 +186,11 @@ class Rpc {
   Messenger* messenger() const { return messenger_; }
 
  private:
+  friend class RpcResponder;
   void OnMessage(const Message& m, Messenger::Lane& reply);
   // Leads every request and response payload.
   struct Envelope {
-    uint64_t id;
+    uint64_t id;  // of the call; 0 in a response written in place and then voided
     uint16_t method;
     uint16_t code;  // absl::StatusCode of a response; 0 in requests
     uint32_t reserved;
@@ -164,14 +211,15 @@ class Rpc {
   // Handlers by method, read without a lock by the scanning thread: a two-level table of atomic
   // pointers (256 pages of 256 methods, pages created on registration). A replaced handler may
   // still be running, so every registered handler is kept until the Rpc is destroyed.
-  const RpcHandler* FindHandler(uint16_t method) const;
+  const RpcInPlaceHandler* FindHandler(uint16_t method) const;
   struct HandlerPage {
-    std::atomic<const RpcHandler*> handler[256] = {};
+    std::atomic<const RpcInPlaceHandler*> handler[256] = {};
   };
   std::atomic<HandlerPage*> handler_pages_[256] = {};
   absl::Mutex handlers_mu_;  // serialises RegisterHandler
   std::vector<std::unique_ptr<HandlerPage>> handler_page_store_ ABSL_GUARDED_BY(handlers_mu_);
-  std::vector<std::unique_ptr<const RpcHandler>> handler_store_ ABSL_GUARDED_BY(handlers_mu_);
+  std::vector<std::unique_ptr<const RpcInPlaceHandler>> handler_store_
+      ABSL_GUARDED_BY(handlers_mu_);
   // Calls in flight: inserted by Start, taken once by whoever completes them (the response, the
   // deadline, a failing peer, the destructor).
   CallTable<Pending> pending_;

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/synchronization/notification.h"
 #include "messaging/test_cluster.h"
 
@@ -92,6 +93,68 @@ TEST_CASE("RPC between every pair of nodes", "[rpc]") {
       absl::StatusOr<std::string> r = rpcs[0]->Await(**lane, *calls[k]);
       REQUIRE(r.ok());
       CHECK(*r == absl::StrCat(k % 3, ":", k));
+    }
+  }
+  SECTION("in-place handlers: responses built in the ring, or aside when it is full") {
+    constexpr uint16_t kFill = 10, kHalfDone = 11, kTwice = 12, kNothing = 13;
+    for (auto& rpc : rpcs) {
+      // Answers with as many bytes as the request asks for: byte i is 'a' + i % 26.
+      rpc->RegisterInPlaceHandler(kFill, [](const RpcRequest& r, RpcResponder& out) {
+        size_t n = 0;
+        if (!absl::SimpleAtoi(r.payload, &n)) return absl::InvalidArgumentError("not a size");
+        absl::StatusOr<char*> p = out.Allocate(n);
+        if (!p.ok()) return p.status();
+        for (size_t i = 0; i < n; ++i) (*p)[i] = static_cast<char>('a' + i % 26);
+        return absl::OkStatus();
+      });
+      rpc->RegisterInPlaceHandler(kHalfDone, [](const RpcRequest&, RpcResponder& out) {
+        absl::StatusOr<char*> p = out.Allocate(100);
+        if (!p.ok()) return p.status();
+        std::memset(*p, 'x', 100);
+        return absl::AbortedError("changed my mind");
+      });
+      rpc->RegisterInPlaceHandler(kTwice, [](const RpcRequest&, RpcResponder& out) {
+        if (!out.Allocate(1).ok()) return absl::InternalError("first Allocate failed");
+        return out.Allocate(1).status();
+      });
+      rpc->RegisterInPlaceHandler(
+          kNothing, [](const RpcRequest&, RpcResponder&) { return absl::OkStatus(); });
+    }
+    auto expected = [](size_t n) {
+      std::string s(n, '\0');
+      for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + i % 26);
+      return s;
+    };
+    for (uint32_t to = 0; to < 3; ++to) {
+      absl::StatusOr<std::string> r = rpcs[1]->Call(to, kFill, "1000");
+      REQUIRE(r.ok());
+      CHECK(*r == expected(1000));
+      r = rpcs[1]->Call(to, kHalfDone, "");
+      CHECK(absl::IsAborted(r.status()));
+      CHECK_THAT(std::string(r.status().message()), Catch::Contains("changed my mind"));
+      r = rpcs[1]->Call(to, kTwice, "");
+      CHECK(absl::IsFailedPrecondition(r.status()));
+      r = rpcs[1]->Call(to, kNothing, "");
+      REQUIRE(r.ok());
+      CHECK(r->empty());
+      CHECK(absl::IsResourceExhausted(rpcs[1]->Call(to, kFill, "1000000").status()));
+    }
+    // 3 KiB responses to 40 requests sent in one WRITE: one scan of node 2 answers them all,
+    // which overflows the 16 KiB reply ring; the rest wait aside, in order.
+    absl::StatusOr<Messenger::LaneLease> lane = c.messenger(0)->AcquireLane();
+    REQUIRE(lane.ok());
+    std::vector<std::shared_ptr<Rpc::Pending>> calls;
+    for (int k = 0; k < 40; ++k) {
+      const size_t n = 3000 + static_cast<size_t>(k);
+      absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
+          rpcs[0]->Start(**lane, 2, kFill, absl::StrCat(n), absl::Seconds(10));
+      REQUIRE(p.ok());
+      calls.push_back(*p);
+    }
+    for (int k = 0; k < 40; ++k) {
+      absl::StatusOr<std::string> r = rpcs[0]->Await(**lane, *calls[k]);
+      REQUIRE(r.ok());
+      CHECK(*r == expected(3000 + static_cast<size_t>(k)));
     }
   }
   SECTION("function shipping runs on the node that owns the data") {

@@ -228,8 +228,12 @@ int TargetMain() {
       }
     }
     Rpc rpc(m->get());
-    rpc.RegisterHandler(kEcho, [](const RpcRequest& r) -> absl::StatusOr<std::string> {
-      return std::string(r.payload);
+    // The echo writes its response straight into the reply ring (no string in between).
+    rpc.RegisterInPlaceHandler(kEcho, [](const RpcRequest& r, RpcResponder& out) {
+      absl::StatusOr<char*> body = out.Allocate(r.payload.size());
+      if (!body.ok()) return body.status();
+      std::memcpy(*body, r.payload.data(), r.payload.size());
+      return absl::OkStatus();
     });
     // The raw ponger: a poller task, like the messenger's scan.
     auto pong = std::make_shared<std::atomic<RawPingPong*>>(raw->get());
