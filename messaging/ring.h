@@ -91,10 +91,16 @@ inline uint64_t MaxPayload(uint64_t ring_size) { return ring_size / 4 - 64; }
 // Monotonic in `length`. Requires pos % 16 == 0.
 uint64_t FrameSize(uint64_t ring_size, uint64_t pos, uint64_t length);
 
-// 64-bit hash of `n` bytes (n a multiple of 8, p 8-byte aligned). Any change of a word, including
-// a word that is still zero because it has not arrived yet, changes it with probability
-// 1 - 2^-64. Stable across processes and machines (unlike absl::Hash).
+// 64-bit hash of the `n` bytes at `p`. Requires n % 8 == 0 (frames are multiples of 16) and
+// reads nothing outside [p, p + n); p need not be aligned. Any change of a word, including a word
+// that is still zero because it has not arrived yet, changes it with probability 1 - 2^-64.
+// Stable across processes and machines (unlike absl::Hash): 64 lanes of a per-word bijection
+// (ring.cc), computed with AVX-512 where the CPU has it (F and DQ) and by FrameHashPortable
+// otherwise.
 uint64_t FrameHash(const char* p, size_t n);
+// The same function in portable C++, on any CPU: FrameHash's reference, for tests and for
+// machines without AVX-512. Same precondition.
+uint64_t FrameHashPortable(const char* p, size_t n);
 
 // Head write-back slot: {head, check}. The check lets the sender tell a torn or half-placed
 // slot (bytes of the old and new value mixed) from a real one. It also covers `tag`, which is

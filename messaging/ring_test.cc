@@ -2,6 +2,9 @@
 // memcpy stands in for the one-sided WRITE, in whole ranges or byte by byte in shuffled order.
 #include "messaging/ring.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -82,6 +85,121 @@ RingReaderOptions Patient() {
 }
 
 }  // namespace
+
+TEST_CASE("FrameHash equals the portable reference at every size and on every kind of data",
+          "[ring][hash]") {
+  constexpr size_t kMax = 65536;
+  Memory mem(kMax);
+  std::mt19937_64 rng(11);
+  std::vector<size_t> sizes;
+  for (size_t n = 0; n <= 4096; n += 8) sizes.push_back(n);
+  // Larger frames: every tail length (n / 8 % 64) at some size, and whole 512-byte blocks.
+  for (size_t n = 4096 + 8; n <= kMax; n += 8 * 61) sizes.push_back(n);
+  for (size_t n = 8192; n <= kMax; n *= 2) sizes.insert(sizes.end(), {n - 8, n, n + 8});
+  const int fill = GENERATE(0, 1, 2);  // random, all zero, all 0xff
+  INFO("fill " << fill);
+  for (size_t i = 0; i < kMax + 8; ++i) {
+    mem.data()[i] = fill == 0 ? static_cast<char>(rng()) : fill == 1 ? 0 : '\xff';
+  }
+  for (size_t n : sizes) {
+    if (n > kMax) continue;
+    INFO("n = " << n);
+    REQUIRE(FrameHash(mem.data(), n) == FrameHashPortable(mem.data(), n));
+    // The length is part of the hash, not only the words (all-zero frames of different sizes).
+    if (n >= 8) REQUIRE(FrameHash(mem.data(), n) != FrameHash(mem.data(), n - 8));
+  }
+  // Where the frame starts in memory does not matter (unaligned loads, masked tails).
+  for (size_t n = 0; n <= 1024; n += 8) {
+    REQUIRE(FrameHash(mem.data() + 8, n) == FrameHashPortable(mem.data() + 8, n));
+    REQUIRE(FrameHash(mem.data() + 3, n) == FrameHashPortable(mem.data() + 3, n));
+  }
+}
+
+TEST_CASE("FrameHash is the same function everywhere (known answers)", "[ring][hash]") {
+  // Frames of any machine must verify on any other: a change of these values is a change of the
+  // wire format.
+  Memory mem(4096);
+  for (size_t k = 0; k < 4096; ++k) mem.data()[k] = static_cast<char>(k * 131 + 7);
+  const std::pair<size_t, uint64_t> known[] = {
+      {0, 0xaa13960fd2bf6995ull},   {16, 0xa71d19b477b1e66aull},  {48, 0xefb8d577e1c083f2ull},
+      {128, 0x63c88d1dff8c74b9ull}, {520, 0xd2102ae2212bbd32ull}, {4096, 0x6fd68ed779244f19ull},
+  };
+  for (const auto& [n, hash] : known) {
+    INFO("n = " << n);
+    CHECK(FrameHash(mem.data(), n) == hash);
+    CHECK(FrameHashPortable(mem.data(), n) == hash);
+  }
+}
+
+TEST_CASE("FrameHash changes when any one or two words of a frame are still zero", "[ring][hash]") {
+  // What a partly placed frame looks like: some words not arrived yet (free ring space is zero).
+  std::mt19937_64 rng(12);
+  auto random_frame = [&](size_t n) {
+    std::vector<uint64_t> words(n / 8);
+    for (uint64_t& w : words) w = rng() | 1;  // no word is zero already
+    return words;
+  };
+  auto hash = [](const std::vector<uint64_t>& words) {
+    return FrameHash(reinterpret_cast<const char*>(words.data()), words.size() * 8);
+  };
+  SECTION("every single word and every pair of words, small frames") {
+    for (size_t n : {16, 48, 64, 112, 128, 512, 528, 1040}) {
+      INFO("n = " << n);
+      std::vector<uint64_t> words = random_frame(n);
+      const uint64_t full = hash(words);
+      for (size_t i = 0; i < words.size(); ++i) {
+        const uint64_t wi = words[i];
+        words[i] = 0;
+        REQUIRE(hash(words) != full);
+        for (size_t j = i + 1; j < words.size(); ++j) {
+          const uint64_t wj = words[j];
+          words[j] = 0;
+          REQUIRE(hash(words) != full);
+          words[j] = wj;
+        }
+        words[i] = wi;
+      }
+    }
+  }
+  SECTION("every single word and sampled pairs, 4 KiB") {
+    std::vector<uint64_t> words = random_frame(4096);
+    const uint64_t full = hash(words);
+    for (size_t i = 0; i < words.size(); ++i) {
+      const uint64_t wi = words[i];
+      words[i] = 0;
+      REQUIRE(hash(words) != full);
+      words[i] = wi;
+    }
+    for (int s = 0; s < 20000; ++s) {
+      const size_t i = rng() % words.size();
+      // Half of the pairs in the same lane (64 words apart): the lane absorbs both.
+      const size_t j =
+          s % 2 == 0 ? (i + 64 * (1 + rng() % 7)) % words.size() : rng() % words.size();
+      if (i == j) continue;
+      const uint64_t wi = words[i], wj = words[j];
+      words[i] = words[j] = 0;
+      REQUIRE(hash(words) != full);
+      words[i] = wi;
+      words[j] = wj;
+    }
+  }
+}
+
+TEST_CASE("FrameHash reads nothing past the end of the frame", "[ring][hash]") {
+  // The frame ends where an inaccessible page begins: a read past p + n would fault.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t span = 16384 + page;
+  void* m = mmap(nullptr, span + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(m != MAP_FAILED);
+  char* end = static_cast<char*>(m) + span;
+  REQUIRE(mprotect(end, page, PROT_NONE) == 0);
+  std::mt19937_64 rng(13);
+  for (char* c = static_cast<char*>(m); c < end; ++c) *c = static_cast<char>(rng());
+  for (size_t n = 0; n <= 16384; n += 8) {
+    REQUIRE(FrameHash(end - n, n) == FrameHashPortable(end - n, n));
+  }
+  munmap(m, span + page);
+}
 
 TEST_CASE("frame sizes are aligned and never leave 16 bytes before the ring's end", "[ring]") {
   for (uint64_t pos = 0; pos < 4096; pos += 16) {
