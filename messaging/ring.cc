@@ -520,13 +520,20 @@ RingReader::State RingReader::Corrupt(uint64_t pos, const std::string& what) {
 }
 
 RingReader::State RingReader::Inconsistent(uint64_t pos, uint64_t extent, const char* what) {
-  const uint64_t fingerprint = FrameHash(ring_ + pos, extent);
+  // A frame arriving in pieces (tcp, large WRITEs) is seen here on every scan until it is
+  // complete, so the frame is fingerprinted at most once per kFingerprintEvery: a change within
+  // that time restarts the watch at most that much late, against a timeout of seconds.
+  constexpr absl::Duration kFingerprintEvery = absl::Milliseconds(1);
   const absl::Time now = options_.now();
-  if (stuck_head_ != head_ || stuck_fingerprint_ != fingerprint) {
-    // Something moved: bytes are still arriving. Restart the watch.
-    stuck_head_ = head_;
-    stuck_fingerprint_ = fingerprint;
-    stuck_since_ = now;
+  if (stuck_head_ != head_ || now - fingerprinted_at_ >= kFingerprintEvery) {
+    const uint64_t fingerprint = FrameHash(ring_ + pos, extent);
+    fingerprinted_at_ = now;
+    if (stuck_head_ != head_ || stuck_fingerprint_ != fingerprint) {
+      // Something moved: bytes are still arriving. Restart the watch.
+      stuck_head_ = head_;
+      stuck_fingerprint_ = fingerprint;
+      stuck_since_ = now;
+    }
   }
   if (now - stuck_since_ >= options_.incomplete_timeout) {
     return Corrupt(

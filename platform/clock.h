@@ -56,6 +56,12 @@ inline CoarseClock::time_point CoarseDeadline(absl::Duration timeout) {
   return DeadlineAfter<CoarseClock>(CoarseClock::now(), timeout);
 }
 
+// CoarseClock::now() as an absl::Time, for code that measures absl::Durations. Not the wall
+// time (the epoch is the boot): only differences mean something.
+inline absl::Time CoarseNowAsTime() {
+  return absl::UnixEpoch() + absl::FromChrono(CoarseClock::now().time_since_epoch());
+}
+
 }  // namespace farm
 
 #endif  // FARM_PLATFORM_CLOCK_H_
