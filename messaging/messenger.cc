@@ -134,7 +134,7 @@ uint32_t Messenger::CurrentIncarnation(int index) const {
 // The sending end of one lane to one node.
 struct Messenger::Lane::PeerSend {
   std::unique_ptr<RingWriter> writer;
-  char* mirror = nullptr;
+  char* staging = nullptr;          // the writer's staging buffer (ring_size bytes, registered)
   const char* head_slot = nullptr;  // in this node's area, written by the receiver
   RemoteTarget ring;                // the receiver's ring for this lane, resolved
   uint32_t incarnation = 0;         // the receiver's region id the writer is for
@@ -360,11 +360,12 @@ absl::Status Messenger::Init() {
     self_joined_ = peers_[self_index_].joined_epoch;
   }
 
-  // Mirrors: lane-major, then destination; then 16-byte head write-back staging per ring.
-  const uint64_t mirrors = static_cast<uint64_t>(total_lanes_) * nodes_ * options_.ring_size;
-  const uint64_t staging = static_cast<uint64_t>(total_lanes_) * nodes_ * kHeadSlotBytes;
+  // Frame staging buffers: lane-major, then destination; then 16-byte head write-back staging
+  // per ring.
+  const uint64_t frames = static_cast<uint64_t>(total_lanes_) * nodes_ * options_.ring_size;
+  const uint64_t heads = static_cast<uint64_t>(total_lanes_) * nodes_ * kHeadSlotBytes;
   absl::StatusOr<std::unique_ptr<Region>> mem =
-      Region::Allocate(RoundUpToPage(mirrors + staging), node_->config().lock_memory());
+      Region::Allocate(RoundUpToPage(frames + heads), node_->config().lock_memory());
   if (!mem.ok()) return mem.status();
   send_memory_ = std::move(*mem);
   absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
@@ -487,8 +488,8 @@ Messenger::Lane::Lane(Messenger* m, int index, bool scanning)
   char* base = m->send_memory_->data();
   for (int i = 0; i < m->nodes_; ++i) {
     auto p = std::make_unique<PeerSend>();
-    p->mirror = base + (static_cast<uint64_t>(index) * m->nodes_ + i) * ring;
-    p->writer = std::make_unique<RingWriter>(p->mirror, ring);
+    p->staging = base + (static_cast<uint64_t>(index) * m->nodes_ + i) * ring;
+    p->writer = std::make_unique<RingWriter>(p->staging, ring);
     p->head_slot = m->area_ + m->HeadSlotOffset(i, index);
     peers_.push_back(std::move(p));
   }
@@ -505,7 +506,7 @@ void Messenger::Lane::Sync() {
     if (a.region_id != p.incarnation) {
       // A new incarnation (or none): start its ring from zero; what was queued for the old one
       // is dropped (the RPC layer failed those calls).
-      p.writer = std::make_unique<RingWriter>(p.mirror, m_->options_.ring_size);
+      p.writer = std::make_unique<RingWriter>(p.staging, m_->options_.ring_size);
       p.backlog.clear();
       p.incarnation = a.region_id;
       p.tag = HeadSlotTag(a.region_id, m_->self_incarnation_);
@@ -653,11 +654,11 @@ void Messenger::Lane::PostUnflushed(Posting& posting) {
     if (i == m_->self_index_) {
       // To ourselves: a plain copy into our own ring (the scan reads it like a WRITE's bytes).
       char* ring = m_->area_ + m_->RingOffset(i, index_);
-      for (const ByteRange& b : ranges) std::memcpy(ring + b.offset, p.mirror + b.offset, b.size);
+      for (const ByteRange& b : ranges) std::memcpy(ring + b.offset, p.staging + b.source, b.size);
     } else {
       for (const ByteRange& b : ranges) {
         posting.Write(i, p.incarnation, p.ring, b.offset,
-                      LocalBuffer{m_->send_mr_.get(), p.mirror + b.offset, b.size});
+                      LocalBuffer{m_->send_mr_.get(), p.staging + b.source, b.size});
       }
     }
     p.writer->MarkFlushed();

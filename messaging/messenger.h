@@ -2,8 +2,8 @@
 //
 // For every ordered pair of nodes (sender -> receiver, including a node to itself) and every
 // lane, the receiver owns a ring (messaging/ring.h) in one registered area of its memory. The
-// sender appends frames to a mirror of that ring in its own registered memory and flushes them
-// with one WRITE to the same offsets on the receiver (two when they wrap around the ring's end).
+// sender stages the frames of a flush in its own registered memory and writes them with one
+// WRITE to their offsets in the receiver's ring (two when they wrap around the ring's end).
 // The receiver's scan finds complete frames, hands them to the receiver callback, zeroes them and
 // writes its head back into the sender's area once half a ring has been consumed, so the sender
 // knows the free space without asking.
@@ -242,19 +242,19 @@ class Messenger::Lane {
   int index() const { return index_; }
 
   // Queues a message to `node` (any member, this node included); it goes out with the next
-  // Flush(). The payload is the concatenation of `parts`, copied into the registered mirror.
-  // Errors: InvalidArgument (unknown node, message above the ring's limit), ResourceExhausted
-  // (the ring stayed full for `wait`; nothing was queued), Unavailable when the node is not a
-  // member (it left), did not acknowledge its rings to this node's incarnation within `wait`
-  // (see OnMembership), or a WRITE to it failed earlier, DataLoss when its head reports were
+  // Flush(). The payload is the concatenation of `parts`, copied into the registered staging
+  // buffer. Errors: InvalidArgument (unknown node, message above the ring's limit),
+  // ResourceExhausted (the ring stayed full for `wait`; nothing was queued), Unavailable when the
+  // node is not a member (it left), did not acknowledge its rings to this node's incarnation within
+  // `wait` (see OnMembership), or a WRITE to it failed earlier, DataLoss when its head reports were
   // impossible (the message says why). On the scanning lane a full or not yet acknowledged ring
   // never fails or waits: the message is kept in order in a backlog and sent when it can be.
   absl::Status Send(uint32_t node, uint16_t type, std::initializer_list<absl::string_view> parts,
                     absl::Duration wait = absl::ZeroDuration());
 
   // Queues a message of `length` payload bytes to `node` and returns where its payload goes in
-  // this lane's registered mirror: the caller writes it there, before the next Flush() (on the
-  // scanning lane: before the receiver callback returns), instead of copying it in through
+  // this lane's registered staging buffer: the caller writes it there, before the next Flush() (on
+  // the scanning lane: before the receiver callback returns), instead of copying it in through
   // Send. Never waits. Errors as Send, except that a ring without space now, or on the scanning
   // lane a backlog to `node`, is ResourceExhausted at once: then use Send, which waits or
   // backlogs.

@@ -304,17 +304,19 @@ bool DecodeHeadSlot(const char* slot, uint64_t tag, uint64_t* head) {
 // ---------------------------------------------------------------------------------------------
 // RingWriter
 
-RingWriter::RingWriter(char* mirror, uint64_t ring_size) : mirror_(mirror), size_(ring_size) {}
+RingWriter::RingWriter(char* staging, uint64_t ring_size) : staging_(staging), size_(ring_size) {}
 
-void RingWriter::WriteHeader(uint64_t pos, uint64_t frame, uint16_t type, uint16_t flags,
-                             uint64_t length) {
+char* RingWriter::StageHeader(uint64_t frame, uint16_t type, uint16_t flags, uint64_t length) {
+  char* at = staging_ + staged_;
+  staged_ += frame;
   seq_ = NextSeq(seq_);
   const FrameHeader h{static_cast<uint32_t>(length), type, flags, seq_, 0};
-  std::memcpy(mirror_ + pos, &h, sizeof(h));
-  // The mirror holds older frames; the receiver's copy of free space is zero, and the checksum
-  // covers the padding, so the padding must be zero here too.
-  const uint64_t pad_begin = pos + sizeof(FrameHeader) + length;
-  std::memset(mirror_ + pad_begin, 0, pos + frame - sizeof(FrameTrailer) - pad_begin);
+  std::memcpy(at, &h, sizeof(h));
+  // The staging buffer holds older frames; the receiver's copy of free space is zero, and the
+  // checksum covers the padding, so the padding must be zero here too.
+  const uint64_t pad_begin = sizeof(FrameHeader) + length;
+  std::memset(at + pad_begin, 0, frame - sizeof(FrameTrailer) - pad_begin);
+  return at;
 }
 
 absl::StatusOr<char*> RingWriter::Reserve(uint16_t type, uint64_t length) {
@@ -334,13 +336,12 @@ absl::StatusOr<char*> RingWriter::Reserve(uint16_t type, uint64_t length) {
                                                      skip + frame, " needed"));
   }
   if (skip > 0) {
-    WriteHeader(pos, kFrameOverhead, 0, kWrapFlag, 0);
+    StageHeader(kFrameOverhead, 0, kWrapFlag, 0);
     tail_ += skip;
-    pos = 0;
   }
-  WriteHeader(pos, frame, type, 0, length);
+  char* at = StageHeader(frame, type, 0, length);
   tail_ += frame;
-  return mirror_ + pos + sizeof(FrameHeader);
+  return at + sizeof(FrameHeader);
 }
 
 absl::Status RingWriter::Append(uint16_t type, std::initializer_list<absl::string_view> parts) {
@@ -360,32 +361,34 @@ absl::Status RingWriter::Append(uint16_t type, absl::string_view payload) {
   return Append(type, {payload});
 }
 
-void RingWriter::Seal(uint64_t pos, uint64_t frame) {
+void RingWriter::Seal(char* frame_start, uint64_t frame) {
   FrameHeader h;
-  std::memcpy(&h, mirror_ + pos, sizeof(h));
-  const uint64_t trailer_at = pos + frame - sizeof(FrameTrailer);
-  const FrameTrailer t{FrameHash(mirror_ + pos, trailer_at - pos), h.seq, h.length};
-  std::memcpy(mirror_ + trailer_at, &t, sizeof(t));
+  std::memcpy(&h, frame_start, sizeof(h));
+  const uint64_t trailer_at = frame - sizeof(FrameTrailer);
+  const FrameTrailer t{FrameHash(frame_start, trailer_at), h.seq, h.length};
+  std::memcpy(frame_start + trailer_at, &t, sizeof(t));
 }
 
 RingWriter::Ranges RingWriter::Unflushed() {
   Ranges out;
-  uint64_t at = flushed_;
+  uint64_t at = flushed_;  // ring position
+  uint64_t src = 0;        // staging offset: the staged frames follow each other from 0
   while (at != tail_) {
     const uint64_t pos = at % size_;
     FrameHeader h;
-    std::memcpy(&h, mirror_ + pos, sizeof(h));
+    std::memcpy(&h, staging_ + src, sizeof(h));
     const bool wrap = (h.flags & kWrapFlag) != 0;
     const uint64_t bytes = wrap ? kFrameOverhead : FrameSize(size_, pos, h.length);
-    if (at >= sealed_) Seal(pos, bytes);
+    if (at >= sealed_) Seal(staging_ + src, bytes);
     // Consecutive frames form one range; a wrap frame ends it (the rest of the ring is skipped,
     // not written: it is zero on the receiver) and so does the ring's end.
     if (!out.empty() && out.back().offset + out.back().size == pos) {
       out.back().size += bytes;
     } else {
-      out.push_back(ByteRange{pos, bytes});
+      out.push_back(ByteRange{pos, bytes, src});
     }
     at += wrap ? size_ - pos : bytes;
+    src += bytes;
   }
   sealed_ = tail_;
   return out;

@@ -1,20 +1,22 @@
 // Ring: the frame format and the two ends of one FaRM message ring, on plain memory.
 //
 // For every ordered pair of nodes (sender -> receiver) and every lane, the receiver owns a
-// circular buffer in its registered memory. The sender keeps a *mirror* of that ring in its own
-// registered memory: RingWriter builds frames in the mirror at exactly the offsets they will have
-// in the receiver's ring, so a flush is one one-sided WRITE of the mirror's new bytes to the same
-// offsets on the receiver (two when the new bytes wrap around the ring's end). RingReader scans
+// circular buffer in its registered memory. The sender builds the frames of one flush one after
+// the other in a *staging buffer* of its own registered memory, always from its start (so the
+// memory a sender touches stays hot in its caches, instead of walking a whole ring-sized mirror),
+// and knows where each frame goes in the receiver's ring: a flush is one one-sided WRITE of the
+// staged bytes to their offsets on the receiver (two when they wrap around the ring's end). The
+// staging buffer must not change until that WRITE completed. RingReader scans
 // the receiver's ring, hands out complete messages in order, zeroes what it consumed and tells
 // how far it got (the head), which the receiver writes back into the sender's memory lazily.
 // Neither class touches the fabric: messaging/messenger.h moves the bytes; the tests here move
 // them with memcpy.
 //
-//   char mirror[kRing], ring[kRing] = {};           // ring: the receiver's memory, zeroed
-//   RingWriter w(mirror, kRing);
+//   char staging[kRing], ring[kRing] = {};          // ring: the receiver's memory, zeroed
+//   RingWriter w(staging, kRing);
 //   RingReader r(ring, kRing);
 //   RETURN_IF_ERROR(w.Append(/*type=*/1, "hello"));
-//   for (const ByteRange& b : w.Unflushed()) memcpy(ring + b.offset, mirror + b.offset, b.size);
+//   for (const ByteRange& b : w.Unflushed()) memcpy(ring + b.offset, staging + b.source, b.size);
 //   w.MarkFlushed();
 //   RingMessage m;
 //   if (r.Peek(&m) == RingReader::kMessage) { Use(m.payload); r.Consume(); }
@@ -113,24 +115,26 @@ void EncodeHeadSlot(uint64_t head, uint64_t tag, char* slot);
 // previous head.
 bool DecodeHeadSlot(const char* slot, uint64_t tag, uint64_t* head);
 
-// A contiguous byte range of the ring, by offset.
+// `size` staged bytes at `source` in the staging buffer, which go to `offset` in the ring.
 struct ByteRange {
   uint64_t offset = 0;
   uint64_t size = 0;
+  uint64_t source = 0;
 };
 
-// The sending end of one ring. Builds frames in a local mirror of the receiver's ring and keeps
-// the tail; the free space comes from the receiver's head, learned through UpdateHead.
-// Positions (tail, head) are byte counters that only grow; the ring offset is counter % size.
+// The sending end of one ring. Stages frames (see the file comment) and keeps the tail; the free
+// space comes from the receiver's head, learned through UpdateHead. Positions (tail, head) are
+// byte counters that only grow; the ring offset is counter % size.
 class RingWriter {
  public:
-  // `mirror`: ring_size bytes of local (registered) memory, 16-byte aligned, owned by the caller.
-  RingWriter(char* mirror, uint64_t ring_size);
+  // `staging`: ring_size bytes of local (registered) memory, 16-byte aligned, owned by the
+  // caller. A flush never stages more than the ring holds.
+  RingWriter(char* staging, uint64_t ring_size);
   RingWriter(const RingWriter&) = delete;
   RingWriter& operator=(const RingWriter&) = delete;
 
-  // Queues a frame and returns where its payload goes in the mirror (fill it before the next
-  // flush). Errors: InvalidArgument for a payload above MaxPayload (messages are not
+  // Queues a frame and returns where its payload goes in the staging buffer (fill it before the
+  // next flush). Errors: InvalidArgument for a payload above MaxPayload (messages are not
   // fragmented); ResourceExhausted when the ring lacks space until the receiver reports a later
   // head — nothing is written then, the sender must back off.
   absl::StatusOr<char*> Reserve(uint16_t type, uint64_t length);
@@ -143,7 +147,12 @@ class RingWriter {
   using Ranges = absl::InlinedVector<ByteRange, 2>;
   Ranges Unflushed();
   bool has_unflushed() const { return flushed_ != tail_; }
-  void MarkFlushed() { flushed_ = tail_; }
+  // The ranges were written: the next frames are staged from the buffer's start again, so the
+  // WRITEs of the ranges must have completed before the next Reserve or Append.
+  void MarkFlushed() {
+    flushed_ = tail_;
+    staged_ = 0;
+  }
 
   // Takes a head reported by the receiver. DataLoss if impossible (behind the last one, or
   // beyond what was flushed): the receiver's state is corrupt, the ring must not be used.
@@ -156,12 +165,14 @@ class RingWriter {
   uint64_t free_bytes() const { return size_ - (tail_ - head_); }
 
  private:
-  // Writes a frame header at `pos` and zeroes its padding; the trailer is written when sealed.
-  void WriteHeader(uint64_t pos, uint64_t frame, uint16_t type, uint16_t flags, uint64_t length);
-  void Seal(uint64_t pos, uint64_t frame);
+  // Stages the header of a `frame`-byte frame and zeroes its padding (the trailer is written
+  // when sealed); returns where the frame starts in the staging buffer.
+  char* StageHeader(uint64_t frame, uint16_t type, uint16_t flags, uint64_t length);
+  void Seal(char* frame_start, uint64_t frame);
 
-  char* const mirror_;
+  char* const staging_;
   const uint64_t size_;
+  uint64_t staged_ = 0;   // bytes staged since the last flush, from staging_
   uint64_t head_ = 0;     // receiver consumed everything before this
   uint64_t flushed_ = 0;  // everything before this has been handed to Unflushed()
   uint64_t tail_ = 0;     // next frame starts here

@@ -1,4 +1,4 @@
-// The ring protocol on plain memory: a RingWriter's mirror copied into a RingReader's ring with
+// The ring protocol on plain memory: a RingWriter's staging copied into a RingReader's ring with
 // memcpy stands in for the one-sided WRITE, in whole ranges or byte by byte in shuffled order.
 #include "messaging/ring.h"
 
@@ -36,11 +36,15 @@ std::string PayloadFor(uint64_t k, size_t size) {
 // A writer and a reader joined by memcpy.
 struct Link {
   explicit Link(uint64_t size, RingReaderOptions opts = {})
-      : size(size), mirror(size), ring(size), w(mirror.data(), size), r(ring.data(), size, opts) {}
+      : size(size),
+        staging(size),
+        ring(size),
+        w(staging.data(), size),
+        r(ring.data(), size, opts) {}
 
   void Flush() {
     for (const ByteRange& b : w.Unflushed()) {
-      std::memcpy(ring.data() + b.offset, mirror.data() + b.offset, b.size);
+      std::memcpy(ring.data() + b.offset, staging.data() + b.source, b.size);
     }
     w.MarkFlushed();
   }
@@ -59,7 +63,7 @@ struct Link {
   template <typename Patch>
   RingReader::State Corrupted(const std::string& payload, Patch patch) {
     for (const ByteRange& b : Stage(3, payload)) {
-      std::memcpy(ring.data() + b.offset, mirror.data() + b.offset, b.size);
+      std::memcpy(ring.data() + b.offset, staging.data() + b.source, b.size);
     }
     patch(ring.data() + r.head() % size);
     RingMessage m;
@@ -67,7 +71,7 @@ struct Link {
   }
 
   uint64_t size;
-  Memory mirror, ring;
+  Memory staging, ring;
   RingWriter w;
   RingReader r;
 };
@@ -312,19 +316,20 @@ TEST_CASE("a frame whose bytes arrive in any order is accepted only when complet
     const std::string payload = PayloadFor(k, len);
     // Positions sweep the ring, so some frames wrap and some absorb the last 16 bytes.
     RingWriter::Ranges ranges = link.Stage(9, payload);
-    std::vector<uint64_t> units;  // offsets of bytes (or 8-byte words) in shuffled order
+    // Bytes (or 8-byte words) in shuffled order: (offset in the ring, offset in the staging).
+    std::vector<std::pair<uint64_t, uint64_t>> units;
     const uint64_t step = bytewise ? 1 : 8;
     for (const ByteRange& b : ranges) {
-      for (uint64_t o = b.offset; o < b.offset + b.size; o += step) units.push_back(o);
+      for (uint64_t o = 0; o < b.size; o += step) units.emplace_back(b.offset + o, b.source + o);
     }
     std::shuffle(units.begin(), units.end(), rng);
     bool delivered = false;
     for (size_t i = 0; i < units.size(); ++i) {
-      std::memcpy(link.ring.data() + units[i], link.mirror.data() + units[i], step);
+      std::memcpy(link.ring.data() + units[i].first, link.staging.data() + units[i].second, step);
       // The message's own frame is the last range (a wrap frame before it is zeroed once read).
       const ByteRange& f = ranges.back();
       const bool complete =
-          std::memcmp(link.ring.data() + f.offset, link.mirror.data() + f.offset, f.size) == 0;
+          std::memcmp(link.ring.data() + f.offset, link.staging.data() + f.source, f.size) == 0;
       RingMessage m;
       const RingReader::State st = link.r.Peek(&m);
       REQUIRE(st != RingReader::kClosed);
@@ -437,13 +442,13 @@ TEST_CASE("a frame stuck half-placed closes the ring after the timeout, not befo
   RingWriter::Ranges ranges = link.Stage(1, std::string(100, 'z'));
   REQUIRE(ranges.size() == 1);
   // Everything but the trailer.
-  std::memcpy(link.ring.data(), link.mirror.data(), ranges[0].size - 16);
+  std::memcpy(link.ring.data(), link.staging.data(), ranges[0].size - 16);
   RingMessage m;
   CHECK(link.r.Peek(&m) == RingReader::kIncomplete);
   now += absl::Seconds(1);
   CHECK(link.r.Peek(&m) == RingReader::kIncomplete);
   // Another byte lands: the watch restarts.
-  std::memcpy(link.ring.data() + ranges[0].size - 8, link.mirror.data() + ranges[0].size - 8, 4);
+  std::memcpy(link.ring.data() + ranges[0].size - 8, link.staging.data() + ranges[0].size - 8, 4);
   now += absl::Seconds(1.5);
   CHECK(link.r.Peek(&m) == RingReader::kIncomplete);
   now += absl::Seconds(1.5);

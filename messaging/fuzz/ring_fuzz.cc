@@ -31,10 +31,10 @@ void Check(bool ok) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   // Exactly the ring's bytes, so that AddressSanitizer catches any read beyond them.
-  std::vector<uint64_t> ring_words(kRing / 8, 0), mirror_words(kRing / 8, 0);
+  std::vector<uint64_t> ring_words(kRing / 8, 0), staging_words(kRing / 8, 0);
   char* ring = reinterpret_cast<char*>(ring_words.data());
-  char* mirror = reinterpret_cast<char*>(mirror_words.data());
-  farm::RingWriter w(mirror, kRing);
+  char* staging = reinterpret_cast<char*>(staging_words.data());
+  farm::RingWriter w(staging, kRing);
   farm::RingReaderOptions o;
   o.incomplete_timeout = (data[0] & 0x80) ? absl::ZeroDuration() : absl::InfiniteDuration();
   farm::RingReader r(ring, kRing, o);
@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int i = 0; i < (data[0] & 0x7f); ++i) {
     if (!w.Append(1, std::string(static_cast<size_t>(i * 13 % 300), 'v')).ok()) break;
     for (const farm::ByteRange& b : w.Unflushed()) {
-      std::memcpy(ring + b.offset, mirror + b.offset, b.size);
+      std::memcpy(ring + b.offset, staging + b.source, b.size);
     }
     w.MarkFlushed();
     farm::RingMessage m;

@@ -22,14 +22,14 @@ int main() {
   // Valid frames (built by a writer) with a few bytes flipped: these get past the cheap checks.
   for (int i = 0; i < 20000; ++i, ++runs) {
     std::vector<uint64_t> words(4096 / 8, 0);
-    char* mirror = reinterpret_cast<char*>(words.data());
-    farm::RingWriter w(mirror, 4096);
+    char* staging = reinterpret_cast<char*>(words.data());
+    farm::RingWriter w(staging, 4096);
     std::string payload(rng() % 200, 'p');
     if (!w.Append(static_cast<uint16_t>(rng()), payload).ok()) return 1;
     const farm::ByteRange b = w.Unflushed()[0];
     std::vector<uint8_t> in(1 + b.size);
     in[0] = static_cast<uint8_t>(0x80 | 0);  // strict, head at 0
-    std::memcpy(in.data() + 1, mirror + b.offset, b.size);
+    std::memcpy(in.data() + 1, staging + b.source, b.size);
     for (int flips = 1 + rng() % 3; flips > 0; --flips) in[1 + rng() % b.size] ^= 1 << (rng() % 8);
     LLVMFuzzerTestOneInput(in.data(), in.size());
   }
