@@ -83,6 +83,7 @@ class Messenger::Posting {
     if (batches_[index] == nullptr)
       batches_[index] = std::make_unique<OpBatch>(m_->node_->fabric());
     used_[index] = true;
+    any_used_ = true;
     incarnation_[index] = incarnation;
     batches_[index]
         ->Write(target.peer, RemoteBuffer{target.buffer.addr + offset, target.buffer.key}, local)
@@ -92,6 +93,8 @@ class Messenger::Posting {
   // failed.
   template <typename OnError>
   void Wait(OnError on_error) {
+    if (!any_used_) return;  // the common case of an idle scan
+    any_used_ = false;
     for (size_t i = 0; i < batches_.size(); ++i) {
       if (!used_[i]) continue;
       used_[i] = false;
@@ -123,6 +126,7 @@ class Messenger::Posting {
   Messenger* m_;
   std::vector<std::unique_ptr<OpBatch>> batches_;
   std::vector<bool> used_;
+  bool any_used_ = false;  // some used_[i]
   std::vector<uint32_t> incarnation_;
 };
 
@@ -133,6 +137,7 @@ uint32_t Messenger::CurrentIncarnation(int index) const {
 
 // The sending end of one lane to one node.
 struct Messenger::Lane::PeerSend {
+  int index = 0;  // the destination's configuration index
   std::unique_ptr<RingWriter> writer;
   char* staging = nullptr;          // the writer's staging buffer (ring_size bytes, registered)
   const char* head_slot = nullptr;  // in this node's area, written by the receiver
@@ -140,6 +145,7 @@ struct Messenger::Lane::PeerSend {
   uint32_t incarnation = 0;         // the receiver's region id the writer is for
   uint64_t tag = 0;                 // HeadSlotTag of this ring
   bool ready = false;               // the receiver's rings are known to be ready for us
+  bool listed = false;              // in the lane's unflushed_ list
   absl::Status failed = absl::UnavailableError("not synchronised with the membership yet");
   std::deque<std::pair<uint16_t, std::string>> backlog;  // scanning lane only
 };
@@ -488,6 +494,7 @@ Messenger::Lane::Lane(Messenger* m, int index, bool scanning)
   char* base = m->send_memory_->data();
   for (int i = 0; i < m->nodes_; ++i) {
     auto p = std::make_unique<PeerSend>();
+    p->index = i;
     p->staging = base + (static_cast<uint64_t>(index) * m->nodes_ + i) * ring;
     p->writer = std::make_unique<RingWriter>(p->staging, ring);
     p->head_slot = m->area_ + m->HeadSlotOffset(i, index);
@@ -532,11 +539,12 @@ void Messenger::Lane::Sync() {
 
 Messenger::Lane::~Lane() = default;
 
-bool Messenger::Lane::has_unflushed() const {
-  for (const auto& p : peers_) {
-    if (p->writer->has_unflushed()) return true;
-  }
-  return false;
+bool Messenger::Lane::has_unflushed() const { return !unflushed_.empty(); }
+
+void Messenger::Lane::NoteUnflushed(PeerSend& p) {
+  if (p.listed) return;
+  p.listed = true;
+  unflushed_.push_back(p.index);
 }
 
 absl::Status Messenger::Lane::RefreshHead(PeerSend& p) {
@@ -564,7 +572,9 @@ absl::Status Messenger::Lane::CheckWritable(PeerSend& p) {
 absl::Status Messenger::Lane::TryAppend(PeerSend& p, uint16_t type,
                                         std::initializer_list<absl::string_view> parts) {
   if (absl::Status s = CheckWritable(p); !s.ok()) return s;
-  return p.writer->Append(type, parts);
+  absl::Status s = p.writer->Append(type, parts);
+  if (s.ok()) NoteUnflushed(p);
+  return s;
 }
 
 absl::StatusOr<char*> Messenger::Lane::Reserve(uint32_t node, uint16_t type, uint64_t length) {
@@ -581,7 +591,9 @@ absl::StatusOr<char*> Messenger::Lane::Reserve(uint32_t node, uint16_t type, uin
         absl::StrCat("messages to node ", node, " are waiting for ring space"));
   }
   if (absl::Status s = CheckWritable(p); !s.ok()) return s;
-  return p.writer->Reserve(type, length);
+  absl::StatusOr<char*> at = p.writer->Reserve(type, length);
+  if (at.ok()) NoteUnflushed(p);
+  return at;
 }
 
 absl::Status Messenger::Lane::Send(uint32_t node, uint16_t type,
@@ -647,8 +659,9 @@ void Messenger::Lane::RetryBacklog() {
 }
 
 void Messenger::Lane::PostUnflushed(Posting& posting) {
-  for (int i = 0; i < m_->nodes_; ++i) {
+  for (int i : unflushed_) {
     PeerSend& p = *peers_[i];
+    p.listed = false;
     if (!p.writer->has_unflushed() || !p.failed.ok()) continue;
     const RingWriter::Ranges ranges = p.writer->Unflushed();
     if (i == m_->self_index_) {
@@ -663,6 +676,7 @@ void Messenger::Lane::PostUnflushed(Posting& posting) {
     }
     p.writer->MarkFlushed();
   }
+  unflushed_.clear();
 }
 
 absl::Status Messenger::Lane::Flush() {

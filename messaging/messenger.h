@@ -273,6 +273,8 @@ class Messenger::Lane {
   // Applies membership changes to this lane's sending ends (resets those of new incarnations).
   void Sync();
   absl::Status RefreshHead(PeerSend& p);
+  // Records that p has frames to flush (unflushed_).
+  void NoteUnflushed(PeerSend& p);
   // OK when frames can go into p's ring now (as far as the receiver's acknowledgement goes).
   absl::Status CheckWritable(PeerSend& p);
   absl::Status TryAppend(PeerSend& p, uint16_t type,
@@ -285,6 +287,7 @@ class Messenger::Lane {
   const int index_;
   const bool scanning_;
   std::vector<std::unique_ptr<PeerSend>> peers_;  // by configuration index
+  std::vector<int> unflushed_;                    // indexes of peers with frames to flush
   std::unique_ptr<Posting> posting_;              // reused by every flush
   uint64_t synced_version_ = ~uint64_t{0};        // Messenger::peer_version_ applied
 };
