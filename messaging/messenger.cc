@@ -577,15 +577,29 @@ absl::Status Messenger::Lane::TryAppend(PeerSend& p, uint16_t type,
   return s;
 }
 
-absl::StatusOr<char*> Messenger::Lane::Reserve(uint32_t node, uint16_t type, uint64_t length) {
+absl::StatusOr<Messenger::Lane::PeerSend*> Messenger::Lane::Destination(uint32_t node) {
   const int i = m_->IndexOf(node);
   if (i < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("node ", node, " is not in the cluster configuration"));
   }
   Sync();
-  PeerSend& p = *peers_[i];
-  if (!p.failed.ok()) return p.failed;
+  PeerSend* p = peers_[i].get();
+  if (!p->failed.ok()) return p->failed;
+  return p;
+}
+
+void Messenger::Lane::AddToBacklog(PeerSend& p, uint16_t type,
+                                   std::initializer_list<absl::string_view> parts) {
+  std::string joined;
+  for (absl::string_view part : parts) joined.append(part.data(), part.size());
+  p.backlog.emplace_back(type, std::move(joined));
+}
+
+absl::StatusOr<char*> Messenger::Lane::Reserve(uint32_t node, uint16_t type, uint64_t length) {
+  absl::StatusOr<PeerSend*> dest = Destination(node);
+  if (!dest.ok()) return dest.status();
+  PeerSend& p = **dest;
   if (!p.backlog.empty()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("messages to node ", node, " are waiting for ring space"));
@@ -599,27 +613,18 @@ absl::StatusOr<char*> Messenger::Lane::Reserve(uint32_t node, uint16_t type, uin
 absl::Status Messenger::Lane::Send(uint32_t node, uint16_t type,
                                    std::initializer_list<absl::string_view> parts,
                                    absl::Duration wait) {
-  const int i = m_->IndexOf(node);
-  if (i < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node ", node, " is not in the cluster configuration"));
-  }
-  Sync();
-  PeerSend& p = *peers_[i];
-  if (!p.failed.ok()) return p.failed;
+  absl::StatusOr<PeerSend*> dest = Destination(node);
+  if (!dest.ok()) return dest.status();
+  PeerSend& p = **dest;
   if (scanning_ && !p.backlog.empty()) {
-    std::string joined;
-    for (absl::string_view part : parts) joined.append(part.data(), part.size());
-    p.backlog.emplace_back(type, std::move(joined));
+    AddToBacklog(p, type, parts);
     return absl::OkStatus();
   }
   absl::Status s = TryAppend(p, type, parts);
   if (!absl::IsResourceExhausted(s)) return s;
   if (scanning_) {
     // The scanning thread must never wait for space: it is the one that frees space for others.
-    std::string joined;
-    for (absl::string_view part : parts) joined.append(part.data(), part.size());
-    p.backlog.emplace_back(type, std::move(joined));
+    AddToBacklog(p, type, parts);
     return absl::OkStatus();
   }
   // Back-pressure: the receiver can only consume what was flushed; then wait for its head.

@@ -275,6 +275,11 @@ class Messenger::Lane {
   absl::Status RefreshHead(PeerSend& p);
   // Records that p has frames to flush (unflushed_).
   void NoteUnflushed(PeerSend& p);
+  // The sending end to `node`, synchronised with the membership; InvalidArgument for a node
+  // that is not configured, or why it cannot be sent to.
+  absl::StatusOr<PeerSend*> Destination(uint32_t node);
+  // Keeps a message of the scanning lane, in order, until its ring has space.
+  void AddToBacklog(PeerSend& p, uint16_t type, std::initializer_list<absl::string_view> parts);
   // OK when frames can go into p's ring now (as far as the receiver's acknowledgement goes).
   absl::Status CheckWritable(PeerSend& p);
   absl::Status TryAppend(PeerSend& p, uint16_t type,
