@@ -22,7 +22,10 @@
 //
 // Output: a table, or with --json one object per size:
 //   {"provider":"tcp;ofi_rxm","size":64,"rtt_p50_us":..,"rtt_p99_us":..,"raw_rtt_p50_us":..,
-//    "raw_rtt_p99_us":..,"ratio_p50":..,"msgs_per_s":..,"poll":"busy"}
+//    "raw_rtt_p99_us":..,"ratio_p50":..,"msgs_per_s":..,"poll":"busy","ring_size":..}
+// The ring size (bytes per ring, chosen from the largest size and --window unless --ring_size is
+// given) is reported because it moves the shm ratio for messages of a few KiB: every message
+// lands in fresh ring memory, and a larger ring is colder.
 // Logs go to standard error. Exit status: 0 success, 1 runtime failure, 2 bad flags, 3 data
 // mismatch.
 #include <unistd.h>
@@ -364,13 +367,14 @@ class Bench {
   uint64_t raw_seq_ = 0;
 };
 
-std::string JsonLine(const std::string& provider, const std::string& poll, const Point& p) {
+std::string JsonLine(const std::string& provider, const std::string& poll, uint64_t ring_size,
+                     const Point& p) {
   return absl::StrFormat(
       "{\"provider\":\"%s\",\"size\":%d,\"rtt_p50_us\":%.3f,\"rtt_p99_us\":%.3f,"
       "\"raw_rtt_p50_us\":%.3f,\"raw_rtt_p99_us\":%.3f,\"ratio_p50\":%.3f,\"msgs_per_s\":%.1f,"
-      "\"poll\":\"%s\"}",
+      "\"poll\":\"%s\",\"ring_size\":%d}",
       provider, p.size, p.rtt_p50, p.rtt_p99, p.raw_p50, p.raw_p99,
-      p.raw_p50 > 0 ? p.rtt_p50 / p.raw_p50 : 0.0, p.msgs_per_s, poll);
+      p.raw_p50 > 0 ? p.rtt_p50 / p.raw_p50 : 0.0, p.msgs_per_s, poll, ring_size);
 }
 
 int RunBench(Node* node, const std::vector<uint64_t>& sizes, const Layout& layout,
@@ -413,7 +417,7 @@ int RunBench(Node* node, const std::vector<uint64_t>& sizes, const Layout& layou
       return absl::IsDataLoss(s) ? kExitMismatch : kExitRuntime;
     }
     if (json) {
-      std::printf("%s\n", JsonLine(node->provider(), poll, p).c_str());
+      std::printf("%s\n", JsonLine(node->provider(), poll, layout.messaging.ring_size, p).c_str());
     } else {
       std::printf("%8lu %12.2f %12.2f %12.2f %12.2f %7.2f %12.0f\n",
                   static_cast<unsigned long>(size), p.rtt_p50, p.rtt_p99, p.raw_p50, p.raw_p99,
