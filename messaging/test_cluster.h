@@ -17,8 +17,8 @@
 #include "absl/time/clock.h"
 #include "messaging/messenger.h"
 #include "platform/config.h"
-#include "platform/control_channel.h"
 #include "platform/node.h"
+#include "platform/testing/free_ports.h"
 #include "platform/testing/test_env.h"
 
 namespace farm {
@@ -31,15 +31,14 @@ class TestCluster {
       : options_(options), messengers_(n) {
     std::string text = absl::StrCat("provider: \"", provider,
                                     "\" region_size: 1048576 region_count: 1 lock_memory: false");
+    absl::StatusOr<std::vector<uint16_t>> ports = testing::FreePorts(n);
+    if (!ports.ok()) {
+      status_ = ports.status();
+      return;
+    }
     for (int i = 0; i < n; ++i) {
-      absl::StatusOr<std::unique_ptr<ControlListener>> l =
-          ControlListener::Listen(testing::TestHost(), 0);
-      if (!l.ok()) {
-        status_ = l.status();
-        return;
-      }
       absl::StrAppend(&text, " node { id: ", i, " host: \"", testing::TestHost(),
-                      "\" control_port: ", (*l)->port(), " }");
+                      "\" control_port: ", (*ports)[i], " }");
     }
     absl::StatusOr<config::ClusterConfig> c = ParseClusterConfig(text);
     if (!c.ok()) {

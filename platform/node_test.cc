@@ -8,26 +8,21 @@
 #include <thread>
 
 #include "platform/config.h"
-#include "platform/control_channel.h"
 #include "platform/self_check.h"
+#include "platform/testing/free_ports.h"
 #include "platform/testing/test_env.h"
 
 namespace farm {
 namespace {
 
-// A port that was free a moment ago (the kernel does not hand it out again right away).
-uint16_t FreePortFor(int) {
-  auto l = ControlListener::Listen(testing::TestHost(), 0);
-  REQUIRE(l.ok());
-  return (*l)->port();
-}
-
 config::ClusterConfig ThreeNodes() {
   std::string text = "provider: \"" + testing::AnyProvider() +
                      "\" region_size: 1048576 region_count: 2 lock_memory: false";
+  absl::StatusOr<std::vector<uint16_t>> ports = testing::FreePorts(3);
+  REQUIRE(ports.ok());
   for (int i = 0; i < 3; ++i) {
     text += " node { id: " + std::to_string(i) + " host: \"" + testing::TestHost() +
-            "\" control_port: " + std::to_string(FreePortFor(i)) + " }";
+            "\" control_port: " + std::to_string((*ports)[i]) + " }";
   }
   auto c = ParseClusterConfig(text);
   REQUIRE(c.ok());

@@ -7,8 +7,11 @@ source "$(dirname "$0")/lib.sh"
 NODE=$(bin node) || exit 1
 CLUSTER=$(bin cluster) || exit 1
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-P0=$(port); P1=$(port)
+# Two distinct free ports: both sockets are held until both numbers are known.
+read -r P0 P1 < <(python3 -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
 cfg="$TMP/two.textproto"
 cat >"$cfg" <<CFG
 provider: "shm"

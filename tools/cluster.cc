@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -86,7 +87,10 @@ std::string DescribeExit(int status) {
   return "stopped";
 }
 
-absl::StatusOr<uint16_t> FreePort(const std::string& host) {
+// A port that is free now. The socket bound to it stays open in `held` (the caller closes them
+// all once every node has its port): a socket closed before the next one binds may hand its port
+// to the next, and two nodes would share it.
+absl::StatusOr<uint16_t> FreePort(std::vector<int>* held) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -98,7 +102,7 @@ absl::StatusOr<uint16_t> FreePort(const std::string& host) {
     close(fd);
     return absl::UnavailableError(absl::StrCat("no free port: ", std::strerror(errno)));
   }
-  close(fd);
+  held->push_back(fd);
   return ntohs(a.sin_port);
 }
 
@@ -126,6 +130,10 @@ class Cluster {
     c.set_region_count(static_cast<uint32_t>(absl::GetFlag(FLAGS_region_count)));
     c.set_lock_memory(absl::GetFlag(FLAGS_lock_memory));
     const int base_port = absl::GetFlag(FLAGS_base_port);
+    std::vector<int> held;  // sockets holding the free ports until all are chosen
+    absl::Cleanup close_held = [&held] {
+      for (int fd : held) close(fd);
+    };
     for (int i = 0; i < n; ++i) {
       config::NodeConfig* node = c.add_node();
       node->set_id(i);
@@ -133,11 +141,12 @@ class Cluster {
       if (base_port > 0) {
         node->set_control_port(base_port + i);
       } else {
-        absl::StatusOr<uint16_t> port = FreePort(node->host());
+        absl::StatusOr<uint16_t> port = FreePort(&held);
         if (!port.ok()) return port.status();
         node->set_control_port(*port);
       }
     }
+    std::move(close_held).Invoke();  // the nodes bind these ports next
     absl::Status s = ValidateAndComplete(&c);
     if (!s.ok()) return s;
     config_ = c;
