@@ -210,7 +210,7 @@ class Messenger {
   uint64_t epoch_ ABSL_GUARDED_BY(peer_mu_) = 0;
   std::atomic<uint64_t> peer_version_{0};
   std::atomic<uint64_t> applied_epoch_{0};  // OnMembership finished, listener included
-  // Mirrors of every ring this node sends into, and head write-back staging, registered.
+  // Frame staging buffers (one per lane and destination) and head write-back staging, registered.
   std::unique_ptr<Region> send_memory_;
   std::unique_ptr<MemoryRegistration> send_mr_;
   std::vector<std::unique_ptr<Lane>> lanes_;  // worker lanes, then the scanning lane
