@@ -40,9 +40,9 @@ struct Messenger::ReceiveRing {
 
 // The scan lock, and the poller task's handle on the messenger: the messenger may go away before
 // the node's poller (which has no RemoveTask); the destructor clears `messenger` holding the lock.
-// The lock is one atomic flag rather than an absl::Mutex because the scanning threads try it on
+// The lock is one atomic flag rather than a Mutex because the scanning threads try it on
 // every poll round (one exchange instead of TryLock + Unlock, plus a reader lock in the poller
-// task: ~70 ns per round with this abseil). Holders never block while holding it; LockScan
+// task: ~70 ns per round with abseil's mutex, which this once was). Holders never block while holding it; LockScan
 // (set-up, SetReceiver, the destructor) spins with sched_yield until the scan in progress ends.
 struct Messenger::Shared {
   // Acquire on taking, release on dropping: orders the scans' accesses like a mutex.
@@ -131,7 +131,7 @@ class Messenger::Posting {
 };
 
 uint32_t Messenger::CurrentIncarnation(int index) const {
-  absl::ReaderMutexLock l(&peer_mu_);
+  farm::ReaderMutexLock l(&peer_mu_);
   return peers_[index].region_id;
 }
 
@@ -229,7 +229,7 @@ void Messenger::OnMembership(const control::Membership& m) {
   std::vector<std::pair<int, absl::Status>> receive;    // index, new receive status
   std::vector<std::pair<uint32_t, absl::Status>> down;  // node, why (for the close listener)
   {
-    absl::MutexLock l(&peer_mu_);
+    farm::MutexLock l(&peer_mu_);
     if (m.epoch() <= epoch_) return;
     epoch_ = m.epoch();
     for (int i = 0; i < nodes_; ++i) {
@@ -253,7 +253,7 @@ void Messenger::OnMembership(const control::Membership& m) {
     peer_version_.fetch_add(1, std::memory_order_release);
   }
   if (!receive.empty()) {
-    absl::MutexLock l(&status_mu_);
+    farm::MutexLock l(&status_mu_);
     for (auto& [i, s] : receive) receive_status_[i] = std::move(s);
     bool any = false;
     for (const absl::Status& s : receive_status_) any |= !s.ok();
@@ -270,7 +270,7 @@ void Messenger::OnMembership(const control::Membership& m) {
     spdlog::info("messaging: node {}: {}", node_->id(), std::string(why.message()));
   }
   {
-    absl::ReaderMutexLock l(&listener_mu_);
+    farm::ReaderMutexLock l(&listener_mu_);
     if (close_listener_) {
       for (const auto& [node, why] : down) close_listener_(node, why);
     }
@@ -345,11 +345,11 @@ absl::Status Messenger::Init() {
         " bytes: add Messenger::Area(config, options) to NodeOptions::areas before Node::Start"));
   }
   {
-    absl::MutexLock l(&status_mu_);
+    farm::MutexLock l(&status_mu_);
     receive_status_.assign(nodes_, absl::OkStatus());
   }
   {
-    absl::MutexLock l(&peer_mu_);
+    farm::MutexLock l(&peer_mu_);
     peers_.resize(nodes_);
   }
   // Listen first, then take the current membership: no change falls in between (OnMembership
@@ -358,7 +358,7 @@ absl::Status Messenger::Init() {
       node_->AddMembershipListener([this](const control::Membership& m) { OnMembership(m); });
   OnMembership(node_->membership());
   {
-    absl::MutexLock l(&peer_mu_);
+    farm::MutexLock l(&peer_mu_);
     for (const PeerArea& p : peers_) {
       if (absl::IsFailedPrecondition(p.status)) return p.status;
     }
@@ -383,7 +383,7 @@ absl::Status Messenger::Init() {
     lanes_.push_back(std::unique_ptr<Lane>(new Lane(this, l, l == options_.lanes)));
   }
   {
-    absl::MutexLock l(&lane_mu_);
+    farm::MutexLock l(&lane_mu_);
     for (int i = options_.lanes - 1; i >= 0; --i) free_lanes_.push_back(i);
   }
   {
@@ -439,7 +439,7 @@ void Messenger::SetReceiver(Receiver receiver) {
 }
 
 void Messenger::SetCloseListener(CloseListener listener) {
-  absl::MutexLock l(&listener_mu_);
+  farm::MutexLock l(&listener_mu_);
   close_listener_ = std::move(listener);
 }
 
@@ -449,7 +449,7 @@ absl::Status Messenger::ReceiveStatus(uint32_t node) const {
   // Acquire: pairs with the release stores in OnRingClosed and OnMembership (a fast path for the
   // common case).
   if (!any_down_.load(std::memory_order_acquire)) return absl::OkStatus();
-  absl::MutexLock l(&status_mu_);
+  farm::MutexLock l(&status_mu_);
   return receive_status_[i];
 }
 
@@ -457,9 +457,9 @@ absl::Status Messenger::ReceiveStatus(uint32_t node) const {
 // Lanes
 
 absl::StatusOr<Messenger::LaneLease> Messenger::AcquireLane(absl::Duration wait) {
-  absl::MutexLock l(&lane_mu_);
+  farm::MutexLock l(&lane_mu_);
   auto available = [this]() ABSL_SHARED_LOCKS_REQUIRED(lane_mu_) { return !free_lanes_.empty(); };
-  if (!lane_mu_.AwaitWithTimeout(absl::Condition(&available), wait)) {
+  if (!lane_mu_.AwaitWithTimeout(available, wait)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "all ", options_.lanes, " messaging lanes stayed leased for ", absl::FormatDuration(wait),
         "; raise MessengerOptions::lanes or return leases sooner"));
@@ -470,7 +470,7 @@ absl::StatusOr<Messenger::LaneLease> Messenger::AcquireLane(absl::Duration wait)
 }
 
 void Messenger::ReleaseLane(int index) {
-  absl::MutexLock l(&lane_mu_);
+  farm::MutexLock l(&lane_mu_);
   free_lanes_.push_back(index);
 }
 
@@ -505,7 +505,7 @@ Messenger::Lane::Lane(Messenger* m, int index, bool scanning)
 void Messenger::Lane::Sync() {
   // Acquire: pairs with the release increment in OnMembership.
   if (m_->peer_version_.load(std::memory_order_acquire) == synced_version_) return;
-  absl::ReaderMutexLock l(&m_->peer_mu_);
+  farm::ReaderMutexLock l(&m_->peer_mu_);
   synced_version_ = m_->peer_version_.load(std::memory_order_relaxed);
   for (int i = 0; i < m_->nodes_; ++i) {
     const PeerArea& a = m_->peers_[i];
@@ -749,7 +749,7 @@ void Messenger::SyncReceiveRings(Posting& posting) {
   if (peer_version_.load(std::memory_order_acquire) == rings_version_) return;
   std::vector<PeerArea> peers;
   {
-    absl::ReaderMutexLock l(&peer_mu_);
+    farm::ReaderMutexLock l(&peer_mu_);
     peers = peers_;
     rings_version_ = peer_version_.load(std::memory_order_relaxed);
   }
@@ -777,14 +777,14 @@ void Messenger::OnRingClosed(ReceiveRing& r) {
       "that lane are no longer read and calls waiting for node {} fail",
       node_->id(), r.lane, from, std::string(why.message()), from, from);
   {
-    absl::MutexLock l(&status_mu_);
+    farm::MutexLock l(&status_mu_);
     if (receive_status_[r.sender_index].ok()) {
       receive_status_[r.sender_index] = absl::DataLossError(absl::StrCat(
           "messages from node ", from, " (lane ", r.lane, ") are corrupt: ", why.message()));
     }
     any_down_.store(true, std::memory_order_release);
   }
-  absl::ReaderMutexLock l(&listener_mu_);
+  farm::ReaderMutexLock l(&listener_mu_);
   if (close_listener_) close_listener_(from, why);
 }
 

@@ -69,7 +69,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "platform/mutex.h"
 #include "absl/time/time.h"
 #include "messaging/ring.h"
 #include "platform/config.pb.h"
@@ -205,7 +205,7 @@ class Messenger {
 
   // The membership as the messenger follows it. peer_version_ counts changes (written under
   // peer_mu_); lanes and the scan compare it with the version they last synchronised with.
-  mutable absl::Mutex peer_mu_;
+  mutable farm::Mutex peer_mu_;
   std::vector<PeerArea> peers_ ABSL_GUARDED_BY(peer_mu_);  // by configuration index
   uint64_t epoch_ ABSL_GUARDED_BY(peer_mu_) = 0;
   std::atomic<uint64_t> peer_version_{0};
@@ -216,7 +216,7 @@ class Messenger {
   std::vector<std::unique_ptr<Lane>> lanes_;  // worker lanes, then the scanning lane
   std::shared_ptr<Shared> shared_;
 
-  absl::Mutex lane_mu_;
+  farm::Mutex lane_mu_;
   std::vector<int> free_lanes_ ABSL_GUARDED_BY(lane_mu_);
 
   // Guarded by the scan lock (held by the scanning thread; it also owns lanes_.back()).
@@ -224,10 +224,10 @@ class Messenger {
   std::vector<ReceiveRing> rings_;
   uint64_t rings_version_ = ~uint64_t{0};  // peer_version_ synced
 
-  absl::Mutex listener_mu_;  // held (shared) while the close listener runs
+  farm::Mutex listener_mu_;  // held (shared) while the close listener runs
   CloseListener close_listener_ ABSL_GUARDED_BY(listener_mu_);
 
-  mutable absl::Mutex status_mu_;
+  mutable farm::Mutex status_mu_;
   std::vector<absl::Status> receive_status_ ABSL_GUARDED_BY(status_mu_);  // by index
   std::atomic<bool> any_down_{false};  // some receive_status_ is not OK
 };

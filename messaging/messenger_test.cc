@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "platform/mutex.h"
 #include "absl/time/clock.h"
 #include "messaging/test_cluster.h"
 
@@ -34,7 +34,7 @@ std::string Numbered(uint64_t k, size_t size, char tag = 0) {
 class Tally {
  public:
   void Add(const Message& m) {
-    absl::MutexLock l(&mu_);
+    farm::MutexLock l(&mu_);
     uint64_t k = ~uint64_t{0};
     const char tag = m.payload.size() >= 9 ? m.payload[8] : -1;
     if (m.payload.size() >= 8) std::memcpy(&k, m.payload.data(), 8);
@@ -48,21 +48,21 @@ class Tally {
     ++total_;
   }
   bool WaitFor(uint64_t total, absl::Duration timeout) {
-    absl::MutexLock l(&mu_);
+    farm::MutexLock l(&mu_);
     auto reached = [this, total]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return total_ >= total; };
-    return mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
+    return mu_.AwaitWithTimeout(reached, timeout);
   }
   uint64_t total() {
-    absl::MutexLock l(&mu_);
+    farm::MutexLock l(&mu_);
     return total_;
   }
   std::vector<std::string> errors() {
-    absl::MutexLock l(&mu_);
+    farm::MutexLock l(&mu_);
     return errors_;
   }
 
  private:
-  absl::Mutex mu_;
+  farm::Mutex mu_;
   std::map<std::pair<uint32_t, char>, uint64_t> next_ ABSL_GUARDED_BY(mu_);
   uint64_t total_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> errors_ ABSL_GUARDED_BY(mu_);
@@ -89,7 +89,7 @@ TEST_CASE("many senders and lanes into one receiver: in order, exactly once", "[
   std::vector<std::thread> senders;
   std::atomic<int> failures{0};
   std::string first_failure;
-  absl::Mutex failure_mu;
+  farm::Mutex failure_mu;
   for (int n = 0; n < 3; ++n) {    // node 2 sends to itself too
     for (int t = 0; t < 2; ++t) {  // one thread per lane
       senders.emplace_back([&, n, t] {
@@ -103,7 +103,7 @@ TEST_CASE("many senders and lanes into one receiver: in order, exactly once", "[
         if (s.ok()) s = (*lane)->Flush();
         if (!s.ok()) {
           ++failures;
-          absl::MutexLock l(&failure_mu);
+          farm::MutexLock l(&failure_mu);
           first_failure = s.ToString();
         }
       });

@@ -42,7 +42,7 @@ void Rpc::RegisterHandler(uint16_t method, RpcHandler handler) {
 }
 
 void Rpc::RegisterInPlaceHandler(uint16_t method, RpcInPlaceHandler handler) {
-  absl::MutexLock l(&handlers_mu_);
+  farm::MutexLock l(&handlers_mu_);
   std::atomic<HandlerPage*>& slot = handler_pages_[method >> 8];
   HandlerPage* page = slot.load(std::memory_order_relaxed);
   if (page == nullptr) {
@@ -169,9 +169,9 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
     if (now - last_work < spin) continue;
     // Seq_cst: see Pending (Complete either sees sleeping_ or we see done_).
     p.sleeping_.store(true, std::memory_order_seq_cst);
-    absl::MutexLock l(&p.mu_);
+    farm::MutexLock l(&p.mu_);
     auto done = [&p] { return p.done_.load(std::memory_order_seq_cst); };
-    p.mu_.AwaitWithTimeout(absl::Condition(&done),
+    p.mu_.AwaitWithTimeout(done,
                            std::min(kNap, absl::FromChrono(p.deadline_ - coarse_now)));
   }
   // done_ was seen (acquire): result_ is final and nobody writes it any more.
@@ -186,7 +186,7 @@ void Rpc::Complete(Pending& p, absl::StatusOr<std::string> result) {
   // result_): ordered before the load of sleeping_ below (see Pending).
   p.done_.store(true, std::memory_order_seq_cst);
   if (p.sleeping_.load(std::memory_order_seq_cst)) {
-    absl::MutexLock l(&p.mu_);  // the unlock makes a sleeping Await re-check done_
+    farm::MutexLock l(&p.mu_);  // the unlock makes a sleeping Await re-check done_
   }
 }
 

@@ -56,7 +56,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "platform/mutex.h"
 #include "absl/time/time.h"
 #include "messaging/call_table.h"
 #include "messaging/messenger.h"
@@ -146,7 +146,7 @@ class Rpc {
     // One of the two seq_cst stores is seen by the other side's load, so no wake-up is lost.
     std::atomic<bool> done_{false};
     std::atomic<bool> sleeping_{false};
-    absl::Mutex mu_;
+    farm::Mutex mu_;
     // Written once, by Complete, before done_; no allocation for the placeholder.
     absl::StatusOr<std::string> result_{absl::Status(absl::StatusCode::kUnknown, "")};
   };
@@ -216,7 +216,7 @@ class Rpc {
     std::atomic<const RpcInPlaceHandler*> handler[256] = {};
   };
   std::atomic<HandlerPage*> handler_pages_[256] = {};
-  absl::Mutex handlers_mu_;  // serialises RegisterHandler
+  farm::Mutex handlers_mu_;  // serialises RegisterHandler
   std::vector<std::unique_ptr<HandlerPage>> handler_page_store_ ABSL_GUARDED_BY(handlers_mu_);
   std::vector<std::unique_ptr<const RpcInPlaceHandler>> handler_store_
       ABSL_GUARDED_BY(handlers_mu_);

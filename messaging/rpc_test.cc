@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/synchronization/notification.h"
+#include "platform/mutex.h"
 #include "messaging/test_cluster.h"
 
 namespace farm {
@@ -199,7 +199,7 @@ TEST_CASE("a corrupt ring fails the pending calls with DataLoss, other peers kee
   REQUIRE(c.status().ok());
   REQUIRE(c.StartMessengers().ok());
   std::vector<std::unique_ptr<Rpc>> rpcs;
-  absl::Notification release;
+  farm::Notification release;
   for (int i = 0; i < 3; ++i) {
     rpcs.push_back(std::make_unique<Rpc>(c.messenger(i)));
     ServeEcho(*rpcs[i], i);

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/synchronization/mutex.h"
 #include "platform/config.h"
 #include "platform/control_channel.h"
 #include "spdlog/spdlog.h"

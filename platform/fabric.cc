@@ -150,9 +150,9 @@ struct Fabric::Handles {
   fi_info* msg_hints = nullptr;  // to resolve each peer's connection info
   fid_eq* eq = nullptr;
   fid_pep* pep = nullptr;
-  absl::Mutex peers_mu;
+  farm::Mutex peers_mu;
   std::vector<std::unique_ptr<MsgPeer>> peers ABSL_GUARDED_BY(peers_mu);  // PeerId = index
-  absl::Mutex eq_mu;  // one thread reads the event queue at a time
+  farm::Mutex eq_mu;  // one thread reads the event queue at a time
   std::vector<fid_ep*> accepted ABSL_GUARDED_BY(eq_mu);
   std::atomic<int> connecting{0};
   std::atomic<uint32_t> progress_calls{0};
@@ -176,11 +176,11 @@ struct Fabric::OpContext {
 
 struct OpBatch::State {
   std::atomic<int> outstanding{0};
-  absl::Mutex mu;
+  farm::Mutex mu;
   absl::Status first_error ABSL_GUARDED_BY(mu);
 
   void Fail(absl::Status s) {
-    absl::MutexLock l(&mu);
+    farm::MutexLock l(&mu);
     if (first_error.ok()) first_error = std::move(s);
   }
 };
@@ -198,13 +198,13 @@ Fabric::Fabric() : h_(std::make_unique<Handles>()) {}
 
 Fabric::~Fabric() {
   {
-    absl::MutexLock l(&h_->peers_mu);
+    farm::MutexLock l(&h_->peers_mu);
     for (auto& p : h_->peers) {
       if (p->ep) fi_close(&p->ep->fid);
     }
   }
   {
-    absl::MutexLock l(&h_->eq_mu);
+    farm::MutexLock l(&h_->eq_mu);
     for (fid_ep* ep : h_->accepted) fi_close(&ep->fid);
   }
   if (h_->pep) fi_close(&h_->pep->fid);
@@ -413,7 +413,7 @@ int Fabric::ProgressConnections() {
   alignas(fi_eq_cm_entry) char buf[sizeof(fi_eq_cm_entry) + 256];
   auto* entry = reinterpret_cast<fi_eq_cm_entry*>(buf);
   auto find_peer = [&](fid_t fid) -> Handles::MsgPeer* {
-    absl::ReaderMutexLock l(&h.peers_mu);
+    farm::ReaderMutexLock l(&h.peers_mu);
     for (auto& p : h.peers) {
       if (p->ep != nullptr && &p->ep->fid == fid) return p.get();
     }
@@ -480,7 +480,7 @@ absl::Status Fabric::EndpointFor(PeerId peer, absl::Duration timeout, void** ep,
   }
   Handles::MsgPeer* p = nullptr;
   {
-    absl::ReaderMutexLock l(&h_->peers_mu);
+    farm::ReaderMutexLock l(&h_->peers_mu);
     if (peer < h_->peers.size()) p = h_->peers[peer].get();
   }
   if (p == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown peer ", peer));
@@ -550,7 +550,7 @@ absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
                                                  FiError("fi_connect", ret)));
     }
     h_->connecting.fetch_add(1);
-    absl::MutexLock l(&h_->peers_mu);
+    farm::MutexLock l(&h_->peers_mu);
     h_->peers.push_back(std::move(peer));
     return static_cast<PeerId>(h_->peers.size() - 1);
   }
@@ -726,7 +726,7 @@ absl::Status OpBatch::Wait(absl::Duration timeout) {
                        absl::FormatDuration(timeout), " (is the peer alive and polling?)"));
     }
   }
-  absl::MutexLock l(&state_->mu);
+  farm::MutexLock l(&state_->mu);
   absl::Status s = state_->first_error;
   state_->first_error = absl::OkStatus();
   return s;

@@ -13,11 +13,6 @@
 namespace farm {
 
 absl::StatusOr<std::unique_ptr<Node>> Node::Start(NodeOptions options) {
-  // Debian's abseil is built without NDEBUG, which turns on absl::Mutex deadlock detection: a
-  // graph update on every lock, about 50 ns each, several times per RPC. Lock order in this
-  // project is checked by review and tests, not at run time on the data path.
-  static std::once_flag once;
-  std::call_once(once, [] { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); });
   std::unique_ptr<Node> node(new Node(std::move(options)));
   absl::Status s = node->Init();
   if (!s.ok()) return s;
@@ -129,7 +124,7 @@ absl::Status Node::Init() {
                     std::string(s.message()));
       return;
     }
-    absl::ReaderMutexLock l(&listeners_mu_);
+    farm::ReaderMutexLock l(&listeners_mu_);
     for (const auto& [id, listener] : listeners_) listener(m);
   });
   absl::Duration timeout = options_.join_timeout;
@@ -158,7 +153,7 @@ absl::Status Node::Init() {
 }
 
 absl::Status Node::ApplyMembership(const control::Membership& m) {
-  absl::MutexLock l(&map_mu_);
+  farm::MutexLock l(&map_mu_);
   if (m.epoch() <= membership_.epoch()) return absl::OkStatus();
   // Forget the addresses of nodes that left: a later process may reuse an address (an
   // ephemeral port), and must get a fresh peer (a new connection), not the dead one's.
@@ -197,25 +192,25 @@ absl::Status Node::ApplyMembership(const control::Membership& m) {
 }
 
 int Node::AddMembershipListener(std::function<void(const control::Membership&)> listener) {
-  absl::MutexLock l(&listeners_mu_);
+  farm::MutexLock l(&listeners_mu_);
   listeners_.emplace_back(next_listener_id_, std::move(listener));
   return next_listener_id_++;
 }
 
 void Node::RemoveMembershipListener(int id) {
-  absl::MutexLock l(&listeners_mu_);  // waits for a call in progress
+  farm::MutexLock l(&listeners_mu_);  // waits for a call in progress
   listeners_.erase(std::remove_if(listeners_.begin(), listeners_.end(),
                                   [id](const auto& e) { return e.first == id; }),
                    listeners_.end());
 }
 
 control::Membership Node::membership() const {
-  absl::MutexLock l(&map_mu_);
+  farm::MutexLock l(&map_mu_);
   return membership_;
 }
 
 std::vector<uint32_t> Node::members() const {
-  absl::MutexLock l(&map_mu_);
+  farm::MutexLock l(&map_mu_);
   std::vector<uint32_t> ids;
   for (const control::NodeInfo& n : membership_.nodes()) ids.push_back(n.node_id());
   std::sort(ids.begin(), ids.end());
@@ -237,7 +232,7 @@ char* Node::LocalBase(const control::RegionInfo& r) const {
 
 std::vector<control::RegionInfo> Node::RegionsOf(uint32_t node_id,
                                                  const std::string& purpose) const {
-  absl::MutexLock l(&map_mu_);
+  farm::MutexLock l(&map_mu_);
   std::vector<control::RegionInfo> out;
   for (const control::RegionInfo& r : membership_.regions()) {
     if (r.node_id() == node_id && r.purpose() == purpose) out.push_back(r);
@@ -254,7 +249,7 @@ absl::StatusOr<RemoteTarget> Node::Resolve(GlobalAddress addr, size_t len) const
     return absl::InvalidArgumentError(absl::StrCat(len, "-byte access exceeds the provider's ",
                                                    fabric_->max_rma_size(), "-byte limit"));
   }
-  absl::MutexLock l(&map_mu_);
+  farm::MutexLock l(&map_mu_);
   auto it = region_map_.find(addr.region);
   if (it == region_map_.end()) {
     return absl::OutOfRangeError(
@@ -286,7 +281,7 @@ absl::Status Node::Access(bool is_read, GlobalAddress addr, char* buf, size_t le
     }
     return absl::OkStatus();
   }
-  absl::MutexLock l(&staging_mu_);
+  farm::MutexLock l(&staging_mu_);
   LocalBuffer local{staging_mr_.get(), staging_->data(), len};
   OpBatch batch(fabric_.get());
   if (!is_read) std::memcpy(staging_->data(), buf, len);

@@ -29,7 +29,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "platform/mutex.h"
 #include "absl/time/time.h"
 #include "platform/config.pb.h"
 #include "platform/configuration_manager.h"
@@ -171,18 +171,18 @@ class Node {
   std::unique_ptr<Poller> poller_;
 
   // Held (shared) while listeners run, so that removing one waits for a call in progress.
-  absl::Mutex listeners_mu_;
+  farm::Mutex listeners_mu_;
   int next_listener_id_ ABSL_GUARDED_BY(listeners_mu_) = 0;
   std::vector<std::pair<int, std::function<void(const control::Membership&)>>> listeners_
       ABSL_GUARDED_BY(listeners_mu_);
 
-  mutable absl::Mutex map_mu_;
+  mutable farm::Mutex map_mu_;
   control::Membership membership_ ABSL_GUARDED_BY(map_mu_);
   absl::flat_hash_map<uint32_t, RegionEntry> region_map_ ABSL_GUARDED_BY(map_mu_);
   absl::flat_hash_map<std::string, PeerId> peers_by_address_ ABSL_GUARDED_BY(map_mu_);
 
   // Staging buffer for Read/Write of unregistered memory; one operation at a time.
-  absl::Mutex staging_mu_;
+  farm::Mutex staging_mu_;
   std::unique_ptr<Region> staging_;
   std::unique_ptr<MemoryRegistration> staging_mr_;
 };

@@ -24,14 +24,14 @@ void Poller::Stop() {
 }
 
 void Poller::AddTask(Task task) {
-  absl::MutexLock l(&mu_);
+  farm::MutexLock l(&mu_);
   tasks_.push_back(std::move(task));
   has_tasks_.store(true, std::memory_order_release);
 }
 
 int Poller::RunTasks() {
   if (!has_tasks_.load(std::memory_order_acquire)) return 0;
-  absl::MutexLock l(&mu_);
+  farm::MutexLock l(&mu_);
   int work = 0;
   for (Task& t : tasks_) work += t();
   return work;

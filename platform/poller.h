@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "platform/mutex.h"
 #include "absl/time/time.h"
 #include "platform/fabric.h"
 
@@ -80,7 +80,7 @@ class Poller {
 
   Fabric* const fabric_;
   const PollerOptions options_;
-  absl::Mutex mu_;
+  farm::Mutex mu_;
   std::vector<Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> has_tasks_{false};
   std::atomic<bool> stop_{false};

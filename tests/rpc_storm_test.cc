@@ -28,7 +28,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
+#include "platform/mutex.h"
 #include "messaging/messenger.h"
 #include "messaging/rpc.h"
 #include "platform/config.h"
@@ -93,7 +93,7 @@ class Storm {
     for (auto& t : ts) t.join();
   }
   std::string ResultJson() {
-    absl::MutexLock l(&mu_);
+    farm::MutexLock l(&mu_);
     std::string err = first_error_;
     for (char& ch : err) {
       if (ch == '"' || ch == '\\') ch = '\'';
@@ -109,7 +109,7 @@ class Storm {
       ++ok_;
       return;
     }
-    absl::MutexLock l(&mu_);
+    farm::MutexLock l(&mu_);
     if (first_error_.empty()) {
       first_error_ = r.ok() ? absl::StrCat("wrong answer from node ", target)
                             : std::string(r.status().ToString());
@@ -153,7 +153,7 @@ class Storm {
   const int nodes_;
   std::atomic<int> calls_{0};
   std::atomic<int> ok_{0};
-  absl::Mutex mu_;
+  farm::Mutex mu_;
   std::string first_error_ ABSL_GUARDED_BY(mu_);
 };
 
