@@ -17,6 +17,11 @@ constexpr absl::Duration kNap = absl::Milliseconds(1);
 Rpc::Rpc(Messenger* messenger, RpcOptions options) : messenger_(messenger), options_(options) {
   messenger_->SetCloseListener(
       [this](uint32_t node, const absl::Status& why) { OnClosed(node, why); });
+  if (options_.serve_at_once) Serve();
+}
+
+void Rpc::Serve() {
+  if (serving_.exchange(true, std::memory_order_acq_rel)) return;
   messenger_->SetReceiver(
       [this](const Message& m, Messenger::Lane& reply) { OnMessage(m, reply); });
 }
@@ -62,7 +67,7 @@ const RpcInPlaceHandler* Rpc::FindHandler(uint16_t method) const {
   return page->handler[method & 0xff].load(std::memory_order_acquire);
 }
 
-void Rpc::RegisterShipped(uint16_t method, ShippedHandler handler) {
+void Rpc::RegisterShipped(uint16_t method, RpcShippedHandler handler) {
   Node* node = messenger_->node();
   RegisterHandler(
       method,
@@ -88,14 +93,28 @@ void Rpc::RegisterShipped(uint16_t method, ShippedHandler handler) {
       });
 }
 
+namespace {
+// A shipped call's payload: the packed address, then the request.
+std::string ShippedPayload(GlobalAddress addr, absl::string_view request) {
+  const uint64_t packed = addr.Pack();
+  std::string payload(reinterpret_cast<const char*>(&packed), sizeof(packed));
+  payload.append(request.data(), request.size());
+  return payload;
+}
+}  // namespace
+
 absl::StatusOr<std::string> Rpc::Ship(GlobalAddress addr, uint16_t method,
                                       absl::string_view request, absl::Duration timeout) {
   absl::StatusOr<RemoteTarget> t = messenger_->node()->Resolve(addr, 1);
   if (!t.ok()) return t.status();
-  const uint64_t packed = addr.Pack();
-  std::string payload(reinterpret_cast<const char*>(&packed), sizeof(packed));
-  payload.append(request.data(), request.size());
-  return Call(t->node_id, method, payload, timeout);
+  return Call(t->node_id, method, ShippedPayload(addr, request), timeout);
+}
+
+absl::StatusOr<std::string> Rpc::Ship(Messenger::Lane& lane, GlobalAddress addr, uint16_t method,
+                                      absl::string_view request, absl::Duration timeout) {
+  absl::StatusOr<RemoteTarget> t = messenger_->node()->Resolve(addr, 1);
+  if (!t.ok()) return t.status();
+  return Call(lane, t->node_id, method, ShippedPayload(addr, request), timeout);
 }
 
 absl::StatusOr<std::string> Rpc::Call(uint32_t node, uint16_t method, absl::string_view request,
@@ -171,8 +190,7 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
     p.sleeping_.store(true, std::memory_order_seq_cst);
     farm::MutexLock l(&p.mu_);
     auto done = [&p] { return p.done_.load(std::memory_order_seq_cst); };
-    p.mu_.AwaitWithTimeout(done,
-                           std::min(kNap, absl::FromChrono(p.deadline_ - coarse_now)));
+    p.mu_.AwaitWithTimeout(done, std::min(kNap, absl::FromChrono(p.deadline_ - coarse_now)));
   }
   // done_ was seen (acquire): result_ is final and nobody writes it any more.
   return std::move(p.result_);

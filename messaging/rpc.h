@@ -56,12 +56,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "platform/mutex.h"
 #include "absl/time/time.h"
 #include "messaging/call_table.h"
+#include "messaging/codec.h"
 #include "messaging/messenger.h"
 #include "platform/clock.h"
 #include "platform/global_address.h"
+#include "platform/mutex.h"
 
 namespace farm {
 
@@ -108,7 +109,7 @@ class RpcResponder {
 using RpcInPlaceHandler = std::function<absl::Status(const RpcRequest&, RpcResponder&)>;
 // A shipped function: `data` points at the addressed bytes in the owner's memory, `available`
 // says how many bytes from there to the end of their region.
-using ShippedHandler = std::function<absl::StatusOr<std::string>(
+using RpcShippedHandler = std::function<absl::StatusOr<std::string>(
     GlobalAddress addr, char* data, uint64_t available, absl::string_view request)>;
 
 struct RpcOptions {
@@ -116,6 +117,10 @@ struct RpcOptions {
   // sign of activity before it sleeps in short steps until the poller delivers its response.
   // InfiniteDuration for benchmarks (always spin), as PollMode::kBusy.
   absl::Duration spin = absl::Microseconds(200);
+  // Serve requests from construction on. False: requests wait in their rings until Serve(), so
+  // that every handler can be registered before the first request is looked at (otherwise a
+  // request that arrives between the constructor and RegisterHandler gets Unimplemented).
+  bool serve_at_once = true;
 };
 
 class Rpc {
@@ -162,6 +167,9 @@ class Rpc {
   // The same for a handler that writes its response in place (see RpcResponder).
   void RegisterInPlaceHandler(uint16_t method, RpcInPlaceHandler handler);
 
+  // Starts serving requests (see RpcOptions::serve_at_once). Idempotent.
+  void Serve();
+
   // One call: leases a lane (waiting up to `timeout` for one), sends, flushes, waits.
   absl::StatusOr<std::string> Call(uint32_t node, uint16_t method, absl::string_view request,
                                    absl::Duration timeout = absl::Seconds(10));
@@ -181,7 +189,11 @@ class Rpc {
   // that owns `addr` (this one included).
   absl::StatusOr<std::string> Ship(GlobalAddress addr, uint16_t method, absl::string_view request,
                                    absl::Duration timeout = absl::Seconds(10));
-  void RegisterShipped(uint16_t method, ShippedHandler handler);
+  // The same on a lane the caller holds.
+  absl::StatusOr<std::string> Ship(Messenger::Lane& lane, GlobalAddress addr, uint16_t method,
+                                   absl::string_view request,
+                                   absl::Duration timeout = absl::Seconds(10));
+  void RegisterShipped(uint16_t method, RpcShippedHandler handler);
 
   Messenger* messenger() const { return messenger_; }
 
@@ -207,6 +219,7 @@ class Rpc {
 
   Messenger* const messenger_;
   const RpcOptions options_;
+  std::atomic<bool> serving_{false};
   std::atomic<uint64_t> next_id_{1};
   // Handlers by method, read without a lock by the scanning thread: a two-level table of atomic
   // pointers (256 pages of 256 methods, pages created on registration). A replaced handler may
@@ -223,37 +236,6 @@ class Rpc {
   // Calls in flight: inserted by Start, taken once by whoever completes them (the response, the
   // deadline, a failing peer, the destructor).
   CallTable<Pending> pending_;
-};
-
-// Encoding of a typed value as RPC bytes: trivially copyable types byte for byte, protobuf
-// messages (anything with SerializeAsString/ParseFromArray) in their wire format.
-template <typename T, typename = void>
-struct RpcCodec {
-  static_assert(std::is_trivially_copyable<T>::value,
-                "RpcCodec: use a trivially copyable type or a protobuf message");
-  static std::string Encode(const T& v) {
-    return std::string(reinterpret_cast<const char*>(&v), sizeof(T));
-  }
-  static absl::StatusOr<T> Decode(absl::string_view b) {
-    if (b.size() != sizeof(T)) {
-      return absl::DataLossError(absl::StrCat("expected ", sizeof(T), " bytes, got ", b.size()));
-    }
-    T v;
-    std::memcpy(&v, b.data(), sizeof(T));
-    return v;
-  }
-};
-
-template <typename T>
-struct RpcCodec<T, std::void_t<decltype(std::declval<const T&>().SerializeAsString())>> {
-  static std::string Encode(const T& v) { return v.SerializeAsString(); }
-  static absl::StatusOr<T> Decode(absl::string_view b) {
-    T v;
-    if (!v.ParseFromArray(b.data(), static_cast<int>(b.size()))) {
-      return absl::DataLossError("cannot parse the message");
-    }
-    return v;
-  }
 };
 
 // A typed method: requests of type Req answered with Resp.

@@ -64,7 +64,10 @@ ABSL_FLAG(bool, self_check, true, "run the READ/WRITE self-check across every pa
 ABSL_FLAG(bool, exit_after_check, false, "stop the cluster after the self-check");
 ABSL_FLAG(bool, json, false, "print results as JSON lines instead of a table");
 ABSL_FLAG(int, ready_timeout_s, 60, "seconds to wait for every node to be ready");
-ABSL_FLAG(std::string, node_binary, "", "node executable (default: `node` beside this binary)");
+ABSL_FLAG(std::string, node_binary, "",
+          "node executable: //tools:node (the default, beside this binary) or a cluster "
+          "application built with farm_app (//:defs.bzl), which then runs on every node");
+ABSL_FLAG(int, app_timeout_s, 600, "seconds an application may run before the cluster is stopped");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
 
 namespace farm {
@@ -79,6 +82,10 @@ struct Child {
   bool ready = false;
   bool exited = false;
   int status = 0;
+  std::string app;        // the application it runs ("" for a plain node)
+  bool app_done = false;  // it printed APP_DONE
+  bool app_ok = false;
+  std::string app_error;
 };
 
 std::string DescribeExit(int status) {
@@ -208,6 +215,36 @@ class Cluster {
     return results;
   }
 
+  // Application mode (the nodes printed "app" in READY): waits until every node reported
+  // APP_DONE and exited (each leaves once all have finished). Returns how many failed.
+  absl::StatusOr<int> WaitApps(absl::Duration timeout) {
+    expect_exits_ = true;
+    const absl::Time deadline = absl::Now() + timeout;
+    for (;;) {
+      bool all = true;
+      for (const Child& c : children_) all &= c.exited;
+      if (all) break;
+      absl::Status s = Pump(deadline, nullptr);
+      if (!s.ok()) return s;
+    }
+    int failed = 0;
+    for (const Child& c : children_) {
+      const bool ok = c.app_done && c.app_ok && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+      if (!ok) {
+        ++failed;
+        spdlog::error("node {}: {}", c.id,
+                      !c.app_done ? absl::StrCat("exited before its application finished (",
+                                                 DescribeExit(c.status), ")")
+                      : !c.app_ok ? absl::StrCat("application failed: ", c.app_error)
+                                  : DescribeExit(c.status));
+      }
+    }
+    return failed;
+  }
+
+  // The application the nodes run, or "" for plain nodes.
+  std::string app() const { return children_.empty() ? "" : children_[0].app; }
+
   // Blocks until a signal arrives or a node exits on its own.
   absl::Status Hold() {
     for (;;) {
@@ -328,6 +365,10 @@ class Cluster {
       if (!(fds[i + 1].revents & (POLLIN | POLLHUP))) continue;
       char buf[4096];
       ssize_t got = read(c.out, buf, sizeof(buf));
+      if (got == 0) {  // the node closed its output (it is exiting): stop polling it
+        close(c.out);
+        c.out = -1;
+      }
       if (got > 0) {
         c.buffer.append(buf, static_cast<size_t>(got));
         size_t nl;
@@ -343,6 +384,7 @@ class Cluster {
       if (c.exited) continue;
       if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
         c.exited = true;
+        if (expect_exits_) continue;
         return absl::AbortedError(
             absl::StrCat("node ", c.id, " ", DescribeExit(c.status), " (its log above says why)"));
       }
@@ -360,8 +402,29 @@ class Cluster {
   }
 
   void OnLine(Child& c, const std::string& line) {
+    if (absl::StartsWith(line, "APP_DONE ")) {
+      c.app_done = true;
+      c.app_ok = absl::StrContains(line, "\"ok\":true");
+      const size_t p = line.find("\"error\":\"");
+      if (p != std::string::npos) {
+        c.app_error = line.substr(p + 9, line.size() - p - 9 - 2);  // up to the closing "}
+      }
+      return;
+    }
+    if (!absl::StartsWith(line, "READY ") && !absl::StartsWith(line, "SELFCHECK")) {
+      // The application's own output: passed through, marked with its node.
+      if (absl::GetFlag(FLAGS_json)) {
+        std::fprintf(stderr, "[node %u] %s\n", c.id, line.c_str());
+      } else {
+        std::printf("[node %u] %s\n", c.id, line.c_str());
+        std::fflush(stdout);
+      }
+      return;
+    }
     if (absl::StartsWith(line, "READY ")) {
       c.ready = true;
+      const size_t a = line.find("\"app\":\"");
+      if (a != std::string::npos) c.app = line.substr(a + 7, line.find('"', a + 7) - a - 7);
       size_t p = line.find("\"provider\":\"");
       if (p != std::string::npos) {
         size_t start = p + 12;
@@ -377,6 +440,7 @@ class Cluster {
   std::string provider_opened_;
   std::vector<Child> children_;
   int signal_fd_ = -1;
+  bool expect_exits_ = false;  // nodes leave on their own (application mode)
 };
 
 // Extracts a field from the flat JSON objects the nodes print.
@@ -488,6 +552,22 @@ int Main() {
     std::fflush(stdout);
   }
   int failed = 0;
+  if (!cluster.app().empty()) {
+    // An application runs on every node; the nodes leave once all have finished it.
+    spdlog::info("running application '{}' on {} node(s)", cluster.app(), n);
+    absl::StatusOr<int> app_failed =
+        cluster.WaitApps(absl::Seconds(absl::GetFlag(FLAGS_app_timeout_s)));
+    if (!app_failed.ok()) {
+      spdlog::error("application '{}' did not finish: {}", cluster.app(),
+                    std::string(app_failed.status().message()));
+      return absl::IsCancelled(app_failed.status()) ? 130 : 1;
+    }
+    std::printf("application %s: %d/%d nodes succeeded\n", cluster.app().c_str(), n - *app_failed,
+                n);
+    std::fflush(stdout);
+    cluster.Stop();
+    return *app_failed == 0 ? 0 : 1;
+  }
   if (absl::GetFlag(FLAGS_self_check) && n > 1) {
     absl::StatusOr<std::vector<std::string>> results = cluster.SelfCheck(absl::Seconds(120));
     if (!results.ok()) {

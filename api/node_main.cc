@@ -1,0 +1,340 @@
+// farm::RunNode (farm.h): the main function of every node binary, //tools:node included.
+//
+// Standard output carries machine-readable status lines for supervisors (//tools:cluster):
+//   READY {"node":1,"provider":"tcp;ofi_rxm","epoch":1,"nodes":3,"app":"hello"}
+//   APP_DONE {"node":1,"ok":true,"error":""}          (nodes that run an application)
+//   SELFCHECK {...one PairCheck as JSON...}           (after a "selfcheck" command)
+//   SELFCHECK_DONE {"node":1}
+// Anything else the application prints to standard output is passed through by the supervisor.
+// With --control_stdin the node reads commands from standard input, one per line: "selfcheck"
+// runs the self-check against every peer, "quit" leaves; end of input also leaves (so a node never
+// outlives the supervisor that started it). Logs go to standard error.
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "api/runtime_impl.h"
+#include "farm.h"
+#include "platform/config.h"
+#include "platform/logging.h"
+#include "platform/mutex.h"
+#include "platform/poller.h"
+#include "platform/self_check.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, config, "", "cluster configuration file (protobuf text format)");
+ABSL_FLAG(int, node_id, -1, "this node's id in the configuration; -1 lets the CM assign one");
+ABSL_FLAG(std::string, provider, "",
+          "fabric provider, overriding the configuration: auto, verbs, tcp;ofi_rxm, tcp, shm");
+ABSL_FLAG(std::string, endpoint, "",
+          "fabric endpoint type, overriding the configuration: auto, rdm or msg");
+ABSL_FLAG(std::string, poll, "adaptive", "polling mode: busy or adaptive");
+ABSL_FLAG(int, workers, 8, "how many application threads may hold a Worker at once (1-64)");
+ABSL_FLAG(int64_t, ring_size, 64 << 10,
+          "bytes per message ring (the same on every node; the largest message is a quarter)");
+ABSL_FLAG(bool, control_stdin, false, "read commands (selfcheck, quit) from standard input");
+ABSL_FLAG(bool, fill_pattern, false, "fill regions with the self-check pattern before joining");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+
+namespace farm {
+namespace {
+
+void Emit(const std::string& line) {
+  std::fputs((line + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+std::string JsonEscape(absl::string_view s) {
+  return absl::StrReplaceAll(s, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+}
+
+// What the node's main thread waits for: a signal, a command, or the end of the application.
+class Events {
+ public:
+  Events(int signal_fd, bool control_stdin) : signal_fd_(signal_fd), stdin_(control_stdin) {}
+
+  enum Kind { kNothing, kSignal, kQuit, kSelfCheck, kStdinClosed };
+  // Waits up to `timeout_ms` (-1: forever) for the next event.
+  Kind Next(int timeout_ms) {
+    for (;;) {
+      if (Kind k = NextCommand(); k != kNothing) return k;
+      pollfd fds[2] = {{signal_fd_, POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
+      const int n = poll(fds, stdin_ ? 2 : 1, timeout_ms);
+      if (n == 0) return kNothing;
+      if (n < 0) continue;
+      if (fds[0].revents & POLLIN) {
+        signalfd_siginfo info{};
+        if (read(signal_fd_, &info, sizeof(info)) > 0) signal_ = static_cast<int>(info.ssi_signo);
+        return kSignal;
+      }
+      if (stdin_ && (fds[1].revents & (POLLIN | POLLHUP))) {
+        char buf[256];
+        const ssize_t got = read(STDIN_FILENO, buf, sizeof(buf));
+        if (got <= 0) {
+          stdin_ = false;
+          return kStdinClosed;
+        }
+        pending_.append(buf, static_cast<size_t>(got));
+      }
+    }
+  }
+  int signal() const { return signal_; }
+
+ private:
+  Kind NextCommand() {
+    size_t nl;
+    while ((nl = pending_.find('\n')) != std::string::npos) {
+      const std::string cmd(absl::StripAsciiWhitespace(pending_.substr(0, nl)));
+      pending_.erase(0, nl + 1);
+      if (cmd == "selfcheck") return kSelfCheck;
+      if (cmd == "quit") return kQuit;
+      if (!cmd.empty()) spdlog::warn("unknown command '{}' (commands: selfcheck, quit)", cmd);
+    }
+    return kNothing;
+  }
+
+  const int signal_fd_;
+  bool stdin_;
+  std::string pending_;
+  int signal_ = 0;
+};
+
+void RunSelfCheckCommand(Node& node) {
+  for (const PairCheck& c : RunSelfCheck(node)) {
+    if (!c.ok()) spdlog::error("self-check {} -> {} failed: {}", c.from, c.to, c.error);
+    Emit(absl::StrCat("SELFCHECK ", c.ToJson()));
+  }
+  Emit(absl::StrFormat("SELFCHECK_DONE {\"node\":%d}", node.id()));
+}
+
+// The end of an application run: every node tells every member that its `run` returned, and
+// leaves only once every current member has told it the same (or left), so no node goes away
+// while others may still call it.
+class DoneBarrier {
+ public:
+  explicit DoneBarrier(Runtime::Impl& rt) : rt_(rt) {
+    rt_.rpc->RegisterHandler(kAppDoneMethod,
+                             [this](const RpcRequest& r) -> absl::StatusOr<std::string> {
+                               MutexLock l(&mu_);
+                               done_.insert(r.from);
+                               return std::string();
+                             });
+  }
+
+  // Tells every member; then waits until all are done or gone. Returns false on a signal or a
+  // closed control input (then the node leaves at once).
+  bool Arrive(Events& events) {
+    const uint32_t self = rt_.node->id();
+    for (uint32_t peer : rt_.node->members()) {
+      // A peer that left or does not answer no longer holds us up: only members count.
+      absl::StatusOr<std::string> r = rt_.rpc->Call(peer, kAppDoneMethod, "", absl::Seconds(5));
+      if (!r.ok())
+        spdlog::debug("node {}: done notice to node {}: {}", self, peer, r.status().ToString());
+    }
+    for (bool logged = false;;) {
+      std::vector<uint32_t> waiting;
+      {
+        MutexLock l(&mu_);
+        for (uint32_t m : rt_.node->members()) {
+          if (done_.count(m) == 0) waiting.push_back(m);
+        }
+      }
+      if (waiting.empty()) return true;
+      if (!logged) {
+        spdlog::info("node {}: application finished; waiting for node(s) {} to finish theirs", self,
+                     absl::StrJoin(waiting, ", "));
+        logged = true;
+      }
+      const Events::Kind k = events.Next(20);
+      if (k == Events::kSignal || k == Events::kQuit || k == Events::kStdinClosed) return false;
+    }
+  }
+
+ private:
+  Runtime::Impl& rt_;
+  Mutex mu_;
+  std::set<uint32_t> done_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<RuntimeOptions> OptionsFromFlags() {
+  RuntimeOptions o;
+  o.config_path = absl::GetFlag(FLAGS_config);
+  if (o.config_path.empty()) {
+    return absl::InvalidArgumentError(
+        "--config is required (a cluster configuration file); see --help");
+  }
+  // Under `bazel run` the process runs in its runfiles tree; resolve relative paths against the
+  // directory the user ran bazel from.
+  const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (user_dir != nullptr && o.config_path[0] != '/') {
+    o.config_path = absl::StrCat(user_dir, "/", o.config_path);
+  }
+  o.node_id = absl::GetFlag(FLAGS_node_id);
+  o.provider = absl::GetFlag(FLAGS_provider);
+  if (!o.provider.empty()) {
+    if (absl::Status s = CheckProvider(o.provider); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--provider: ", s.message()));
+    }
+  }
+  o.endpoint = absl::GetFlag(FLAGS_endpoint);
+  if (!o.endpoint.empty()) {
+    if (absl::Status s = ParseEndpointType(o.endpoint).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--endpoint: ", s.message()));
+    }
+  }
+  o.poll = absl::GetFlag(FLAGS_poll);
+  if (absl::Status s = ParsePollMode(o.poll).status(); !s.ok()) return s;
+  o.workers = absl::GetFlag(FLAGS_workers);
+  const int64_t ring = absl::GetFlag(FLAGS_ring_size);
+  if (ring <= 0) return absl::InvalidArgumentError("--ring_size must be positive");
+  o.ring_size = static_cast<uint64_t>(ring);
+  o.fill_pattern = absl::GetFlag(FLAGS_fill_pattern);
+  // Read the configuration here as well, to name the file in errors and check --node_id.
+  absl::StatusOr<config::ClusterConfig> cfg = LoadClusterConfig(o.config_path);
+  if (!cfg.ok()) return cfg.status();
+  if (o.node_id >= 0 && FindNode(*cfg, static_cast<uint32_t>(o.node_id)) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node_id=", o.node_id, " is not listed in ", o.config_path));
+  }
+  return o;
+}
+
+// Runs app.run on its own thread while the main thread watches signals and commands.
+// Returns the app's status, or Cancelled when the node was told to stop first.
+absl::Status RunApp(Runtime& rt, const App& app, Events& events, bool* stop_now) {
+  std::atomic<bool> finished{false};
+  absl::Status result;
+  std::thread runner([&] {
+    result = app.run(rt);
+    finished.store(true, std::memory_order_release);
+  });
+  while (!finished.load(std::memory_order_acquire)) {
+    const Events::Kind k = events.Next(10);
+    if (k == Events::kSelfCheck) spdlog::warn("selfcheck is not available while an app runs");
+    if (k == Events::kSignal || k == Events::kQuit || k == Events::kStdinClosed) {
+      // The application thread may be anywhere inside the runtime: it cannot be stopped safely,
+      // so the process ends here (the configuration manager sees the connection close).
+      spdlog::warn("node {}: stopping during the application ({})", rt.node_id(),
+                   k == Events::kSignal ? absl::StrCat("signal ", events.signal())
+                                        : std::string("told to quit"));
+      *stop_now = true;
+      runner.detach();
+      return absl::CancelledError("stopped before the application finished");
+    }
+  }
+  runner.join();
+  return result;
+}
+
+int Main(const App& app) {
+  if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), app.name); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 2;
+  }
+  absl::StatusOr<RuntimeOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    spdlog::error("{}", std::string(options.status().message()));
+    return 2;
+  }
+  const int node_id = options->node_id;
+  spdlog::default_logger()->set_pattern(
+      absl::StrCat("%H:%M:%S.%e ", app.name == "node" ? "" : absl::StrCat(app.name, " "), "node",
+                   node_id < 0 ? std::string("?") : absl::StrCat(node_id), " %l: %v"));
+
+  // Signals are taken synchronously through a signalfd; block them before any thread starts.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  const int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
+  Events events(signal_fd, absl::GetFlag(FLAGS_control_stdin));
+
+  absl::StatusOr<std::unique_ptr<Runtime>> rt = Runtime::Start(*options);
+  if (!rt.ok()) {
+    spdlog::error("node {} could not start: {}", node_id, std::string(rt.status().message()));
+    return 1;
+  }
+  Runtime::Impl& impl = RuntimeAccess::Of(**rt);
+  DoneBarrier barrier(impl);
+  if (app.setup) {
+    if (absl::Status s = app.setup(**rt); !s.ok()) {
+      spdlog::error("node {}: {} setup failed: {}", (*rt)->node_id(), app.name,
+                    std::string(s.message()));
+      return 1;
+    }
+  }
+  (*rt)->Serve();
+  Emit(absl::StrFormat(
+      "READY {\"node\":%d,\"provider\":\"%s\",\"epoch\":%d,\"nodes\":%d%s}", (*rt)->node_id(),
+      (*rt)->provider(), impl.node->membership().epoch(), impl.node->membership().nodes_size(),
+      app.run ? absl::StrCat(",\"app\":\"", JsonEscape(app.name), "\"") : std::string()));
+
+  int exit_code = 0;
+  if (app.run) {
+    bool stop_now = false;
+    const absl::Status s = RunApp(**rt, app, events, &stop_now);
+    if (stop_now) std::_Exit(1);
+    if (!s.ok()) {
+      spdlog::error("node {}: {} failed: {}", (*rt)->node_id(), app.name, std::string(s.message()));
+      exit_code = 1;
+    }
+    Emit(absl::StrFormat("APP_DONE {\"node\":%d,\"ok\":%s,\"error\":\"%s\"}", (*rt)->node_id(),
+                         s.ok() ? "true" : "false", JsonEscape(s.message())));
+    if (!barrier.Arrive(events)) exit_code = exit_code == 0 ? 1 : exit_code;
+  } else {
+    for (bool serving = true; serving;) {
+      switch (events.Next(-1)) {
+        case Events::kSelfCheck:
+          RunSelfCheckCommand(*impl.node);
+          break;
+        case Events::kSignal:
+          spdlog::info("node {}: signal {}, leaving", (*rt)->node_id(), events.signal());
+          serving = false;
+          break;
+        case Events::kStdinClosed:
+          spdlog::info("node {}: control input closed, leaving", (*rt)->node_id());
+          serving = false;
+          break;
+        case Events::kQuit:
+          serving = false;
+          break;
+        case Events::kNothing:
+          break;
+      }
+    }
+  }
+  rt->reset();
+  spdlog::info("node {} stopped", node_id);
+  return exit_code;
+}
+
+}  // namespace
+
+int RunNode(int argc, char** argv, const App& app) {
+  absl::SetProgramUsageMessage(absl::StrCat(
+      app.run ? absl::StrCat("Runs one node of the farm application '", app.name, "'.\n")
+              : std::string("Runs one node of a farm cluster.\n"),
+      "  ", argc > 0 ? argv[0] : "node",
+      " --config=cluster.textproto --node_id=N [--provider=...] [--poll=busy|adaptive]"));
+  absl::ParseCommandLine(argc, argv);
+  return Main(app);
+}
+
+}  // namespace farm

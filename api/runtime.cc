@@ -1,0 +1,240 @@
+// farm::Runtime and farm::Worker (farm.h) on the node runtime, the messenger and RPC.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "api/runtime_impl.h"
+#include "farm.h"
+#include "platform/config.h"
+#include "platform/poller.h"
+
+namespace farm {
+namespace {
+
+absl::StatusOr<config::ClusterConfig> LoadConfig(const RuntimeOptions& o) {
+  if (!o.config_text.empty()) return ParseClusterConfig(o.config_text, "RuntimeOptions");
+  if (o.config_path.empty()) {
+    return absl::InvalidArgumentError(
+        "no cluster configuration: set --config (or RuntimeOptions::config_path)");
+  }
+  return LoadClusterConfig(o.config_path);
+}
+
+absl::Status CheckOptions(const RuntimeOptions& o) {
+  if (o.workers < 1 || o.workers > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workers must be between 1 and 64, not ", o.workers));
+  }
+  if (o.worker_buffer < 4096 || o.worker_buffer % 4096 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker_buffer must be a positive multiple of 4096, not ", o.worker_buffer));
+  }
+  if (!o.provider.empty()) {
+    if (absl::Status s = CheckProvider(o.provider); !s.ok()) return s;
+  }
+  if (!o.endpoint.empty()) {
+    if (absl::Status s = ParseEndpointType(o.endpoint).status(); !s.ok()) return s;
+  }
+  return ParsePollMode(o.poll).status();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Runtime
+
+Runtime::Impl::~Impl() {
+  rpc.reset();
+  messenger.reset();
+  node.reset();
+}
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Runtime::~Runtime() = default;
+
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& options) {
+  if (absl::Status s = CheckOptions(options); !s.ok()) return s;
+  absl::StatusOr<config::ClusterConfig> cfg = LoadConfig(options);
+  if (!cfg.ok()) return cfg.status();
+  if (options.node_id >= 0 && FindNode(*cfg, static_cast<uint32_t>(options.node_id)) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node id ", options.node_id, " is not in the cluster configuration"));
+  }
+  MessengerOptions mo;
+  mo.lanes = options.workers;
+  mo.ring_size = options.ring_size;
+  NodeOptions no;
+  no.config = *cfg;
+  no.node_id = options.node_id;
+  no.provider = options.provider;
+  no.endpoint = options.endpoint;
+  no.poll.mode = *ParsePollMode(options.poll);
+  no.fill_pattern = options.fill_pattern;
+  no.areas.push_back(Messenger::Area(*cfg, mo));
+
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  absl::StatusOr<std::unique_ptr<Node>> node = Node::Start(std::move(no));
+  if (!node.ok()) return node.status();
+  impl->node = std::move(*node);
+  absl::StatusOr<std::unique_ptr<Messenger>> m = Messenger::Create(impl->node.get(), mo);
+  if (!m.ok()) return m.status();
+  impl->messenger = std::move(*m);
+  RpcOptions ro;
+  ro.serve_at_once = false;  // Serve() after the application registered its handlers
+  if (no.poll.mode == PollMode::kBusy) ro.spin = absl::InfiniteDuration();
+  impl->rpc = std::make_unique<Rpc>(impl->messenger.get(), ro);
+  return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
+}
+
+uint32_t Runtime::node_id() const { return impl_->node->id(); }
+std::string Runtime::provider() const { return impl_->node->provider(); }
+std::vector<uint32_t> Runtime::members() const { return impl_->node->members(); }
+uint64_t Runtime::epoch() const { return impl_->messenger->membership_epoch(); }
+
+std::vector<RegionRef> Runtime::Regions(uint32_t node) const {
+  std::vector<RegionRef> out;
+  for (const control::RegionInfo& r : impl_->node->RegionsOf(node)) {
+    out.push_back(RegionRef{r.region_id(), r.node_id(), r.size()});
+  }
+  return out;
+}
+
+absl::StatusOr<absl::Span<char>> Runtime::Local(GlobalAddress addr, uint64_t len) const {
+  absl::StatusOr<RemoteTarget> t = impl_->node->Resolve(addr, len);
+  if (!t.ok()) return t.status();
+  if (t->local == nullptr) {
+    return absl::OutOfRangeError(absl::StrCat("address ", addr.ToString(), " belongs to node ",
+                                              t->node_id, ", not to this node (", impl_->node->id(),
+                                              ")"));
+  }
+  return absl::Span<char>(t->local, len);
+}
+
+absl::Status Runtime::Handle(uint16_t method, Handler handler) {
+  if (method >= kFirstReservedMethod) {
+    return absl::InvalidArgumentError(absl::StrCat("method ", method,
+                                                   " is reserved for the platform (use ids below ",
+                                                   kFirstReservedMethod, ")"));
+  }
+  if (!handler) return absl::InvalidArgumentError("empty handler");
+  impl_->rpc->RegisterHandler(
+      method, [handler = std::move(handler)](const RpcRequest& r) -> absl::StatusOr<std::string> {
+        return handler(Request{r.from, r.method, r.payload});
+      });
+  return absl::OkStatus();
+}
+
+absl::Status Runtime::HandleShipped(uint16_t method, ShippedHandler handler) {
+  if (method >= kFirstReservedMethod) {
+    return absl::InvalidArgumentError(absl::StrCat("method ", method,
+                                                   " is reserved for the platform (use ids below ",
+                                                   kFirstReservedMethod, ")"));
+  }
+  if (!handler) return absl::InvalidArgumentError("empty handler");
+  impl_->rpc->RegisterShipped(
+      method, [handler = std::move(handler)](GlobalAddress addr, char* data, uint64_t available,
+                                             absl::string_view request) {
+        return handler(addr, absl::Span<char>(data, available), request);
+      });
+  return absl::OkStatus();
+}
+
+void Runtime::Serve() { impl_->rpc->Serve(); }
+
+absl::StatusOr<std::unique_ptr<Worker>> Runtime::NewWorker() {
+  if (impl_->workers.fetch_add(1, std::memory_order_relaxed) >= impl_->options.workers) {
+    impl_->workers.fetch_sub(1, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("all ", impl_->options.workers,
+                     " workers are in use: raise RuntimeOptions::workers (--workers) or destroy "
+                     "a Worker first"));
+  }
+  auto w = std::make_unique<Worker::Impl>();
+  w->rt = impl_.get();  // from here on ~Impl gives the count back
+  absl::StatusOr<Messenger::LaneLease> lane = impl_->messenger->AcquireLane(absl::ZeroDuration());
+  if (!lane.ok()) return lane.status();
+  w->lane = std::move(*lane);
+  absl::StatusOr<std::unique_ptr<Region>> buffer =
+      Region::Allocate(impl_->options.worker_buffer, impl_->node->config().lock_memory());
+  if (!buffer.ok()) return buffer.status();
+  w->buffer = std::move(*buffer);
+  absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
+      impl_->node->RegisterBuffer(w->buffer->data(), w->buffer->size());
+  if (!mr.ok()) return mr.status();
+  w->registration = std::move(*mr);
+  return std::unique_ptr<Worker>(new Worker(std::move(w)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker
+
+Worker::Impl::~Impl() {
+  registration.reset();  // before the memory it covers
+  buffer.reset();
+  if (rt != nullptr) rt->workers.fetch_sub(1, std::memory_order_relaxed);
+}
+
+Worker::Worker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Worker::~Worker() = default;
+
+uint32_t Worker::node_id() const { return impl_->rt->node->id(); }
+
+absl::Status Worker::Impl::Access(bool is_read, GlobalAddress addr, char* local, uint64_t len,
+                                  absl::Duration timeout) {
+  if (len == 0) return absl::InvalidArgumentError("empty access");
+  Node& node = *rt->node;
+  // The whole range is checked before any byte moves: a refused access changes nothing.
+  absl::StatusOr<RemoteTarget> whole = node.Resolve(addr, std::min<uint64_t>(len, 1));
+  if (!whole.ok()) return whole.status();
+  if (absl::Status s = node.Resolve(addr + (len - 1), 1).status(); !s.ok()) return s;
+  for (uint64_t done = 0; done < len;) {
+    const uint64_t piece = std::min<uint64_t>(len - done, buffer->size());
+    const GlobalAddress at = addr + done;
+    absl::StatusOr<RemoteTarget> t = node.Resolve(at, piece);
+    if (!t.ok()) return t.status();
+    if (t->local != nullptr) {
+      if (is_read) {
+        std::memcpy(local + done, t->local, piece);
+      } else {
+        std::memcpy(t->local, local + done, piece);
+      }
+    } else {
+      if (!is_read) std::memcpy(buffer->data(), local + done, piece);
+      Node::Batch batch(&node);
+      const LocalBuffer lb{registration.get(), buffer->data(), piece};
+      // A refused post is reported again by Wait.
+      (is_read ? batch.Read(at, lb) : batch.Write(at, lb)).IgnoreError();
+      const absl::Status s = batch.Wait(timeout);
+      if (!s.ok()) {
+        return absl::Status(
+            s.code(), absl::StrCat(is_read ? "READ" : "WRITE", " of ", piece, " bytes at ",
+                                   at.ToString(), " on node ", t->node_id, ": ", s.message()));
+      }
+      if (is_read) std::memcpy(local + done, buffer->data(), piece);
+    }
+    done += piece;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Read(GlobalAddress addr, void* dst, uint64_t len, absl::Duration timeout) {
+  return impl_->Access(true, addr, static_cast<char*>(dst), len, timeout);
+}
+
+absl::Status Worker::Write(GlobalAddress addr, const void* src, uint64_t len,
+                           absl::Duration timeout) {
+  return impl_->Access(false, addr, static_cast<char*>(const_cast<void*>(src)), len, timeout);
+}
+
+absl::StatusOr<std::string> Worker::Call(uint32_t node, uint16_t method, absl::string_view request,
+                                         absl::Duration timeout) {
+  return impl_->rt->rpc->Call(*impl_->lane, node, method, request, timeout);
+}
+
+absl::StatusOr<std::string> Worker::Ship(GlobalAddress addr, uint16_t method,
+                                         absl::string_view request, absl::Duration timeout) {
+  return impl_->rt->rpc->Ship(*impl_->lane, addr, method, request, timeout);
+}
+
+}  // namespace farm

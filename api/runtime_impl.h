@@ -1,0 +1,51 @@
+// The insides of farm::Runtime and farm::Worker (farm.h), shared by the files of //:farm. Not part
+// of the public API: nothing outside api/ includes this.
+#ifndef FARM_API_RUNTIME_IMPL_H_
+#define FARM_API_RUNTIME_IMPL_H_
+
+#include <atomic>
+#include <memory>
+
+#include "farm.h"
+#include "messaging/messenger.h"
+#include "messaging/rpc.h"
+#include "platform/node.h"
+#include "platform/region.h"
+
+namespace farm {
+
+struct Runtime::Impl {
+  RuntimeOptions options;
+  // Destroyed in reverse: rpc, messenger, node.
+  std::unique_ptr<Node> node;
+  std::unique_ptr<Messenger> messenger;
+  std::unique_ptr<Rpc> rpc;
+  std::atomic<int> workers{0};  // Workers alive
+
+  ~Impl();
+};
+
+struct Worker::Impl {
+  Runtime::Impl* rt = nullptr;
+  Messenger::LaneLease lane;
+  // This worker's registered staging memory for remote READs and WRITEs.
+  std::unique_ptr<Region> buffer;
+  std::unique_ptr<MemoryRegistration> registration;
+
+  // One direction of Read/Write: `local` is the caller's memory.
+  absl::Status Access(bool is_read, GlobalAddress addr, char* local, uint64_t len,
+                      absl::Duration timeout);
+  ~Impl();
+};
+
+// How the library's own files reach a Runtime's insides.
+struct RuntimeAccess {
+  static Runtime::Impl& Of(Runtime& rt) { return *rt.impl_; }
+};
+
+// The runtime's own RPC methods (ids from kFirstReservedMethod up).
+inline constexpr uint16_t kAppDoneMethod = kFirstReservedMethod + 1;
+
+}  // namespace farm
+
+#endif  // FARM_API_RUNTIME_IMPL_H_

@@ -1,0 +1,260 @@
+// farm/farm.h: the public API of the farm platform. An application includes this header only and
+// depends on the Bazel target //:farm.
+//
+// A farm cluster is a set of symmetric node processes: each serves its share of the cluster's
+// shared memory and runs the application. The application is a normal program that hands the
+// platform two functions, `setup` (register RPC handlers: runs before the node can be reached)
+// and `run` (the application itself: runs on every node once the cluster has formed):
+//
+//   #include "farm/farm.h"
+//
+//   constexpr farm::Method<int64_t, int64_t> kSquare{1};  // request and response types
+//
+//   int main(int argc, char** argv) {
+//     farm::App app;
+//     app.name = "squares";
+//     app.setup = [](farm::Runtime& rt) {
+//       // Handlers run on this node's handler thread, one at a time (see "Threads" below).
+//       return kSquare.Serve(rt, [](uint32_t from, const int64_t& x) -> absl::StatusOr<int64_t> {
+//         return x * x;
+//       });
+//     };
+//     app.run = [](farm::Runtime& rt) -> absl::Status {
+//       // Every thread that touches the cluster uses a Worker of its own.
+//       absl::StatusOr<std::unique_ptr<farm::Worker>> w = rt.NewWorker();
+//       if (!w.ok()) return w.status();
+//       // Write into this node's first region, read the next node's first 8 bytes.
+//       const farm::RegionRef mine = rt.Regions(rt.node_id())[0];
+//       const int64_t v = rt.node_id();
+//       if (absl::Status s = (*w)->Write(mine.base(), &v, sizeof(v)); !s.ok()) return s;
+//       for (uint32_t peer : rt.members()) {
+//         absl::StatusOr<int64_t> sq = kSquare.Call(**w, peer, v);  // an RPC to every node
+//         if (!sq.ok()) return sq.status();
+//       }
+//       return absl::OkStatus();
+//     };
+//     return farm::RunNode(argc, argv, app);   // parses the standard node flags
+//   }
+//
+// Build it with the `farm_app` macro (//:defs.bzl), which also makes a target that launches a
+// local cluster of it:
+//
+//   load("//:defs.bzl", "farm_app")
+//   farm_app(name = "squares", srcs = ["squares.cc"])
+//   $ bazel run //path:squares_cluster -- --nodes=3 --provider=shm
+//
+// or start each node by hand: `squares --config=cluster.textproto --node_id=N` (the flags of
+// //tools:node; `--help` lists them).
+//
+// Memory. The cluster's memory is a set of regions, each owned by one node; a GlobalAddress is
+// (region id, offset). Regions(node) lists a node's regions. Every access is checked against the
+// region map before anything is posted: an address outside every region, or a range crossing a
+// region's end, is refused with OutOfRange, never sent to the fabric. Remote regions are read and
+// written with one-sided RDMA READs and WRITEs (the owner's CPU is not involved on RDMA NICs);
+// this node's own regions with a memory copy, or directly through Runtime::Local.
+//
+// Threads. Runtime's methods are safe on any thread. A Worker belongs to one thread at a time:
+// it holds that thread's own messaging lane, registered buffers and completion context, so a
+// thread's operations complete on that thread without a hand-off and threads never wait for each
+// other's staging buffers; make one per application thread (NewWorker fails with
+// ResourceExhausted when RuntimeOptions::workers are all in use). RPC handlers run on the node's
+// handler thread (its poller), one at a time, never on an application thread, so a handler may
+// take a lock that an application thread holds while it waits for a call. A handler must not
+// block for long (it holds up every other request to this node) and must not make calls itself.
+//
+// Errors are absl::Status values: InvalidArgument (bad arguments), OutOfRange (address outside
+// every region), Unavailable (the node left or cannot be reached), DeadlineExceeded (no answer in
+// time), DataLoss (corrupt messages from that node), Unimplemented (no handler for the method),
+// ResourceExhausted (back-pressure; retry), or the handler's own error, prefixed with the node.
+#ifndef FARM_FARM_H_
+#define FARM_FARM_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "messaging/codec.h"
+#include "platform/global_address.h"
+
+namespace farm {
+
+// How a node starts. RunNode fills these from the command line; Runtime::Start takes them
+// directly (tests, programs that embed a node).
+struct RuntimeOptions {
+  // The cluster configuration file (protobuf text, see README), or its text in config_text.
+  std::string config_path;
+  std::string config_text;
+  // This node's id in the configuration; -1 lets the configuration manager choose.
+  int node_id = -1;
+  // Override the configuration's provider / endpoint when not empty.
+  std::string provider;
+  std::string endpoint;
+  // "busy" (lowest latency, one core) or "adaptive".
+  std::string poll = "adaptive";
+  // How many Workers may exist at once (each owns a messaging lane). 1..64.
+  int workers = 8;
+  // Bytes of each message ring; the largest RPC is a quarter of it. Same on every node.
+  uint64_t ring_size = 64 << 10;
+  // Bytes of each Worker's registered buffer: larger READs and WRITEs go in pieces of this size.
+  uint64_t worker_buffer = 1 << 20;
+  // Fill the regions with the self-check pattern before joining (for //tools:cluster's check).
+  bool fill_pattern = false;
+};
+
+// A region of the shared address space.
+struct RegionRef {
+  uint32_t id = 0;    // cluster-wide region id
+  uint32_t node = 0;  // owner
+  uint64_t size = 0;  // bytes
+  GlobalAddress base() const { return GlobalAddress{id, 0}; }
+};
+
+// An RPC request as a handler sees it.
+struct Request {
+  uint32_t from = 0;  // calling node
+  uint16_t method = 0;
+  absl::string_view payload;  // valid during the handler only
+};
+using Handler = std::function<absl::StatusOr<std::string>(const Request& request)>;
+// A shipped function (Worker::Ship): runs on the node that owns `addr`, with the bytes from
+// `addr` to the end of its region in this node's memory.
+using ShippedHandler = std::function<absl::StatusOr<std::string>(
+    GlobalAddress addr, absl::Span<char> data, absl::string_view request)>;
+
+// Method ids from kFirstReservedMethod up are the platform's own.
+inline constexpr uint16_t kFirstReservedMethod = 0xff00;
+
+class Worker;
+
+// The platform on this node: membership, memory map, RPC handlers, workers.
+// Thread safety: safe for concurrent use. Destroy every Worker before the Runtime.
+class Runtime {
+ public:
+  // Starts the node: joins the cluster (waits until it has formed), starts messaging and RPC.
+  // Requests are not served until Serve(). Errors: InvalidArgument (bad options or
+  // configuration), Unavailable (configuration manager unreachable), FailedPrecondition (the
+  // cluster could not form; names the missing node), ResourceExhausted (locked-memory limit).
+  static absl::StatusOr<std::unique_ptr<Runtime>> Start(const RuntimeOptions& options);
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+  ~Runtime();  // leaves the cluster
+
+  uint32_t node_id() const;
+  // The provider actually in use, e.g. "shm" or "tcp;ofi_rxm".
+  std::string provider() const;
+  // Node ids of the current members, ascending (this node included).
+  std::vector<uint32_t> members() const;
+  // Membership epoch: grows whenever a node leaves or joins.
+  uint64_t epoch() const;
+  // Data regions of `node` in the current membership, in the node's order.
+  std::vector<RegionRef> Regions(uint32_t node) const;
+  // This node's own memory at [addr, addr + len): OutOfRange unless it lies inside one of this
+  // node's regions. The bytes may be changed by other nodes' WRITEs at any time.
+  absl::StatusOr<absl::Span<char>> Local(GlobalAddress addr, uint64_t len) const;
+
+  // Registers the handler of `method` (below kFirstReservedMethod). Call before Serve() so that no
+  // request finds it missing; later registrations take effect at once.
+  absl::Status Handle(uint16_t method, Handler handler);
+  absl::Status HandleShipped(uint16_t method, ShippedHandler handler);
+  // Starts serving requests. Requests that arrived earlier waited in their rings and are
+  // served now, in order. Idempotent.
+  void Serve();
+
+  // A context for the calling thread (see "Threads"). ResourceExhausted when
+  // RuntimeOptions::workers Workers exist already.
+  absl::StatusOr<std::unique_ptr<Worker>> NewWorker();
+
+  struct Impl;  // internal
+
+ private:
+  friend struct RuntimeAccess;
+  explicit Runtime(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// One application thread's access to the cluster. Owned by one thread at a time.
+class Worker {
+ public:
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  ~Worker();
+
+  uint32_t node_id() const;
+
+  // Copies `len` bytes at `addr` into `dst`, or `src` to `addr`: one-sided READs / WRITEs for a
+  // remote region (in pieces of RuntimeOptions::worker_buffer), a copy for a local one. A
+  // completed Write is in the target's memory. Errors: OutOfRange, InvalidArgument (empty
+  // access), Unavailable, DeadlineExceeded.
+  absl::Status Read(GlobalAddress addr, void* dst, uint64_t len,
+                    absl::Duration timeout = absl::Seconds(10));
+  absl::Status Write(GlobalAddress addr, const void* src, uint64_t len,
+                     absl::Duration timeout = absl::Seconds(10));
+
+  // Calls `method` on `node` (this node included) and waits for the response.
+  absl::StatusOr<std::string> Call(uint32_t node, uint16_t method, absl::string_view request,
+                                   absl::Duration timeout = absl::Seconds(10));
+  // Runs the ShippedHandler of `method` on the node that owns `addr`.
+  absl::StatusOr<std::string> Ship(GlobalAddress addr, uint16_t method, absl::string_view request,
+                                   absl::Duration timeout = absl::Seconds(10));
+
+  struct Impl;  // internal
+
+ private:
+  friend class Runtime;
+  explicit Worker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A typed method: requests of type Req answered with Resp, each a trivially copyable type or a
+// protobuf message (see messaging/codec.h).
+template <typename Req, typename Resp>
+struct Method {
+  uint16_t id;
+
+  absl::Status Serve(Runtime& rt,
+                     std::function<absl::StatusOr<Resp>(uint32_t from, const Req&)> fn) const {
+    return rt.Handle(id, [fn = std::move(fn)](const Request& r) -> absl::StatusOr<std::string> {
+      absl::StatusOr<Req> req = RpcCodec<Req>::Decode(r.payload);
+      if (!req.ok()) return absl::InvalidArgumentError(std::string(req.status().message()));
+      absl::StatusOr<Resp> resp = fn(r.from, *req);
+      if (!resp.ok()) return resp.status();
+      return RpcCodec<Resp>::Encode(*resp);
+    });
+  }
+  absl::StatusOr<Resp> Call(Worker& w, uint32_t node, const Req& req,
+                            absl::Duration timeout = absl::Seconds(10)) const {
+    absl::StatusOr<std::string> bytes = w.Call(node, id, RpcCodec<Req>::Encode(req), timeout);
+    if (!bytes.ok()) return bytes.status();
+    return RpcCodec<Resp>::Decode(*bytes);
+  }
+};
+
+// A cluster application: what RunNode runs on every node.
+struct App {
+  // Shown in logs and in the READY line //tools:cluster reads.
+  std::string name = "app";
+  // Registers handlers; runs after the node joined, before it serves requests. May be empty.
+  std::function<absl::Status(Runtime&)> setup;
+  // The application. Runs once the cluster has formed and this node serves requests; the node
+  // keeps serving until every member's `run` has returned (or the member left), then leaves.
+  // Empty: the node serves until SIGINT/SIGTERM (what //tools:node does).
+  std::function<absl::Status(Runtime&)> run;
+};
+
+// The main function of a node binary: parses the standard node flags (--config, --node_id,
+// --provider, --endpoint, --poll, --workers, --log_level, ...; --help lists them) with absl,
+// starts the Runtime, runs app.setup, serves, runs app.run, waits for the other nodes' apps,
+// leaves. Returns the process exit status: 0 when this node's app succeeded, 1 when it failed
+// or the node could not start, 2 for bad flags or configuration. Call it from main() once.
+int RunNode(int argc, char** argv, const App& app);
+
+}  // namespace farm
+
+#endif  // FARM_FARM_H_
