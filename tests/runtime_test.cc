@@ -1,0 +1,229 @@
+// The public API (farm.h) on an in-process cluster of three Runtimes: workers reading and writing
+// every node's memory (one thread each, concurrently), bounds, worker limits, RPC through typed
+// methods and function shipping, and serving only after setup.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "farm/farm.h"
+#include "platform/testing/free_ports.h"
+#include "platform/testing/test_env.h"
+
+namespace farm {
+namespace {
+
+constexpr uint64_t kRegionSize = 1 << 20;
+
+struct Pair {
+  int64_t a, b;
+};
+constexpr Method<Pair, int64_t> kAdd{10};
+constexpr uint16_t kEcho = 11;
+constexpr uint16_t kSlowSetup = 12;
+constexpr uint16_t kShippedSum = 13;
+
+std::string ConfigText(int n) {
+  std::string text =
+      absl::StrCat("provider: \"", testing::AnyProvider(), "\" region_size: ", kRegionSize,
+                   " region_count: 2 lock_memory: false");
+  absl::StatusOr<std::vector<uint16_t>> ports = testing::FreePorts(n);
+  REQUIRE(ports.ok());
+  for (int i = 0; i < n; ++i) {
+    absl::StrAppend(&text, " node { id: ", i, " host: \"", testing::TestHost(),
+                    "\" control_port: ", (*ports)[i], " }");
+  }
+  return text;
+}
+
+// Starts n runtimes concurrently (a cluster forms only once all have joined).
+std::vector<std::unique_ptr<Runtime>> StartCluster(int n, RuntimeOptions base = {}) {
+  base.config_text = ConfigText(n);
+  std::vector<std::future<absl::StatusOr<std::unique_ptr<Runtime>>>> starting;
+  for (int i = 0; i < n; ++i) {
+    RuntimeOptions o = base;
+    o.node_id = i;
+    starting.push_back(std::async(std::launch::async, [o] { return Runtime::Start(o); }));
+  }
+  std::vector<std::unique_ptr<Runtime>> out;
+  for (auto& f : starting) {
+    absl::StatusOr<std::unique_ptr<Runtime>> rt = f.get();
+    INFO(rt.status().ToString());
+    REQUIRE(rt.ok());
+    out.push_back(std::move(*rt));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("workers read and write every node's memory", "[runtime]") {
+  RuntimeOptions o;
+  o.worker_buffer = 16 << 10;  // so that larger accesses go in pieces
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster(3, o);
+  for (auto& rt : rts) rt->Serve();
+  absl::StatusOr<std::unique_ptr<Worker>> w = rts[0]->NewWorker();
+  REQUIRE(w.ok());
+
+  SECTION("a WRITE is visible in the owner's memory and READs back, local and remote") {
+    for (uint32_t node = 0; node < 3; ++node) {
+      const RegionRef r = rts[0]->Regions(node)[1];
+      REQUIRE(r.node == node);
+      REQUIRE(r.size == kRegionSize);
+      std::string data(100000, '\0');  // several worker buffers
+      for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + node);
+      const GlobalAddress at = r.base() + (kRegionSize - data.size());  // up to the region's end
+      REQUIRE((*w)->Write(at, data.data(), data.size()).ok());
+      absl::StatusOr<absl::Span<char>> owner = rts[node]->Local(at, data.size());
+      REQUIRE(owner.ok());
+      REQUIRE(std::string(owner->data(), owner->size()) == data);
+      std::string back(data.size(), '\0');
+      REQUIRE((*w)->Read(at, back.data(), back.size()).ok());
+      REQUIRE(back == data);
+    }
+  }
+
+  SECTION("accesses outside a region are refused and change nothing") {
+    const RegionRef r = rts[0]->Regions(1)[0];
+    absl::StatusOr<absl::Span<char>> last = rts[1]->Local(r.base() + (kRegionSize - 8), 8);
+    REQUIRE(last.ok());
+    std::memset(last->data(), 'x', 8);
+    char buf[16] = {};
+    absl::Status s = (*w)->Write(r.base() + (kRegionSize - 8), buf, sizeof(buf));
+    REQUIRE(absl::IsOutOfRange(s));
+    REQUIRE(std::string(last->data(), 8) == "xxxxxxxx");  // not even the in-range half
+    REQUIRE(absl::IsOutOfRange((*w)->Read(r.base() + kRegionSize, buf, 1)));
+    REQUIRE(absl::IsOutOfRange((*w)->Read(GlobalAddress{999999, 0}, buf, 1)));
+    REQUIRE(absl::IsInvalidArgument((*w)->Read(r.base(), buf, 0)));
+    // Local() is for this node's own memory only.
+    REQUIRE(absl::IsOutOfRange(rts[0]->Local(r.base(), 8).status()));
+    REQUIRE(absl::IsOutOfRange(rts[1]->Local(r.base() + kRegionSize, 1).status()));
+  }
+}
+
+TEST_CASE("one worker per thread, concurrently", "[runtime]") {
+  RuntimeOptions o;
+  o.workers = 4;
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster(2, o);
+  for (auto& rt : rts) rt->Serve();
+  const RegionRef target = rts[0]->Regions(1)[0];
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      absl::StatusOr<std::unique_ptr<Worker>> w = rts[0]->NewWorker();
+      if (!w.ok()) {
+        failures.fetch_add(1);
+        return;
+      }
+      // Each thread owns a 4 KiB slice of node 1's region and rewrites it 200 times.
+      const GlobalAddress mine = target.base() + t * 4096;
+      std::string data(4096, '\0'), back(4096, '\0');
+      for (int round = 0; round < 200; ++round) {
+        for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(t * 31 + round + i);
+        if (!(*w)->Write(mine, data.data(), data.size()).ok() ||
+            !(*w)->Read(mine, back.data(), back.size()).ok() || back != data) {
+          failures.fetch_add(1);
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE(failures.load() == 0);
+}
+
+TEST_CASE("workers are limited to RuntimeOptions::workers", "[runtime]") {
+  RuntimeOptions o;
+  o.workers = 2;
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster(2, o);
+  absl::StatusOr<std::unique_ptr<Worker>> a = rts[0]->NewWorker();
+  absl::StatusOr<std::unique_ptr<Worker>> b = rts[0]->NewWorker();
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  absl::StatusOr<std::unique_ptr<Worker>> c = rts[0]->NewWorker();
+  REQUIRE(absl::IsResourceExhausted(c.status()));
+  a->reset();
+  REQUIRE(rts[0]->NewWorker().ok());
+}
+
+TEST_CASE("RPC through the public API", "[runtime]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster(3);
+  for (auto& rt : rts) {
+    const uint32_t self = rt->node_id();
+    REQUIRE(kAdd.Serve(*rt,
+                       [](uint32_t, const Pair& p) -> absl::StatusOr<int64_t> { return p.a + p.b; })
+                .ok());
+    REQUIRE(rt->Handle(kEcho, [self](const Request& r) -> absl::StatusOr<std::string> {
+                return absl::StrCat(self, " got ", r.payload, " from ", r.from);
+              }).ok());
+    REQUIRE(rt->HandleShipped(kShippedSum,
+                              [](GlobalAddress, absl::Span<char> data,
+                                 absl::string_view) -> absl::StatusOr<std::string> {
+                                int64_t sum = 0;
+                                for (size_t i = 0; i < 16; ++i) sum += data[i];
+                                return absl::StrCat(sum, "/", data.size());
+                              })
+                .ok());
+    rt->Serve();
+  }
+  absl::StatusOr<std::unique_ptr<Worker>> w = rts[1]->NewWorker();
+  REQUIRE(w.ok());
+
+  SECTION("typed and untyped calls to every node") {
+    for (uint32_t node = 0; node < 3; ++node) {
+      absl::StatusOr<int64_t> sum = kAdd.Call(**w, node, Pair{40, int64_t{node}});
+      REQUIRE(sum.ok());
+      REQUIRE(*sum == 40 + node);
+      absl::StatusOr<std::string> echo = (*w)->Call(node, kEcho, "hi");
+      REQUIRE(echo.ok());
+      REQUIRE(*echo == absl::StrCat(node, " got hi from 1"));
+    }
+    REQUIRE(absl::IsUnimplemented((*w)->Call(2, 99, "").status()));
+  }
+
+  SECTION("a shipped function runs where the data is") {
+    const RegionRef r = rts[1]->Regions(2)[0];
+    absl::StatusOr<absl::Span<char>> at = rts[2]->Local(r.base() + 100, 16);
+    REQUIRE(at.ok());
+    for (int i = 0; i < 16; ++i) (*at)[i] = static_cast<char>(i);
+    absl::StatusOr<std::string> out = (*w)->Ship(r.base() + 100, kShippedSum, "");
+    REQUIRE(out.ok());
+    REQUIRE(*out == absl::StrCat(120, "/", kRegionSize - 100));
+  }
+
+  SECTION("reserved method ids are refused") {
+    REQUIRE(absl::IsInvalidArgument(
+        rts[0]->Handle(kFirstReservedMethod, [](const Request&) { return std::string(); })));
+  }
+}
+
+// Before Rpc could defer serving, a runtime served requests from its construction on: a request
+// that arrived before the application registered its handler got Unimplemented.
+TEST_CASE("requests wait until the node serves, after its setup", "[runtime]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster(2);
+  rts[0]->Serve();
+  absl::StatusOr<std::unique_ptr<Worker>> w = rts[0]->NewWorker();
+  REQUIRE(w.ok());
+  // Node 0 calls node 1 before node 1 has finished its setup.
+  auto call = std::async(std::launch::async,
+                         [&] { return (*w)->Call(1, kSlowSetup, "early", absl::Seconds(20)); });
+  absl::SleepFor(absl::Milliseconds(300));  // the request is in node 1's ring by now
+  REQUIRE(rts[1]
+              ->Handle(kSlowSetup,
+                       [](const Request& r) -> absl::StatusOr<std::string> {
+                         return absl::StrCat("served ", r.payload);
+                       })
+              .ok());
+  rts[1]->Serve();
+  absl::StatusOr<std::string> answer = call.get();
+  INFO(answer.status().ToString());
+  REQUIRE(answer.ok());
+  REQUIRE(*answer == "served early");
+}
+
+}  // namespace farm
