@@ -4,6 +4,7 @@
 //   CallTable<Call> calls;
 //   calls.Insert(id, call);                          // the caller, before sending the request
 //   std::shared_ptr<Call> c = calls.Take(id);        // whoever completes it: once, or nullptr
+//   c = calls.Take(id, [](const Call& c) { return c.node == 3; });  // only if it is node 3's
 //   auto dead = calls.TakeIf([](const Call& c) { return c.node == 3; });
 //
 // Ids come from one counter, so the calls in flight occupy consecutive slots of a power-of-two
@@ -56,6 +57,13 @@ class CallTable {
 
   // Removes and returns the call with this id; nullptr if it is not (any more) in the table.
   std::shared_ptr<T> Take(uint64_t id) {
+    return Take(id, [](const T&) { return true; });
+  }
+
+  // The same, but only if accept(const T&) is true for the call; otherwise it stays in the table
+  // and nullptr is returned (e.g. a response whose sender is not the node the call went to).
+  template <typename Accept>
+  std::shared_ptr<T> Take(uint64_t id, Accept accept) {
     Slot& s = slots_[id & (kSlots - 1)];
     for (uint64_t key = s.key.load(std::memory_order_relaxed);;) {
       if (key == kBusy) {
@@ -66,6 +74,10 @@ class CallTable {
       if (key != id) break;
       if (s.key.compare_exchange_weak(key, kBusy, std::memory_order_acquire,
                                       std::memory_order_relaxed)) {
+        if (!accept(*s.value)) {
+          s.key.store(id, std::memory_order_release);  // unchanged
+          return nullptr;
+        }
         std::shared_ptr<T> v = std::move(s.value);
         s.key.store(0, std::memory_order_release);
         return v;
@@ -74,7 +86,7 @@ class CallTable {
     // Not in its slot: in the overflow map, or gone (completed, or a late response).
     std::lock_guard<std::mutex> l(overflow_mu_);
     auto it = overflow_.find(id);
-    if (it == overflow_.end()) return nullptr;
+    if (it == overflow_.end() || !accept(*it->second)) return nullptr;
     std::shared_ptr<T> v = std::move(it->second);
     overflow_.erase(it);
     return v;

@@ -117,3 +117,23 @@ TEST_CASE("two threads racing to take one call: exactly one wins") {
 
 }  // namespace
 }  // namespace farm
+
+namespace farm {
+namespace {
+
+TEST_CASE("a conditional take leaves a call that does not match where it is") {
+  CallTable<Call> t;
+  const uint64_t overflowed = 5 + CallTable<Call>::kSlots;  // shares slot 5: goes to the map
+  t.Insert(5, MakeCall(5, /*node=*/1));
+  t.Insert(overflowed, MakeCall(overflowed, /*node=*/1));
+  for (uint64_t id : {uint64_t{5}, overflowed}) {
+    CHECK(t.Take(id, [](const Call& c) { return c.node == 2; }) == nullptr);
+    std::shared_ptr<Call> c = t.Take(id, [](const Call& c) { return c.node == 1; });
+    REQUIRE(c != nullptr);
+    CHECK(c->id == id);
+    CHECK(t.Take(id) == nullptr);
+  }
+}
+
+}  // namespace
+}  // namespace farm

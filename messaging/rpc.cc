@@ -232,9 +232,15 @@ void Rpc::OnRequest(uint32_t from, const Envelope& e, absl::string_view body,
 
 void Rpc::OnResponse(uint32_t from, const Envelope& e, absl::string_view body) {
   if (e.id == 0) return;  // voided by its handler (RpcResponder::Finish); the real one follows
-  std::shared_ptr<Pending> p = Take(e.id);
+  // Only the node the call went to may answer it: a response with the id of another node's call
+  // (a confused or stale peer) must not complete it, and the real response must still find it.
+  std::shared_ptr<Pending> p =
+      pending_.Take(e.id, [from](const Pending& c) { return c.node_ == from; });
   if (p == nullptr) {
-    spdlog::debug("rpc: late response {} from node {} (its caller gave up)", e.id, from);
+    spdlog::debug(
+        "rpc: node {} ignores response {} from node {}: no call with that id is waiting for that "
+        "node (its caller gave up, or the id belongs to a call to another node)",
+        messenger_->node()->id(), e.id, from);
     return;
   }
   if (e.code == 0) {
