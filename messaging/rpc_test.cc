@@ -403,3 +403,37 @@ TEST_CASE("a response from a node the call did not go to is ignored", "[rpc]") {
 }
 
 }  // namespace farm
+
+namespace farm {
+
+TEST_CASE("calls nobody awaits leave the call table after their deadline", "[rpc]") {
+  TestCluster c(2, Options());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessengers().ok());  // node 1 has a messenger but no Rpc: it never answers
+  Rpc rpc(c.messenger(0));
+  absl::StatusOr<Messenger::LaneLease> lane = c.messenger(0)->AcquireLane();
+  REQUIRE(lane.ok());
+  // One call that is kept (its deadline is far away), and calls that are started and dropped.
+  absl::StatusOr<std::shared_ptr<Rpc::Pending>> kept =
+      rpc.Start(**lane, 1, kEcho, "kept", absl::Minutes(10));
+  REQUIRE(kept.ok());
+  for (int k = 0; k < 100; ++k) {
+    REQUIRE(rpc.Start(**lane, 1, kEcho, absl::StrCat(k), absl::Milliseconds(50)).ok());
+  }
+  // One that is kept but never awaited before its deadline: swept too, its Await says why.
+  absl::StatusOr<std::shared_ptr<Rpc::Pending>> late =
+      rpc.Start(**lane, 1, kEcho, "late", absl::Milliseconds(50));
+  REQUIRE(late.ok());
+  REQUIRE((*lane)->Flush().ok());
+  CHECK(rpc.pending_calls() == 102);
+
+  // Nobody awaits them: only the node's poller runs. Bounded wait for the sweep.
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (rpc.pending_calls() > 1 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  CHECK(rpc.pending_calls() == 1);  // the kept call only
+  absl::StatusOr<std::string> r = rpc.Await(**lane, **late);
+  CHECK(absl::IsDeadlineExceeded(r.status()));
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("node 1 did not answer"));
+}
+
+}  // namespace farm
