@@ -3,10 +3,12 @@
 #include <sched.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "platform/clock.h"
 #include "spdlog/spdlog.h"
 
 namespace farm {
@@ -36,7 +38,24 @@ struct Messenger::ReceiveRing {
   int sender_index = 0;
   int lane = 0;
   uint32_t incarnation = 0;  // the sender's region id this ring is read for; 0: nobody's
+  // Head refreshes (see kHeadRefreshes): when the last head report was written, and how many
+  // more times it is written again while the ring stays idle.
+  CoarseClock::time_point reported_at{};
+  int refreshes_left = 0;
 };
+
+namespace {
+
+// A head report whose WRITE was lost (the sender's completion says nothing about that) would
+// leave a sender that filled its ring waiting forever: the receiver reports again only after
+// consuming another half ring, which the sender cannot send. So once the ring has been idle for
+// kHeadRefreshDelay after a report, the receiver writes its head again, up to kHeadRefreshes
+// times with doubling delays; a sender that is not waiting ignores a head it already knows. The
+// cost is a few 16-byte WRITEs per half ring consumed, none on a ring that stays busy.
+constexpr int kHeadRefreshes = 3;
+constexpr auto kHeadRefreshDelay = std::chrono::milliseconds(2);
+
+}  // namespace
 
 // The scan lock, and the poller task's handle on the messenger: the messenger may go away before
 // the node's poller (which has no RemoveTask); the destructor clears `messenger` holding the lock.
@@ -712,6 +731,18 @@ int Messenger::Poll() {
 void Messenger::ReportHead(ReceiveRing& r, Posting& posting) {
   WriteHeadSlot(r, r.reader->head(), posting);
   r.reader->MarkReported();
+  r.reported_at = CoarseClock::now();
+  r.refreshes_left = kHeadRefreshes;
+}
+
+void Messenger::MaybeRefreshHead(ReceiveRing& r, Posting& posting) {
+  if (r.refreshes_left == 0) return;
+  const CoarseClock::time_point now = CoarseClock::now();
+  if (now - r.reported_at < kHeadRefreshDelay * (1 << (kHeadRefreshes - r.refreshes_left))) return;
+  WriteHeadSlot(r, r.reader->head(), posting);
+  r.reader->MarkReported();
+  r.reported_at = now;
+  --r.refreshes_left;
 }
 
 void Messenger::WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& posting) {
@@ -766,6 +797,7 @@ void Messenger::SyncReceiveRings(Posting& posting) {
                                             options_.ring_size, ro);
     r.incarnation = a.region_id;
     WriteHeadSlot(r, 0, posting);  // the acknowledgement
+    r.refreshes_left = 0;
   }
 }
 
@@ -813,6 +845,7 @@ int Messenger::Scan() {
       }
       if (st == RingReader::kClosed) OnRingClosed(r);
       if (st == RingReader::kIncomplete) ++work;  // bytes are landing: keep polling hard
+      if (st == RingReader::kIdle && k == 0) MaybeRefreshHead(r, posting);
       break;
     }
     if (r.reader->ShouldReportHead()) ReportHead(r, posting);

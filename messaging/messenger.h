@@ -6,7 +6,8 @@
 // WRITE to their offsets in the receiver's ring (two when they wrap around the ring's end).
 // The receiver's scan finds complete frames, hands them to the receiver callback, zeroes them and
 // writes its head back into the sender's area once half a ring has been consumed, so the sender
-// knows the free space without asking.
+// knows the free space without asking; and a few times more if the ring then stays idle, so that
+// a lost head report cannot leave a sender waiting for space forever.
 //
 // Lanes: each node has `lanes` worker lanes per peer, leased to one thread at a time
 // (AcquireLane), so threads never share a tail, plus one more lane owned by whichever thread is
@@ -189,6 +190,8 @@ class Messenger {
   void UnlockScan();
   int Scan();
   void ReportHead(ReceiveRing& ring, Posting& posting);
+  // Writes the head again if the ring stayed idle after a report (see kHeadRefreshes).
+  void MaybeRefreshHead(ReceiveRing& ring, Posting& posting);
   void OnRingClosed(ReceiveRing& ring);
   void ReleaseLane(int index);
 
