@@ -284,14 +284,10 @@ void Rpc::OnResponse(uint32_t from, const Envelope& e, absl::string_view body) {
 
 void Rpc::OnClosed(uint32_t node, const absl::Status& why) {
   for (auto& p : pending_.TakeIf([node](const Pending& p) { return p.node_ == node; })) {
-    if (absl::IsDataLoss(why)) {
-      Complete(*p, absl::DataLossError(absl::StrCat("responses from node ", node,
-                                                    " can no longer be read: ", why.message())));
-    } else {
-      // The node left or restarted; `why` names it.
-      Complete(*p, absl::Status(why.code(), absl::StrCat("call of method ", p->method_,
-                                                         " failed: ", why.message())));
-    }
+    // DataLoss: a ring between us was found corrupt, in either direction; otherwise the node
+    // left or restarted. `why` says which and names the node.
+    Complete(*p, absl::Status(why.code(), absl::StrCat("call of method ", p->method_,
+                                                       " failed: ", why.message())));
   }
 }
 

@@ -31,10 +31,11 @@
 //     return absl::OkStatus();
 //   });
 //
-// Errors seen by callers: DeadlineExceeded (no response in time), DataLoss (responses from that
-// node can no longer be read: its ring to us was corrupt), Unimplemented (no handler for the
-// method there), ResourceExhausted (back-pressure: the request could not be queued in time),
-// Unavailable (the WRITE failed), or the handler's own error, prefixed with the node and method.
+// Errors seen by callers: DeadlineExceeded (no response in time), DataLoss (a ring between us and
+// that node was found corrupt, in either direction: the messages on it are lost), Unimplemented (no
+// handler for the method there), ResourceExhausted (back-pressure: the request could not be queued
+// in time), Unavailable (the WRITE failed), or the handler's own error, prefixed with the node and
+// method.
 //
 // Calls nobody awaits: a call that was started and never awaited (its caller dropped the
 // Pending, or keeps it and never asks) leaves the call table once its deadline has passed, so
