@@ -4,7 +4,9 @@
 //   CallTable<Call> calls;
 //   calls.Insert(id, call);                          // the caller, before sending the request
 //   std::shared_ptr<Call> c = calls.Take(id);        // whoever completes it: once, or nullptr
+//   c = calls.Take(id, [](const Call& c) { return c.node == 3; });  // only if it is node 3's
 //   auto dead = calls.TakeIf([](const Call& c) { return c.node == 3; });
+//   auto old = calls.TakeIfIn(/*first=*/512, /*count=*/512, /*overflow=*/false, is_expired);
 //
 // Ids come from one counter, so the calls in flight occupy consecutive slots of a power-of-two
 // array (slot = id mod kSlots). A call whose slot is still held by an older one (more than
@@ -56,6 +58,13 @@ class CallTable {
 
   // Removes and returns the call with this id; nullptr if it is not (any more) in the table.
   std::shared_ptr<T> Take(uint64_t id) {
+    return Take(id, [](const T&) { return true; });
+  }
+
+  // The same, but only if accept(const T&) is true for the call; otherwise it stays in the table
+  // and nullptr is returned (e.g. a response whose sender is not the node the call went to).
+  template <typename Accept>
+  std::shared_ptr<T> Take(uint64_t id, Accept accept) {
     Slot& s = slots_[id & (kSlots - 1)];
     for (uint64_t key = s.key.load(std::memory_order_relaxed);;) {
       if (key == kBusy) {
@@ -66,6 +75,10 @@ class CallTable {
       if (key != id) break;
       if (s.key.compare_exchange_weak(key, kBusy, std::memory_order_acquire,
                                       std::memory_order_relaxed)) {
+        if (!accept(*s.value)) {
+          s.key.store(id, std::memory_order_release);  // unchanged
+          return nullptr;
+        }
         std::shared_ptr<T> v = std::move(s.value);
         s.key.store(0, std::memory_order_release);
         return v;
@@ -74,7 +87,7 @@ class CallTable {
     // Not in its slot: in the overflow map, or gone (completed, or a late response).
     std::lock_guard<std::mutex> l(overflow_mu_);
     auto it = overflow_.find(id);
-    if (it == overflow_.end()) return nullptr;
+    if (it == overflow_.end() || !accept(*it->second)) return nullptr;
     std::shared_ptr<T> v = std::move(it->second);
     overflow_.erase(it);
     return v;
@@ -84,9 +97,17 @@ class CallTable {
   // events (a peer failing, shutdown).
   template <typename Pred>
   std::vector<std::shared_ptr<T>> TakeIf(Pred pred) {
+    return TakeIfIn(0, kSlots, /*overflow=*/true, pred);
+  }
+
+  // The same for the `count` slots from `first` on (wrapping around), and the overflow map if
+  // `overflow`: a bounded share of the table, for a sweep spread over several calls. Empty slots
+  // are skipped without claiming them.
+  template <typename Pred>
+  std::vector<std::shared_ptr<T>> TakeIfIn(size_t first, size_t count, bool overflow, Pred pred) {
     std::vector<std::shared_ptr<T>> out;
-    for (size_t i = 0; i < kSlots; ++i) {
-      Slot& s = slots_[i];
+    for (size_t k = 0; k < count && k < kSlots; ++k) {
+      Slot& s = slots_[(first + k) & (kSlots - 1)];
       for (uint64_t key = s.key.load(std::memory_order_relaxed); key != 0;) {
         if (key == kBusy) {
           Pause();
@@ -106,6 +127,7 @@ class CallTable {
         break;
       }
     }
+    if (!overflow) return out;
     std::lock_guard<std::mutex> l(overflow_mu_);
     for (auto it = overflow_.begin(); it != overflow_.end();) {
       if (pred(*it->second)) {
@@ -116,6 +138,18 @@ class CallTable {
       }
     }
     return out;
+  }
+
+  // How many calls the table holds: a snapshot that visits every slot, for tests and
+  // diagnostics (a slot claimed at that moment counts as held).
+  size_t Count() {
+    size_t n = 0;
+    for (size_t i = 0; i < kSlots; ++i) {
+      // Relaxed: a snapshot; nothing is read through the key.
+      if (slots_[i].key.load(std::memory_order_relaxed) != 0) ++n;
+    }
+    std::lock_guard<std::mutex> l(overflow_mu_);
+    return n + overflow_.size();
   }
 
  private:

@@ -117,3 +117,48 @@ TEST_CASE("two threads racing to take one call: exactly one wins") {
 
 }  // namespace
 }  // namespace farm
+
+namespace farm {
+namespace {
+
+TEST_CASE("a conditional take leaves a call that does not match where it is") {
+  CallTable<Call> t;
+  const uint64_t overflowed = 5 + CallTable<Call>::kSlots;  // shares slot 5: goes to the map
+  t.Insert(5, MakeCall(5, /*node=*/1));
+  t.Insert(overflowed, MakeCall(overflowed, /*node=*/1));
+  for (uint64_t id : {uint64_t{5}, overflowed}) {
+    CHECK(t.Take(id, [](const Call& c) { return c.node == 2; }) == nullptr);
+    std::shared_ptr<Call> c = t.Take(id, [](const Call& c) { return c.node == 1; });
+    REQUIRE(c != nullptr);
+    CHECK(c->id == id);
+    CHECK(t.Take(id) == nullptr);
+  }
+}
+
+}  // namespace
+}  // namespace farm
+
+namespace farm {
+namespace {
+
+TEST_CASE("a sweep visits the slots it is given, and the overflow map when asked") {
+  CallTable<Call> t;
+  constexpr size_t kSlots = CallTable<Call>::kSlots;
+  // Ids 1..10 in slots 1..10; id kSlots + 3 shares slot 3 and goes to the map.
+  for (uint64_t id = 1; id <= 10; ++id) t.Insert(id, MakeCall(id));
+  t.Insert(kSlots + 3, MakeCall(kSlots + 3));
+  CHECK(t.Count() == 11);
+  auto all = [](const Call&) { return true; };
+  // Slots kSlots-2 .. 4, wrapping around: ids 1..4, not the map.
+  std::vector<std::shared_ptr<Call>> swept = t.TakeIfIn(kSlots - 2, 7, /*overflow=*/false, all);
+  CHECK(swept.size() == 4);
+  CHECK(t.Count() == 7);
+  CHECK(t.Take(kSlots + 3) != nullptr);        // still in the map
+  t.Insert(kSlots + 3, MakeCall(kSlots + 3));  // slot 3 is free now: back in a slot
+  swept = t.TakeIfIn(5, 3, /*overflow=*/true, [](const Call& c) { return c.id % 2 == 0; });
+  CHECK(swept.size() == 1);  // id 6 (5 and 7 stay)
+  CHECK(t.Count() == 6);     // 3 (as kSlots + 3), 5, 7, 8, 9, 10
+}
+
+}  // namespace
+}  // namespace farm

@@ -3,10 +3,12 @@
 #include <sched.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "platform/clock.h"
 #include "spdlog/spdlog.h"
 
 namespace farm {
@@ -36,7 +38,28 @@ struct Messenger::ReceiveRing {
   int sender_index = 0;
   int lane = 0;
   uint32_t incarnation = 0;  // the sender's region id this ring is read for; 0: nobody's
+  // Head refreshes (see kHeadRefreshes): when the last head report was written, and how many
+  // more times it is written again while the ring stays idle.
+  CoarseClock::time_point reported_at{};
+  int refreshes_left = 0;
 };
+
+namespace {
+
+// A head report whose WRITE was lost (the sender's completion says nothing about that) would
+// leave a sender that filled its ring waiting forever: the receiver reports again only after
+// consuming another half ring, which the sender cannot send. So once the ring has been idle for
+// kHeadRefreshDelay after a report, the receiver writes its head again, up to kHeadRefreshes
+// times with doubling delays; a sender that is not waiting ignores a head it already knows. The
+// cost is a few 16-byte WRITEs per half ring consumed, none on a ring that stays busy.
+constexpr int kHeadRefreshes = 3;
+constexpr auto kHeadRefreshDelay = std::chrono::milliseconds(2);
+
+// A head report of kClosedHead says that the receiver closed the ring as corrupt: nothing written
+// into it will be read. No real head comes near it (heads count bytes).
+constexpr uint64_t kClosedHead = ~uint64_t{0};
+
+}  // namespace
 
 // The scan lock, and the poller task's handle on the messenger: the messenger may go away before
 // the node's poller (which has no RemoveTask); the destructor clears `messenger` holding the lock.
@@ -399,6 +422,8 @@ absl::Status Messenger::Init() {
         rings_.push_back(std::move(r));
       }
     }
+    closed_by_receiver_.assign(rings_.size(), false);
+    closed_notices_ = std::make_unique<Posting>(this);
     // Acknowledge our rings to the current members before anyone scans.
     Posting& posting = *lanes_.back()->posting_;
     SyncReceiveRings(posting);
@@ -429,6 +454,7 @@ Messenger::~Messenger() {
   shared_->messenger.store(nullptr, std::memory_order_relaxed);
   UnlockScan();
   lanes_.clear();
+  closed_notices_.reset();  // abandons notices still in flight
   send_mr_.reset();
 }
 
@@ -550,6 +576,14 @@ void Messenger::Lane::NoteUnflushed(PeerSend& p) {
 absl::Status Messenger::Lane::RefreshHead(PeerSend& p) {
   uint64_t head;
   if (!DecodeHeadSlot(p.head_slot, p.tag, &head)) return absl::OkStatus();
+  if (head == kClosedHead) {
+    if (p.failed.ok() || !absl::IsDataLoss(p.failed)) {
+      p.failed = absl::DataLossError(absl::StrCat(
+          "node ", m_->node_ids_[p.index], " closed its ring from node ", m_->node_->id(),
+          " on lane ", index_, " as corrupt: messages sent on that lane are no longer read"));
+    }
+    return p.failed;
+  }
   p.ready = true;  // any slot with this ring's tag comes from the receiver's current rings
   if (head == p.writer->head()) return absl::OkStatus();
   absl::Status s = p.writer->UpdateHead(head);
@@ -712,6 +746,18 @@ int Messenger::Poll() {
 void Messenger::ReportHead(ReceiveRing& r, Posting& posting) {
   WriteHeadSlot(r, r.reader->head(), posting);
   r.reader->MarkReported();
+  r.reported_at = CoarseClock::now();
+  r.refreshes_left = kHeadRefreshes;
+}
+
+void Messenger::MaybeRefreshHead(ReceiveRing& r, Posting& posting) {
+  if (r.refreshes_left == 0) return;
+  const CoarseClock::time_point now = CoarseClock::now();
+  if (now - r.reported_at < kHeadRefreshDelay * (1 << (kHeadRefreshes - r.refreshes_left))) return;
+  WriteHeadSlot(r, r.reader->head(), posting);
+  r.reader->MarkReported();
+  r.reported_at = now;
+  --r.refreshes_left;
 }
 
 void Messenger::WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& posting) {
@@ -766,6 +812,36 @@ void Messenger::SyncReceiveRings(Posting& posting) {
                                             options_.ring_size, ro);
     r.incarnation = a.region_id;
     WriteHeadSlot(r, 0, posting);  // the acknowledgement
+    r.refreshes_left = 0;
+    // The same shape: what this node sends to that incarnation is read afresh.
+    closed_by_receiver_[r.sender_index * total_lanes_ + r.lane] = false;
+  }
+}
+
+void Messenger::CheckClosedByReceivers() {
+  const CoarseClock::time_point now = CoarseClock::now();
+  if (now < next_closed_check_) return;
+  next_closed_check_ = now + std::chrono::milliseconds(1);
+  // rings_[k] (from sender index i, lane l) and the head slot of our ring to receiver i on lane l
+  // share k = i * L + l, and the scan's view of node i's incarnation.
+  for (size_t k = 0; k < rings_.size(); ++k) {
+    const ReceiveRing& r = rings_[k];
+    if (closed_by_receiver_[k] || r.incarnation == 0) continue;
+    uint64_t head;
+    if (!DecodeHeadSlot(area_ + HeadSlotOffset(r.sender_index, r.lane),
+                        HeadSlotTag(r.incarnation, self_incarnation_), &head) ||
+        head != kClosedHead) {
+      continue;
+    }
+    closed_by_receiver_[k] = true;
+    const uint32_t to = node_ids_[r.sender_index];
+    const absl::Status why = absl::DataLossError(
+        absl::StrCat("node ", to, " closed its ring from node ", node_->id(), " on lane ", r.lane,
+                     " as corrupt: messages sent on that lane are no longer read"));
+    spdlog::error("messaging: node {}: {}; calls waiting for node {} fail", node_->id(),
+                  std::string(why.message()), to);
+    farm::ReaderMutexLock l(&listener_mu_);
+    if (close_listener_) close_listener_(to, why);
   }
 }
 
@@ -776,16 +852,21 @@ void Messenger::OnRingClosed(ReceiveRing& r) {
       "messaging: node {} closes lane {} from node {}: {}; messages from node {} on "
       "that lane are no longer read and calls waiting for node {} fail",
       node_->id(), r.lane, from, std::string(why.message()), from, from);
+  const absl::Status corrupt = absl::DataLossError(absl::StrCat(
+      "messages from node ", from, " (lane ", r.lane, ") are corrupt: ", why.message()));
   {
     farm::MutexLock l(&status_mu_);
-    if (receive_status_[r.sender_index].ok()) {
-      receive_status_[r.sender_index] = absl::DataLossError(absl::StrCat(
-          "messages from node ", from, " (lane ", r.lane, ") are corrupt: ", why.message()));
-    }
+    if (receive_status_[r.sender_index].ok()) receive_status_[r.sender_index] = corrupt;
     any_down_.store(true, std::memory_order_release);
   }
+  // Tell the sender, whose requests on this lane would otherwise wait for their deadlines. Not
+  // through `posting`, which the scan waits for: the sender may be the node that stopped working.
+  // The ring's head staging is written again only for a new incarnation of the sender (an
+  // acknowledgement), after which a notice still in flight to the old one does not matter.
+  WriteHeadSlot(r, kClosedHead, *closed_notices_);
+  r.refreshes_left = 0;
   farm::ReaderMutexLock l(&listener_mu_);
-  if (close_listener_) close_listener_(from, why);
+  if (close_listener_) close_listener_(from, corrupt);
 }
 
 int Messenger::Scan() {
@@ -799,6 +880,7 @@ int Messenger::Scan() {
     return 0;
   }
   scanning.Sync();
+  CheckClosedByReceivers();
   int work = 0;
   for (ReceiveRing& r : rings_) {
     if (r.reader->closed()) continue;
@@ -813,6 +895,7 @@ int Messenger::Scan() {
       }
       if (st == RingReader::kClosed) OnRingClosed(r);
       if (st == RingReader::kIncomplete) ++work;  // bytes are landing: keep polling hard
+      if (st == RingReader::kIdle && k == 0) MaybeRefreshHead(r, posting);
       break;
     }
     if (r.reader->ShouldReportHead()) ReportHead(r, posting);

@@ -6,7 +6,8 @@
 // WRITE to their offsets in the receiver's ring (two when they wrap around the ring's end).
 // The receiver's scan finds complete frames, hands them to the receiver callback, zeroes them and
 // writes its head back into the sender's area once half a ring has been consumed, so the sender
-// knows the free space without asking.
+// knows the free space without asking; and a few times more if the ring then stays idle, so that
+// a lost head report cannot leave a sender waiting for space forever.
 //
 // Lanes: each node has `lanes` worker lanes per peer, leased to one thread at a time
 // (AcquireLane), so threads never share a tail, plus one more lane owned by whichever thread is
@@ -40,6 +41,9 @@
 // Corruption: a ring whose frames do not add up (ring.h) is closed: one error log line, the close
 // listener is told (the RPC layer fails its pending calls to that node with DataLoss), and that
 // ring is never read again (until its sender restarts, below). Nothing is read outside the ring.
+// The receiver also writes a "closed" head report to the sender, whose sends on that lane then
+// fail with DataLoss and whose close listener is told too (its calls to the receiver would
+// otherwise wait for their deadlines: their requests are no longer read).
 //
 // Membership: the messenger follows the node's membership (Node::AddMembershipListener). Every
 // member's *incarnation* is the region id of its messaging area, which the CM assigns afresh
@@ -126,7 +130,9 @@ class Messenger {
   // messages that arrive earlier wait (and eventually back-pressure their senders).
   void SetReceiver(Receiver receiver);
   // Called when messages from `node` can no longer be received: a ring from it was closed as
-  // corrupt (`why` is DataLoss; called on the scanning thread), or it left the cluster or
+  // corrupt, or `node` closed a ring from this node as corrupt, so it no longer reads what this
+  // node sends on that lane (`why` is DataLoss; called on the scanning thread), or it left the
+  // cluster or
   // restarted (`why` is Unavailable and names the node; called on the configuration manager's
   // thread, after sends to it started failing). Must not block or call SetCloseListener.
   void SetCloseListener(CloseListener listener);
@@ -189,7 +195,12 @@ class Messenger {
   void UnlockScan();
   int Scan();
   void ReportHead(ReceiveRing& ring, Posting& posting);
+  // Writes the head again if the ring stayed idle after a report (see kHeadRefreshes).
+  void MaybeRefreshHead(ReceiveRing& ring, Posting& posting);
   void OnRingClosed(ReceiveRing& ring);
+  // Tells the close listener about rings that their receivers closed (a "closed" head report in
+  // this node's area). At most once a millisecond.
+  void CheckClosedByReceivers();
   void ReleaseLane(int index);
 
   Node* const node_;
@@ -223,6 +234,12 @@ class Messenger {
   Receiver receiver_;
   std::vector<ReceiveRing> rings_;
   uint64_t rings_version_ = ~uint64_t{0};  // peer_version_ synced
+  // By receiver index * L + lane: its receiver closed that ring (reported once per incarnation).
+  std::vector<bool> closed_by_receiver_;
+  // "Closed" head reports (OnRingClosed), posted and never waited for: the scan must not stall
+  // on a sender that stopped making progress (shm and tcp need the target's progress).
+  std::unique_ptr<Posting> closed_notices_;
+  CoarseClock::time_point next_closed_check_{};
 
   farm::Mutex listener_mu_;  // held (shared) while the close listener runs
   CloseListener close_listener_ ABSL_GUARDED_BY(listener_mu_);

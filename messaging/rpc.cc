@@ -14,7 +14,8 @@ constexpr absl::Duration kNap = absl::Milliseconds(1);
 
 }  // namespace
 
-Rpc::Rpc(Messenger* messenger, RpcOptions options) : messenger_(messenger), options_(options) {
+Rpc::Rpc(Messenger* messenger, RpcOptions options)
+    : messenger_(messenger), options_(options), sweeper_(std::make_shared<Sweeper>()) {
   messenger_->SetCloseListener(
       [this](uint32_t node, const absl::Status& why) { OnClosed(node, why); });
   if (options_.serve_at_once) Serve();
@@ -24,9 +25,23 @@ void Rpc::Serve() {
   if (serving_.exchange(true, std::memory_order_acq_rel)) return;
   messenger_->SetReceiver(
       [this](const Message& m, Messenger::Lane& reply) { OnMessage(m, reply); });
+  {
+    std::lock_guard<std::mutex> l(sweeper_->mu);
+    sweeper_->rpc = this;
+  }
+  // The poller keeps its tasks until the node stops: the task outlives this Rpc and finds it gone.
+  messenger_->node()->poller()->AddTask([sweeper = sweeper_]() -> int {
+    std::unique_lock<std::mutex> l(sweeper->mu, std::try_to_lock);
+    if (!l.owns_lock() || sweeper->rpc == nullptr) return 0;
+    return sweeper->rpc->SweepExpired();
+  });
 }
 
 Rpc::~Rpc() {
+  {
+    std::lock_guard<std::mutex> l(sweeper_->mu);  // waits for a sweep in progress
+    sweeper_->rpc = nullptr;
+  }
   messenger_->SetReceiver(nullptr);  // waits for a scan in progress
   messenger_->SetCloseListener(nullptr);
   for (auto& p : pending_.TakeIf([](const Pending&) { return true; }))
@@ -178,12 +193,8 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
     }
     const CoarseClock::time_point coarse_now = CoarseClock::now();
     if (coarse_now >= p.deadline_) {
-      if (Take(p.id_) != nullptr) {
-        return absl::DeadlineExceededError(absl::StrCat("node ", p.node_, " did not answer method ",
-                                                        p.method_, " within ",
-                                                        absl::FormatDuration(p.timeout_)));
-      }
-      continue;  // completed just now
+      if (Take(p.id_) != nullptr) return DeadlineError(p);
+      continue;  // completed just now (or swept: then its result is DeadlineError too)
     }
     if (now - last_work < spin) continue;
     // Seq_cst: see Pending (Complete either sees sleeping_ or we see done_).
@@ -194,6 +205,26 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
   }
   // done_ was seen (acquire): result_ is final and nobody writes it any more.
   return std::move(p.result_);
+}
+
+absl::Status Rpc::DeadlineError(const Pending& p) {
+  return absl::DeadlineExceededError(absl::StrCat("node ", p.node_, " did not answer method ",
+                                                  p.method_, " within ",
+                                                  absl::FormatDuration(p.timeout_)));
+}
+
+int Rpc::SweepExpired() {
+  const CoarseClock::time_point now = CoarseClock::now();
+  if (now < next_sweep_) return 0;
+  next_sweep_ = now + std::chrono::duration_cast<CoarseClock::duration>(
+                          absl::ToChronoNanoseconds(kSweepInterval));
+  // The overflow map once per pass, with the slots from 0.
+  std::vector<std::shared_ptr<Pending>> expired =
+      pending_.TakeIfIn(sweep_cursor_, kSweepSlots, /*overflow=*/sweep_cursor_ == 0,
+                        [now](const Pending& p) { return p.deadline_ <= now; });
+  sweep_cursor_ = (sweep_cursor_ + kSweepSlots) % CallTable<Pending>::kSlots;
+  for (auto& p : expired) Complete(*p, DeadlineError(*p));
+  return static_cast<int>(expired.size());
 }
 
 void Rpc::Complete(Pending& p, absl::StatusOr<std::string> result) {
@@ -250,9 +281,15 @@ void Rpc::OnRequest(uint32_t from, const Envelope& e, absl::string_view body,
 
 void Rpc::OnResponse(uint32_t from, const Envelope& e, absl::string_view body) {
   if (e.id == 0) return;  // voided by its handler (RpcResponder::Finish); the real one follows
-  std::shared_ptr<Pending> p = Take(e.id);
+  // Only the node the call went to may answer it: a response with the id of another node's call
+  // (a confused or stale peer) must not complete it, and the real response must still find it.
+  std::shared_ptr<Pending> p =
+      pending_.Take(e.id, [from](const Pending& c) { return c.node_ == from; });
   if (p == nullptr) {
-    spdlog::debug("rpc: late response {} from node {} (its caller gave up)", e.id, from);
+    spdlog::debug(
+        "rpc: node {} ignores response {} from node {}: no call with that id is waiting for that "
+        "node (its caller gave up, or the id belongs to a call to another node)",
+        messenger_->node()->id(), e.id, from);
     return;
   }
   if (e.code == 0) {
@@ -265,14 +302,10 @@ void Rpc::OnResponse(uint32_t from, const Envelope& e, absl::string_view body) {
 
 void Rpc::OnClosed(uint32_t node, const absl::Status& why) {
   for (auto& p : pending_.TakeIf([node](const Pending& p) { return p.node_ == node; })) {
-    if (absl::IsDataLoss(why)) {
-      Complete(*p, absl::DataLossError(absl::StrCat("responses from node ", node,
-                                                    " can no longer be read: ", why.message())));
-    } else {
-      // The node left or restarted; `why` names it.
-      Complete(*p, absl::Status(why.code(), absl::StrCat("call of method ", p->method_,
-                                                         " failed: ", why.message())));
-    }
+    // DataLoss: a ring between us was found corrupt, in either direction; otherwise the node
+    // left or restarted. `why` says which and names the node.
+    Complete(*p, absl::Status(why.code(), absl::StrCat("call of method ", p->method_,
+                                                       " failed: ", why.message())));
   }
 }
 

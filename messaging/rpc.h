@@ -31,10 +31,20 @@
 //     return absl::OkStatus();
 //   });
 //
-// Errors seen by callers: DeadlineExceeded (no response in time), DataLoss (responses from that
-// node can no longer be read: its ring to us was corrupt), Unimplemented (no handler for the
-// method there), ResourceExhausted (back-pressure: the request could not be queued in time),
-// Unavailable (the WRITE failed), or the handler's own error, prefixed with the node and method.
+// Errors seen by callers: DeadlineExceeded (no response in time), DataLoss (a ring between us and
+// that node was found corrupt, in either direction: the messages on it are lost), Unimplemented (no
+// handler for the method there), ResourceExhausted (back-pressure: the request could not be queued
+// in time), Unavailable (the WRITE failed), or the handler's own error, prefixed with the node and
+// method.
+//
+// Calls nobody awaits: a call that was started and never awaited (its caller dropped the
+// Pending, or keeps it and never asks) leaves the call table once its deadline has passed, so
+// memory and TakeIf scans do not grow with abandoned calls. A task on the node's poller sweeps a
+// bounded share of the table every few milliseconds (kSweepSlots slots every kSweepInterval, a
+// whole pass in about 40 ms) and completes the expired calls with DeadlineExceeded, as Await
+// would have. A sweep rather than a handle whose destruction removes its call: it also covers
+// callers that keep the handle without awaiting it, adds nothing to a call's critical path, and
+// leaves Start's return type alone. pending_calls() tells tests how many calls are in the table.
 //
 // Thread safety: all methods are safe for concurrent use; a lane is used by one thread at a time
 // (see Messenger). Handlers run on the target's scanning thread, one at a time; they must not
@@ -48,6 +58,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -197,7 +208,23 @@ class Rpc {
 
   Messenger* messenger() const { return messenger_; }
 
+  // Calls in the table: started and neither completed nor swept after their deadline. A
+  // snapshot that visits every slot of the table: for tests and diagnostics.
+  size_t pending_calls() { return pending_.Count(); }
+
  private:
+  // The sweep of expired calls (see the header comment): a poller task, which outlives the Rpc,
+  // holds the Sweeper; mu is held while a sweep runs, and the destructor clears rpc under it.
+  struct Sweeper {
+    std::mutex mu;
+    Rpc* rpc = nullptr;  // guarded by mu
+  };
+  static constexpr size_t kSweepSlots = 512;
+  static constexpr absl::Duration kSweepInterval = absl::Milliseconds(5);
+  // Completes the expired calls in the next kSweepSlots slots if kSweepInterval has passed since
+  // the last sweep. Poller thread, under Sweeper::mu. Returns the calls completed.
+  int SweepExpired();
+  static absl::Status DeadlineError(const Pending& p);
   friend class RpcResponder;
   void OnMessage(const Message& m, Messenger::Lane& reply);
   // Leads every request and response payload.
@@ -236,6 +263,10 @@ class Rpc {
   // Calls in flight: inserted by Start, taken once by whoever completes them (the response, the
   // deadline, a failing peer, the destructor).
   CallTable<Pending> pending_;
+  std::shared_ptr<Sweeper> sweeper_;
+  // Owned by the sweep (poller thread, under Sweeper::mu).
+  CoarseClock::time_point next_sweep_{};
+  size_t sweep_cursor_ = 0;  // the next slot to visit
 };
 
 // A typed method: requests of type Req answered with Resp.

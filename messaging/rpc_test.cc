@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -343,6 +345,95 @@ TEST_CASE("a node restarted with the same id talks again in both directions", "[
   for (int i = 0; i < 3; ++i) {
     for (uint32_t from = 0; from < 3; ++from) CHECK(c.messenger(i)->ReceiveStatus(from).ok());
   }
+}
+
+}  // namespace farm
+
+namespace farm {
+
+TEST_CASE("a response from a node the call did not go to is ignored", "[rpc]") {
+  TestCluster c(3, Options());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessengers().ok());
+  std::vector<std::unique_ptr<Rpc>> rpcs;
+  for (int i = 0; i < 3; ++i) {
+    rpcs.push_back(std::make_unique<Rpc>(c.messenger(i)));
+    ServeEcho(*rpcs[i], i);
+  }
+  // Node 1 answers kBlock only once released: its real response comes after the forged one.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  rpcs[1]->RegisterHandler(kBlock, [released](const RpcRequest&) -> absl::StatusOr<std::string> {
+    released.wait_for(std::chrono::seconds(20));
+    return std::string("the real answer");
+  });
+  absl::StatusOr<Messenger::LaneLease> lane0 = c.messenger(0)->AcquireLane();
+  REQUIRE(lane0.ok());
+  absl::StatusOr<std::shared_ptr<Rpc::Pending>> call =
+      rpcs[0]->Start(**lane0, 1, kBlock, "", absl::Seconds(20));
+  REQUIRE(call.ok());
+  REQUIRE((*lane0)->Flush().ok());
+
+  // Node 2 sends node 0 a response carrying the id of that call (the envelope: id, method,
+  // status code, reserved), then an echo call on the same lane: when the echo's answer is back,
+  // node 0 has read the forged response (one ring, read in order).
+  absl::StatusOr<Messenger::LaneLease> lane2 = c.messenger(2)->AcquireLane();
+  REQUIRE(lane2.ok());
+  struct {
+    uint64_t id;
+    uint16_t method, code;
+    uint32_t reserved;
+  } forged{(*call)->id(), kBlock, 0, 0};
+  static_assert(sizeof(forged) == 16, "the RPC envelope");
+  REQUIRE((*lane2)
+              ->Send(0, Rpc::kResponseType,
+                     {absl::string_view(reinterpret_cast<const char*>(&forged), sizeof(forged)),
+                      "forged"})
+              .ok());
+  absl::StatusOr<std::string> echo = rpcs[2]->Call(**lane2, 0, kEcho, "after");
+  REQUIRE(echo.ok());
+  CHECK(*echo == "0:after");
+
+  release.set_value();
+  absl::StatusOr<std::string> r = rpcs[0]->Await(**lane0, **call);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  CHECK(*r == "the real answer");
+  CHECK(rpcs[0]->Call(1, kEcho, "next").value_or("") == "1:next");
+}
+
+}  // namespace farm
+
+namespace farm {
+
+TEST_CASE("calls nobody awaits leave the call table after their deadline", "[rpc]") {
+  TestCluster c(2, Options());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessengers().ok());  // node 1 has a messenger but no Rpc: it never answers
+  Rpc rpc(c.messenger(0));
+  absl::StatusOr<Messenger::LaneLease> lane = c.messenger(0)->AcquireLane();
+  REQUIRE(lane.ok());
+  // One call that is kept (its deadline is far away), and calls that are started and dropped.
+  absl::StatusOr<std::shared_ptr<Rpc::Pending>> kept =
+      rpc.Start(**lane, 1, kEcho, "kept", absl::Minutes(10));
+  REQUIRE(kept.ok());
+  for (int k = 0; k < 100; ++k) {
+    REQUIRE(rpc.Start(**lane, 1, kEcho, absl::StrCat(k), absl::Milliseconds(50)).ok());
+  }
+  // One that is kept but never awaited before its deadline: swept too, its Await says why.
+  absl::StatusOr<std::shared_ptr<Rpc::Pending>> late =
+      rpc.Start(**lane, 1, kEcho, "late", absl::Milliseconds(50));
+  REQUIRE(late.ok());
+  REQUIRE((*lane)->Flush().ok());
+  CHECK(rpc.pending_calls() == 102);
+
+  // Nobody awaits them: only the node's poller runs. Bounded wait for the sweep.
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (rpc.pending_calls() > 1 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  CHECK(rpc.pending_calls() == 1);  // the kept call only
+  absl::StatusOr<std::string> r = rpc.Await(**lane, **late);
+  CHECK(absl::IsDeadlineExceeded(r.status()));
+  CHECK_THAT(std::string(r.status().message()), Catch::Contains("node 1 did not answer"));
 }
 
 }  // namespace farm

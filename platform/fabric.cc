@@ -16,11 +16,13 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "platform/clock.h"
+#include "platform/fault_injection_hook.h"
 #include "spdlog/spdlog.h"
 
 namespace farm {
@@ -697,6 +699,15 @@ absl::Status OpBatch::Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
     s = absl::InvalidArgumentError(absl::StrCat(local.size, "-byte operation exceeds the ",
                                                 fabric_->max_rma_size(), "-byte limit of provider ",
                                                 fabric_->provider()));
+  }
+  if (s.ok() && !is_read) {
+    // Tests drop, delay, duplicate or corrupt WRITEs here (platform/fault_injection.h); a no-op
+    // in NDEBUG builds.
+    if (std::optional<absl::Status> injected =
+            fault_injection_internal::InterceptWrite(fabric_, this, peer, remote, local)) {
+      if (!injected->ok()) state_->Fail(*injected);
+      return *injected;
+    }
   }
   if (s.ok()) {
     auto* ctx = new Fabric::OpContext();

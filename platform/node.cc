@@ -281,6 +281,14 @@ absl::Status Node::Access(bool is_read, GlobalAddress addr, char* buf, size_t le
     }
     return absl::OkStatus();
   }
+  // Checked before the copy below: an area may be larger than the region-sized staging buffer.
+  if (len > staging_->size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        is_read ? "READ" : "WRITE", " of ", len, " bytes at ", addr.ToString(), " exceeds the ",
+        staging_->size(),
+        "-byte staging buffer of Node::Read/Write: split it, or use a Node::Batch with "
+        "registered memory"));
+  }
   farm::MutexLock l(&staging_mu_);
   LocalBuffer local{staging_mr_.get(), staging_->data(), len};
   OpBatch batch(fabric_.get());

@@ -103,7 +103,8 @@ class Node {
   absl::StatusOr<RemoteTarget> Resolve(GlobalAddress addr, size_t len) const;
 
   // Copies len bytes at addr into dst (any memory), or dst into addr. Local regions are accessed
-  // directly; remote ones with one one-sided operation through a registered staging buffer.
+  // directly; remote ones with one one-sided operation through a registered staging buffer of
+  // region_size() bytes: a longer remote access is InvalidArgument (an area may be larger).
   absl::Status Read(GlobalAddress addr, void* dst, size_t len,
                     absl::Duration timeout = absl::Seconds(10));
   absl::Status Write(GlobalAddress addr, const void* src, size_t len,

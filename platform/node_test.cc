@@ -161,3 +161,55 @@ TEST_CASE("areas requested by upper layers are published and addressable", "[nod
 }
 
 }  // namespace farm
+
+namespace farm {
+
+TEST_CASE("a remote Read or Write larger than the staging buffer is refused before copying",
+          "[node]") {
+  // An area twice a region's size: the range resolves, but the 1 MiB staging buffer through which
+  // Read/Write of unregistered memory go cannot hold it.
+  const config::ClusterConfig c = ThreeNodes();
+  const uint64_t region = c.region_size();
+  auto nodes = StartCluster(c, {{"big", 2 * region}});
+  const std::vector<control::RegionInfo> big = nodes[0]->RegionsOf(1, "big");
+  REQUIRE(big.size() == 1);
+  const GlobalAddress at{big[0].region_id(), 0};
+  const size_t len = region + 4096;
+  REQUIRE(nodes[0]->Resolve(at, len).ok());  // the area itself has room
+
+  // Every node's regions hold their pattern and its area zeroes: the staging buffer's neighbours
+  // in the address space are among them, so an overrun of it shows here.
+  auto intact = [&] {
+    for (int n = 0; n < 3; ++n) {
+      for (int r = 0; r < nodes[n]->local_region_count(); ++r) {
+        const char* p = nodes[n]->local_region_data(r);
+        for (uint64_t off = 0; off < region; ++off) {
+          if (p[off] != SelfCheckPattern(n, r, off)) return false;
+        }
+      }
+      const char* a = nodes[n]->local_area("big");
+      for (uint64_t off = 0; off < 2 * region; ++off) {
+        if (a[off] != 0) return false;
+      }
+    }
+    return true;
+  };
+  REQUIRE(intact());
+
+  std::vector<char> data(len, 'w');
+  absl::Status s = nodes[0]->Write(at, data.data(), len);
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("staging"));
+  CHECK(intact());
+  std::vector<char> back(len, 'r');
+  s = nodes[0]->Read(at, back.data(), len);
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(back == std::vector<char>(len, 'r'));  // untouched
+  // Nothing landed, and a region-sized Write still goes through the staging buffer.
+  CHECK(nodes[1]->local_area("big")[region] == 0);
+  REQUIRE(nodes[0]->Write(at, data.data(), region).ok());
+  CHECK(nodes[1]->local_area("big")[region - 1] == 'w');
+  CHECK(nodes[1]->local_area("big")[region] == 0);
+}
+
+}  // namespace farm
