@@ -328,6 +328,19 @@ absl::Status Node::Batch::Wait(absl::Duration timeout) {
   return s;
 }
 
+Node::Batch::Batch(Channel* channel) : node_(channel->node()), ops_(channel->fabric_channel()) {}
+
+Node::Channel::Channel(Node* node, std::unique_ptr<FabricChannel> channel)
+    : node_(node), channel_(std::move(channel)), batch_(this) {}
+
+Node::Channel::~Channel() = default;
+
+absl::StatusOr<std::unique_ptr<Node::Channel>> Node::OpenChannel() {
+  absl::StatusOr<std::unique_ptr<FabricChannel>> channel = fabric_->OpenChannel();
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<Channel>(new Channel(this, std::move(*channel)));
+}
+
 absl::Status Node::Batch::Read(GlobalAddress addr, LocalBuffer local) {
   return Post(true, addr, local);
 }
