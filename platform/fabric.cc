@@ -314,7 +314,7 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
   // A file-descriptor wait object lets an idle poller block until a peer's operation arrives
   // (WaitForProgress). Not for verbs: the NIC serves peers' READs and WRITEs without our
   // progress, so there is nothing to wake up for. Providers without one (shm) get none.
-  const bool want_wait = provider != "verbs";
+  const bool want_wait = options.wait_object && provider != "verbs";
   cq_attr.wait_obj = want_wait ? FI_WAIT_FD : FI_WAIT_NONE;
   ret = fi_cq_open(h.domain, &cq_attr, &h.cq, nullptr);
   if (ret != 0 && want_wait) {

@@ -52,6 +52,9 @@ absl::Status Node::Init() {
   if (!endpoint.ok()) return endpoint.status();
   fopts.endpoint = *endpoint;
   fopts.bind_host = self != nullptr ? self->host() : cm_node->host();
+  // Only an adaptive poller blocks on the queue's wait object; a busy one would pay for it on
+  // every completion (see FabricOptions::wait_object).
+  fopts.wait_object = options_.poll.mode != PollMode::kBusy;
   absl::StatusOr<std::unique_ptr<Fabric>> fabric = Fabric::Open(fopts);
   if (!fabric.ok()) return fabric.status();
   fabric_ = std::move(*fabric);
