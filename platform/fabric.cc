@@ -471,12 +471,27 @@ int Fabric::ProgressConnections() {
         p->state.store(1, std::memory_order_release);
       }
     } else if (event == FI_SHUTDOWN) {
-      if (Handles::MsgPeer* p = find_peer(entry->fid))
+      if (Handles::MsgPeer* p = find_peer(entry->fid)) {
         fail_peer(p, "the peer closed the connection");
+      } else {
+        // A connection we accepted was closed by its peer (e.g. a channel that was destroyed):
+        // it only served the peer's operations, so nothing of ours is in flight on it.
+        auto it = std::find_if(h.accepted.begin(), h.accepted.end(),
+                               [&](fid_ep* ep) { return &ep->fid == entry->fid; });
+        if (it != h.accepted.end()) {
+          fi_close(&(*it)->fid);
+          h.accepted.erase(it);
+        }
+      }
     }
   }
   h.eq_mu.Unlock();
   return events;
+}
+
+int Fabric::accepted_connections() const {
+  absl::MutexLock l(&h_->eq_mu);
+  return static_cast<int>(h_->accepted.size());
 }
 
 absl::Status Fabric::EndpointFor(PeerId peer, absl::Duration timeout, void** ep, uint64_t* dest) {

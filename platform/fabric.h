@@ -203,6 +203,11 @@ class Fabric {
   // can only wait by yielding the CPU, and verbs serves peers' operations in hardware, without
   // this node's progress. Safe to call concurrently with Progress(); meant for one thread.
   int WaitForProgress(absl::Duration max_wait);
+  // MSG: connections this endpoint accepted (peers' main endpoints and channels) that are still
+  // open; a connection its peer closed is closed here by the next Progress calls that read the
+  // event queue. 0 for RDM.
+  int accepted_connections() const;
+
   // True if WaitForProgress blocks on the provider's wait object instead of sleeping.
   bool can_wait() const { return wait_fd_ >= 0; }
 

@@ -259,4 +259,37 @@ TEST_CASE("Fabric-level batches and channel batches mix", "[fabric]") {
   CHECK(std::memcmp(p.bbuf.data() + 64, "channel-lvl", 12) == 0);
 }
 
+// MSG: a channel's connections are accepted by the peer's passive endpoint, and closed there
+// again when the channel goes away, so that threads coming and going leak no connections.
+TEST_CASE("a destroyed channel's connections are closed at the peer", "[fabric]") {
+  auto provider = GENERATE(from_range(TestProviders({"shm", "tcp;ofi_rxm", "tcp"})));
+  INFO("provider " << provider);
+  Pair p(provider);
+  if (p.a->endpoint_type() != EndpointType::kMsg) return;  // RDM providers manage their own
+  auto wait_for = [&](int want) {
+    for (int i = 0; i < 10000 && p.b->accepted_connections() != want; ++i) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return p.b->accepted_connections();
+  };
+  {
+    // a's own connection to b, set up by a's first operation.
+    OpBatch batch(p.a.get());
+    REQUIRE(batch.Read(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data(), 8}).ok());
+    REQUIRE(batch.Wait(absl::Seconds(10)).ok());
+  }
+  const int before = wait_for(1);
+  CHECK(before == 1);
+  for (int round = 0; round < 3; ++round) {
+    auto channel = p.a->OpenChannel();
+    REQUIRE(channel.ok());
+    OpBatch batch(channel->get());
+    REQUIRE(batch.Read(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data(), 8}).ok());
+    REQUIRE(batch.Wait(absl::Seconds(10)).ok());
+    CHECK(wait_for(before + 1) == before + 1);
+    channel->reset();
+    CHECK(wait_for(before) == before);
+  }
+}
+
 }  // namespace farm
