@@ -83,9 +83,10 @@ struct FabricOptions {
   // the provider choose. Ignored by shm.
   std::string bind_host;
   // Give the completion queue a file-descriptor wait object where the provider has one, so that
-  // WaitForProgress can block (an adaptive poller's idle wait). It is not free: the provider
-  // signals the object on every completion it writes, on both sides of an operation, which
-  // costs tcp;ofi_rxm about 1 us per READ. A busy-polling node does not need it.
+  // WaitForProgress can block (an adaptive poller's idle wait). It is not free: with it, every
+  // progress call of tcp;ofi_rxm goes through the provider's wait set (epoll_wait instead of
+  // poll), and a target node's busy poller with a wait object added 0.7-1.4 us to an 8-byte
+  // READ's p50 (fabric_bench --compare_bare). A busy-polling node does not need it.
   bool wait_object = true;
 };
 

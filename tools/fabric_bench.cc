@@ -21,9 +21,28 @@
 // for an operation drives progress itself, so on a small machine the only threads polling are the
 // bench's and the target's.
 //
+// The measuring thread posts on a Node::Channel of its own (--channel, the default): its own
+// endpoint and completion queue, as every application thread has in FaRM's thread model.
+// --channel=false posts on the node's shared endpoint instead.
+//
+// Two other measurements replace the table:
+//  - --threads=1,2,4: READ throughput of 1, 2 and 4 application threads, each on its own channel
+//    with its own --window, for the sizes in --thread_sizes (8 B and 4 KiB). On a 2-core machine
+//    the threads share the cores with the target's poller, so expect little scaling there.
+//  - --compare_bare: 8-byte READ p50 against the bare-libfabric reference program
+//    (//tools/reference:rma_reference, run as a server and a client process on the same
+//    provider), in --compare_blocks blocks of --iters READs that alternate with ours, so both see
+//    the same machine; the medians of the blocks' p50 and their ratio. Our target is stopped
+//    (SIGSTOP) while the reference runs, so that its busy poller does not take a core from it.
+//
+//   bazel run //tools:fabric_bench -- --provider='tcp;ofi_rxm' --compare_bare
+//   bazel run //tools:fabric_bench -- --provider=shm --threads=1,2,4 --json
+//
 // Output: a table on standard output, or with --json one JSON object per line:
 //   {"provider":"tcp;ofi_rxm","op":"read","size":8,"p50_us":..,"p99_us":..,"ops_per_s":..,
 //    "gbytes_per_s":..}
+// (--threads adds "threads", "channels", "window_per_thread" and "per_thread_ops_per_s";
+// --compare_bare prints "farm_p50_us", "bare_p50_us", "ratio" and the blocks' p50s.)
 // Logs go to standard error. Exit status: 0 success, 1 runtime failure (the target did not come
 // up, an operation failed or timed out), 2 bad flags, 3 data mismatch.
 #include <arpa/inet.h>
