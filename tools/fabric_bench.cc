@@ -836,9 +836,10 @@ absl::Status RunCompare(Bench& bench, pid_t target_pid, const std::string& refer
       return s;
     }
     ours.push_back(r.p50_us);
-    kill(target_pid, SIGSTOP);
+    // (Never kill(0, ...): that would stop our own process group.)
+    if (target_pid > 0) kill(target_pid, SIGSTOP);
     absl::StatusOr<double> p50 = RunReferenceBlock(reference, provider, endpoint, host, iters);
-    kill(target_pid, SIGCONT);
+    if (target_pid > 0) kill(target_pid, SIGCONT);
     if (!p50.ok()) {
       return absl::Status(p50.status().code(),
                           absl::StrCat("the reference program: ", p50.status().message()));
