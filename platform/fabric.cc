@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "platform/clock.h"
@@ -148,12 +149,15 @@ struct Fabric::Handles {
     // (error is written before state becomes -1).
     std::atomic<int> state{0};
     std::string error;
+    std::string address;  // the peer's passive endpoint, for channels' own connections
   };
   fi_info* msg_hints = nullptr;  // to resolve each peer's connection info
   fid_eq* eq = nullptr;
   fid_pep* pep = nullptr;
   farm::Mutex peers_mu;
   std::vector<std::unique_ptr<MsgPeer>> peers ABSL_GUARDED_BY(peers_mu);  // PeerId = index
+  // RDM: each peer's address, for channels that cannot share `av`.
+  absl::flat_hash_map<PeerId, std::string> rdm_addresses ABSL_GUARDED_BY(peers_mu);
   farm::Mutex eq_mu;  // one thread reads the event queue at a time
   std::vector<fid_ep*> accepted ABSL_GUARDED_BY(eq_mu);
   std::atomic<int> connecting{0};
@@ -199,6 +203,9 @@ bool MemoryRegistration::Contains(const void* p, size_t len) const {
 Fabric::Fabric() : h_(std::make_unique<Handles>()) {}
 
 Fabric::~Fabric() {
+  if (int n = open_channels_.load(std::memory_order_relaxed); n > 0) {
+    spdlog::error("a Fabric is destroyed while {} of its channels are open; destroy them first", n);
+  }
   {
     farm::MutexLock l(&h_->peers_mu);
     for (auto& p : h_->peers) {
@@ -309,7 +316,7 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
   // A file-descriptor wait object lets an idle poller block until a peer's operation arrives
   // (WaitForProgress). Not for verbs: the NIC serves peers' READs and WRITEs without our
   // progress, so there is nothing to wake up for. Providers without one (shm) get none.
-  const bool want_wait = provider != "verbs";
+  const bool want_wait = options.wait_object && provider != "verbs";
   cq_attr.wait_obj = want_wait ? FI_WAIT_FD : FI_WAIT_NONE;
   ret = fi_cq_open(h.domain, &cq_attr, &h.cq, nullptr);
   if (ret != 0 && want_wait) {
@@ -466,12 +473,27 @@ int Fabric::ProgressConnections() {
         p->state.store(1, std::memory_order_release);
       }
     } else if (event == FI_SHUTDOWN) {
-      if (Handles::MsgPeer* p = find_peer(entry->fid))
+      if (Handles::MsgPeer* p = find_peer(entry->fid)) {
         fail_peer(p, "the peer closed the connection");
+      } else {
+        // A connection we accepted was closed by its peer (e.g. a channel that was destroyed):
+        // it only served the peer's operations, so nothing of ours is in flight on it.
+        auto it = std::find_if(h.accepted.begin(), h.accepted.end(),
+                               [&](fid_ep* ep) { return &ep->fid == entry->fid; });
+        if (it != h.accepted.end()) {
+          fi_close(&(*it)->fid);
+          h.accepted.erase(it);
+        }
+      }
     }
   }
   h.eq_mu.Unlock();
   return events;
+}
+
+int Fabric::accepted_connections() const {
+  farm::MutexLock l(&h_->eq_mu);
+  return static_cast<int>(h_->accepted.size());
 }
 
 absl::Status Fabric::EndpointFor(PeerId peer, absl::Duration timeout, void** ep, uint64_t* dest) {
@@ -531,26 +553,11 @@ absl::StatusOr<std::unique_ptr<MemoryRegistration>> Fabric::Register(void* base,
 
 absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
   if (endpoint_ == EndpointType::kMsg) {
-    std::string host, port;
-    if (!SockaddrToHostPort(std::string(address), &host, &port)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("a peer address of ", address.size(), " bytes is no IP socket address"));
-    }
-    fi_info* info = nullptr;
-    int ret = fi_getinfo(kFiVersion, host.c_str(), port.c_str(), 0, h_->msg_hints, &info);
-    if (ret != 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot resolve peer ", host, ":", port, ": ", fi_strerror(-ret)));
-    }
     auto peer = std::make_unique<Handles::MsgPeer>();
-    ret = MakeMsgEndpoint(h_->domain, info, h_->eq, h_->cq, nullptr, &peer->ep);
-    if (ret == 0) ret = fi_connect(peer->ep, info->dest_addr, nullptr, 0);
-    fi_freeinfo(info);
-    if (ret != 0) {
-      if (peer->ep != nullptr) fi_close(&peer->ep->fid);
-      return absl::UnavailableError(absl::StrCat("cannot connect to peer ", host, ":", port, ": ",
-                                                 FiError("fi_connect", ret)));
-    }
+    peer->address = std::string(address);
+    void* ep = nullptr;
+    if (absl::Status st = ConnectMsg(address, h_->eq, h_->cq, &ep); !st.ok()) return st;
+    peer->ep = static_cast<fid_ep*>(ep);
     h_->connecting.fetch_add(1);
     farm::MutexLock l(&h_->peers_mu);
     h_->peers.push_back(std::move(peer));
@@ -562,11 +569,48 @@ absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
     return absl::InvalidArgumentError(absl::StrCat("fi_av_insert rejected a peer address of ",
                                                    address.size(), " bytes (", n, ")"));
   }
+  farm::MutexLock l(&h_->peers_mu);
+  h_->rdm_addresses[static_cast<PeerId>(addr)] = std::string(address);
   return static_cast<PeerId>(addr);
 }
 
+absl::Status Fabric::ConnectMsg(absl::string_view address, void* eq, void* cq, void** ep) {
+  std::string host, port;
+  if (!SockaddrToHostPort(std::string(address), &host, &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a peer address of ", address.size(), " bytes is no IP socket address"));
+  }
+  fi_info* info = nullptr;
+  int ret = fi_getinfo(kFiVersion, host.c_str(), port.c_str(), 0, h_->msg_hints, &info);
+  if (ret != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve peer ", host, ":", port, ": ", fi_strerror(-ret)));
+  }
+  fid_ep* e = nullptr;
+  ret = MakeMsgEndpoint(h_->domain, info, static_cast<fid_eq*>(eq), static_cast<fid_cq*>(cq),
+                        nullptr, &e);
+  if (ret == 0) ret = fi_connect(e, info->dest_addr, nullptr, 0);
+  fi_freeinfo(info);
+  if (ret != 0) {
+    if (e != nullptr) fi_close(&e->fid);
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to peer ", host, ":", port, ": ", FiError("fi_connect", ret)));
+  }
+  *ep = e;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Fabric::PeerAddress(PeerId peer) const {
+  farm::ReaderMutexLock l(&h_->peers_mu);
+  if (endpoint_ == EndpointType::kMsg) {
+    if (peer < h_->peers.size()) return h_->peers[peer]->address;
+  } else if (auto it = h_->rdm_addresses.find(peer); it != h_->rdm_addresses.end()) {
+    return it->second;
+  }
+  return absl::NotFoundError(absl::StrCat("unknown peer ", peer));
+}
+
 int Fabric::Progress() {
-  fi_cq_entry entries[32];
   int total = 0;
   // Connection events are rare: look at the event queue every 16th call, or every call while a
   // connection of ours is being set up.
@@ -575,8 +619,16 @@ int Fabric::Progress() {
        h_->connecting.load(std::memory_order_relaxed) > 0)) {
     total += ProgressConnections();
   }
+  total += ReapCompletions(h_->cq);
+  return total + RemoteAccesses();
+}
+
+int Fabric::ReapCompletions(void* cq_ptr) {
+  fid_cq* cq = static_cast<fid_cq*>(cq_ptr);
+  fi_cq_entry entries[32];
+  int total = 0;
   for (;;) {
-    ssize_t n = fi_cq_read(h_->cq, entries, 32);
+    ssize_t n = fi_cq_read(cq, entries, 32);
     if (n > 0) {
       for (ssize_t i = 0; i < n; ++i) {
         auto* ctx = static_cast<OpContext*>(entries[i].op_context);
@@ -589,9 +641,9 @@ int Fabric::Progress() {
     }
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
-      if (fi_cq_readerr(h_->cq, &err, 0) != 1) break;
+      if (fi_cq_readerr(cq, &err, 0) != 1) break;
       auto* ctx = static_cast<OpContext*>(err.op_context);
-      const char* detail = fi_cq_strerror(h_->cq, err.prov_errno, err.err_data, nullptr, 0);
+      const char* detail = fi_cq_strerror(cq, err.prov_errno, err.err_data, nullptr, 0);
       std::string msg = absl::StrCat(
           ctx && ctx->is_read ? "READ" : "WRITE", " of ", ctx ? ctx->len : 0,
           " bytes at remote address 0x", absl::Hex(ctx ? ctx->remote_addr : 0),
@@ -607,7 +659,7 @@ int Fabric::Progress() {
     }
     break;  // -FI_EAGAIN: nothing more right now.
   }
-  return total + RemoteAccesses();
+  return total;
 }
 
 int Fabric::RemoteAccesses() {
@@ -639,11 +691,13 @@ int Fabric::WaitForProgress(absl::Duration max_wait) {
   return Progress() + (ready > 0 ? 1 : 0);
 }
 
-absl::Status Fabric::Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local,
-                          OpContext* ctx, absl::Duration timeout) {
+absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, RemoteBuffer remote,
+                          LocalBuffer local, OpContext* ctx, absl::Duration timeout) {
   void* ep_ptr = nullptr;
   uint64_t dest = 0;
-  if (absl::Status s = EndpointFor(peer, timeout, &ep_ptr, &dest); !s.ok()) return s;
+  absl::Status s = channel != nullptr ? channel->EndpointFor(peer, timeout, &ep_ptr, &dest)
+                                      : EndpointFor(peer, timeout, &ep_ptr, &dest);
+  if (!s.ok()) return s;
   fid_ep* ep = static_cast<fid_ep*>(ep_ptr);
   iovec iov{local.data, local.size};
   void* desc = local.mr->desc();
@@ -666,7 +720,12 @@ absl::Status Fabric::Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
     if (ret != -FI_EAGAIN) {
       return absl::UnavailableError(FiError(is_read ? "fi_read" : "fi_write", ret));
     }
-    Progress();
+    // The queue that is full, or the endpoint that is busy, is the one we post on.
+    if (channel != nullptr) {
+      channel->Progress();
+    } else {
+      Progress();
+    }
     if (deadline == CoarseClock::time_point::max()) deadline = CoarseDeadline(timeout);
     if (CoarseClock::now() > deadline) {
       return absl::DeadlineExceededError(
@@ -678,6 +737,9 @@ absl::Status Fabric::Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
 }
 
 OpBatch::OpBatch(Fabric* fabric) : fabric_(fabric), state_(std::make_shared<State>()) {}
+
+OpBatch::OpBatch(FabricChannel* channel)
+    : fabric_(channel->fabric()), channel_(channel), state_(std::make_shared<State>()) {}
 
 OpBatch::~OpBatch() = default;  // In-flight contexts hold their own reference to state_.
 
@@ -717,7 +779,7 @@ absl::Status OpBatch::Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
     ctx->remote_addr = remote.addr;
     ctx->len = local.size;
     state_->outstanding.fetch_add(1, std::memory_order_relaxed);
-    s = fabric_->Post(is_read, peer, remote, local, ctx, post_timeout_);
+    s = fabric_->Post(channel_, is_read, peer, remote, local, ctx, post_timeout_);
     if (!s.ok()) {
       state_->outstanding.fetch_sub(1, std::memory_order_relaxed);
       delete ctx;
@@ -731,7 +793,8 @@ absl::Status OpBatch::Wait(absl::Duration timeout) {
   // The coarse clock: this loop is on every operation's path, and a timeout is seconds.
   const CoarseClock::time_point deadline = CoarseDeadline(timeout);
   while (outstanding() > 0) {
-    if (fabric_->Progress() == 0 && CoarseClock::now() > deadline) {
+    const int done = channel_ != nullptr ? channel_->Progress() : fabric_->Progress();
+    if (done == 0 && CoarseClock::now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(outstanding(), " RDMA operation(s) did not complete within ",
                        absl::FormatDuration(timeout), " (is the peer alive and polling?)"));
@@ -741,6 +804,178 @@ absl::Status OpBatch::Wait(absl::Duration timeout) {
   absl::Status s = state_->first_error;
   state_->first_error = absl::OkStatus();
   return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// FabricChannel
+
+struct FabricChannel::Handles {
+  fid_cq* cq = nullptr;
+  // RDM: the channel's endpoint, bound to the Fabric's address vector or, where the provider
+  // refuses a second endpoint on it, to own_av.
+  fid_ep* ep = nullptr;
+  fid_av* own_av = nullptr;
+  absl::flat_hash_map<PeerId, fi_addr_t> own_addr;  // PeerId -> address in own_av
+  // MSG: the channel's connections, by PeerId, and the event queue their events arrive on.
+  fid_eq* eq = nullptr;
+  absl::flat_hash_map<PeerId, fid_ep*> conns;
+};
+
+FabricChannel::FabricChannel(Fabric* fabric) : fabric_(fabric), h_(std::make_unique<Handles>()) {
+  fabric_->open_channels_.fetch_add(1, std::memory_order_relaxed);
+}
+
+FabricChannel::~FabricChannel() {
+  for (auto& [peer, ep] : h_->conns) fi_close(&ep->fid);
+  if (h_->ep) fi_close(&h_->ep->fid);
+  if (h_->own_av) fi_close(&h_->own_av->fid);
+  if (h_->cq) fi_close(&h_->cq->fid);
+  if (h_->eq) fi_close(&h_->eq->fid);
+  fabric_->open_channels_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+absl::StatusOr<std::unique_ptr<FabricChannel>> Fabric::OpenChannel() {
+  std::unique_ptr<FabricChannel> c(new FabricChannel(this));
+  if (absl::Status s = c->Open(); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("cannot open a channel on provider ", provider_, ": ", s.message()));
+  }
+  return c;
+}
+
+absl::Status FabricChannel::Open() {
+  Fabric::Handles& f = *fabric_->h_;
+  Handles& h = *h_;
+  // No wait object: the owner thread polls its queue while it waits (OpBatch::Wait), and a
+  // file-descriptor wait object would make the provider signal it on every completion.
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+  cq_attr.size = kCqSize;
+  cq_attr.wait_obj = FI_WAIT_NONE;
+  int ret = fi_cq_open(f.domain, &cq_attr, &h.cq, nullptr);
+  if (ret != 0) return absl::UnavailableError(FiError("fi_cq_open", ret));
+  if (fabric_->endpoint_type() == EndpointType::kMsg) {
+    fi_eq_attr eq_attr{};
+    eq_attr.size = 64;
+    eq_attr.wait_obj = FI_WAIT_NONE;
+    if ((ret = fi_eq_open(f.fabric, &eq_attr, &h.eq, nullptr)) != 0) {
+      return absl::UnavailableError(FiError("fi_eq_open", ret));
+    }
+    return absl::OkStatus();
+  }
+  if ((ret = fi_endpoint(f.domain, f.info, &h.ep, nullptr)) != 0) {
+    return absl::UnavailableError(FiError("fi_endpoint", ret));
+  }
+  if (fi_ep_bind(h.ep, &f.av->fid, 0) != 0) {
+    // The provider wants an address vector per endpoint: keep our own, filled on demand.
+    fi_av_attr av_attr{};
+    av_attr.type = FI_AV_UNSPEC;
+    if ((ret = fi_av_open(f.domain, &av_attr, &h.own_av, nullptr)) != 0) {
+      return absl::UnavailableError(FiError("fi_av_open", ret));
+    }
+    if ((ret = fi_ep_bind(h.ep, &h.own_av->fid, 0)) != 0) {
+      return absl::UnavailableError(FiError("fi_ep_bind(av)", ret));
+    }
+    spdlog::debug("provider {}: channels keep their own address vector", fabric_->provider());
+  }
+  if ((ret = fi_ep_bind(h.ep, &h.cq->fid, FI_TRANSMIT | FI_RECV)) != 0) {
+    return absl::UnavailableError(FiError("fi_ep_bind(cq)", ret));
+  }
+  if ((ret = fi_enable(h.ep)) != 0) return absl::UnavailableError(FiError("fi_enable", ret));
+  return absl::OkStatus();
+}
+
+int FabricChannel::Progress() {
+  // Our connections' events (a peer that closed one) are rare and change nothing here: the
+  // operations on that connection fail through the completion queue. Drain them now and then so
+  // that the event queue never overflows.
+  if (h_->eq != nullptr && (++progress_calls_ & 1023) == 0) {
+    uint32_t event = 0;
+    alignas(fi_eq_cm_entry) char buf[sizeof(fi_eq_cm_entry) + 256];
+    ssize_t n;
+    while ((n = fi_eq_read(h_->eq, &event, buf, sizeof(buf), 0)) != -FI_EAGAIN) {
+      if (n == -FI_EAVAIL) {
+        fi_eq_err_entry err{};
+        if (fi_eq_readerr(h_->eq, &err, 0) < 0) break;
+      } else if (n < 0) {
+        break;
+      }
+    }
+  }
+  return Fabric::ReapCompletions(h_->cq);
+}
+
+absl::Status FabricChannel::EndpointFor(PeerId peer, absl::Duration timeout, void** ep,
+                                        uint64_t* dest) {
+  if (h_->eq != nullptr) {  // MSG
+    *dest = 0;
+    if (auto it = h_->conns.find(peer); it != h_->conns.end()) {
+      *ep = it->second;
+      return absl::OkStatus();
+    }
+    return Connect(peer, timeout, ep);
+  }
+  *ep = h_->ep;
+  if (h_->own_av == nullptr) {
+    *dest = peer;
+    return absl::OkStatus();
+  }
+  if (auto it = h_->own_addr.find(peer); it != h_->own_addr.end()) {
+    *dest = it->second;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> address = fabric_->PeerAddress(peer);
+  if (!address.ok()) return address.status();
+  fi_addr_t addr = FI_ADDR_UNSPEC;
+  int n = fi_av_insert(h_->own_av, address->data(), 1, &addr, 0, nullptr);
+  if (n != 1) {
+    return absl::UnavailableError(absl::StrCat("fi_av_insert rejected peer ", peer, " (", n, ")"));
+  }
+  h_->own_addr[peer] = addr;
+  *dest = addr;
+  return absl::OkStatus();
+}
+
+absl::Status FabricChannel::Connect(PeerId peer, absl::Duration timeout, void** ep) {
+  absl::StatusOr<std::string> address = fabric_->PeerAddress(peer);
+  if (!address.ok()) return address.status();
+  void* e = nullptr;
+  if (absl::Status s = fabric_->ConnectMsg(*address, h_->eq, h_->cq, &e); !s.ok()) return s;
+  fid_ep* conn = static_cast<fid_ep*>(e);
+  // The channel connects one peer at a time, on its owner thread: wait here for this
+  // connection's outcome. Reading the event queue drives the connection's progress; the peer's
+  // poller accepts it.
+  const absl::Time deadline = absl::Now() + timeout;
+  alignas(fi_eq_cm_entry) char buf[sizeof(fi_eq_cm_entry) + 256];
+  auto* entry = reinterpret_cast<fi_eq_cm_entry*>(buf);
+  absl::Status status;
+  for (;;) {
+    uint32_t event = 0;
+    ssize_t n = fi_eq_read(h_->eq, &event, buf, sizeof(buf), 0);
+    if (n >= 0 && event == FI_CONNECTED && entry->fid == &conn->fid) break;
+    if (n == -FI_EAVAIL) {
+      fi_eq_err_entry err{};
+      if (fi_eq_readerr(h_->eq, &err, 0) >= 0 && err.fid == &conn->fid) {
+        const char* detail = fi_eq_strerror(h_->eq, err.prov_errno, err.err_data, nullptr, 0);
+        status = absl::UnavailableError(absl::StrCat("connection failed: ", fi_strerror(err.err),
+                                                     detail ? " / " : "", detail ? detail : ""));
+        break;
+      }
+      continue;
+    }
+    if (n == -FI_EAGAIN && absl::Now() > deadline) {
+      status =
+          absl::DeadlineExceededError("the connection to the peer was not established in time");
+      break;
+    }
+  }
+  if (!status.ok()) {
+    fi_close(&conn->fid);
+    return status;
+  }
+  h_->conns[peer] = conn;
+  *ep = conn;
+  return absl::OkStatus();
 }
 
 }  // namespace farm

@@ -24,8 +24,21 @@
 //   batch.Read(peer, RemoteBuffer{raddr, rkey}, mr->Slice(buf, 64));
 //   RETURN_IF_ERROR(batch.Wait(absl::Seconds(5)));
 //
+// Per-thread channels (FaRM's thread model): Fabric::OpenChannel gives a thread an initiator
+// context of its own, a FabricChannel, with its own endpoint(s) and its own completion queue. An
+// OpBatch built on a channel posts on the channel's endpoint, and its Wait reaps only the
+// channel's queue: the thread sees its own completions and nobody else's, without a hand-off
+// through a queue that other threads (or the poller) also read. The Fabric's own endpoint keeps
+// serving this process's memory to peers and keeps carrying Fabric-level OpBatches.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<FabricChannel> channel, fabric->OpenChannel());
+//   OpBatch batch(channel.get());  // on the thread that owns `channel`
+//   batch.Read(peer, RemoteBuffer{raddr, rkey}, mr->Slice(buf, 64));
+//   RETURN_IF_ERROR(batch.Wait(absl::Seconds(5)));
+//
 // Thread safety: all methods of Fabric are safe for concurrent use (the endpoint is opened with
-// FI_THREAD_SAFE). An OpBatch is owned by one thread.
+// FI_THREAD_SAFE). An OpBatch is owned by one thread; a FabricChannel, and every OpBatch built
+// on it, by one thread at a time.
 #ifndef FARM_PLATFORM_FABRIC_H_
 #define FARM_PLATFORM_FABRIC_H_
 
@@ -69,6 +82,12 @@ struct FabricOptions {
   // Local IP address (or host name) to bind network providers to, e.g. "127.0.0.1". Empty lets
   // the provider choose. Ignored by shm.
   std::string bind_host;
+  // Give the completion queue a file-descriptor wait object where the provider has one, so that
+  // WaitForProgress can block (an adaptive poller's idle wait). It is not free: with it, every
+  // progress call of tcp;ofi_rxm goes through the provider's wait set (epoll_wait instead of
+  // poll), and a target node's busy poller with a wait object added 0.7-1.4 us to an 8-byte
+  // READ's p50 (fabric_bench --compare_bare). A busy-polling node does not need it.
+  bool wait_object = true;
 };
 
 // OK if `provider` is one of kProviderNames; otherwise InvalidArgument naming it and listing
@@ -132,6 +151,7 @@ struct LocalBuffer {
 };
 
 class OpBatch;
+class FabricChannel;
 
 class Fabric {
  public:
@@ -161,6 +181,11 @@ class Fabric {
   // starts connecting; operations to the peer wait for the connection (within their deadline).
   absl::StatusOr<PeerId> AddPeer(absl::string_view address);
 
+  // Opens a channel: an initiator context for one thread (see FabricChannel). Errors: Unavailable
+  // with the provider's message when it cannot open another endpoint or completion queue.
+  // Every channel must be destroyed before the Fabric.
+  absl::StatusOr<std::unique_ptr<FabricChannel>> OpenChannel();
+
   // Reads completions and fires their OpBatch bookkeeping. Returns the number of completions
   // seen plus, where the provider counts them (FI_RMA_EVENT: shm, tcp;ofi_rxm), the peers' READs
   // and WRITEs this endpoint served since the last call; 0 when idle. Safe to call from any
@@ -179,13 +204,28 @@ class Fabric {
   // can only wait by yielding the CPU, and verbs serves peers' operations in hardware, without
   // this node's progress. Safe to call concurrently with Progress(); meant for one thread.
   int WaitForProgress(absl::Duration max_wait);
+  // MSG: connections this endpoint accepted (peers' main endpoints and channels) that are still
+  // open; a connection its peer closed is closed here by the next Progress calls that read the
+  // event queue. 0 for RDM.
+  int accepted_connections() const;
+
   // True if WaitForProgress blocks on the provider's wait object instead of sleeping.
   bool can_wait() const { return wait_fd_ >= 0; }
 
  private:
   friend class OpBatch;
+  friend class FabricChannel;
   struct Handles;  // libfabric objects, defined in fabric.cc.
   struct OpContext;
+
+  // Reads the completion queue `cq` (a struct fid_cq*) dry and fires the OpBatch bookkeeping of
+  // each completion. Returns the number of completions seen.
+  static int ReapCompletions(void* cq);
+  // The address `peer` was added with (AddPeer), or NotFound.
+  absl::StatusOr<std::string> PeerAddress(PeerId peer) const;
+  // MSG: creates an endpoint on `eq` and `cq` (struct fid_eq*, fid_cq*) and starts connecting it
+  // to the passive endpoint at `address`; FI_CONNECTED arrives on `eq`.
+  absl::Status ConnectMsg(absl::string_view address, void* eq, void* cq, void** ep);
 
   Fabric();
   absl::Status OpenEndpoint();
@@ -198,8 +238,9 @@ class Fabric {
   absl::Status EndpointFor(PeerId peer, absl::Duration timeout, void** ep, uint64_t* dest);
   // Posts one READ (is_read) or WRITE; retries while the provider is busy, driving progress,
   // for up to `timeout`. The clock is read only once the provider pushes back.
-  absl::Status Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local,
-                    OpContext* ctx, absl::Duration timeout);
+  // `channel` null posts on the Fabric's own endpoint.
+  absl::Status Post(FabricChannel* channel, bool is_read, PeerId peer, RemoteBuffer remote,
+                    LocalBuffer local, OpContext* ctx, absl::Duration timeout);
 
   std::unique_ptr<Handles> h_;
   std::string provider_;
@@ -209,6 +250,56 @@ class Fabric {
   EndpointType endpoint_ = EndpointType::kRdm;
   uint64_t write_completion_ = 0;  // FI_DELIVERY_COMPLETE, or FI_TRANSMIT_COMPLETE
   int wait_fd_ = -1;               // The CQ's wait object (owned by libfabric), or -1.
+  // Channels not yet destroyed; the destructor complains if some outlive the Fabric.
+  std::atomic<int> open_channels_{0};
+};
+
+// FabricChannel: one thread's initiator context on a Fabric.
+//
+// A channel has its own completion queue and its own endpoint(s), opened on the Fabric's domain
+// (so every MemoryRegistration of the Fabric works on it) and reaching the same PeerIds:
+//  - RDM (shm, tcp;ofi_rxm, verbs;ofi_rxm): one endpoint. It shares the Fabric's address vector
+//    where the provider lets two endpoints bind one; otherwise it keeps its own and inserts a
+//    peer's address the first time it posts to it, so PeerIds mean the same on every channel.
+//  - MSG (tcp, verbs): one connection per peer, set up on the first operation to that peer (the
+//    post waits for it, within the operation's timeout) and accepted by the peer's passive
+//    endpoint like any other.
+// Nothing here is provider-specific: verbs (RDM through ofi_rxm, and MSG) takes the same path as
+// the software providers, though only shm, tcp;ofi_rxm and tcp are tested here.
+//
+// The channel only initiates. Peers' operations on this process's memory are served by the
+// Fabric's own endpoint, so the process still needs its Poller (or someone calling
+// Fabric::Progress) - also for a channel's operations that target this same process.
+//
+// Thread safety: owned by one thread at a time, like the OpBatches built on it; nothing in a
+// channel is synchronized. Destroy it before its Fabric, and only when its batches have
+// completed (operations still in flight are abandoned: their bookkeeping is never freed).
+class FabricChannel {
+ public:
+  FabricChannel(const FabricChannel&) = delete;
+  FabricChannel& operator=(const FabricChannel&) = delete;
+  ~FabricChannel();
+
+  Fabric* fabric() const { return fabric_; }
+
+  // Reads this channel's completion queue and fires its OpBatch bookkeeping. Returns the number
+  // of completions seen (only this channel's operations; 0 when none completed).
+  int Progress();
+
+ private:
+  friend class Fabric;
+  struct Handles;  // libfabric objects, defined in fabric.cc.
+
+  explicit FabricChannel(Fabric* fabric);
+  absl::Status Open();
+  // The endpoint and destination to post to `peer` on; inserts the peer's address or connects
+  // to it (MSG, waiting up to `timeout`) the first time.
+  absl::Status EndpointFor(PeerId peer, absl::Duration timeout, void** ep, uint64_t* dest);
+  absl::Status Connect(PeerId peer, absl::Duration timeout, void** ep);
+
+  Fabric* const fabric_;
+  std::unique_ptr<Handles> h_;
+  uint32_t progress_calls_ = 0;
 };
 
 // A set of one-sided operations posted together and waited for together.
@@ -218,10 +309,16 @@ class Fabric {
 // out, the operations still in flight keep their bookkeeping alive until they complete, but the
 // local buffers they use must not be reused: treat the peer as unreachable.
 //
+// A batch built on a Fabric posts on the Fabric's endpoint and completes on its shared queue
+// (any thread's Progress may reap it); one built on a FabricChannel posts on the channel's
+// endpoint, and only the channel's queue completes it: Wait progresses nothing else.
+//
 // Owned by one thread. Destroying a batch with operations in flight abandons them as above.
 class OpBatch {
  public:
   explicit OpBatch(Fabric* fabric);
+  // `channel` must outlive the batch; use both on the channel's owner thread only.
+  explicit OpBatch(FabricChannel* channel);
   OpBatch(const OpBatch&) = delete;
   OpBatch& operator=(const OpBatch&) = delete;
   ~OpBatch();
@@ -245,6 +342,7 @@ class OpBatch {
   absl::Status Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local);
 
   Fabric* fabric_;
+  FabricChannel* channel_ = nullptr;  // null: the Fabric's own endpoint and queue
   std::shared_ptr<State> state_;
   absl::Duration post_timeout_ = absl::Seconds(10);
 };

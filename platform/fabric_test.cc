@@ -1,6 +1,5 @@
 #include "platform/fabric.h"
 
-
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -8,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "platform/testing/test_env.h"
 
 namespace farm {
@@ -24,6 +24,9 @@ struct Pair {
   std::unique_ptr<MemoryRegistration> amr, bmr;
   PeerId b_from_a = 0;
   std::atomic<bool> stop{false};
+  // While set, nobody progresses b: operations targeting it stay outstanding on shm, tcp;ofi_rxm
+  // and tcp (verbs serves them in hardware regardless).
+  std::atomic<bool> paused{false};
   std::thread poller;
 
   explicit Pair(const std::string& provider) : abuf(1 << 16), bbuf(1 << 16) {
@@ -43,7 +46,9 @@ struct Pair {
     REQUIRE(peer.ok());
     b_from_a = *peer;
     poller = std::thread([this] {
-      while (!stop.load()) b->Progress();
+      while (!stop.load()) {
+        if (!paused.load()) b->Progress();
+      }
     });
   }
   ~Pair() {
@@ -139,6 +144,152 @@ TEST_CASE("a READ with a wrong remote key fails with an error status", "[fabric]
   REQUIRE(batch.Read(p.b_from_a, bad, {p.amr.get(), p.abuf.data(), 64}).ok());
   absl::Status s = batch.Wait(absl::Seconds(10));
   CHECK_FALSE(s.ok());
+}
+
+// FaRM's thread model: each thread posts on its own channel and reaps its own completions.
+// Two threads READ and WRITE through their channels at once, each in its own part of b's buffer;
+// every byte is checked, on b's side and read back.
+TEST_CASE("two threads READ and WRITE through their own channels concurrently", "[fabric]") {
+  auto provider = GENERATE(from_range(TestProviders({"shm", "tcp;ofi_rxm", "tcp"})));
+  INFO("provider " << provider);
+  Pair p(provider);
+  constexpr int kThreads = 2;
+  constexpr size_t kSlice = 8192;  // each thread's part of abuf and of bbuf
+  constexpr int kRounds = 50;
+  std::vector<std::string> errors(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto channel = p.a->OpenChannel();
+      if (!channel.ok()) {
+        errors[t] = channel.status().ToString();
+        return;
+      }
+      OpBatch batch(channel->get());
+      char* src = p.abuf.data() + t * 2 * kSlice;
+      char* dst = src + kSlice;
+      for (int round = 0; round < kRounds && errors[t].empty(); ++round) {
+        const size_t len = 8 + (round * 997) % (kSlice - 8);
+        for (size_t i = 0; i < len; ++i) src[i] = static_cast<char>(t * 101 + round * 7 + i);
+        std::memset(dst, 0, len);
+        absl::Status s = batch.Write(p.b_from_a, p.Remote(t * kSlice), {p.amr.get(), src, len});
+        if (s.ok()) s = batch.Wait(absl::Seconds(10));
+        if (s.ok()) s = batch.Read(p.b_from_a, p.Remote(t * kSlice), {p.amr.get(), dst, len});
+        if (s.ok()) s = batch.Wait(absl::Seconds(10));
+        if (!s.ok()) {
+          errors[t] = absl::StrCat("round ", round, ": ", s.ToString());
+        } else if (std::memcmp(dst, src, len) != 0) {
+          errors[t] = absl::StrCat("round ", round, ": READ returned other bytes than written");
+        } else if (std::memcmp(p.bbuf.data() + t * kSlice, src, len) != 0) {
+          errors[t] = absl::StrCat("round ", round, ": the target holds other bytes than written");
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    INFO("thread " << t);
+    CHECK(errors[t] == "");
+  }
+}
+
+// Completions go to the channel that posted: while one channel's READ is outstanding, neither
+// another channel nor the Fabric's own queue ever reaps it, however long they are progressed and
+// whatever they complete themselves; only the owner's Wait does.
+TEST_CASE("a channel's completions never show up elsewhere", "[fabric]") {
+  auto provider = GENERATE(from_range(TestProviders({"shm", "tcp;ofi_rxm", "tcp"})));
+  INFO("provider " << provider);
+  Pair p(provider);
+  auto one = p.a->OpenChannel();
+  auto two = p.a->OpenChannel();
+  REQUIRE(one.ok());
+  REQUIRE(two.ok());
+  std::memcpy(p.bbuf.data() + 512, "channel-one", 12);
+  std::memcpy(p.bbuf.data() + 1024, "channel-two", 12);
+  {
+    // Connect both channels first (MSG connects on the first operation) and check they work.
+    OpBatch warm(two->get());
+    REQUIRE(warm.Read(p.b_from_a, p.Remote(1024), {p.amr.get(), p.abuf.data() + 1024, 12}).ok());
+    REQUIRE(warm.Wait(absl::Seconds(10)).ok());
+  }
+  OpBatch first(one->get());
+  REQUIRE(first.Read(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data(), 8}).ok());
+  REQUIRE(first.Wait(absl::Seconds(10)).ok());
+
+  // Target paused: the READ stays outstanding; nothing completes anywhere.
+  p.paused = true;
+  OpBatch pending(one->get());
+  REQUIRE(pending.Read(p.b_from_a, p.Remote(512), {p.amr.get(), p.abuf.data() + 512, 12}).ok());
+  for (int i = 0; i < 2000; ++i) {
+    REQUIRE((*two)->Progress() == 0);
+    REQUIRE(p.a->Progress() == 0);
+  }
+  // Target running again: the other channel completes its own READs, the Fabric's queue is
+  // progressed too, and still the first channel's READ is not reaped by either.
+  p.paused = false;
+  OpBatch other(two->get());
+  for (int i = 0; i < 20; ++i) {
+    std::memset(p.abuf.data() + 1024, 0, 12);
+    REQUIRE(other.Read(p.b_from_a, p.Remote(1024), {p.amr.get(), p.abuf.data() + 1024, 12}).ok());
+    REQUIRE(other.Wait(absl::Seconds(10)).ok());
+    CHECK(std::memcmp(p.abuf.data() + 1024, "channel-two", 12) == 0);
+    p.a->Progress();
+  }
+  CHECK(pending.outstanding() == 1);
+  // Its owner reaps it.
+  REQUIRE(pending.Wait(absl::Seconds(10)).ok());
+  CHECK(std::memcmp(p.abuf.data() + 512, "channel-one", 12) == 0);
+  CHECK((*two)->Progress() == 0);
+}
+
+// Fabric-level batches keep working next to channels, on the same peer.
+TEST_CASE("Fabric-level batches and channel batches mix", "[fabric]") {
+  Pair p(AnyProvider());
+  auto channel = p.a->OpenChannel();
+  REQUIRE(channel.ok());
+  OpBatch shared(p.a.get());
+  OpBatch own(channel->get());
+  std::memcpy(p.abuf.data(), "fabric-level", 12);
+  std::memcpy(p.abuf.data() + 64, "channel-lvl", 12);
+  REQUIRE(shared.Write(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data(), 12}).ok());
+  REQUIRE(own.Write(p.b_from_a, p.Remote(64), {p.amr.get(), p.abuf.data() + 64, 12}).ok());
+  REQUIRE(shared.Wait(absl::Seconds(10)).ok());
+  REQUIRE(own.Wait(absl::Seconds(10)).ok());
+  CHECK(std::memcmp(p.bbuf.data(), "fabric-level", 12) == 0);
+  CHECK(std::memcmp(p.bbuf.data() + 64, "channel-lvl", 12) == 0);
+}
+
+// MSG: a channel's connections are accepted by the peer's passive endpoint, and closed there
+// again when the channel goes away, so that threads coming and going leak no connections.
+TEST_CASE("a destroyed channel's connections are closed at the peer", "[fabric]") {
+  auto provider = GENERATE(from_range(TestProviders({"shm", "tcp;ofi_rxm", "tcp"})));
+  INFO("provider " << provider);
+  Pair p(provider);
+  if (p.a->endpoint_type() != EndpointType::kMsg) return;  // RDM providers manage their own
+  auto wait_for = [&](int want) {
+    for (int i = 0; i < 10000 && p.b->accepted_connections() != want; ++i) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return p.b->accepted_connections();
+  };
+  {
+    // a's own connection to b, set up by a's first operation.
+    OpBatch batch(p.a.get());
+    REQUIRE(batch.Read(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data(), 8}).ok());
+    REQUIRE(batch.Wait(absl::Seconds(10)).ok());
+  }
+  const int before = wait_for(1);
+  CHECK(before == 1);
+  for (int round = 0; round < 3; ++round) {
+    auto channel = p.a->OpenChannel();
+    REQUIRE(channel.ok());
+    OpBatch batch(channel->get());
+    REQUIRE(batch.Read(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data(), 8}).ok());
+    REQUIRE(batch.Wait(absl::Seconds(10)).ok());
+    CHECK(wait_for(before + 1) == before + 1);
+    channel->reset();
+    CHECK(wait_for(before) == before);
+  }
 }
 
 }  // namespace farm

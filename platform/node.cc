@@ -47,6 +47,9 @@ absl::Status Node::Init() {
   if (!endpoint.ok()) return endpoint.status();
   fopts.endpoint = *endpoint;
   fopts.bind_host = self != nullptr ? self->host() : cm_node->host();
+  // Only an adaptive poller blocks on the queue's wait object; a busy one would pay for it on
+  // every completion (see FabricOptions::wait_object).
+  fopts.wait_object = options_.poll.mode != PollMode::kBusy;
   absl::StatusOr<std::unique_ptr<Fabric>> fabric = Fabric::Open(fopts);
   if (!fabric.ok()) return fabric.status();
   fabric_ = std::move(*fabric);
@@ -329,6 +332,19 @@ absl::Status Node::Batch::Wait(absl::Duration timeout) {
     early_error_ = absl::OkStatus();
   }
   return s;
+}
+
+Node::Batch::Batch(Channel* channel) : node_(channel->node()), ops_(channel->fabric_channel()) {}
+
+Node::Channel::Channel(Node* node, std::unique_ptr<FabricChannel> channel)
+    : node_(node), channel_(std::move(channel)), batch_(this) {}
+
+Node::Channel::~Channel() = default;
+
+absl::StatusOr<std::unique_ptr<Node::Channel>> Node::OpenChannel() {
+  absl::StatusOr<std::unique_ptr<FabricChannel>> channel = fabric_->OpenChannel();
+  if (!channel.ok()) return channel.status();
+  return std::unique_ptr<Channel>(new Channel(this, std::move(*channel)));
 }
 
 absl::Status Node::Batch::Read(GlobalAddress addr, LocalBuffer local) {

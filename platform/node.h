@@ -16,7 +16,18 @@
 // Every remote access is checked against the region map before anything is posted: an address
 // outside every region, or a range crossing a region's end, is refused with OutOfRange.
 //
-// Thread safety: all public methods are safe for concurrent use. A Batch is owned by one thread.
+// Per-thread channels: a thread that accesses remote memory often opens a Node::Channel of its
+// own (FaRM's thread model). Its operations post on the channel's own endpoint and complete on the
+// channel's own completion queue, which only that thread reads: no other thread (not the poller,
+// not another application thread) touches its completions.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<Node::Channel> channel, node->OpenChannel());
+//   ASSIGN_OR_RETURN(auto mr, channel->RegisterBuffer(buf, sizeof(buf)));
+//   RETURN_IF_ERROR(channel->Read(GlobalAddress{5, 128}, LocalBuffer{mr.get(), buf, 64}));
+//   RETURN_IF_ERROR(channel->Wait());
+//
+// Thread safety: all public methods are safe for concurrent use. A Batch is owned by one thread;
+// a Channel, and every Batch built on it, by one thread at a time.
 #ifndef FARM_PLATFORM_NODE_H_
 #define FARM_PLATFORM_NODE_H_
 
@@ -115,15 +126,23 @@ class Node {
     return fabric_->Register(base, size);
   }
 
+  class Channel;
+
   // Many one-sided operations posted together, addressed by GlobalAddress.
   class Batch {
    public:
+    // On the node's shared endpoint; completions may be reaped by any thread.
     explicit Batch(Node* node) : node_(node), ops_(node->fabric_.get()) {}
+    // On `channel` (see Channel): posted on its endpoint, completed on its queue only. Use the
+    // batch on the channel's owner thread; the channel must outlive it.
+    explicit Batch(Channel* channel);
     // Resolve + post. Errors are returned here and again by Wait().
     absl::Status Read(GlobalAddress addr, LocalBuffer local);
     absl::Status Write(GlobalAddress addr, LocalBuffer local);
     // Waits for every posted operation; returns the first error (including refused posts).
     absl::Status Wait(absl::Duration timeout = absl::Seconds(10));
+    // Operations posted and not yet completed.
+    int outstanding() const { return ops_.outstanding(); }
 
    private:
     absl::Status Post(bool is_read, GlobalAddress addr, LocalBuffer local);
@@ -131,6 +150,52 @@ class Node {
     OpBatch ops_;
     absl::Status early_error_;
   };
+
+  // One thread's initiator context (see the file comment and FabricChannel): its own endpoint
+  // and completion queue on this node's fabric, reaching every member. Read and Write resolve and
+  // bounds-check a GlobalAddress exactly like Batch (Resolve: OutOfRange outside every region or
+  // across a region's end, InvalidArgument for empty or oversized ranges) and post into the
+  // channel's default batch; Wait waits for it. More batches on the channel: Batch(channel).
+  //
+  // The node's own memory is still served by its poller, also to its own channels.
+  //
+  // Thread safety: owned by one thread at a time; not synchronized. Destroy it before the Node,
+  // and only once its batches completed (an operation in flight keeps its local buffer in use).
+  class Channel {
+   public:
+    Channel(const Channel&) = delete;
+    Channel& operator=(const Channel&) = delete;
+    ~Channel();
+
+    // Resolve + post in the default batch. Errors are returned here and again by Wait().
+    absl::Status Read(GlobalAddress addr, LocalBuffer local) { return batch_.Read(addr, local); }
+    absl::Status Write(GlobalAddress addr, LocalBuffer local) { return batch_.Write(addr, local); }
+    // Waits for the default batch, progressing only this channel's queue.
+    absl::Status Wait(absl::Duration timeout = absl::Seconds(10)) { return batch_.Wait(timeout); }
+    // Operations of the default batch posted and not yet completed.
+    int outstanding() const { return batch_.outstanding(); }
+    // Reaps this channel's completions (every batch's); returns how many.
+    int Progress() { return channel_->Progress(); }
+    // Registers caller memory for this channel's operations (and any other of the node's: a
+    // registration belongs to the node's fabric domain). Keep it until the operations using it
+    // completed.
+    absl::StatusOr<std::unique_ptr<MemoryRegistration>> RegisterBuffer(void* base, size_t size) {
+      return node_->RegisterBuffer(base, size);
+    }
+    Node* node() const { return node_; }
+    FabricChannel* fabric_channel() const { return channel_.get(); }
+
+   private:
+    friend class Node;
+    Channel(Node* node, std::unique_ptr<FabricChannel> channel);
+    Node* const node_;
+    std::unique_ptr<FabricChannel> channel_;
+    Batch batch_;  // after channel_: built on it, destroyed before it
+  };
+
+  // Opens a Channel for the calling thread. Unavailable when the provider cannot open another
+  // endpoint or completion queue (the message says which).
+  absl::StatusOr<std::unique_ptr<Channel>> OpenChannel();
 
   Fabric* fabric() { return fabric_.get(); }
   Poller* poller() { return poller_.get(); }

@@ -5,7 +5,9 @@
 // Higher layers add tasks (e.g. scanning message rings) that run on the same thread.
 //
 // Modes:
-//  - kBusy: poll without pause. Lowest latency; burns a core. For benchmarks.
+//  - kBusy: poll without pause. Lowest latency; burns a core. For benchmarks. A node that polls
+//    busily opens its completion queue without a wait object (FabricOptions::wait_object):
+//    nobody blocks on it, and the provider would signal it on every completion.
 //  - kAdaptive: after activity, keep polling for a spin window; when idle, wait up to max_sleep
 //    at a time. The default for local clusters, where several nodes share a few cores. How an
 //    idle node waits depends on the provider (Fabric::can_wait):

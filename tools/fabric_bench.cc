@@ -21,9 +21,28 @@
 // for an operation drives progress itself, so on a small machine the only threads polling are the
 // bench's and the target's.
 //
+// The measuring thread posts on a Node::Channel of its own (--channel, the default): its own
+// endpoint and completion queue, as every application thread has in FaRM's thread model.
+// --channel=false posts on the node's shared endpoint instead.
+//
+// Two other measurements replace the table:
+//  - --threads=1,2,4: READ throughput of 1, 2 and 4 application threads, each on its own channel
+//    with its own --window, for the sizes in --thread_sizes (8 B and 4 KiB). On a 2-core machine
+//    the threads share the cores with the target's poller, so expect little scaling there.
+//  - --compare_bare: 8-byte READ p50 against the bare-libfabric reference program
+//    (//tools/reference:rma_reference, run as a server and a client process on the same
+//    provider), in --compare_blocks blocks of --iters READs that alternate with ours, so both see
+//    the same machine; the medians of the blocks' p50 and their ratio. Our target is stopped
+//    (SIGSTOP) while the reference runs, so that its busy poller does not take a core from it.
+//
+//   bazel run //tools:fabric_bench -- --provider='tcp;ofi_rxm' --compare_bare
+//   bazel run //tools:fabric_bench -- --provider=shm --threads=1,2,4 --json
+//
 // Output: a table on standard output, or with --json one JSON object per line:
 //   {"provider":"tcp;ofi_rxm","op":"read","size":8,"p50_us":..,"p99_us":..,"ops_per_s":..,
 //    "gbytes_per_s":..}
+// (--threads adds "threads", "channels", "window_per_thread" and "per_thread_ops_per_s";
+// --compare_bare prints "farm_p50_us", "bare_p50_us", "ratio" and the blocks' p50s.)
 // Logs go to standard error. Exit status: 0 success, 1 runtime failure (the target did not come
 // up, an operation failed or timed out), 2 bad flags, 3 data mismatch.
 #include <arpa/inet.h>
@@ -40,6 +59,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -57,9 +77,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -94,6 +117,22 @@ ABSL_FLAG(int, duration_ms, 500, "milliseconds per throughput point (0 skips thr
 ABSL_FLAG(bool, json, false,
           "print one JSON object per line (keys provider, op, size, p50_us, p99_us, ops_per_s, "
           "gbytes_per_s) instead of a table");
+ABSL_FLAG(bool, channel, true,
+          "post through a Node::Channel of the measuring thread (its own endpoint and completion "
+          "queue); false posts on the node's shared endpoint");
+ABSL_FLAG(std::string, threads, "",
+          "comma-separated application thread counts, e.g. 1,2,4: instead of the latency table, "
+          "measure READ throughput with that many threads, each on its own channel with its own "
+          "--window, for the sizes in --thread_sizes");
+ABSL_FLAG(std::string, thread_sizes, "8,4096", "operation sizes for --threads");
+ABSL_FLAG(bool, compare_bare, false,
+          "instead of the latency table, compare the 8-byte READ p50 with the bare-libfabric "
+          "reference program (tools/reference:rma_reference) on the same provider, in "
+          "--compare_blocks alternating blocks of --iters READs");
+ABSL_FLAG(int, compare_blocks, 6, "blocks of each side for --compare_bare");
+ABSL_FLAG(std::string, rma_reference, "",
+          "path of the rma_reference binary for --compare_bare; empty: reference/rma_reference "
+          "beside this program (where bazel puts it)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address both nodes bind to");
 ABSL_FLAG(int, base_port, 0,
           "control port of the target node (the measuring node gets base_port+1); 0 picks free "
@@ -181,7 +220,10 @@ void RemoveTempFiles() {
 void OnFatalSignal(int sig) {
   // Only async-signal-safe calls here.
   pid_t child = g_child_pid;
-  if (child > 0) kill(child, SIGTERM);  // SIGTERM lets shm remove its files; nothing blocks it.
+  if (child > 0) {
+    kill(child, SIGTERM);  // SIGTERM lets shm remove its files; nothing blocks it.
+    kill(child, SIGCONT);  // --compare_bare stops the target while the reference runs.
+  }
   RemoveTempFiles();
   signal(sig, SIG_DFL);
   raise(sig);
@@ -377,16 +419,32 @@ struct Result {
   double gbytes_per_s = 0;
 };
 
+// One measuring thread's view: its batches (on its own Node::Channel, or on the node's shared
+// endpoint when `channel` is null) and its slots of the registered buffer.
 class Bench {
  public:
-  Bench(Node* node, GlobalAddress target, uint64_t region_size, const MemoryRegistration* mr,
-        int window)
-      : node_(node), target_(target), region_size_(region_size), mr_(mr), window_(window) {}
+  Bench(Node* node, Node::Channel* channel, GlobalAddress target, uint64_t region_size,
+        const MemoryRegistration* mr, int window, int first_slot = 0)
+      : node_(node),
+        channel_(channel),
+        target_(target),
+        region_size_(region_size),
+        mr_(mr),
+        window_(window),
+        first_slot_(first_slot) {}
+
+  // Slots a Bench uses in the buffer: SlotsPerBench() from first_slot.
+  static int SlotsPerBench(int window) { return window + 2; }
 
   // Local slot `i` of `size` bytes; slots [0, window) are for operations, window and window+1
   // for verification.
   LocalBuffer Slot(int i, uint64_t size) const {
-    return LocalBuffer{mr_, mr_->base() + static_cast<size_t>(i) * size, size};
+    return LocalBuffer{mr_, mr_->base() + static_cast<size_t>(first_slot_ + i) * size, size};
+  }
+
+  std::unique_ptr<Node::Batch> NewBatch() const {
+    return channel_ != nullptr ? std::make_unique<Node::Batch>(channel_)
+                               : std::make_unique<Node::Batch>(node_);
   }
   GlobalAddress Remote(uint64_t seq, uint64_t size) const {
     const uint64_t slots = std::max<uint64_t>(1, region_size_ / size);
@@ -408,7 +466,8 @@ class Bench {
   // READ [0, size) and compare with the pattern the target filled its region with. Valid only
   // before the first WRITE.
   absl::Status CheckFillPattern(uint64_t size) {
-    Node::Batch batch(node_);
+    std::unique_ptr<Node::Batch> b = NewBatch();
+    Node::Batch& batch = *b;
     LocalBuffer dst = Slot(window_ + 1, size);
     std::memset(dst.data, 0, size);
     if (absl::Status s = Op(batch, true, target_, dst); !s.ok()) return s;
@@ -425,7 +484,8 @@ class Bench {
 
   // WRITE a size-specific pattern to [0, size), READ it back and compare.
   absl::Status CheckRoundTrip(uint64_t size) {
-    Node::Batch batch(node_);
+    std::unique_ptr<Node::Batch> b = NewBatch();
+    Node::Batch& batch = *b;
     LocalBuffer src = Slot(window_, size);
     LocalBuffer dst = Slot(window_ + 1, size);
     for (uint64_t i = 0; i < size; ++i) {
@@ -446,7 +506,8 @@ class Bench {
 
   // One operation at a time, each after a sleep of `gap`.
   absl::Status Latency(bool is_read, uint64_t size, int iters, absl::Duration gap, Result* r) {
-    Node::Batch batch(node_);
+    std::unique_ptr<Node::Batch> b = NewBatch();
+    Node::Batch& batch = *b;
     const int warmup = std::min(iters, 20);
     std::vector<double> us;
     us.reserve(iters);
@@ -470,7 +531,7 @@ class Bench {
   // posting order; each one is re-posted as soon as it completed.
   absl::Status Throughput(bool is_read, uint64_t size, absl::Duration duration, Result* r) {
     std::vector<std::unique_ptr<Node::Batch>> ring;
-    for (int i = 0; i < window_; ++i) ring.push_back(std::make_unique<Node::Batch>(node_));
+    for (int i = 0; i < window_; ++i) ring.push_back(NewBatch());
     uint64_t seq = 0;
     auto post = [&](int slot) -> absl::Status {
       Node::Batch& b = *ring[slot];
@@ -525,10 +586,12 @@ class Bench {
 
  private:
   Node* node_;
+  Node::Channel* channel_;
   GlobalAddress target_;
   uint64_t region_size_;
   const MemoryRegistration* mr_;
   int window_;
+  int first_slot_;
 };
 
 int LatencyIters(uint64_t size, int iters) {
@@ -547,6 +610,262 @@ std::string JsonLine(const std::string& provider, const Result& r) {
 void Print(const std::string& line) {
   std::fputs((line + "\n").c_str(), stdout);
   std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// --threads: READ throughput of several application threads, each on its own channel.
+
+struct ThreadScaling {
+  double ops_per_s = 0;
+  double gbytes_per_s = 0;
+  std::vector<double> per_thread_ops_per_s;
+};
+
+absl::Status MeasureThreads(Node* node, bool use_channel, GlobalAddress target,
+                            uint64_t region_size, const MemoryRegistration* mr, int window,
+                            int threads, uint64_t size, absl::Duration duration,
+                            ThreadScaling* out) {
+  std::vector<Result> results(threads);
+  std::vector<absl::Status> status(threads);
+  // Every thread opens its channel and connects before anyone measures.
+  std::atomic<int> ready{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::unique_ptr<Node::Channel> channel;
+      if (use_channel) {
+        absl::StatusOr<std::unique_ptr<Node::Channel>> c = node->OpenChannel();
+        if (c.ok()) {
+          channel = std::move(*c);
+        } else {
+          status[t] = c.status();
+        }
+      }
+      Bench bench(node, channel.get(), target, region_size, mr, window,
+                  t * Bench::SlotsPerBench(window));
+      if (status[t].ok()) {
+        std::unique_ptr<Node::Batch> batch = bench.NewBatch();
+        status[t] = bench.Op(*batch, true, target, bench.Slot(0, size));
+      }
+      // Pairs with the acquire loads below: all threads are set up before the first measures.
+      ready.fetch_add(1, std::memory_order_acq_rel);
+      while (ready.load(std::memory_order_acquire) < threads) std::this_thread::yield();
+      if (status[t].ok()) status[t] = bench.Throughput(true, size, duration, &results[t]);
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  *out = ThreadScaling{};
+  for (int t = 0; t < threads; ++t) {
+    if (!status[t].ok()) {
+      return absl::Status(status[t].code(),
+                          absl::StrCat("thread ", t, " of ", threads, ": ", status[t].message()));
+    }
+    out->ops_per_s += results[t].ops_per_s;
+    out->gbytes_per_s += results[t].gbytes_per_s;
+    out->per_thread_ops_per_s.push_back(results[t].ops_per_s);
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// --compare_bare: the bare-libfabric reference, run as a pair of processes.
+
+// Runs `args` (args[0] is the program) and returns its standard output; standard error is
+// passed through. Kills it after `timeout`.
+absl::StatusOr<std::string> RunCapture(const std::vector<std::string>& args,
+                                       absl::Duration timeout) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError(std::strerror(errno));
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    dup2(out[1], STDOUT_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(out[1]);
+  std::string output;
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    pollfd p{out[0], POLLIN, 0};
+    const int ms =
+        static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+    if (ms == 0 || poll(&p, 1, ms) <= 0) break;
+    char buf[1024];
+    ssize_t n = read(out[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    output.append(buf, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  // The output ended (or the time is up): give the program a moment to exit.
+  int st = 0;
+  const absl::Time exit_deadline = std::max(deadline, absl::Now() + absl::Seconds(2));
+  while (waitpid(pid, &st, WNOHANG) != pid) {
+    if (absl::Now() > exit_deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return absl::DeadlineExceededError(
+          absl::StrCat(args[0], " did not finish within ", absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return output;
+}
+
+// One block of the reference: its server (polling its queue, like a busy target node) and its
+// client (`iters` 8-byte READs, one at a time) on `provider`. Returns the client's READ p50.
+absl::StatusOr<double> RunReferenceBlock(const std::string& program, const std::string& provider,
+                                         EndpointType endpoint, const std::string& host,
+                                         int iters) {
+  const char* tmp = std::getenv("TMPDIR");
+  if (tmp == nullptr || *tmp == '\0' || std::strlen(tmp) > 200) tmp = "/tmp";
+  std::string dir = absl::StrCat(tmp, "/rma_reference.XXXXXX");
+  if (mkdtemp(dir.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("mkdtemp ", dir, ": ", std::strerror(errno)));
+  }
+  const std::string oob = dir + "/oob";
+  absl::StatusOr<std::pair<int, int>> ports = PickFreePorts(host);
+  if (!ports.ok()) return ports.status();
+  const bool shm = provider == "shm";
+  std::vector<std::string> common = {
+      absl::StrCat("--prov=", provider),
+      absl::StrCat("--ep_type=", endpoint == EndpointType::kMsg ? "msg" : "rdm"),
+      absl::StrCat("--node=", shm ? "" : host),
+      absl::StrCat("--port=", ports->first),
+      absl::StrCat("--oob=", oob),
+      absl::StrCat("--iters=", iters),
+      "--bw_secs=0"};
+  std::vector<std::string> server = {program, "--role=server"};
+  server.insert(server.end(), common.begin(), common.end());
+  std::vector<char*> argv;
+  for (const std::string& a : server) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t spid = fork();
+  if (spid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, STDOUT_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  std::vector<std::string> client = {program, "--role=client"};
+  client.insert(client.end(), common.begin(), common.end());
+  absl::StatusOr<std::string> out = RunCapture(client, absl::Seconds(120));
+  // The server leaves once the client wrote its .done file; make sure it does.
+  if (spid > 0) {
+    int st = 0;
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (waitpid(spid, &st, WNOHANG) != spid) {
+      if (absl::Now() > deadline) {
+        kill(spid, SIGKILL);
+        waitpid(spid, &st, 0);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  for (const char* suffix : {".info", ".done", ".tmp"}) unlink((oob + suffix).c_str());
+  rmdir(dir.c_str());
+  if (!out.ok()) return out.status();
+  // "[client] fi_read 8B x2000: avg 9.1 us, p50 8.4 us, ..."
+  for (absl::string_view line : absl::StrSplit(*out, '\n')) {
+    if (!absl::StrContains(line, "fi_read 8B")) continue;
+    size_t at = line.find("p50 ");
+    double p50 = 0;
+    if (at != absl::string_view::npos) {
+      absl::string_view rest = line.substr(at + 4);
+      rest = rest.substr(0, rest.find(' '));
+      if (absl::SimpleAtod(rest, &p50)) return p50;
+    }
+  }
+  return absl::UnavailableError(
+      absl::StrCat("the reference printed no READ latency; its output:\n", *out));
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// --threads: one line per thread count.
+absl::Status RunThreads(Node* node, bool use_channel, GlobalAddress base, uint64_t region_size,
+                        const MemoryRegistration* mr, int window,
+                        const std::vector<int>& thread_counts, uint64_t size,
+                        absl::Duration duration, bool json, const std::string& provider) {
+  for (int threads : thread_counts) {
+    ThreadScaling r;
+    absl::Status s = MeasureThreads(node, use_channel, base, region_size, mr, window, threads, size,
+                                    duration, &r);
+    if (!s.ok()) return s;
+    if (json) {
+      Print(absl::StrFormat(
+          "{\"provider\":\"%s\",\"op\":\"read\",\"size\":%d,\"threads\":%d,\"channels\":%s,"
+          "\"window_per_thread\":%d,\"ops_per_s\":%.1f,\"gbytes_per_s\":%.6f,"
+          "\"per_thread_ops_per_s\":[%s]}",
+          provider, size, threads, use_channel ? "true" : "false", window, r.ops_per_s,
+          r.gbytes_per_s,
+          absl::StrJoin(r.per_thread_ops_per_s, ",", [](std::string* out, double v) {
+            absl::StrAppendFormat(out, "%.1f", v);
+          })));
+    } else {
+      Print(absl::StrFormat(
+          "read %9s  %d thread(s), %s: %12.0f ops/s %9.4f GB/s  (per thread: %s)", HumanSize(size),
+          threads, use_channel ? "a channel each" : "shared endpoint", r.ops_per_s, r.gbytes_per_s,
+          absl::StrJoin(r.per_thread_ops_per_s, " ", [](std::string* out, double v) {
+            absl::StrAppendFormat(out, "%.0f", v);
+          })));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// --compare_bare: blocks of our 8-byte READ latency alternate with blocks of the reference
+// program's, so that both see the same machine load. While the reference runs, our target node
+// is stopped (SIGSTOP): its busy poller would otherwise take a core from the reference's pair.
+absl::Status RunCompare(Bench& bench, pid_t target_pid, const std::string& reference,
+                        const std::string& provider, EndpointType endpoint, const std::string& host,
+                        int iters, int blocks, bool json) {
+  std::vector<double> ours, bare;
+  for (int b = 0; b < blocks; ++b) {
+    Result r;
+    if (absl::Status s = bench.Latency(true, 8, iters, absl::ZeroDuration(), &r); !s.ok()) {
+      return s;
+    }
+    ours.push_back(r.p50_us);
+    // (Never kill(0, ...): that would stop our own process group.)
+    if (target_pid > 0) kill(target_pid, SIGSTOP);
+    absl::StatusOr<double> p50 = RunReferenceBlock(reference, provider, endpoint, host, iters);
+    if (target_pid > 0) kill(target_pid, SIGCONT);
+    if (!p50.ok()) {
+      return absl::Status(p50.status().code(),
+                          absl::StrCat("the reference program: ", p50.status().message()));
+    }
+    bare.push_back(*p50);
+  }
+  const double ours_p50 = Median(ours), bare_p50 = Median(bare);
+  auto list = [](const std::vector<double>& v) {
+    return absl::StrJoin(v, " ",
+                         [](std::string* out, double x) { absl::StrAppendFormat(out, "%.2f", x); });
+  };
+  if (json) {
+    Print(absl::StrFormat(
+        "{\"provider\":\"%s\",\"op\":\"read\",\"size\":8,\"compare\":\"bare_libfabric\","
+        "\"blocks\":%d,\"iters_per_block\":%d,\"farm_p50_us\":%.3f,\"bare_p50_us\":%.3f,"
+        "\"ratio\":%.3f,\"farm_block_p50_us\":[%s],\"bare_block_p50_us\":[%s]}",
+        provider, blocks, iters, ours_p50, bare_p50, ours_p50 / bare_p50,
+        absl::StrReplaceAll(list(ours), {{" ", ","}}),
+        absl::StrReplaceAll(list(bare), {{" ", ","}})));
+  } else {
+    Print(absl::StrFormat("8 B READ p50, median of %d alternating blocks of %d:", blocks, iters));
+    Print(absl::StrFormat("  fabric_bench    %7.2f us   (blocks: %s)", ours_p50, list(ours)));
+    Print(absl::StrFormat("  bare libfabric  %7.2f us   (blocks: %s)", bare_p50, list(bare)));
+    Print(absl::StrFormat("  ratio           %7.2f", ours_p50 / bare_p50));
+  }
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -588,12 +907,53 @@ int BenchMain() {
     spdlog::error("--endpoint: {}", std::string(s.message()));
     return kExitUsage;
   }
+  const bool compare_bare = absl::GetFlag(FLAGS_compare_bare);
+  const int compare_blocks = absl::GetFlag(FLAGS_compare_blocks);
+  const bool use_channel = absl::GetFlag(FLAGS_channel);
+  std::vector<int> thread_counts;
+  for (absl::string_view t : absl::StrSplit(absl::GetFlag(FLAGS_threads), ',', absl::SkipEmpty())) {
+    int n = 0;
+    if (!absl::SimpleAtoi(t, &n) || n < 1 || n > 64) {
+      spdlog::error("--threads: '{}' is not a thread count between 1 and 64", std::string(t));
+      return kExitUsage;
+    }
+    thread_counts.push_back(n);
+  }
+  if (compare_bare && !thread_counts.empty()) {
+    spdlog::error("--compare_bare and --threads are separate runs; pick one");
+    return kExitUsage;
+  }
+  if (compare_blocks < 1 || compare_blocks > 100) {
+    spdlog::error("--compare_blocks={} must be between 1 and 100", compare_blocks);
+    return kExitUsage;
+  }
+  std::string reference = absl::GetFlag(FLAGS_rma_reference);
+  if (compare_bare && reference.empty()) {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    std::string dir = n > 0 ? std::string(self, static_cast<size_t>(n)) : std::string(".");
+    dir = dir.substr(0, dir.rfind('/'));
+    reference = dir + "/reference/rma_reference";
+  }
+  if (compare_bare && access(reference.c_str(), X_OK) != 0) {
+    spdlog::error(
+        "--compare_bare needs the reference program, not found at {} (bazel build "
+        "//tools/reference:rma_reference, or pass --rma_reference)",
+        reference);
+    return kExitUsage;
+  }
+  // What is measured decides the sizes: the reference measures 8-byte READs only.
   absl::StatusOr<std::vector<uint64_t>> sizes =
-      ParseSizes(absl::GetFlag(FLAGS_sizes), 1, kMaxOpSize);
+      compare_bare
+          ? std::vector<uint64_t>{8}
+          : ParseSizes(absl::GetFlag(thread_counts.empty() ? FLAGS_sizes : FLAGS_thread_sizes), 1,
+                       kMaxOpSize);
   if (!sizes.ok()) {
     spdlog::error("{}", std::string(sizes.status().message()));
     return kExitUsage;
   }
+  const int max_threads =
+      thread_counts.empty() ? 1 : *std::max_element(thread_counts.begin(), thread_counts.end());
   const int iters = absl::GetFlag(FLAGS_iters);
   const int window = absl::GetFlag(FLAGS_window);
   const int duration_ms = absl::GetFlag(FLAGS_duration_ms);
@@ -627,8 +987,9 @@ int BenchMain() {
     return kExitUsage;
   }
   const uint64_t max_size = *std::max_element(sizes->begin(), sizes->end());
-  // The local buffer holds `window` operation slots plus two for verification.
-  const uint64_t buffer_bytes = (static_cast<uint64_t>(window) + 2) * max_size;
+  // The local buffer holds, for each thread, `window` operation slots plus two for verification.
+  const uint64_t buffer_bytes =
+      static_cast<uint64_t>(max_threads) * Bench::SlotsPerBench(window) * max_size;
   if (buffer_bytes > (uint64_t{4} << 30)) {
     spdlog::error(
         "--window={} with {}-byte operations needs a {} MiB buffer; use a smaller "
@@ -780,6 +1141,7 @@ int BenchMain() {
     std::vector<control::RegionInfo> regions = node->RegionsOf(kTargetId);
     std::unique_ptr<Buffer> buffer;
     std::unique_ptr<MemoryRegistration> mr;
+    std::unique_ptr<Node::Channel> channel;
     std::string error;
     int error_code = kExitRuntime;
     if (regions.empty()) {
@@ -801,23 +1163,34 @@ int BenchMain() {
           mr = std::move(*r);
         }
       }
+      if (error.empty() && use_channel) {
+        absl::StatusOr<std::unique_ptr<Node::Channel>> c = node->OpenChannel();
+        if (!c.ok()) {
+          error = std::string(c.status().message());
+        } else {
+          channel = std::move(*c);
+        }
+      }
     }
     if (!error.empty()) {
       spdlog::error("{}", error);
       exit_code = error_code;
     } else {
       const GlobalAddress base{regions[0].region_id(), 0};
-      Bench bench(node.get(), base, regions[0].size(), mr.get(), window);
+      Bench bench(node.get(), channel.get(), base, regions[0].size(), mr.get(), window);
       const bool json = absl::GetFlag(FLAGS_json);
       if (!json) {
         Print(absl::StrFormat(
-            "fabric_bench: provider %s (%s endpoints), target poll %s, %d-op window, %d ms per "
+            "fabric_bench: provider %s (%s endpoints), target poll %s, %s, %d-op window, %d ms per "
             "throughput point%s",
             provider, EndpointTypeName(node->fabric()->endpoint_type()), PollModeName(*mode),
-            window, duration_ms,
+            use_channel ? "posting on a channel" : "posting on the shared endpoint", window,
+            duration_ms,
             gap_us > 0 ? absl::StrCat(", ", gap_us, " us between latency samples") : ""));
-        Print(absl::StrFormat("%-5s %9s %7s %10s %10s %12s %9s", "op", "size", "samples", "p50_us",
-                              "p99_us", "ops/s", "GB/s"));
+        if (thread_counts.empty() && !compare_bare) {
+          Print(absl::StrFormat("%-5s %9s %7s %10s %10s %12s %9s", "op", "size", "samples",
+                                "p50_us", "p99_us", "ops/s", "GB/s"));
+        }
       }
       // Every size is checked twice: READs against the target's fill pattern (all sizes first,
       // before any WRITE changes the region), then a WRITE/READ round trip just before the
@@ -834,7 +1207,15 @@ int BenchMain() {
       for (uint64_t size : *sizes) {
         if (exit_code != 0) break;
         s = bench.CheckRoundTrip(size);
+        if (s.ok() && !thread_counts.empty()) {
+          s = RunThreads(node.get(), use_channel, base, regions[0].size(), mr.get(), window,
+                         thread_counts, size, absl::Milliseconds(duration_ms), json, provider);
+        } else if (s.ok() && compare_bare) {
+          s = RunCompare(bench, target.pid(), reference, provider, node->fabric()->endpoint_type(),
+                         host, iters, compare_blocks, json);
+        }
         for (bool is_read : {true, false}) {
+          if (!thread_counts.empty() || compare_bare) break;
           if (!s.ok()) break;
           Result r;
           r.op = is_read ? "read" : "write";
@@ -858,6 +1239,7 @@ int BenchMain() {
         }
       }
     }
+    channel.reset();
     mr.reset();
   }
   node.reset();  // Leaves the cluster.
