@@ -155,6 +155,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Runtime::NewWorker() {
   absl::StatusOr<Messenger::LaneLease> lane = impl_->messenger->AcquireLane(absl::ZeroDuration());
   if (!lane.ok()) return lane.status();
   w->lane = std::move(*lane);
+  absl::StatusOr<std::unique_ptr<Node::Channel>> channel = impl_->node->OpenChannel();
+  if (!channel.ok()) return channel.status();
+  w->channel = std::move(*channel);
   absl::StatusOr<std::unique_ptr<Region>> buffer =
       Region::Allocate(impl_->options.worker_buffer, impl_->node->config().lock_memory());
   if (!buffer.ok()) return buffer.status();
@@ -170,6 +173,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Runtime::NewWorker() {
 // Worker
 
 Worker::Impl::~Impl() {
+  channel.reset();
   registration.reset();  // before the memory it covers
   buffer.reset();
   if (rt != nullptr) rt->workers.fetch_sub(1, std::memory_order_relaxed);
@@ -201,7 +205,7 @@ absl::Status Worker::Impl::Access(bool is_read, GlobalAddress addr, char* local,
       }
     } else {
       if (!is_read) std::memcpy(buffer->data(), local + done, piece);
-      Node::Batch batch(&node);
+      Node::Batch batch(channel.get());  // completes on this thread's own queue
       const LocalBuffer lb{registration.get(), buffer->data(), piece};
       // A refused post is reported again by Wait.
       (is_read ? batch.Read(at, lb) : batch.Write(at, lb)).IgnoreError();

@@ -28,6 +28,9 @@ struct Runtime::Impl {
 struct Worker::Impl {
   Runtime::Impl* rt = nullptr;
   Messenger::LaneLease lane;
+  // This thread's own endpoint and completion queue: its READs and WRITEs complete here, reaped
+  // by this thread only.
+  std::unique_ptr<Node::Channel> channel;
   // This worker's registered staging memory for remote READs and WRITEs.
   std::unique_ptr<Region> buffer;
   std::unique_ptr<MemoryRegistration> registration;
