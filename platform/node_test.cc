@@ -2,6 +2,7 @@
 // until the cluster has formed).
 #include "platform/node.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <future>
@@ -53,6 +54,14 @@ std::vector<std::unique_ptr<Node>> StartCluster(const config::ClusterConfig& c,
   return nodes;
 }
 
+// A region id that the membership does not list: one past the largest id the configuration
+// manager handed out (tests must not assume which ids it picks).
+uint32_t UnusedRegionId(const control::Membership& m) {
+  uint32_t max_id = 0;
+  for (const control::RegionInfo& r : m.regions()) max_id = std::max(max_id, r.region_id());
+  return max_id + 1;
+}
+
 }  // namespace
 
 TEST_CASE("three nodes form a cluster and access each other's regions", "[node]") {
@@ -64,6 +73,7 @@ TEST_CASE("three nodes form a cluster and access each other's regions", "[node]"
   Node& a = *nodes[0];
   const control::RegionInfo r = a.RegionsOf(2)[1];
   const GlobalAddress end{r.region_id(), r.size() - 8};
+  const uint32_t no_such_region = UnusedRegionId(a.membership());
 
   SECTION("WRITE then READ at the last byte of a remote region") {
     const char data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -75,8 +85,8 @@ TEST_CASE("three nodes form a cluster and access each other's regions", "[node]"
   }
   SECTION("accesses outside every region are refused before posting") {
     char buf[16];
-    CHECK(absl::IsOutOfRange(a.Read(end, buf, 16)));                    // crosses the end
-    CHECK(absl::IsOutOfRange(a.Write(GlobalAddress{999, 0}, buf, 8)));  // no such region
+    CHECK(absl::IsOutOfRange(a.Read(end, buf, 16)));  // crosses the end
+    CHECK(absl::IsOutOfRange(a.Write(GlobalAddress{no_such_region, 0}, buf, 8)));
     CHECK(absl::IsOutOfRange(a.Read(GlobalAddress{r.region_id(), r.size()}, buf, 1)));
     CHECK(absl::IsInvalidArgument(a.Read(end, buf, 0)));
     CHECK(absl::IsOutOfRange(a.Read(GlobalAddress{r.region_id(), 0}, buf, r.size() + 1)));
@@ -112,7 +122,8 @@ TEST_CASE("three nodes form a cluster and access each other's regions", "[node]"
     auto mr = a.RegisterBuffer(local, sizeof(local));
     REQUIRE(mr.ok());
     Node::Batch batch(&a);
-    CHECK(absl::IsOutOfRange(batch.Read(GlobalAddress{999, 0}, LocalBuffer{mr->get(), local, 8})));
+    CHECK(absl::IsOutOfRange(
+        batch.Read(GlobalAddress{no_such_region, 0}, LocalBuffer{mr->get(), local, 8})));
     CHECK(absl::IsOutOfRange(batch.Wait()));
   }
   SECTION("two threads access remote regions through their own channels") {
@@ -190,14 +201,20 @@ TEST_CASE("three nodes form a cluster and access each other's regions", "[node]"
 TEST_CASE("a node that leaves is dropped from the others' membership", "[node]") {
   auto nodes = StartCluster(ThreeNodes());
   const uint64_t epoch = nodes[0]->membership().epoch();
+  const std::vector<control::RegionInfo> leaving = nodes[0]->RegionsOf(2);
+  REQUIRE(leaving.size() == 2);
+  char buf[8];
+  REQUIRE(nodes[0]->Read(GlobalAddress{leaving[0].region_id(), 0}, buf, 8).ok());
   nodes[2].reset();
   for (int i = 0; i < 200 && nodes[0]->members().size() != 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   CHECK(nodes[0]->members() == std::vector<uint32_t>{0, 1});
   CHECK(nodes[0]->membership().epoch() > epoch);
-  char buf[8];
-  CHECK(absl::IsOutOfRange(nodes[0]->Read(GlobalAddress{5, 0}, buf, 8)));  // node 2's region
+  CHECK(nodes[0]->RegionsOf(2).empty());
+  for (const control::RegionInfo& r : leaving) {
+    CHECK(absl::IsOutOfRange(nodes[0]->Read(GlobalAddress{r.region_id(), 0}, buf, 8)));
+  }
 }
 
 }  // namespace farm

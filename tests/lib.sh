@@ -3,6 +3,8 @@
 #   fail MSG        print MSG and exit 1
 #   expect_fail RC_WANT PATTERN -- CMD...   run CMD with a timeout, require exit code RC_WANT
 #                   (or any non-zero for "nz") and PATTERN (grep -E) in its output
+#   skip REASON     the test cannot run here: print "FARM_TEST_SKIPPED: REASON" and exit 0
+#                   (.ci/count_results.py counts the target as skipped, not passed)
 set -u
 
 _here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,6 +25,11 @@ bin() {
 fail() {
   echo "FAIL: $*" >&2
   exit 1
+}
+
+skip() {
+  echo "FARM_TEST_SKIPPED: $*"
+  exit 0
 }
 
 # expect_fail WANT PATTERN -- CMD...  (WANT: exact exit code, or "nz" for any non-zero)

@@ -12,6 +12,7 @@ packages=(
   libprotobuf-dev protobuf-compiler  # protobuf 3.21
   catch2                             # Catch2 2.13
   libspdlog-dev libfmt-dev           # spdlog 1.10 on fmt 9
+  libasan8 libubsan1 libtsan2        # gcc 12's sanitizer runtimes (.ci/run's asan and tsan lanes)
 )
 
 missing=()
