@@ -38,28 +38,50 @@ struct Messenger::ReceiveRing {
   uint32_t incarnation = 0;  // the sender's region id this ring is read for; 0: nobody's
 };
 
-// The scan lock, and the poller task's handle on the messenger: the messenger may go away before
-// the node's poller (which has no RemoveTask); the destructor clears `messenger` holding the lock.
-// The lock is one atomic flag rather than an absl::Mutex because the scanning threads try it on
-// every poll round (one exchange instead of TryLock + Unlock, plus a reader lock in the poller
-// task: ~70 ns per round with this abseil). Holders never block while holding it; LockScan
-// (set-up, SetReceiver, the destructor) spins with sched_yield until the scan in progress ends.
+// The two scan locks, and the poller task's handle on the messenger: the messenger may go away
+// before the node's poller (which has no RemoveTask); the destructor clears `messenger` holding
+// both locks.
+//  - requests: the rings of the senders' worker lanes, and the scanning lane (replies go out on
+//    it). Taken only by the poller task (and by set-up, SetReceiver and the destructor, which
+//    wait for it): handlers run on the poller thread, never on an application thread.
+//  - responses: the rings of the senders' scanning lanes. Taken by whoever polls (Poll: a caller
+//    in Rpc::Await, Send's back-pressure loop, the poller task), so a caller completes its own
+//    call even while the poller is busy in a handler.
+// Each lock is one atomic flag rather than a mutex because the scanning threads try it on every
+// poll round (one exchange instead of TryLock + Unlock). Holders never wait for the other lock;
+// LockScans (set-up, SetReceiver, the destructor) spins with sched_yield until the scans in
+// progress end.
 struct Messenger::Shared {
   // Acquire on taking, release on dropping: orders the scans' accesses like a mutex.
-  std::atomic<bool> busy{false};
-  std::atomic<Messenger*> messenger{nullptr};  // written and read only with `busy` held
+  std::atomic<bool> busy[2] = {{false}, {false}};  // by ScanKind
+  // Written with both locks held, read with either.
+  std::atomic<Messenger*> messenger{nullptr};
+
+  bool TryLock(ScanKind k) {
+    std::atomic<bool>& b = busy[static_cast<int>(k)];
+    return !b.load(std::memory_order_relaxed) && !b.exchange(true, std::memory_order_acquire);
+  }
+  void Unlock(ScanKind k) { busy[static_cast<int>(k)].store(false, std::memory_order_release); }
+  // Runs one scan of kind `k` unless another thread holds its lock; returns the work done.
+  int TryScan(ScanKind k) {
+    if (!TryLock(k)) return 0;
+    Messenger* m = messenger.load(std::memory_order_relaxed);
+    const int work = m != nullptr ? m->Scan(k) : 0;
+    Unlock(k);
+    return work;
+  }
 };
 
-bool Messenger::TryLockScan() {
-  return !shared_->busy.load(std::memory_order_relaxed) &&
-         !shared_->busy.exchange(true, std::memory_order_acquire);
+void Messenger::LockScans() {
+  for (ScanKind k : {ScanKind::kRequests, ScanKind::kResponses}) {
+    while (!shared_->TryLock(k)) sched_yield();
+  }
 }
 
-void Messenger::LockScan() {
-  while (!TryLockScan()) sched_yield();
+void Messenger::UnlockScans() {
+  shared_->Unlock(ScanKind::kResponses);
+  shared_->Unlock(ScanKind::kRequests);
 }
-
-void Messenger::UnlockScan() { shared_->busy.store(false, std::memory_order_release); }
 
 // One OpBatch per destination, posted together and waited for together, so an error is
 // attributed to its destination. Kept and reused (batches are reusable after Wait), so that a
@@ -386,8 +408,11 @@ absl::Status Messenger::Init() {
     absl::MutexLock l(&lane_mu_);
     for (int i = options_.lanes - 1; i >= 0; --i) free_lanes_.push_back(i);
   }
+  self_published_ = std::make_unique<std::atomic<uint64_t>[]>(total_lanes_);
+  for (int l = 0; l < total_lanes_; ++l) self_published_[l].store(0, std::memory_order_relaxed);
+  response_posting_ = std::make_unique<Posting>(this);
   {
-    LockScan();
+    LockScans();
     RingReaderOptions ro;
     ro.incomplete_timeout = options_.incomplete_timeout;
     for (int s = 0; s < nodes_; ++s) {
@@ -396,46 +421,42 @@ absl::Status Messenger::Init() {
         r.reader = std::make_unique<RingReader>(area_ + RingOffset(s, l), options_.ring_size, ro);
         r.sender_index = s;
         r.lane = l;
-        rings_.push_back(std::move(r));
+        RingsOf(KindOfLane(l)).push_back(std::move(r));
       }
     }
     // Acknowledge our rings to the current members before anyone scans.
-    Posting& posting = *lanes_.back()->posting_;
-    SyncReceiveRings(posting);
-    posting.Wait([&](int i, const absl::Status& s) {
-      spdlog::warn("messaging: node {} could not acknowledge its rings to node {}: {}", node_->id(),
-                   node_ids_[i], std::string(s.message()));
-    });
-    shared_->messenger.store(this, std::memory_order_relaxed);
-    UnlockScan();
-  }
-  // The poller already drives the fabric's progress; the task only scans.
-  node_->poller()->AddTask([shared = shared_]() -> int {
-    if (shared->busy.load(std::memory_order_relaxed) ||
-        shared->busy.exchange(true, std::memory_order_acquire)) {
-      return 0;  // another thread is scanning
+    for (ScanKind k : {ScanKind::kRequests, ScanKind::kResponses}) {
+      Posting& posting = PostingOf(k);
+      SyncReceiveRings(k, posting);
+      posting.Wait([&](int i, const absl::Status& s) {
+        spdlog::warn("messaging: node {} could not acknowledge its rings to node {}: {}",
+                     node_->id(), node_ids_[i], std::string(s.message()));
+      });
     }
-    Messenger* m = shared->messenger.load(std::memory_order_relaxed);
-    const int work = m != nullptr ? m->Scan() : 0;
-    shared->busy.store(false, std::memory_order_release);
-    return work;
+    shared_->messenger.store(this, std::memory_order_relaxed);
+    UnlockScans();
+  }
+  // The poller already drives the fabric's progress; the task only scans. It is the only
+  // thread that scans requests (see Shared).
+  node_->poller()->AddTask([shared = shared_]() -> int {
+    return shared->TryScan(ScanKind::kRequests) + shared->TryScan(ScanKind::kResponses);
   });
   return absl::OkStatus();
 }
 
 Messenger::~Messenger() {
   if (listener_id_ >= 0) node_->RemoveMembershipListener(listener_id_);
-  LockScan();  // waits for a scan in progress on the poller
+  LockScans();  // waits for the scans in progress
   shared_->messenger.store(nullptr, std::memory_order_relaxed);
-  UnlockScan();
+  UnlockScans();
   lanes_.clear();
   send_mr_.reset();
 }
 
 void Messenger::SetReceiver(Receiver receiver) {
-  LockScan();
+  LockScans();
   receiver_ = std::move(receiver);
-  UnlockScan();
+  UnlockScans();
 }
 
 void Messenger::SetCloseListener(CloseListener listener) {
@@ -513,7 +534,8 @@ void Messenger::Lane::Sync() {
     if (a.region_id != p.incarnation) {
       // A new incarnation (or none): start its ring from zero; what was queued for the old one
       // is dropped (the RPC layer failed those calls).
-      p.writer = std::make_unique<RingWriter>(p.staging, m_->options_.ring_size);
+      p.writer = std::make_unique<RingWriter>(p.staging, m_->options_.ring_size,
+                                              RingTag(m_->self_incarnation_, a.region_id, index_));
       p.backlog.clear();
       p.incarnation = a.region_id;
       p.tag = HeadSlotTag(a.region_id, m_->self_incarnation_);
@@ -670,9 +692,12 @@ void Messenger::Lane::PostUnflushed(Posting& posting) {
     if (!p.writer->has_unflushed() || !p.failed.ok()) continue;
     const RingWriter::Ranges ranges = p.writer->Unflushed();
     if (i == m_->self_index_) {
-      // To ourselves: a plain copy into our own ring (the scan reads it like a WRITE's bytes).
+      // To ourselves: a plain copy into our own ring, then the release store that publishes it
+      // (see self_published_).
       char* ring = m_->area_ + m_->RingOffset(i, index_);
       for (const ByteRange& b : ranges) std::memcpy(ring + b.offset, p.staging + b.source, b.size);
+      // Release: pairs with the acquire load in Scan, which reads these frames only after it.
+      m_->self_published_[index_].store(p.writer->tail(), std::memory_order_release);
     } else {
       for (const ByteRange& b : ranges) {
         posting.Write(i, p.incarnation, p.ring, b.offset,
@@ -701,12 +726,15 @@ absl::Status Messenger::Lane::Flush() {
 // Receiving
 
 int Messenger::Poll() {
-  int work = node_->fabric()->Progress();
-  if (TryLockScan()) {
-    work += Scan();
-    UnlockScan();
-  }
-  return work;
+  return node_->fabric()->Progress() + shared_->TryScan(ScanKind::kResponses);
+}
+
+std::vector<Messenger::ReceiveRing>& Messenger::RingsOf(ScanKind k) {
+  return k == ScanKind::kRequests ? request_rings_ : response_rings_;
+}
+
+Messenger::Posting& Messenger::PostingOf(ScanKind k) {
+  return k == ScanKind::kRequests ? *lanes_.back()->posting_ : *response_posting_;
 }
 
 void Messenger::ReportHead(ReceiveRing& r, Posting& posting) {
@@ -723,9 +751,13 @@ void Messenger::WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& post
   // (re)use the space; the sender's next frames there land after them.
   std::atomic_thread_fence(std::memory_order_release);
   if (r.sender_index == self_index_) {
-    char tmp[kHeadSlotBytes];
-    EncodeHeadSlot(head, tag, tmp);
-    std::memcpy(area_ + slot, tmp, sizeof(tmp));
+    uint64_t w[2];
+    EncodeHeadSlot(head, tag, reinterpret_cast<char*>(w));
+    // Release: pairs with the acquire loads in DecodeHeadSlot on the lane's thread, which then
+    // writes into the space we zeroed (ThreadSanitizer sees this order; it ignores the fence).
+    uint64_t* const at = reinterpret_cast<uint64_t*>(area_ + slot);
+    __atomic_store_n(&at[0], w[0], __ATOMIC_RELEASE);
+    __atomic_store_n(&at[1], w[1], __ATOMIC_RELEASE);
     return;
   }
   char* staging = send_memory_->data() +
@@ -744,24 +776,28 @@ void Messenger::WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& post
                 LocalBuffer{send_mr_.get(), staging, kHeadSlotBytes});
 }
 
-void Messenger::SyncReceiveRings(Posting& posting) {
+void Messenger::SyncReceiveRings(ScanKind kind, Posting& posting) {
+  uint64_t& synced = rings_version_[static_cast<int>(kind)];
   // Acquire: pairs with the release increment in OnMembership.
-  if (peer_version_.load(std::memory_order_acquire) == rings_version_) return;
+  if (peer_version_.load(std::memory_order_acquire) == synced) return;
   std::vector<PeerArea> peers;
   {
     absl::ReaderMutexLock l(&peer_mu_);
     peers = peers_;
-    rings_version_ = peer_version_.load(std::memory_order_relaxed);
+    synced = peer_version_.load(std::memory_order_relaxed);
   }
   RingReaderOptions ro;
   ro.incomplete_timeout = options_.incomplete_timeout;
-  for (ReceiveRing& r : rings_) {
+  for (ReceiveRing& r : RingsOf(kind)) {
     const PeerArea& a = peers[r.sender_index];
     if (a.region_id == r.incarnation) continue;
     // See "Rejoining" above: zero only where no sender may be writing yet.
     if (a.region_id == 0 || NeedsAck(self_joined_, a.joined_epoch)) {
       std::memset(area_ + RingOffset(r.sender_index, r.lane), 0, options_.ring_size);
     }
+    // Frames are checked against this pair of incarnations and this lane: a late WRITE of an
+    // earlier incarnation of either end never verifies (RingTag).
+    ro.tag = RingTag(a.region_id, self_incarnation_, r.lane);
     r.reader = std::make_unique<RingReader>(area_ + RingOffset(r.sender_index, r.lane),
                                             options_.ring_size, ro);
     r.incarnation = a.region_id;
@@ -788,25 +824,33 @@ void Messenger::OnRingClosed(ReceiveRing& r) {
   if (close_listener_) close_listener_(from, why);
 }
 
-int Messenger::Scan() {
-  Lane& scanning = *lanes_.back();
-  Posting& posting = *scanning.posting_;
-  SyncReceiveRings(posting);
+int Messenger::Scan(ScanKind kind) {
+  const bool requests = kind == ScanKind::kRequests;
+  Lane& scanning = *lanes_.back();  // ours only when scanning requests
+  Posting& posting = PostingOf(kind);
+  SyncReceiveRings(kind, posting);
   if (!receiver_) {
     // Acknowledgements: one that fails (its sender left) is not resent; a sender still waiting
     // for it reports Unavailable after its wait.
     posting.Wait([](int, const absl::Status&) {});
     return 0;
   }
-  scanning.Sync();
+  if (requests) scanning.Sync();
+  Lane* const reply = requests ? &scanning : nullptr;
   int work = 0;
-  for (ReceiveRing& r : rings_) {
+  for (ReceiveRing& r : RingsOf(kind)) {
     if (r.reader->closed()) continue;
+    const bool self = r.sender_index == self_index_;
     for (int k = 0; k < options_.messages_per_scan; ++k) {
+      // Our own ring: read only frames whose copy was published (see self_published_).
+      // Acquire: pairs with the release store in Lane::PostUnflushed.
+      if (self && r.reader->head() >= self_published_[r.lane].load(std::memory_order_acquire)) {
+        break;
+      }
       RingMessage rm;
       const RingReader::State st = r.reader->Peek(&rm);
       if (st == RingReader::kMessage) {
-        receiver_(Message{node_ids_[r.sender_index], r.lane, rm.type, rm.payload}, scanning);
+        receiver_(Message{node_ids_[r.sender_index], r.lane, rm.type, rm.payload}, reply);
         r.reader->Consume();
         ++work;
         continue;
@@ -817,9 +861,17 @@ int Messenger::Scan() {
     }
     if (r.reader->ShouldReportHead()) ReportHead(r, posting);
   }
-  scanning.RetryBacklog();
-  scanning.PostUnflushed(posting);
+  if (requests) {
+    scanning.RetryBacklog();
+    scanning.PostUnflushed(posting);
+  }
   posting.Wait([&](int i, const absl::Status& s) {
+    if (!requests) {
+      // Head reports only: the sender's next report (or its departure) settles it.
+      spdlog::debug("messaging: node {}: head report to node {} failed: {}", node_->id(),
+                    node_ids_[i], std::string(s.message()));
+      return;
+    }
     Lane::PeerSend& p = *scanning.peers_[i];
     if (!p.failed.ok()) return;
     p.failed = absl::UnavailableError(absl::StrCat(

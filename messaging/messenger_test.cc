@@ -82,8 +82,8 @@ TEST_CASE("many senders and lanes into one receiver: in order, exactly once", "[
   REQUIRE(c.status().ok());
   REQUIRE(c.StartMessengers().ok());
   Tally tally;
-  c.messenger(2)->SetReceiver([&](const Message& m, Messenger::Lane&) { tally.Add(m); });
-  for (int i = 0; i < 2; ++i) c.messenger(i)->SetReceiver([](const Message&, Messenger::Lane&) {});
+  c.messenger(2)->SetReceiver([&](const Message& m, Messenger::Lane*) { tally.Add(m); });
+  for (int i = 0; i < 2; ++i) c.messenger(i)->SetReceiver([](const Message&, Messenger::Lane*) {});
 
   constexpr int kPerLane = 1500;
   std::vector<std::thread> senders;
@@ -125,7 +125,7 @@ TEST_CASE("a full ring pushes back on the sender and never loses a message", "[m
   TestCluster c(3, SmallRings());
   REQUIRE(c.status().ok());
   REQUIRE(c.StartMessenger(1).ok());  // node 2 has no messenger yet: nobody reads its rings
-  c.messenger(1)->SetReceiver([](const Message&, Messenger::Lane&) {});
+  c.messenger(1)->SetReceiver([](const Message&, Messenger::Lane*) {});
   absl::StatusOr<Messenger::LaneLease> lane = c.messenger(1)->AcquireLane();
   REQUIRE(lane.ok());
 
@@ -144,7 +144,7 @@ TEST_CASE("a full ring pushes back on the sender and never loses a message", "[m
   // Now the receiver starts: the backlog drains and sending continues, in order.
   Tally tally;
   REQUIRE(c.StartMessenger(2).ok());
-  c.messenger(2)->SetReceiver([&](const Message& m, Messenger::Lane&) { tally.Add(m); });
+  c.messenger(2)->SetReceiver([&](const Message& m, Messenger::Lane*) { tally.Add(m); });
   const uint64_t total = sent + 500;
   for (; sent < total; ++sent) {
     REQUIRE((*lane)->Send(2, kData, {Numbered(sent, 100)}, absl::Seconds(20)).ok());

@@ -18,7 +18,7 @@ Rpc::Rpc(Messenger* messenger, RpcOptions options) : messenger_(messenger), opti
   messenger_->SetCloseListener(
       [this](uint32_t node, const absl::Status& why) { OnClosed(node, why); });
   messenger_->SetReceiver(
-      [this](const Message& m, Messenger::Lane& reply) { OnMessage(m, reply); });
+      [this](const Message& m, Messenger::Lane* reply) { OnMessage(m, reply); });
 }
 
 Rpc::~Rpc() {
@@ -190,7 +190,7 @@ void Rpc::Complete(Pending& p, absl::StatusOr<std::string> result) {
   }
 }
 
-void Rpc::OnMessage(const Message& m, Messenger::Lane& reply) {
+void Rpc::OnMessage(const Message& m, Messenger::Lane* reply) {
   const bool request = m.type == kRequestType;
   if (!request && m.type != kResponseType) {
     spdlog::warn("rpc: node {} ignores a message of unknown type {} from node {}",
@@ -208,7 +208,14 @@ void Rpc::OnMessage(const Message& m, Messenger::Lane& reply) {
   std::memcpy(&e, m.payload.data(), sizeof(Envelope));
   body = m.payload.substr(sizeof(Envelope));
   if (request) {
-    OnRequest(m.from, e, body, reply);
+    if (reply == nullptr) {
+      // A request on a scanning lane, where only responses travel: its handler would run on
+      // whichever thread polls, which the threading rule (rpc.h) forbids.
+      spdlog::warn("rpc: node {} drops request {} of node {}: it came on a reply lane",
+                   messenger_->node()->id(), e.id, m.from);
+      return;
+    }
+    OnRequest(m.from, e, body, *reply);
   } else {
     OnResponse(m.from, e, body);
   }
