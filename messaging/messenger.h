@@ -34,8 +34,8 @@
 //
 // Back-pressure: a sender never overwrites bytes the receiver has not consumed. Send on a full
 // ring flushes, then waits up to its `wait` argument for the receiver's head (driving progress
-// and the scan itself meanwhile) and returns ResourceExhausted if none came. Messages larger
-// than the ring's limit (MaxPayload(ring_size), a quarter of the ring) are refused with
+// and the scan of responses itself meanwhile) and returns ResourceExhausted if none came. Messages
+// larger than the ring's limit (MaxPayload(ring_size), a quarter of the ring) are refused with
 // InvalidArgument; they are not fragmented.
 //
 // Corruption: a ring whose frames do not add up (ring.h) is closed: one error log line, the close
@@ -48,7 +48,9 @@
 // the close listener is told (the RPC layer fails the calls waiting for it with Unavailable,
 // naming the node). When a peer joins again (same node id, new process: new fabric address, new
 // areas), both ends start its rings from zero; the protocol is described next to
-// Messenger::OnMembership in messenger.cc.
+// Messenger::OnMembership in messenger.cc. Every ring's frames are checksummed under its tag
+// (RingTag of both incarnations and the lane), so a late WRITE of an earlier incarnation is never
+// delivered.
 //
 // Which calls may run on which thread (the threading rule):
 //  - Messages that arrive on the senders' worker lanes (requests, in RPC terms) are handed to the
