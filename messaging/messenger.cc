@@ -450,6 +450,7 @@ Messenger::~Messenger() {
   shared_->messenger.store(nullptr, std::memory_order_relaxed);
   UnlockScans();
   lanes_.clear();
+  response_posting_.reset();  // like the lanes' postings: before the memory its WRITEs read
   send_mr_.reset();
 }
 
