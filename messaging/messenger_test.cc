@@ -206,14 +206,23 @@ TEST_CASE("a late WRITE of a restarted sender's old incarnation is never deliver
   c.messenger(0)->SetReceiver([](const Message&, Messenger::Lane*) {});
   c.messenger(2)->SetReceiver([](const Message&, Messenger::Lane*) {});
   const std::string old_payload = "sent by the old incarnation of node 2";
+  constexpr int old_lane = 0, new_lane = 1;  // node 1 resets ring (2, 0) before it acks (2, 1)
+  // Both leases, so that each lane is used by index whatever order AcquireLane hands them out.
+  auto lanes_by_index = [&](std::vector<Messenger::LaneLease>& leases) {
+    for (int i = 0; i < 2; ++i) {
+      absl::StatusOr<Messenger::LaneLease> l = c.messenger(2)->AcquireLane();
+      REQUIRE(l.ok());
+      leases.push_back(std::move(*l));
+    }
+    if (leases[0]->index() != 0) std::swap(leases[0], leases[1]);
+  };
   {
-    absl::StatusOr<Messenger::LaneLease> lane = c.messenger(2)->AcquireLane();
-    REQUIRE(lane.ok());
-    REQUIRE((*lane)->index() == 0);
-    REQUIRE((*lane)->Send(1, kData, {old_payload}, absl::Seconds(10)).ok());
-    REQUIRE((*lane)->Flush().ok());
+    std::vector<Messenger::LaneLease> leases;
+    lanes_by_index(leases);
+    REQUIRE(leases[old_lane]->Send(1, kData, {old_payload}, absl::Seconds(10)).ok());
+    REQUIRE(leases[old_lane]->Flush().ok());
   }
-  const char* ring = c.messenger(1)->ReceiveRingForTesting(2, 0);
+  const char* ring = c.messenger(1)->ReceiveRingForTesting(2, old_lane);
   const uint64_t frame = FrameSize(o.ring_size, 0, old_payload.size());
   std::string old_frame(frame, '\0');
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -228,17 +237,18 @@ TEST_CASE("a late WRITE of a restarted sender's old incarnation is never deliver
   REQUIRE(c.RestartNode(2).ok());
   REQUIRE(c.StartMessenger(2).ok());
   c.messenger(2)->SetReceiver([](const Message&, Messenger::Lane*) {});
-  // The new node 2 sends on lane 1 once node 1 acknowledged its rings, which node 1 does after
-  // zeroing and resetting every ring from node 2 (lane 0's first).
+  // The new node 2 sends on lane 1 once node 1 acknowledged that ring, which node 1 does in a
+  // pass over the rings from node 2 in lane order, each zeroed and reset before its own
+  // acknowledgement is posted: when lane 1's arrives, lane 0's ring has been reset (the
+  // acknowledgement's tag names the new incarnation, so it cannot be an older one).
   {
-    absl::StatusOr<Messenger::LaneLease> lane0 = c.messenger(2)->AcquireLane();
-    absl::StatusOr<Messenger::LaneLease> lane1 = c.messenger(2)->AcquireLane();
-    REQUIRE(lane1.ok());
-    REQUIRE((*lane1)->index() == 1);
-    REQUIRE((*lane1)->Send(1, kData, {"new"}, absl::Seconds(10)).ok());
-    REQUIRE((*lane1)->Flush().ok());
+    std::vector<Messenger::LaneLease> leases;
+    lanes_by_index(leases);
+    REQUIRE(leases[new_lane]->Send(1, kData, {"new"}, absl::Seconds(10)).ok());
+    REQUIRE(leases[new_lane]->Flush().ok());
   }
-  std::memcpy(c.messenger(1)->ReceiveRingForTesting(2, 0), old_frame.data(), frame);  // late
+  std::memcpy(c.messenger(1)->ReceiveRingForTesting(2, old_lane), old_frame.data(),
+              frame);  // late
 
   std::mutex mu;
   std::vector<std::string> got;
