@@ -245,7 +245,9 @@ char* Messenger::ReceiveRingForTesting(uint32_t from, int lane) const {
 // Safety rests on fail-stop: a node the CM has dropped writes no more (its process exited, or its
 // messenger was destroyed, which waits for its WRITEs, before the node left). A late WRITE of a
 // dropped incarnation could still only break a ring's framing (closing it as corrupt), never be
-// delivered as a message of the new one: its sequence numbers and checksums do not fit.
+// delivered as a message of the new one: every ring's checksums are seeded with its tag
+// (RingTag of both incarnations and the lane), so even a first frame (sequence number 1 at offset
+// 0, what a fresh ring expects) of another incarnation pair never verifies.
 
 void Messenger::OnMembership(const control::Membership& m) {
   std::vector<std::pair<int, absl::Status>> receive;    // index, new receive status

@@ -448,9 +448,21 @@ absl::Status RingWriter::UpdateHead(uint64_t head) {
 // step that is a bijection of the word for a fixed lane state, and every later step of that lane
 // is a bijection of the state, so the lane ends in a different state; the lanes are then combined
 // by distinct rotations and XOR, and mixed by a bijection; the AVX-512 and the portable code
-// compute the same function); a partly placed length puts the trailer somewhere it is not. After
+// compute the same function); a partly placed length puts the trailer somewhere it is not. The
+// checks run on a header loaded once, before the hash reads the ring again, so the header is
+// loaded a second time after the checksum matched and must equal the first: each byte goes only
+// from zero to its final value, so a header equal at both loads was the same in between, when it
+// was hashed — the frame accepted is the frame checked. (Otherwise a wrap frame first seen with
+// its flags still zero and completed before the hash would pass as an empty message.) After
 // acceptance the bytes cannot change: the sender writes that space again only after we zeroed it
 // and reported the head.
+//
+// Why a frame of another incarnation is never delivered: the checksum is seeded with the ring's
+// tag (RingTag: sender incarnation, receiver incarnation, lane). The seed enters lane 0's initial
+// state only, so the same bytes under two different tags end with lane 0 in different states
+// (every step is a bijection of the state) and the other lanes equal: the hashes always differ.
+// A late WRITE of an earlier incarnation of either end — a valid first frame at offset 0 with
+// sequence number 1, exactly what a fresh ring expects — therefore stays a checksum mismatch.
 //
 // Why a stale message of an earlier lap is never read: consumed frames are zeroed before the head
 // is reported, and the sender never writes beyond the reported head, so ring space ahead of the

@@ -124,7 +124,7 @@ using ShippedHandler = std::function<absl::StatusOr<std::string>(
     GlobalAddress addr, char* data, uint64_t available, absl::string_view request)>;
 
 struct RpcOptions {
-  // How long a waiting caller spins (driving progress and the ring scan itself) after the last
+  // How long a waiting caller spins (driving progress and the response scan itself) after the last
   // sign of activity before it sleeps in short steps until the poller delivers its response.
   // InfiniteDuration for benchmarks (always spin), as PollMode::kBusy.
   absl::Duration spin = absl::Microseconds(200);
