@@ -49,6 +49,11 @@ void SyncPoint::DisableProcessing() {
   cv_.notify_all();  // waiting successors give up
 }
 
+int SyncPoint::WaitingThreads() {
+  std::lock_guard<std::mutex> l(mu_);
+  return waiting_threads_;
+}
+
 void SyncPoint::Reset() {
   DisableProcessing();
   ClearAllCallBacks();
@@ -68,8 +73,14 @@ void SyncPoint::ProcessSlow(const char* name, void* arg) {
   const std::string point(name);
   std::unique_lock<std::mutex> l(mu_);
   // Relaxed loads of enabled_ under mu_: DisableProcessing stores it under mu_ too.
-  cv_.wait(l,
-           [&] { return !enabled_.load(std::memory_order_relaxed) || PredecessorsPassed(point); });
+  auto may_go = [&] {
+    return !enabled_.load(std::memory_order_relaxed) || PredecessorsPassed(point);
+  };
+  if (!may_go()) {
+    ++waiting_threads_;
+    cv_.wait(l, may_go);
+    --waiting_threads_;
+  }
   if (!enabled_.load(std::memory_order_relaxed)) return;
   auto cb = callbacks_.find(point);
   if (cb != callbacks_.end()) {

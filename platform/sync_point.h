@@ -69,6 +69,10 @@ class SyncPoint {
   // Points do nothing until processing is enabled. Disabling releases every waiting thread.
   void EnableProcessing();
   void DisableProcessing();
+  // Threads blocked at a point right now, waiting for its predecessors (for tests that must know
+  // a thread got there before they go on).
+  int WaitingThreads();
+
   // Disables processing, then clears dependencies, callbacks (waiting for running ones) and the
   // trace: what a test does at its end.
   void Reset();
@@ -93,6 +97,7 @@ class SyncPoint {
   std::unordered_map<std::string, Callback> callbacks_;
   std::unordered_set<std::string> passed_;  // predecessors passed (others are not recorded)
   int running_callbacks_ = 0;
+  int waiting_threads_ = 0;
 };
 
 }  // namespace farm

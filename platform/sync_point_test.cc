@@ -2,6 +2,7 @@
 // while processing is disabled.
 #include "platform/sync_point.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <mutex>
 #include <string>
@@ -83,17 +84,18 @@ TEST_CASE("a callback runs at its point with the point's argument", "[sync_point
 TEST_CASE("disabling processing releases a thread waiting for a predecessor", "[sync_point]") {
   SyncPoint* sp = SyncPoint::GetInstance();
   sp->LoadDependency({{"Test::Never:Passed", "Test::Waiter:Start"}});
-  std::atomic<bool> waiting{false};
-  sp->SetCallBack("Test::Waiter:Before", [&](void*) { waiting = true; });
   sp->EnableProcessing();
+  std::atomic<bool> passed{false};
   std::thread t([&] {
-    FARM_SYNC_POINT("Test::Waiter:Before");
     FARM_SYNC_POINT("Test::Waiter:Start");  // blocks until processing is disabled
+    passed = true;
   });
-  while (!waiting) std::this_thread::yield();
+  while (sp->WaitingThreads() == 0) std::this_thread::yield();  // it is blocked there
+  CHECK(!passed);
   sp->Reset();
   t.join();  // returns: the waiter was released
-  SUCCEED();
+  CHECK(passed);
+  CHECK(sp->WaitingThreads() == 0);
 }
 
 TEST_CASE("the trace and the dependencies can be reloaded", "[sync_point]") {
