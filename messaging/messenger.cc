@@ -61,28 +61,50 @@ constexpr uint64_t kClosedHead = ~uint64_t{0};
 
 }  // namespace
 
-// The scan lock, and the poller task's handle on the messenger: the messenger may go away before
-// the node's poller (which has no RemoveTask); the destructor clears `messenger` holding the lock.
-// The lock is one atomic flag rather than a Mutex because the scanning threads try it on
-// every poll round (one exchange instead of TryLock + Unlock, plus a reader lock in the poller
-// task: ~70 ns per round with abseil's mutex, which this once was). Holders never block while holding it; LockScan
-// (set-up, SetReceiver, the destructor) spins with sched_yield until the scan in progress ends.
+// The two scan locks, and the poller task's handle on the messenger: the messenger may go away
+// before the node's poller (which has no RemoveTask); the destructor clears `messenger` holding
+// both locks.
+//  - requests: the rings of the senders' worker lanes, and the scanning lane (replies go out on
+//    it). Taken only by the poller task (and by set-up, SetReceiver and the destructor, which
+//    wait for it): handlers run on the poller thread, never on an application thread.
+//  - responses: the rings of the senders' scanning lanes. Taken by whoever polls (Poll: a caller
+//    in Rpc::Await, Send's back-pressure loop, the poller task), so a caller completes its own
+//    call even while the poller is busy in a handler.
+// Each lock is one atomic flag rather than a mutex because the scanning threads try it on every
+// poll round (one exchange instead of TryLock + Unlock). Holders never wait for the other lock;
+// LockScans (set-up, SetReceiver, the destructor) spins with sched_yield until the scans in
+// progress end.
 struct Messenger::Shared {
   // Acquire on taking, release on dropping: orders the scans' accesses like a mutex.
-  std::atomic<bool> busy{false};
-  std::atomic<Messenger*> messenger{nullptr};  // written and read only with `busy` held
+  std::atomic<bool> busy[2] = {{false}, {false}};  // by ScanKind
+  // Written with both locks held, read with either.
+  std::atomic<Messenger*> messenger{nullptr};
+
+  bool TryLock(ScanKind k) {
+    std::atomic<bool>& b = busy[static_cast<int>(k)];
+    return !b.load(std::memory_order_relaxed) && !b.exchange(true, std::memory_order_acquire);
+  }
+  void Unlock(ScanKind k) { busy[static_cast<int>(k)].store(false, std::memory_order_release); }
+  // Runs one scan of kind `k` unless another thread holds its lock; returns the work done.
+  int TryScan(ScanKind k) {
+    if (!TryLock(k)) return 0;
+    Messenger* m = messenger.load(std::memory_order_relaxed);
+    const int work = m != nullptr ? m->Scan(k) : 0;
+    Unlock(k);
+    return work;
+  }
 };
 
-bool Messenger::TryLockScan() {
-  return !shared_->busy.load(std::memory_order_relaxed) &&
-         !shared_->busy.exchange(true, std::memory_order_acquire);
+void Messenger::LockScans() {
+  for (ScanKind k : {ScanKind::kRequests, ScanKind::kResponses}) {
+    while (!shared_->TryLock(k)) sched_yield();
+  }
 }
 
-void Messenger::LockScan() {
-  while (!TryLockScan()) sched_yield();
+void Messenger::UnlockScans() {
+  shared_->Unlock(ScanKind::kResponses);
+  shared_->Unlock(ScanKind::kRequests);
 }
-
-void Messenger::UnlockScan() { shared_->busy.store(false, std::memory_order_release); }
 
 // One OpBatch per destination, posted together and waited for together, so an error is
 // attributed to its destination. Kept and reused (batches are reusable after Wait), so that a
@@ -246,7 +268,9 @@ char* Messenger::ReceiveRingForTesting(uint32_t from, int lane) const {
 // Safety rests on fail-stop: a node the CM has dropped writes no more (its process exited, or its
 // messenger was destroyed, which waits for its WRITEs, before the node left). A late WRITE of a
 // dropped incarnation could still only break a ring's framing (closing it as corrupt), never be
-// delivered as a message of the new one: its sequence numbers and checksums do not fit.
+// delivered as a message of the new one: every ring's checksums are seeded with its tag
+// (RingTag of both incarnations and the lane), so even a first frame (sequence number 1 at offset
+// 0, what a fresh ring expects) of another incarnation pair never verifies.
 
 void Messenger::OnMembership(const control::Membership& m) {
   std::vector<std::pair<int, absl::Status>> receive;    // index, new receive status
@@ -409,8 +433,11 @@ absl::Status Messenger::Init() {
     farm::MutexLock l(&lane_mu_);
     for (int i = options_.lanes - 1; i >= 0; --i) free_lanes_.push_back(i);
   }
+  self_published_ = std::make_unique<std::atomic<uint64_t>[]>(total_lanes_);
+  for (int l = 0; l < total_lanes_; ++l) self_published_[l].store(0, std::memory_order_relaxed);
+  response_posting_ = std::make_unique<Posting>(this);
   {
-    LockScan();
+    LockScans();
     RingReaderOptions ro;
     ro.incomplete_timeout = options_.incomplete_timeout;
     for (int s = 0; s < nodes_; ++s) {
@@ -419,49 +446,49 @@ absl::Status Messenger::Init() {
         r.reader = std::make_unique<RingReader>(area_ + RingOffset(s, l), options_.ring_size, ro);
         r.sender_index = s;
         r.lane = l;
-        rings_.push_back(std::move(r));
+        RingsOf(KindOfLane(l)).push_back(std::move(r));
       }
     }
-    closed_by_receiver_.assign(rings_.size(), false);
-    closed_notices_ = std::make_unique<Posting>(this);
-    // Acknowledge our rings to the current members before anyone scans.
-    Posting& posting = *lanes_.back()->posting_;
-    SyncReceiveRings(posting);
-    posting.Wait([&](int i, const absl::Status& s) {
-      spdlog::warn("messaging: node {} could not acknowledge its rings to node {}: {}", node_->id(),
-                   node_ids_[i], std::string(s.message()));
-    });
-    shared_->messenger.store(this, std::memory_order_relaxed);
-    UnlockScan();
-  }
-  // The poller already drives the fabric's progress; the task only scans.
-  node_->poller()->AddTask([shared = shared_]() -> int {
-    if (shared->busy.load(std::memory_order_relaxed) ||
-        shared->busy.exchange(true, std::memory_order_acquire)) {
-      return 0;  // another thread is scanning
+    closed_by_receiver_ = std::make_unique<std::atomic<bool>[]>(nodes_ * total_lanes_);
+    for (int k = 0; k < nodes_ * total_lanes_; ++k) {
+      closed_by_receiver_[k].store(false, std::memory_order_relaxed);
     }
-    Messenger* m = shared->messenger.load(std::memory_order_relaxed);
-    const int work = m != nullptr ? m->Scan() : 0;
-    shared->busy.store(false, std::memory_order_release);
-    return work;
+    for (auto& notices : closed_notices_) notices = std::make_unique<Posting>(this);
+    // Acknowledge our rings to the current members before anyone scans.
+    for (ScanKind k : {ScanKind::kRequests, ScanKind::kResponses}) {
+      Posting& posting = PostingOf(k);
+      SyncReceiveRings(k, posting);
+      posting.Wait([&](int i, const absl::Status& s) {
+        spdlog::warn("messaging: node {} could not acknowledge its rings to node {}: {}",
+                     node_->id(), node_ids_[i], std::string(s.message()));
+      });
+    }
+    shared_->messenger.store(this, std::memory_order_relaxed);
+    UnlockScans();
+  }
+  // The poller already drives the fabric's progress; the task only scans. It is the only
+  // thread that scans requests (see Shared).
+  node_->poller()->AddTask([shared = shared_]() -> int {
+    return shared->TryScan(ScanKind::kRequests) + shared->TryScan(ScanKind::kResponses);
   });
   return absl::OkStatus();
 }
 
 Messenger::~Messenger() {
   if (listener_id_ >= 0) node_->RemoveMembershipListener(listener_id_);
-  LockScan();  // waits for a scan in progress on the poller
+  LockScans();  // waits for the scans in progress
   shared_->messenger.store(nullptr, std::memory_order_relaxed);
-  UnlockScan();
+  UnlockScans();
   lanes_.clear();
-  closed_notices_.reset();  // abandons notices still in flight
+  for (auto& notices : closed_notices_) notices.reset();  // abandons notices still in flight
+  response_posting_.reset();  // like the lanes' postings: before the memory its WRITEs read
   send_mr_.reset();
 }
 
 void Messenger::SetReceiver(Receiver receiver) {
-  LockScan();
+  LockScans();
   receiver_ = std::move(receiver);
-  UnlockScan();
+  UnlockScans();
 }
 
 void Messenger::SetCloseListener(CloseListener listener) {
@@ -539,7 +566,8 @@ void Messenger::Lane::Sync() {
     if (a.region_id != p.incarnation) {
       // A new incarnation (or none): start its ring from zero; what was queued for the old one
       // is dropped (the RPC layer failed those calls).
-      p.writer = std::make_unique<RingWriter>(p.staging, m_->options_.ring_size);
+      p.writer = std::make_unique<RingWriter>(p.staging, m_->options_.ring_size,
+                                              RingTag(m_->self_incarnation_, a.region_id, index_));
       p.backlog.clear();
       p.incarnation = a.region_id;
       p.tag = HeadSlotTag(a.region_id, m_->self_incarnation_);
@@ -704,9 +732,12 @@ void Messenger::Lane::PostUnflushed(Posting& posting) {
     if (!p.writer->has_unflushed() || !p.failed.ok()) continue;
     const RingWriter::Ranges ranges = p.writer->Unflushed();
     if (i == m_->self_index_) {
-      // To ourselves: a plain copy into our own ring (the scan reads it like a WRITE's bytes).
+      // To ourselves: a plain copy into our own ring, then the release store that publishes it
+      // (see self_published_).
       char* ring = m_->area_ + m_->RingOffset(i, index_);
       for (const ByteRange& b : ranges) std::memcpy(ring + b.offset, p.staging + b.source, b.size);
+      // Release: pairs with the acquire load in Scan, which reads these frames only after it.
+      m_->self_published_[index_].store(p.writer->tail(), std::memory_order_release);
     } else {
       for (const ByteRange& b : ranges) {
         posting.Write(i, p.incarnation, p.ring, b.offset,
@@ -735,12 +766,15 @@ absl::Status Messenger::Lane::Flush() {
 // Receiving
 
 int Messenger::Poll() {
-  int work = node_->fabric()->Progress();
-  if (TryLockScan()) {
-    work += Scan();
-    UnlockScan();
-  }
-  return work;
+  return node_->fabric()->Progress() + shared_->TryScan(ScanKind::kResponses);
+}
+
+std::vector<Messenger::ReceiveRing>& Messenger::RingsOf(ScanKind k) {
+  return k == ScanKind::kRequests ? request_rings_ : response_rings_;
+}
+
+Messenger::Posting& Messenger::PostingOf(ScanKind k) {
+  return k == ScanKind::kRequests ? *lanes_.back()->posting_ : *response_posting_;
 }
 
 void Messenger::ReportHead(ReceiveRing& r, Posting& posting) {
@@ -769,9 +803,13 @@ void Messenger::WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& post
   // (re)use the space; the sender's next frames there land after them.
   std::atomic_thread_fence(std::memory_order_release);
   if (r.sender_index == self_index_) {
-    char tmp[kHeadSlotBytes];
-    EncodeHeadSlot(head, tag, tmp);
-    std::memcpy(area_ + slot, tmp, sizeof(tmp));
+    uint64_t w[2];
+    EncodeHeadSlot(head, tag, reinterpret_cast<char*>(w));
+    // Release: pairs with the acquire loads in DecodeHeadSlot on the lane's thread, which then
+    // writes into the space we zeroed (ThreadSanitizer sees this order; it ignores the fence).
+    uint64_t* const at = reinterpret_cast<uint64_t*>(area_ + slot);
+    __atomic_store_n(&at[0], w[0], __ATOMIC_RELEASE);
+    __atomic_store_n(&at[1], w[1], __ATOMIC_RELEASE);
     return;
   }
   char* staging = send_memory_->data() +
@@ -790,50 +828,57 @@ void Messenger::WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& post
                 LocalBuffer{send_mr_.get(), staging, kHeadSlotBytes});
 }
 
-void Messenger::SyncReceiveRings(Posting& posting) {
+void Messenger::SyncReceiveRings(ScanKind kind, Posting& posting) {
+  uint64_t& synced = rings_version_[static_cast<int>(kind)];
   // Acquire: pairs with the release increment in OnMembership.
-  if (peer_version_.load(std::memory_order_acquire) == rings_version_) return;
+  if (peer_version_.load(std::memory_order_acquire) == synced) return;
   std::vector<PeerArea> peers;
   {
     farm::ReaderMutexLock l(&peer_mu_);
     peers = peers_;
-    rings_version_ = peer_version_.load(std::memory_order_relaxed);
+    synced = peer_version_.load(std::memory_order_relaxed);
   }
   RingReaderOptions ro;
   ro.incomplete_timeout = options_.incomplete_timeout;
-  for (ReceiveRing& r : rings_) {
+  for (ReceiveRing& r : RingsOf(kind)) {
     const PeerArea& a = peers[r.sender_index];
     if (a.region_id == r.incarnation) continue;
     // See "Rejoining" above: zero only where no sender may be writing yet.
     if (a.region_id == 0 || NeedsAck(self_joined_, a.joined_epoch)) {
       std::memset(area_ + RingOffset(r.sender_index, r.lane), 0, options_.ring_size);
     }
+    // Frames are checked against this pair of incarnations and this lane: a late WRITE of an
+    // earlier incarnation of either end never verifies (RingTag).
+    ro.tag = RingTag(a.region_id, self_incarnation_, r.lane);
     r.reader = std::make_unique<RingReader>(area_ + RingOffset(r.sender_index, r.lane),
                                             options_.ring_size, ro);
     r.incarnation = a.region_id;
     WriteHeadSlot(r, 0, posting);  // the acknowledgement
     r.refreshes_left = 0;
     // The same shape: what this node sends to that incarnation is read afresh.
-    closed_by_receiver_[r.sender_index * total_lanes_ + r.lane] = false;
+    closed_by_receiver_[r.sender_index * total_lanes_ + r.lane].store(false,
+                                                                      std::memory_order_relaxed);
   }
 }
 
-void Messenger::CheckClosedByReceivers() {
+void Messenger::CheckClosedByReceivers(ScanKind kind) {
   const CoarseClock::time_point now = CoarseClock::now();
-  if (now < next_closed_check_) return;
-  next_closed_check_ = now + std::chrono::milliseconds(1);
-  // rings_[k] (from sender index i, lane l) and the head slot of our ring to receiver i on lane l
-  // share k = i * L + l, and the scan's view of node i's incarnation.
-  for (size_t k = 0; k < rings_.size(); ++k) {
-    const ReceiveRing& r = rings_[k];
-    if (closed_by_receiver_[k] || r.incarnation == 0) continue;
+  CoarseClock::time_point& next = next_closed_check_[static_cast<int>(kind)];
+  if (now < next) return;
+  next = now + std::chrono::milliseconds(1);
+  // The ring from sender index i, lane l and the head slot of our ring to receiver i on lane l
+  // share k = i * L + l, the lane's scan kind, and that scan's view of node i's incarnation. Each
+  // entry of closed_by_receiver_ is touched by the scan of its lane's kind only (relaxed).
+  for (const ReceiveRing& r : RingsOf(kind)) {
+    const int k = r.sender_index * total_lanes_ + r.lane;
+    if (closed_by_receiver_[k].load(std::memory_order_relaxed) || r.incarnation == 0) continue;
     uint64_t head;
     if (!DecodeHeadSlot(area_ + HeadSlotOffset(r.sender_index, r.lane),
                         HeadSlotTag(r.incarnation, self_incarnation_), &head) ||
         head != kClosedHead) {
       continue;
     }
-    closed_by_receiver_[k] = true;
+    closed_by_receiver_[k].store(true, std::memory_order_relaxed);
     const uint32_t to = node_ids_[r.sender_index];
     const absl::Status why = absl::DataLossError(
         absl::StrCat("node ", to, " closed its ring from node ", node_->id(), " on lane ", r.lane,
@@ -863,32 +908,40 @@ void Messenger::OnRingClosed(ReceiveRing& r) {
   // through `posting`, which the scan waits for: the sender may be the node that stopped working.
   // The ring's head staging is written again only for a new incarnation of the sender (an
   // acknowledgement), after which a notice still in flight to the old one does not matter.
-  WriteHeadSlot(r, kClosedHead, *closed_notices_);
+  WriteHeadSlot(r, kClosedHead, *closed_notices_[static_cast<int>(KindOfLane(r.lane))]);
   r.refreshes_left = 0;
   farm::ReaderMutexLock l(&listener_mu_);
   if (close_listener_) close_listener_(from, corrupt);
 }
 
-int Messenger::Scan() {
-  Lane& scanning = *lanes_.back();
-  Posting& posting = *scanning.posting_;
-  SyncReceiveRings(posting);
+int Messenger::Scan(ScanKind kind) {
+  const bool requests = kind == ScanKind::kRequests;
+  Lane& scanning = *lanes_.back();  // ours only when scanning requests
+  Posting& posting = PostingOf(kind);
+  SyncReceiveRings(kind, posting);
   if (!receiver_) {
     // Acknowledgements: one that fails (its sender left) is not resent; a sender still waiting
     // for it reports Unavailable after its wait.
     posting.Wait([](int, const absl::Status&) {});
     return 0;
   }
-  scanning.Sync();
-  CheckClosedByReceivers();
+  if (requests) scanning.Sync();
+  CheckClosedByReceivers(kind);
+  Lane* const reply = requests ? &scanning : nullptr;
   int work = 0;
-  for (ReceiveRing& r : rings_) {
+  for (ReceiveRing& r : RingsOf(kind)) {
     if (r.reader->closed()) continue;
+    const bool self = r.sender_index == self_index_;
     for (int k = 0; k < options_.messages_per_scan; ++k) {
+      // Our own ring: read only frames whose copy was published (see self_published_).
+      // Acquire: pairs with the release store in Lane::PostUnflushed.
+      if (self && r.reader->head() >= self_published_[r.lane].load(std::memory_order_acquire)) {
+        break;
+      }
       RingMessage rm;
       const RingReader::State st = r.reader->Peek(&rm);
       if (st == RingReader::kMessage) {
-        receiver_(Message{node_ids_[r.sender_index], r.lane, rm.type, rm.payload}, scanning);
+        receiver_(Message{node_ids_[r.sender_index], r.lane, rm.type, rm.payload}, reply);
         r.reader->Consume();
         ++work;
         continue;
@@ -900,9 +953,17 @@ int Messenger::Scan() {
     }
     if (r.reader->ShouldReportHead()) ReportHead(r, posting);
   }
-  scanning.RetryBacklog();
-  scanning.PostUnflushed(posting);
+  if (requests) {
+    scanning.RetryBacklog();
+    scanning.PostUnflushed(posting);
+  }
   posting.Wait([&](int i, const absl::Status& s) {
+    if (!requests) {
+      // Head reports only: the sender's next report (or its departure) settles it.
+      spdlog::debug("messaging: node {}: head report to node {} failed: {}", node_->id(),
+                    node_ids_[i], std::string(s.message()));
+      return;
+    }
     Lane::PeerSend& p = *scanning.peers_[i];
     if (!p.failed.ok()) return;
     p.failed = absl::UnavailableError(absl::StrCat(

@@ -10,9 +10,9 @@
 // a lost head report cannot leave a sender waiting for space forever.
 //
 // Lanes: each node has `lanes` worker lanes per peer, leased to one thread at a time
-// (AcquireLane), so threads never share a tail, plus one more lane owned by whichever thread is
-// scanning (the node's poller thread, or a thread waiting for messages that drives the scan
-// itself). Replies from receiver callbacks go out on that scanning lane.
+// (AcquireLane), so threads never share a tail, plus one more lane, the *scanning lane*, owned by
+// the node's poller thread while it runs receiver callbacks. Replies from receiver callbacks go
+// out on that scanning lane.
 //
 // Area layout (identical on every node, because every node has the same configuration): with N
 // nodes listed in the configuration, L = lanes + 1 and ring size R, the ring for messages from
@@ -25,8 +25,9 @@
 //   no.areas.push_back(Messenger::Area(no.config, mo));
 //   ASSIGN_OR_RETURN(std::unique_ptr<Node> node, Node::Start(no));
 //   ASSIGN_OR_RETURN(std::unique_ptr<Messenger> m, Messenger::Create(node.get(), mo));
-//   m->SetReceiver([](const Message& msg, Messenger::Lane& reply) {
-//     reply.Send(msg.from, kPong, {msg.payload}).IgnoreError();  // goes out after this scan
+//   m->SetReceiver([](const Message& msg, Messenger::Lane* reply) {
+//     if (reply == nullptr) return;  // a reply (it came on a scanning lane): not answered
+//     reply->Send(msg.from, kPing + 1, {msg.payload}).IgnoreError();  // goes out after this scan
 //   });
 //   ASSIGN_OR_RETURN(Messenger::LaneLease lane, m->AcquireLane());
 //   RETURN_IF_ERROR(lane->Send(/*node=*/2, kPing, {"hello"}));
@@ -34,8 +35,8 @@
 //
 // Back-pressure: a sender never overwrites bytes the receiver has not consumed. Send on a full
 // ring flushes, then waits up to its `wait` argument for the receiver's head (driving progress
-// and the scan itself meanwhile) and returns ResourceExhausted if none came. Messages larger
-// than the ring's limit (MaxPayload(ring_size), a quarter of the ring) are refused with
+// and the scan of responses itself meanwhile) and returns ResourceExhausted if none came. Messages
+// larger than the ring's limit (MaxPayload(ring_size), a quarter of the ring) are refused with
 // InvalidArgument; they are not fragmented.
 //
 // Corruption: a ring whose frames do not add up (ring.h) is closed: one error log line, the close
@@ -51,13 +52,30 @@
 // the close listener is told (the RPC layer fails the calls waiting for it with Unavailable,
 // naming the node). When a peer joins again (same node id, new process: new fabric address, new
 // areas), both ends start its rings from zero; the protocol is described next to
-// Messenger::OnMembership in messenger.cc.
+// Messenger::OnMembership in messenger.cc. Every ring's frames are checksummed under its tag
+// (RingTag of both incarnations and the lane), so a late WRITE of an earlier incarnation is never
+// delivered.
 //
+// Which calls may run on which thread (the threading rule):
+//  - Messages that arrive on the senders' worker lanes (requests, in RPC terms) are handed to the
+//    receiver callback on the node's poller thread only (the *handler thread*), one at a time,
+//    with `reply` = the scanning lane. Never on an application thread: a thread waiting in Poll
+//    (Rpc::Await, Send's back-pressure) never runs them, so a callback cannot re-enter
+//    application code or deadlock on a lock that the waiting thread holds.
+//  - Messages that arrive on the senders' scanning lanes (responses) are handed to the receiver
+//    callback by whichever thread polls: an application thread in Poll, or the poller, one at a
+//    time, with `reply` = nullptr. So a caller waiting for a response gets it by its own polling
+//    even while the poller is busy in (or blocked by) a request's callback.
+//  - A callback must not wait for another message: a request's callback holds up every request
+//    of the node (in particular no RPC Call from inside a handler, and no Send with a `wait` on a
+//    full ring to this node itself); a response's callback holds up the other responses.
+//  - A callback may block briefly on application locks: an application thread holding such a
+//    lock while it waits for a response still gets its response (the test "a handler blocked on
+//    the caller's lock" in rpc_test).
 // Thread safety: Messenger's public methods are safe for concurrent use. A Lane is used by one
-// thread at a time: its leaseholder, or for the scanning lane the thread running the receiver
-// callback. The receiver callback runs on the scanning thread, one message at a time; it must not
-// block (in particular not wait for an RPC response: nobody else scans meanwhile).
-// The Messenger must be destroyed before its Node, and every LaneLease before the Messenger.
+// thread at a time: its leaseholder, or for the scanning lane the handler thread during a
+// request's callback. The Messenger must be destroyed before its Node, and every LaneLease before
+// the Messenger.
 #ifndef FARM_MESSAGING_MESSENGER_H_
 #define FARM_MESSAGING_MESSENGER_H_
 
@@ -73,12 +91,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "platform/mutex.h"
 #include "absl/time/time.h"
 #include "messaging/ring.h"
 #include "platform/config.pb.h"
 #include "platform/fabric.h"
 #include "platform/global_address.h"
+#include "platform/mutex.h"
 #include "platform/node.h"
 #include "platform/region.h"
 
@@ -111,7 +129,9 @@ class Messenger {
  public:
   class Lane;
   class LaneLease;
-  using Receiver = std::function<void(const Message& message, Lane& reply)>;
+  // `reply`: the scanning lane, for a message that came on a worker lane (on the poller thread);
+  // nullptr for one that came on a scanning lane (on any polling thread). See the threading rule.
+  using Receiver = std::function<void(const Message& message, Lane* reply)>;
   using CloseListener = std::function<void(uint32_t node, const absl::Status& why)>;
 
   // The area a node must request (NodeOptions::areas) to take part in messaging.
@@ -141,9 +161,10 @@ class Messenger {
   // for `wait`.
   absl::StatusOr<LaneLease> AcquireLane(absl::Duration wait = absl::Seconds(10));
 
-  // Drives the fabric's progress and, unless another thread is scanning, scans every ring once.
-  // Returns how much work was done (0 when idle). The poller calls this continuously; threads
-  // waiting for messages call it too so that they never depend on the poller being awake.
+  // Drives the fabric's progress and, unless another thread is doing it, scans the rings of the
+  // senders' scanning lanes (responses) once. Returns how much work was done (0 when idle).
+  // Threads waiting for responses call it so that they never depend on the poller being awake
+  // or free. The rings of worker lanes (requests) are scanned by the poller thread only.
   int Poll();
 
   // OK while messages from `node` can be received; the reason otherwise: DataLoss (a ring from
@@ -164,7 +185,10 @@ class Messenger {
   char* ReceiveRingForTesting(uint32_t from, int lane) const;
 
  private:
-  struct Shared;  // the scan lock, and what the poller task holds on to
+  struct Shared;  // the scan locks, and what the poller task holds on to
+  // The two kinds of receive rings, each scanned under its own lock (see Shared): those of the
+  // senders' worker lanes (requests) and those of their scanning lanes (responses).
+  enum class ScanKind { kRequests = 0, kResponses = 1 };
   // A configured node as the current membership shows it.
   struct PeerArea {
     uint32_t node_id = 0;
@@ -181,26 +205,33 @@ class Messenger {
   // peers that left or restarted.
   void OnMembership(const control::Membership& m);
   PeerArea DescribePeer(const control::Membership& m, uint32_t node_id, bool was_member) const;
-  // Brings the receive rings in line with peers_ (resets the rings of departed and new
+  // Brings the receive rings of `kind` in line with peers_ (resets the rings of departed and new
   // incarnations; acknowledges new ones). Posts into `posting`.
-  void SyncReceiveRings(Posting& posting);  // scan lock held
+  void SyncReceiveRings(ScanKind kind, Posting& posting);  // that kind's scan lock held
   // Writes head slot `head` for ring `r` into its sender's area.
   void WriteHeadSlot(const ReceiveRing& r, uint64_t head, Posting& posting);
   uint64_t RingOffset(int sender_index, int lane) const;
   uint64_t HeadSlotOffset(int receiver_index, int lane) const;
   uint64_t AreaSize() const;
-  // The scan lock (see Shared): Scan, ReportHead, OnRingClosed and SyncReceiveRings run with it.
-  bool TryLockScan();
-  void LockScan();
-  void UnlockScan();
-  int Scan();
+  // Both scan locks (see Shared), for set-up, SetReceiver and the destructor. Scan, ReportHead,
+  // OnRingClosed and SyncReceiveRings run with the lock of the kind of ring they work on.
+  void LockScans();
+  void UnlockScans();
+  int Scan(ScanKind kind);
+  ScanKind KindOfLane(int lane) const {
+    return lane == options_.lanes ? ScanKind::kResponses : ScanKind::kRequests;
+  }
+  std::vector<ReceiveRing>& RingsOf(ScanKind kind);
+  // The scanning lane's posting for requests (its replies and head reports go out together),
+  // response_posting_ for responses.
+  Posting& PostingOf(ScanKind kind);
   void ReportHead(ReceiveRing& ring, Posting& posting);
   // Writes the head again if the ring stayed idle after a report (see kHeadRefreshes).
   void MaybeRefreshHead(ReceiveRing& ring, Posting& posting);
   void OnRingClosed(ReceiveRing& ring);
   // Tells the close listener about rings that their receivers closed (a "closed" head report in
   // this node's area). At most once a millisecond.
-  void CheckClosedByReceivers();
+  void CheckClosedByReceivers(ScanKind kind);
   void ReleaseLane(int index);
 
   Node* const node_;
@@ -230,16 +261,34 @@ class Messenger {
   farm::Mutex lane_mu_;
   std::vector<int> free_lanes_ ABSL_GUARDED_BY(lane_mu_);
 
-  // Guarded by the scan lock (held by the scanning thread; it also owns lanes_.back()).
+  // Written with both scan locks held, read with either.
   Receiver receiver_;
-  std::vector<ReceiveRing> rings_;
-  uint64_t rings_version_ = ~uint64_t{0};  // peer_version_ synced
-  // By receiver index * L + lane: its receiver closed that ring (reported once per incarnation).
-  std::vector<bool> closed_by_receiver_;
-  // "Closed" head reports (OnRingClosed), posted and never waited for: the scan must not stall
-  // on a sender that stopped making progress (shm and tcp need the target's progress).
-  std::unique_ptr<Posting> closed_notices_;
-  CoarseClock::time_point next_closed_check_{};
+  // By sender (receiver) index * L + lane: its receiver closed our ring on that lane (reported
+  // once per incarnation). Each entry belongs to the scan of its lane's kind.
+  std::unique_ptr<std::atomic<bool>[]> closed_by_receiver_;
+  // "Closed" head reports (OnRingClosed), by scan kind, posted and never waited for: the scan must
+  // not stall on a sender that stopped making progress (shm and tcp need the target's progress).
+  std::unique_ptr<Posting> closed_notices_[2];
+  CoarseClock::time_point next_closed_check_[2] = {};  // by scan kind
+  // Guarded by the requests' scan lock (whose holder also owns lanes_.back()).
+  std::vector<ReceiveRing> request_rings_;
+  // Guarded by the responses' scan lock.
+  std::vector<ReceiveRing> response_rings_;
+  std::unique_ptr<Posting> response_posting_;                 // head reports of response_rings_
+  uint64_t rings_version_[2] = {~uint64_t{0}, ~uint64_t{0}};  // peer_version_ synced, by kind
+  // Messages to this node itself. Its lanes copy their frames into its own rings with memcpy on
+  // the sending thread, while a scanning thread may be reading those rings; that is a data race
+  // for the language (and ThreadSanitizer) unless the two are ordered. So after each copy the
+  // lane publishes how far its frames now reach (the writer's tail, a byte counter like the
+  // reader's head) with a release store here, and the scan reads a self ring only up to the
+  // position it loaded with acquire: it never looks at bytes still being copied (the frames of
+  // one flush are whole, and a wrap frame travels with the frame after it). The reuse of
+  // consumed space is ordered by the head slot, which this node writes to itself with release
+  // stores (WriteHeadSlot) and the lane reads with acquire loads. Chosen over a lock (a lane
+  // would wait on a scan, and every scan would lock) and over a queue of copies (an allocation
+  // and a copy per message, and the ring's back-pressure and in-place Reserve to redo): one
+  // atomic load per scanned self ring, no lock that a callback could hold up. By lane.
+  std::unique_ptr<std::atomic<uint64_t>[]> self_published_;
 
   farm::Mutex listener_mu_;  // held (shared) while the close listener runs
   CloseListener close_listener_ ABSL_GUARDED_BY(listener_mu_);

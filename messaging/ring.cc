@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "platform/sync_point.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define FARM_FRAME_HASH_AVX512 1
@@ -13,6 +14,7 @@ namespace farm {
 namespace {
 
 constexpr uint64_t kHeadSlotSalt = 0x68656164736c6f74ull;  // "headslot"
+constexpr uint64_t kRingTagSalt = 0x72696e6774616731ull;   // "ringtag1"
 
 // Any r (r = 0 included: no shift by 64).
 constexpr uint64_t Rotl(uint64_t x, unsigned r) { return (x << (r & 63)) | (x >> (-r & 63)); }
@@ -70,6 +72,11 @@ bool CouldBecome(uint32_t seen, uint32_t want) {
 
 uint32_t NextSeq(uint32_t seq) { return seq + 1 == 0 ? 1 : seq + 1; }
 
+bool SameHeader(const FrameHeader& a, const FrameHeader& b) {
+  return a.length == b.length && a.type == b.type && a.flags == b.flags && a.seq == b.seq &&
+         a.reserved == b.reserved;
+}
+
 }  // namespace
 
 absl::Status ValidateRingSize(uint64_t ring_size) {
@@ -92,7 +99,7 @@ uint64_t FrameSize(uint64_t ring_size, uint64_t pos, uint64_t length) {
 // FrameHash
 //
 // The function: kHashLanes = 64 lanes, lane k starting at kHash.init[k] (lane 0 also XORed with
-// n). Word i of the frame goes into lane i % 64 through Round. At the end lane k = 8g + e is
+// n ^ seed). Word i of the frame goes into lane i % 64 through Round. At the end lane k = 8g + e is
 // rotated left by 8e + g + 1 (all 64 rotations distinct) and the lanes are XORed together; Mix64
 // of that is the hash. Two implementations compute exactly this function, checked against each
 // other in ring_test.cc: a portable one and an AVX-512 one (eight 8-lane zmm accumulators, one
@@ -160,27 +167,30 @@ uint64_t HashShortGroup(const char* p, int g, uint64_t first) {
   return x;
 }
 
-uint64_t HashShortFrame(const char* p, size_t n) {
+// `first` = n ^ seed, XORed into lane 0's initial state.
+uint64_t HashShortFrame(const char* p, size_t n, uint64_t first) {
   const size_t words = n / 8;
-  uint64_t h = kHash.untouched[words];  // n = 0 leaves lane 0 untouched at init[0] ^ 0
+  uint64_t h = kHash.untouched[words];
+  // No word reached lane 0: it stayed at init[0] ^ first, and untouched[0] holds init[0]'s share.
+  if (words == 0) h ^= Rotl(first, kHash.rotation[0]);
   size_t k = 0;
   for (; k + 8 <= words; k += 8) {
     const int g = static_cast<int>(k / 8);
-    h ^= Rotl(HashShortGroup(p, g, g == 0 ? n : 0), g + 1);
+    h ^= Rotl(HashShortGroup(p, g, g == 0 ? first : 0), g + 1);
   }
   for (; k < words; ++k) {
-    const uint64_t word = LoadWord(p + 8 * k) ^ (k == 0 ? n : 0);
+    const uint64_t word = LoadWord(p + 8 * k) ^ (k == 0 ? first : 0);
     h ^= Rotl(Round(kHash.init[k], word), kHash.rotation[k]);
   }
   return Mix64(h);
 }
 
 // A frame of more than 64 words: every group gets at least eight.
-uint64_t HashLongGroup(const char* p, size_t n, int g) {
+uint64_t HashLongGroup(const char* p, size_t n, uint64_t first, int g) {
   const size_t words = n / 8;
   uint64_t lane[8];
   for (int e = 0; e < 8; ++e) lane[e] = kHash.init[8 * g + e];
-  if (g == 0) lane[0] ^= n;
+  if (g == 0) lane[0] ^= first;
   size_t w = 8 * g;
   for (; w + 8 <= words; w += kHashLanes) {
 #pragma GCC unroll 8
@@ -214,11 +224,11 @@ FARM_AVX512_TARGET inline __m512i RoundX8(__m512i acc, __m512i word, __mmask8 m 
 }
 
 // The same function as FrameHashPortable; acc[g] holds lanes 8g..8g+7.
-FARM_AVX512_TARGET uint64_t FrameHashAvx512(const char* p, size_t n) {
+FARM_AVX512_TARGET uint64_t FrameHashAvx512(const char* p, size_t n, uint64_t seed) {
   __m512i acc[kHashGroups];
 #pragma GCC unroll 8
   for (int g = 0; g < kHashGroups; ++g) acc[g] = _mm512_loadu_si512(&kHash.init[8 * g]);
-  acc[0] = _mm512_xor_si512(acc[0], _mm512_zextsi128_si512(_mm_cvtsi64_si128(n)));
+  acc[0] = _mm512_xor_si512(acc[0], _mm512_zextsi128_si512(_mm_cvtsi64_si128(n ^ seed)));
   size_t i = 0;
   for (; i + 8 * kHashLanes <= n; i += 8 * kHashLanes) {
 #pragma GCC unroll 8
@@ -252,7 +262,7 @@ FARM_AVX512_TARGET uint64_t FrameHashAvx512(const char* p, size_t n) {
 #undef FARM_AVX512_TARGET
 #endif  // FARM_FRAME_HASH_AVX512
 
-using FrameHashFn = uint64_t (*)(const char*, size_t);
+using FrameHashFn = uint64_t (*)(const char*, size_t, uint64_t);
 
 FrameHashFn ChooseFrameHash() {
 #ifdef FARM_FRAME_HASH_AVX512
@@ -267,17 +277,24 @@ FrameHashFn ChooseFrameHash() {
 
 }  // namespace
 
-uint64_t FrameHashPortable(const char* p, size_t n) {
-  if (n <= 8 * kHashLanes) return HashShortFrame(p, n);
+uint64_t FrameHashPortable(const char* p, size_t n, uint64_t seed) {
+  if (n <= 8 * kHashLanes) return HashShortFrame(p, n, n ^ seed);
   uint64_t h = 0;
-  for (int g = 0; g < kHashGroups; ++g) h ^= Rotl(HashLongGroup(p, n, g), g + 1);
+  for (int g = 0; g < kHashGroups; ++g) h ^= Rotl(HashLongGroup(p, n, n ^ seed, g), g + 1);
   return Mix64(h);
 }
 
-uint64_t FrameHash(const char* p, size_t n) {
-  if (n < kHashVectorMinBytes) return FrameHashPortable(p, n);
+uint64_t FrameHash(const char* p, size_t n, uint64_t seed) {
+  if (n < kHashVectorMinBytes) return FrameHashPortable(p, n, seed);
   static const FrameHashFn impl = ChooseFrameHash();
-  return impl(p, n);
+  return impl(p, n, seed);
+}
+
+uint64_t RingTag(uint32_t sender_incarnation, uint32_t receiver_incarnation, int lane) {
+  // Mix64 is a bijection: distinct (sender, receiver) pairs give distinct inner values, and the
+  // lane then moves the result again; a collision of two triples has probability 2^-64.
+  return Mix64(Mix64((uint64_t{sender_incarnation} << 32) | receiver_incarnation) ^
+               (kRingTagSalt + static_cast<uint64_t>(lane)));
 }
 
 namespace {
@@ -304,7 +321,8 @@ bool DecodeHeadSlot(const char* slot, uint64_t tag, uint64_t* head) {
 // ---------------------------------------------------------------------------------------------
 // RingWriter
 
-RingWriter::RingWriter(char* staging, uint64_t ring_size) : staging_(staging), size_(ring_size) {}
+RingWriter::RingWriter(char* staging, uint64_t ring_size, uint64_t tag)
+    : staging_(staging), size_(ring_size), tag_(tag) {}
 
 char* RingWriter::StageHeader(uint64_t frame, uint16_t type, uint16_t flags, uint64_t length) {
   char* at = staging_ + staged_;
@@ -365,7 +383,7 @@ void RingWriter::Seal(char* frame_start, uint64_t frame) {
   FrameHeader h;
   std::memcpy(&h, frame_start, sizeof(h));
   const uint64_t trailer_at = frame - sizeof(FrameTrailer);
-  const FrameTrailer t{FrameHash(frame_start, trailer_at), h.seq, h.length};
+  const FrameTrailer t{FrameHash(frame_start, trailer_at, tag_), h.seq, h.length};
   std::memcpy(frame_start + trailer_at, &t, sizeof(t));
 }
 
@@ -395,10 +413,12 @@ RingWriter::Ranges RingWriter::Unflushed() {
 }
 
 absl::Status RingWriter::UpdateHead(uint64_t head) {
-  if (head < head_ || head > flushed_) {
-    return absl::DataLossError(absl::StrCat("the receiver reported head ", head,
-                                            ", outside the possible range [", head_, ", ", flushed_,
-                                            "]"));
+  // Behind the head we know: a write-back that landed late (an older slot value seen after a
+  // newer one). It tells nothing new, and is no sign of corruption.
+  if (head <= head_) return absl::OkStatus();
+  if (head > flushed_) {
+    return absl::DataLossError(absl::StrCat("the receiver reported head ", head, ", beyond the ",
+                                            flushed_, " bytes written to it so far"));
   }
   head_ = head;
   return absl::OkStatus();
@@ -428,9 +448,21 @@ absl::Status RingWriter::UpdateHead(uint64_t head) {
 // step that is a bijection of the word for a fixed lane state, and every later step of that lane
 // is a bijection of the state, so the lane ends in a different state; the lanes are then combined
 // by distinct rotations and XOR, and mixed by a bijection; the AVX-512 and the portable code
-// compute the same function); a partly placed length puts the trailer somewhere it is not. After
+// compute the same function); a partly placed length puts the trailer somewhere it is not. The
+// checks run on a header loaded once, before the hash reads the ring again, so the header is
+// loaded a second time after the checksum matched and must equal the first: each byte goes only
+// from zero to its final value, so a header equal at both loads was the same in between, when it
+// was hashed — the frame accepted is the frame checked. (Otherwise a wrap frame first seen with
+// its flags still zero and completed before the hash would pass as an empty message.) After
 // acceptance the bytes cannot change: the sender writes that space again only after we zeroed it
 // and reported the head.
+//
+// Why a frame of another incarnation is never delivered: the checksum is seeded with the ring's
+// tag (RingTag: sender incarnation, receiver incarnation, lane). The seed enters lane 0's initial
+// state only, so the same bytes under two different tags end with lane 0 in different states
+// (every step is a bijection of the state) and the other lanes equal: the hashes always differ.
+// A late WRITE of an earlier incarnation of either end — a valid first frame at offset 0 with
+// sequence number 1, exactly what a fresh ring expects — therefore stays a checksum mismatch.
 //
 // Why a stale message of an earlier lap is never read: consumed frames are zeroed before the head
 // is reported, and the sender never writes beyond the reported head, so ring space ahead of the
@@ -446,7 +478,7 @@ absl::Status RingWriter::UpdateHead(uint64_t head) {
 // corrupt only if it stays the same for incomplete_timeout.
 
 RingReader::RingReader(char* ring, uint64_t ring_size, RingReaderOptions options)
-    : ring_(ring), size_(ring_size), options_(std::move(options)) {}
+    : ring_(ring), size_(ring_size), tag_(options.tag), options_(std::move(options)) {}
 
 RingReader::State RingReader::Peek(RingMessage* msg) {
   if (closed()) return kClosed;
@@ -483,8 +515,17 @@ RingReader::State RingReader::Peek(RingMessage* msg) {
     if (h.seq != expected_ || t.seq != expected_ || t.length != h.length) {
       return Inconsistent(pos, frame, "trailer does not match the header");
     }
-    if (FrameHash(ring_ + pos, trailer_at - pos) != t.checksum) {
+    FARM_SYNC_POINT_CALLBACK("RingReader::Peek:BeforeHash", ring_ + pos);
+    if (FrameHash(ring_ + pos, trailer_at - pos, tag_) != t.checksum) {
       return Inconsistent(pos, frame, "checksum mismatch");
+    }
+    // The checks above ran on `h`, loaded before the hash; the hash covered the header as it was
+    // later. Bytes only go from zero to their final value, so if the header still equals `h`
+    // now, it equaled `h` when it was hashed too: the frame we accept is the one we checked. (A
+    // wrap frame whose flags were still zero at the first load would otherwise pass every check
+    // as an empty message, 32 bytes long, and the head would stop short of the ring's end.)
+    if (!SameHeader(LoadRemote<FrameHeader>(ring_ + pos), h)) {
+      return Inconsistent(pos, frame, "header changed while it was being checked");
     }
     if (wrap) {
       std::memset(ring_ + pos, 0, kFrameOverhead);

@@ -28,11 +28,13 @@
 //   +16  payload      `length` bytes, then zero padding
 //   +S-16 FrameTrailer {u64 checksum, u32 seq, u32 length}        S = FrameSize(...)
 //
-// The checksum is FrameHash over [+0, +S-16): header, payload and padding. Sequence numbers
-// count frames on the ring from 1 (0 is skipped when the 32-bit counter wraps, so a valid header
-// is never all zero). A frame that does not fit before the ring's end is preceded by a *wrap
-// frame* (flags = kWrapFlag, length 0, 32 bytes: header + trailer) that stands for the rest of
-// the ring; the next frame starts at offset 0. A frame that would leave exactly 16 bytes before
+// The checksum is FrameHash over [+0, +S-16): header, payload and padding, seeded with the
+// ring's *tag* (RingTag: the incarnations of the sender and the receiver, and the lane), so a
+// frame written for another incarnation pair or lane never verifies, even with the same bytes.
+// Sequence numbers count frames on the ring from 1 (0 is skipped when the 32-bit counter wraps, so
+// a valid header is never all zero). A frame that does not fit before the ring's end is preceded by
+// a *wrap frame* (flags = kWrapFlag, length 0, 32 bytes: header + trailer) that stands for the rest
+// of the ring; the next frame starts at offset 0. A frame that would leave exactly 16 bytes before
 // the end (too few for a wrap frame) absorbs them as padding, so the bytes left before the end
 // are always 0 or at least 32.
 //
@@ -93,16 +95,23 @@ inline uint64_t MaxPayload(uint64_t ring_size) { return ring_size / 4 - 64; }
 // Monotonic in `length`. Requires pos % 16 == 0.
 uint64_t FrameSize(uint64_t ring_size, uint64_t pos, uint64_t length);
 
-// 64-bit hash of the `n` bytes at `p`. Requires n % 8 == 0 (frames are multiples of 16) and
-// reads nothing outside [p, p + n); p need not be aligned. Any change of a word, including a word
-// that is still zero because it has not arrived yet, changes it with probability 1 - 2^-64.
-// Stable across processes and machines (unlike absl::Hash): 64 lanes of a per-word bijection
-// (ring.cc), computed with AVX-512 where the CPU has it (F and DQ) and by FrameHashPortable
-// otherwise.
-uint64_t FrameHash(const char* p, size_t n);
+// 64-bit hash of the `n` bytes at `p`, seeded with `seed`. Requires n % 8 == 0 (frames are
+// multiples of 16) and reads nothing outside [p, p + n); p need not be aligned. Any change of a
+// word, including a word that is still zero because it has not arrived yet, changes it with
+// probability 1 - 2^-64; a different seed with the same bytes always changes it (the seed enters
+// one lane's initial state, see ring.cc). Stable across processes and machines (unlike
+// absl::Hash): 64 lanes of a per-word bijection (ring.cc), computed with AVX-512 where the CPU has
+// it (F and DQ) and by FrameHashPortable otherwise.
+uint64_t FrameHash(const char* p, size_t n, uint64_t seed = 0);
 // The same function in portable C++, on any CPU: FrameHash's reference, for tests and for
 // machines without AVX-512. Same precondition.
-uint64_t FrameHashPortable(const char* p, size_t n);
+uint64_t FrameHashPortable(const char* p, size_t n, uint64_t seed = 0);
+
+// The tag of one ring: seeds its frames' checksums (RingWriter, RingReaderOptions::tag). Binds a
+// frame to the incarnations of its sender and its receiver (the region ids of their messaging
+// areas, see messenger.h) and to the lane, so that a late WRITE from an earlier incarnation, or
+// a WRITE aimed at another lane's ring, is never delivered.
+uint64_t RingTag(uint32_t sender_incarnation, uint32_t receiver_incarnation, int lane);
 
 // Head write-back slot: {head, check}. The check lets the sender tell a torn or half-placed
 // slot (bytes of the old and new value mixed) from a real one. It also covers `tag`, which is
@@ -128,8 +137,9 @@ struct ByteRange {
 class RingWriter {
  public:
   // `staging`: ring_size bytes of local (registered) memory, 16-byte aligned, owned by the
-  // caller. A flush never stages more than the ring holds.
-  RingWriter(char* staging, uint64_t ring_size);
+  // caller. A flush never stages more than the ring holds. `tag`: the ring's RingTag (the
+  // reader's RingReaderOptions::tag must be the same).
+  RingWriter(char* staging, uint64_t ring_size, uint64_t tag = 0);
   RingWriter(const RingWriter&) = delete;
   RingWriter& operator=(const RingWriter&) = delete;
 
@@ -154,8 +164,9 @@ class RingWriter {
     staged_ = 0;
   }
 
-  // Takes a head reported by the receiver. DataLoss if impossible (behind the last one, or
-  // beyond what was flushed): the receiver's state is corrupt, the ring must not be used.
+  // Takes a head reported by the receiver. A head behind the one already known is a report that
+  // landed late and is ignored (OK). DataLoss if impossible (beyond what was flushed): the
+  // receiver's state is corrupt, the ring must not be used.
   absl::Status UpdateHead(uint64_t head);
 
   uint64_t head() const { return head_; }
@@ -172,6 +183,7 @@ class RingWriter {
 
   char* const staging_;
   const uint64_t size_;
+  const uint64_t tag_;    // seeds the checksums
   uint64_t staged_ = 0;   // bytes staged since the last flush, from staging_
   uint64_t head_ = 0;     // receiver consumed everything before this
   uint64_t flushed_ = 0;  // everything before this has been handed to Unflushed()
@@ -195,6 +207,8 @@ struct RingReaderOptions {
   // The clock for incomplete_timeout; tests inject a fake one. The default is the coarse
   // monotonic clock (platform/clock.h): ~10 ns a read, one kernel tick of resolution.
   std::function<absl::Time()> now = [] { return CoarseNowAsTime(); };
+  // The ring's RingTag, the same as its writer's: frames hashed with another tag never verify.
+  uint64_t tag = 0;
 };
 
 // The receiving end of one ring: finds complete frames at the head, in order.
@@ -243,6 +257,7 @@ class RingReader {
 
   char* const ring_;
   const uint64_t size_;
+  const uint64_t tag_;  // options_.tag
   const RingReaderOptions options_;
   uint64_t head_ = 0;
   uint64_t reported_ = 0;

@@ -18,13 +18,6 @@ Rpc::Rpc(Messenger* messenger, RpcOptions options)
     : messenger_(messenger), options_(options), sweeper_(std::make_shared<Sweeper>()) {
   messenger_->SetCloseListener(
       [this](uint32_t node, const absl::Status& why) { OnClosed(node, why); });
-  if (options_.serve_at_once) Serve();
-}
-
-void Rpc::Serve() {
-  if (serving_.exchange(true, std::memory_order_acq_rel)) return;
-  messenger_->SetReceiver(
-      [this](const Message& m, Messenger::Lane& reply) { OnMessage(m, reply); });
   {
     std::lock_guard<std::mutex> l(sweeper_->mu);
     sweeper_->rpc = this;
@@ -35,6 +28,13 @@ void Rpc::Serve() {
     if (!l.owns_lock() || sweeper->rpc == nullptr) return 0;
     return sweeper->rpc->SweepExpired();
   });
+  if (options_.serve_at_once) Serve();
+}
+
+void Rpc::Serve() {
+  if (serving_.exchange(true, std::memory_order_acq_rel)) return;
+  messenger_->SetReceiver(
+      [this](const Message& m, Messenger::Lane* reply) { OnMessage(m, reply); });
 }
 
 Rpc::~Rpc() {
@@ -239,7 +239,7 @@ void Rpc::Complete(Pending& p, absl::StatusOr<std::string> result) {
   }
 }
 
-void Rpc::OnMessage(const Message& m, Messenger::Lane& reply) {
+void Rpc::OnMessage(const Message& m, Messenger::Lane* reply) {
   const bool request = m.type == kRequestType;
   if (!request && m.type != kResponseType) {
     spdlog::warn("rpc: node {} ignores a message of unknown type {} from node {}",
@@ -257,7 +257,14 @@ void Rpc::OnMessage(const Message& m, Messenger::Lane& reply) {
   std::memcpy(&e, m.payload.data(), sizeof(Envelope));
   body = m.payload.substr(sizeof(Envelope));
   if (request) {
-    OnRequest(m.from, e, body, reply);
+    if (reply == nullptr) {
+      // A request on a scanning lane, where only responses travel: its handler would run on
+      // whichever thread polls, which the threading rule (rpc.h) forbids.
+      spdlog::warn("rpc: node {} drops request {} of node {}: it came on a reply lane",
+                   messenger_->node()->id(), e.id, m.from);
+      return;
+    }
+    OnRequest(m.from, e, body, *reply);
   } else {
     OnResponse(m.from, e, body);
   }

@@ -1,6 +1,6 @@
 // Rpc: requests and responses over the Messenger's rings.
 //
-// A request goes out on the caller's lane to the target node; the target's scanning thread runs
+// A request goes out on the caller's lane to the target node; the target's poller thread runs
 // the handler registered for the request's method and sends the response back on its scanning
 // lane (the reverse ring). Every request carries a 64-bit id that the response repeats; a caller
 // waits for its id until the deadline. Requests queued together on one lane (Start ... Start,
@@ -46,10 +46,22 @@
 // callers that keep the handle without awaiting it, adds nothing to a call's critical path, and
 // leaves Start's return type alone. pending_calls() tells tests how many calls are in the table.
 //
+// Which calls may run on which thread:
+//  - Handlers (of every kind: RegisterHandler, RegisterInPlaceHandler, RegisterShipped) run on
+//    the target node's poller thread, one at a time, and never on an application thread: a
+//    thread waiting in Await or Call does not run the handlers of requests that reach its node
+//    meanwhile. So a handler may take the application's own locks (briefly): a thread holding
+//    one while it awaits a call still completes, because
+//  - responses are delivered by whichever thread polls, the awaiting caller included: a caller
+//    completes its own call even while the poller is blocked in a handler.
+//  - A handler must not wait for another RPC (no Call from inside a handler): the node's
+//    requests, including the one it would wait for if it called its own node, are served by the
+//    thread it blocks. While a handler runs, the node serves no other request.
+//  - Call, Start, Await, Ship and the Register functions may be called from any application
+//    thread (not from a handler, for Call/Await/Ship).
 // Thread safety: all methods are safe for concurrent use; a lane is used by one thread at a time
-// (see Messenger). Handlers run on the target's scanning thread, one at a time; they must not
-// block (no Call from inside a handler). The Rpc must be destroyed before its Messenger, and it
-// installs itself as the Messenger's receiver (one Rpc per Messenger).
+// (see Messenger). The Rpc must be destroyed before its Messenger, and it installs itself as the
+// Messenger's receiver (one Rpc per Messenger).
 #ifndef FARM_MESSAGING_RPC_H_
 #define FARM_MESSAGING_RPC_H_
 
@@ -85,8 +97,8 @@ struct RpcRequest {
 
 using RpcHandler = std::function<absl::StatusOr<std::string>(const RpcRequest&)>;
 
-// Where an in-place handler writes its response. Used on the scanning thread, during the
-// handler only.
+// Where an in-place handler writes its response. Used on the handler thread (the node's poller),
+// during the handler only.
 class RpcResponder {
  public:
   RpcResponder(const RpcResponder&) = delete;
@@ -124,7 +136,7 @@ using RpcShippedHandler = std::function<absl::StatusOr<std::string>(
     GlobalAddress addr, char* data, uint64_t available, absl::string_view request)>;
 
 struct RpcOptions {
-  // How long a waiting caller spins (driving progress and the ring scan itself) after the last
+  // How long a waiting caller spins (driving progress and the response scan itself) after the last
   // sign of activity before it sleeps in short steps until the poller delivers its response.
   // InfiniteDuration for benchmarks (always spin), as PollMode::kBusy.
   absl::Duration spin = absl::Microseconds(200);
@@ -226,7 +238,7 @@ class Rpc {
   int SweepExpired();
   static absl::Status DeadlineError(const Pending& p);
   friend class RpcResponder;
-  void OnMessage(const Message& m, Messenger::Lane& reply);
+  void OnMessage(const Message& m, Messenger::Lane* reply);
   // Leads every request and response payload.
   struct Envelope {
     uint64_t id;  // of the call; 0 in a response written in place and then voided

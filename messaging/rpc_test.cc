@@ -7,12 +7,14 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "platform/mutex.h"
 #include "messaging/test_cluster.h"
+#include "platform/mutex.h"
 
 namespace farm {
 namespace {
@@ -183,6 +185,101 @@ TEST_CASE("RPC between every pair of nodes", "[rpc]") {
     REQUIRE(c.node(0)->Read(counter, &stored, 8).ok());
     CHECK(stored == 5);
   }
+}
+
+TEST_CASE("handlers never run on an application thread that is awaiting a call", "[rpc]") {
+  // Both nodes' application threads call the other node continuously, so requests reach each
+  // node while its own threads wait in Await (and poll). Every handler records its thread.
+  TestCluster c(2, Options());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessengers().ok());
+  std::mutex mu;
+  std::set<std::thread::id> handler_threads[2], app_threads[2];
+  std::vector<std::unique_ptr<Rpc>> rpcs;
+  for (int i = 0; i < 2; ++i) {
+    rpcs.push_back(std::make_unique<Rpc>(c.messenger(i)));
+    rpcs[i]->RegisterHandler(kEcho, [&, i](const RpcRequest& r) -> absl::StatusOr<std::string> {
+      std::lock_guard<std::mutex> l(mu);
+      handler_threads[i].insert(std::this_thread::get_id());
+      return std::string(r.payload);
+    });
+  }
+  constexpr int kThreadsPerNode = 2, kCalls = 400;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    for (int t = 0; t < kThreadsPerNode; ++t) {
+      threads.emplace_back([&, i, t] {
+        {
+          std::lock_guard<std::mutex> l(mu);
+          app_threads[i].insert(std::this_thread::get_id());
+        }
+        for (int k = 0; k < kCalls; ++k) {
+          const std::string req = absl::StrCat(i, "/", t, "/", k);
+          absl::StatusOr<std::string> r = rpcs[i]->Call(1 - i, kEcho, req);
+          if (!r.ok() || *r != req) ++failures;
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+  for (int i = 0; i < 2; ++i) {
+    INFO("node " << i);
+    // Every request was served by the node's one handler thread (its poller) ...
+    CHECK(handler_threads[i].size() == 1);
+    // ... which is none of the node's application threads.
+    for (const std::thread::id& h : handler_threads[i]) CHECK(app_threads[i].count(h) == 0);
+  }
+}
+
+TEST_CASE("a handler blocked on the caller's lock does not stop the caller's response", "[rpc]") {
+  // Node 0's application thread holds its lock L while it awaits a call to node 1. Meanwhile
+  // node 1 calls node 0, whose handler needs L; node 1's handler answers only once node 0's
+  // handler has started (so both calls overlap every time). The caller must get its response
+  // while node 0's poller waits for L in the handler; then it releases L and the handler gets it.
+  TestCluster c(2, Options());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessengers().ok());
+  constexpr uint16_t kNeedsLock = 20, kAnswerAfterHandler = 21;
+  std::timed_mutex lock_l;
+  std::atomic<bool> handler_started{false};
+  std::atomic<bool> caller_holds_l{false};
+  Rpc rpc0(c.messenger(0));
+  Rpc rpc1(c.messenger(1));
+  rpc0.RegisterHandler(kNeedsLock, [&](const RpcRequest&) -> absl::StatusOr<std::string> {
+    handler_started = true;
+    if (!lock_l.try_lock_for(std::chrono::seconds(5))) {
+      return absl::AbortedError("node 0's handler timed out waiting for L");
+    }
+    lock_l.unlock();
+    return std::string("got L");
+  });
+  rpc1.RegisterHandler(kAnswerAfterHandler, [&](const RpcRequest&) -> absl::StatusOr<std::string> {
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (!handler_started && absl::Now() < deadline) absl::SleepFor(absl::Microseconds(50));
+    if (!handler_started) return absl::DeadlineExceededError("node 0's handler never started");
+    return std::string("answered");
+  });
+
+  absl::StatusOr<std::string> caller_result, node1_result;
+  std::thread caller([&] {
+    std::lock_guard<std::timed_mutex> l(lock_l);
+    caller_holds_l = true;
+    caller_result = rpc0.Call(1, kAnswerAfterHandler, "", absl::Seconds(20));
+  });
+  std::thread node1_caller([&] {
+    while (!caller_holds_l) std::this_thread::yield();
+    node1_result = rpc1.Call(0, kNeedsLock, "", absl::Seconds(20));
+  });
+  caller.join();
+  node1_caller.join();
+  INFO("caller: " << caller_result.status().ToString());
+  INFO("node 1: " << node1_result.status().ToString());
+  REQUIRE(caller_result.ok());
+  CHECK(*caller_result == "answered");
+  REQUIRE(node1_result.ok());
+  CHECK(*node1_result == "got L");
 }
 
 TEST_CASE("a node that does not answer gives DeadlineExceeded", "[rpc]") {

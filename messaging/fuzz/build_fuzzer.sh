@@ -9,7 +9,7 @@ out=${1:-/tmp/ring_fuzzer}
 cxx=$(command -v clang++ || command -v clang++-14 || true)
 [ -n "$cxx" ] || { echo "clang++ not found: apt-get install clang-14 libclang-rt-14-dev" >&2; exit 2; }
 "$cxx" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -I. \
-  messaging/fuzz/ring_fuzz.cc messaging/ring.cc -o "$out" \
+  messaging/fuzz/ring_fuzz.cc messaging/ring.cc platform/sync_point.cc -o "$out" \
   -labsl_status -labsl_statusor -labsl_strings -labsl_str_format_internal -labsl_time -labsl_time_zone \
   -labsl_int128 -labsl_cord -labsl_cord_internal -labsl_cordz_info -labsl_cordz_handle \
   -labsl_cordz_functions -labsl_strings_internal -labsl_raw_logging_internal \
