@@ -87,11 +87,14 @@ struct MessengerOptions {
   int lanes = 4;
   // Bytes per ring; a multiple of 4096 (see ValidateRingSize). Largest message: a quarter.
   uint64_t ring_size = 64 << 10;
-  // How long a half-placed frame may stay unchanged before its ring is declared corrupt.
-  absl::Duration incomplete_timeout = absl::Seconds(2);
+  // How long a half-placed frame may stay unchanged before its ring is declared corrupt (and its
+  // sender reported to the CM). Keep it above the cluster's lease (ClusterConfig.lease_ms): a
+  // sender paused mid-frame for longer than the lease is evicted instead.
+  absl::Duration incomplete_timeout = absl::Seconds(5);
   // Messages taken from one ring per scan before moving on to the next (fairness).
   int messages_per_scan = 64;
-  // How long a flush waits for its WRITEs to complete.
+  // How long a flush waits for its WRITEs to complete before it returns DeadlineExceeded (the
+  // lane then waits for them before writing to that node again). Keep it above the lease.
   absl::Duration write_timeout = absl::Seconds(10);
 };
 
@@ -190,6 +193,9 @@ class Messenger {
   int Scan();
   void ReportHead(ReceiveRing& ring, Posting& posting);
   void OnRingClosed(ReceiveRing& ring);
+  // Messaging cannot continue with member `index` (a corrupt ring from it, a lost WRITE): asks
+  // the CM to evict it, so that every node agrees, instead of cutting it off silently here.
+  void GiveUpOn(int index, const absl::Status& why);
   void ReleaseLane(int index);
 
   Node* const node_;
@@ -282,6 +288,10 @@ class Messenger::Lane {
   void AddToBacklog(PeerSend& p, uint16_t type, std::initializer_list<absl::string_view> parts);
   // OK when frames can go into p's ring now (as far as the receiver's acknowledgement goes).
   absl::Status CheckWritable(PeerSend& p);
+  // Handles a failed flush to p: DeadlineExceeded stalls p until its WRITEs complete (returned
+  // as DeadlineExceeded); any other error fails p for good (Unavailable, returned).
+  absl::Status OnWriteError(PeerSend& p, const absl::Status& s);
+  void OnWriteFailed(PeerSend& p, const absl::Status& s);
   absl::Status TryAppend(PeerSend& p, uint16_t type,
                          std::initializer_list<absl::string_view> parts);
   // Posts the queued bytes of every destination into `posting` (does not wait).

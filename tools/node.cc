@@ -10,6 +10,11 @@
 // With --control_stdin, it reads commands from standard input, one per line: "selfcheck" runs
 // the self-check against every peer, "quit" leaves; end of input also leaves (so a node never
 // outlives the supervisor that started it). Logs go to standard error.
+//
+// Exit status: 0 after a signal, "quit" or end of input; 1 if the node could not start; 2 for a
+// bad command line or configuration; 3 if the node was evicted from the cluster (its lease
+// expired, e.g. after the process was paused, or the configuration manager went away): the
+// message "node N was evicted from the cluster: <why>" is the last line on standard error.
 #include "platform/node.h"
 
 #include <poll.h>
@@ -62,12 +67,15 @@ void RunSelfCheckCommand(Node& node) {
 }
 
 // Waits for a signal or, with control_stdin, runs commands until "quit" or end of input.
+// Returns early when the node is evicted from the cluster (see Node::evicted).
 void Serve(Node& node, int signal_fd, bool control_stdin) {
   std::string pending;
   for (;;) {
+    if (!node.evicted().ok()) return;
     pollfd fds[2] = {{signal_fd, POLLIN, 0}, {STDIN_FILENO, POLLIN, 0}};
-    int n = poll(fds, control_stdin ? 2 : 1, -1);
-    if (n < 0) continue;
+    // Wakes up now and then to notice an eviction (it happens on the node's own threads).
+    int n = poll(fds, control_stdin ? 2 : 1, 100);
+    if (n <= 0) continue;
     if (fds[0].revents & POLLIN) {
       signalfd_siginfo info{};
       if (read(signal_fd, &info, sizeof(info)) > 0) {
@@ -169,6 +177,14 @@ int Main() {
                        (*node)->id(), (*node)->provider(), (*node)->membership().epoch(),
                        (*node)->membership().nodes_size()));
   Serve(**node, signal_fd, absl::GetFlag(FLAGS_control_stdin));
+  if (absl::Status evicted = (*node)->evicted(); !evicted.ok()) {
+    // Fail-stop: this process no longer belongs to the cluster; a supervisor may start a new one
+    // under the same id.
+    spdlog::error("{}", std::string(evicted.message()));
+    std::fprintf(stderr, "%s\n", std::string(evicted.message()).c_str());
+    node->reset();
+    return 3;
+  }
   node->reset();
   spdlog::info("node {} stopped", node_id);
   return 0;
