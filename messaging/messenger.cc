@@ -671,11 +671,24 @@ absl::Status Messenger::Lane::Send(uint32_t node, uint16_t type,
     return absl::OkStatus();
   }
   // Back-pressure: the receiver can only consume what was flushed; then wait for its head.
+  // Every round re-checks the destination: a node that left fails the send at once, and the
+  // message never goes to another incarnation than the one the send started with (its call may
+  // already have been failed when that one left).
+  const uint32_t incarnation = p.incarnation;
   const absl::Time deadline = absl::Now() + wait;
   for (;;) {
+    if (wait_hook_for_testing_) wait_hook_for_testing_();
     if (p.writer->has_unflushed()) {
-      if (absl::Status f = Flush(); !f.ok()) return f;
+      absl::Status f = Flush();  // syncs with the membership
+      if (!f.ok() && !absl::IsDeadlineExceeded(f)) return f;
+    } else {
+      Sync();
     }
+    if (p.incarnation != incarnation) {
+      return absl::UnavailableError(absl::StrCat(
+          "node ", node, " left or restarted while this message waited for ring space"));
+    }
+    if (!p.failed.ok()) return p.failed;
     s = TryAppend(p, type, parts);
     if (!absl::IsResourceExhausted(s) || absl::Now() >= deadline) break;
     // The head write-back lands in our memory only with our own progress on tcp and shm.

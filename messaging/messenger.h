@@ -272,6 +272,11 @@ class Messenger::Lane {
   absl::Status Flush();
   bool has_unflushed() const;
 
+  // Test hook: called at the start of every round of Send's back-pressure wait.
+  void SetWaitHookForTesting(std::function<void()> hook) {
+    wait_hook_for_testing_ = std::move(hook);
+  }
+
  private:
   friend class Messenger;
   struct PeerSend;
@@ -305,6 +310,7 @@ class Messenger::Lane {
   std::vector<int> unflushed_;                    // indexes of peers with frames to flush
   std::unique_ptr<Posting> posting_;              // reused by every flush
   uint64_t synced_version_ = ~uint64_t{0};        // Messenger::peer_version_ applied
+  std::function<void()> wait_hook_for_testing_;
 };
 
 // Exclusive use of a worker lane; returns it when destroyed. Movable.
