@@ -21,6 +21,8 @@ namespace {
 constexpr absl::Duration kTick = absl::Milliseconds(50);
 constexpr absl::Duration kFirstMessageTimeout = absl::Seconds(5);
 
+constexpr char kLeft[] = "it left";
+
 // Leases are measured on a monotonic clock: a wall-clock step must not evict anyone.
 using Clock = std::chrono::steady_clock;
 
@@ -207,7 +209,7 @@ class CmServerImpl : public CmServer {
         }
         m.last_heard = now;
         if (msg->has_leave()) {
-          gone[id] = "it left";
+          gone[id] = kLeft;
           break;
         }
         if (msg->has_heartbeat()) {
@@ -233,7 +235,11 @@ class CmServerImpl : public CmServer {
     }
     if (gone.empty()) return;
     for (const auto& [id, why] : gone) {
-      spdlog::warn("CM: node {} is no longer a member: {}", id, why);
+      if (why == kLeft) {
+        spdlog::info("CM: node {} left", id);
+      } else {
+        spdlog::warn("CM: node {} is no longer a member: {}", id, why);
+      }
       Member& m = members_[id];
       control::ControlMessage eviction;
       eviction.mutable_eviction()->set_reason(why);
