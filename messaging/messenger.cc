@@ -357,6 +357,7 @@ absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(Node* node, Messeng
 }
 
 absl::Status Messenger::Init() {
+  if (absl::Status evicted = node_->evicted(); !evicted.ok()) return evicted;
   const config::ClusterConfig& cfg = node_->config();
   nodes_ = cfg.node_size();
   total_lanes_ = options_.lanes + 1;

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "platform/config.h"
@@ -136,6 +137,35 @@ TEST_CASE("a node that leaves is dropped from the others' membership", "[node]")
   CHECK(nodes[0]->membership().epoch() > epoch);
   char buf[8];
   CHECK(absl::IsOutOfRange(nodes[0]->Read(GlobalAddress{5, 0}, buf, 8)));  // node 2's region
+  CHECK(nodes[0]->evicted().ok());
+  CHECK(nodes[1]->evicted().ok());
+}
+
+TEST_CASE("a node that loses the configuration manager is evicted and stops acting as a member",
+          "[node]") {
+  auto nodes = StartCluster(ThreeNodes());
+  std::mutex mu;
+  std::vector<control::Membership> seen;
+  nodes[1]->AddMembershipListener([&](const control::Membership& m) {
+    std::lock_guard<std::mutex> l(mu);
+    seen.push_back(m);
+  });
+  const uint64_t epoch = nodes[1]->membership().epoch();
+  char buf[8];
+  const uint32_t own = nodes[1]->RegionsOf(1).at(0).region_id();
+  REQUIRE(nodes[1]->Read(GlobalAddress{nodes[1]->RegionsOf(0).at(0).region_id(), 0}, buf, 8).ok());
+  nodes[0].reset();  // the configuration manager's node
+  REQUIRE(nodes[1]->WaitForEviction(absl::Seconds(30)));
+  const std::string why(nodes[1]->evicted().message());
+  CHECK_THAT(why, Catch::Contains("node 1 was evicted from the cluster"));
+  CHECK_THAT(why, Catch::Contains("configuration manager"));
+  // Fail-stop: no peer, no region (its own included), and the listeners were told so.
+  CHECK(nodes[1]->members().empty());
+  CHECK(absl::IsOutOfRange(nodes[1]->Read(GlobalAddress{own, 0}, buf, 8)));
+  std::lock_guard<std::mutex> l(mu);
+  REQUIRE(!seen.empty());
+  CHECK(seen.back().nodes_size() == 0);
+  CHECK(seen.back().epoch() > epoch);
 }
 
 }  // namespace farm

@@ -180,7 +180,6 @@ int Main() {
   if (absl::Status evicted = (*node)->evicted(); !evicted.ok()) {
     // Fail-stop: this process no longer belongs to the cluster; a supervisor may start a new one
     // under the same id.
-    spdlog::error("{}", std::string(evicted.message()));
     std::fprintf(stderr, "%s\n", std::string(evicted.message()).c_str());
     node->reset();
     return 3;
