@@ -1,5 +1,6 @@
 #include "platform/configuration_manager.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -120,7 +121,11 @@ class CmServerImpl : public CmServer {
   }
 
   void Admit(std::unique_ptr<ControlChannel> ch) {
-    absl::StatusOr<control::ControlMessage> msg = ch->Receive(kFirstMessageTimeout);
+    // A joining node sends its request right after connecting. The wait is also bounded by a
+    // quarter lease: meanwhile no heartbeat is acknowledged, and a connection that sends nothing
+    // must not make every member's lease run out.
+    absl::StatusOr<control::ControlMessage> msg =
+        ch->Receive(std::min(kFirstMessageTimeout, absl::Milliseconds(config_.lease_ms()) / 4));
     if (!msg.ok() || !msg->has_join()) {
       spdlog::warn("CM: dropped a connection from {} that sent no join request ({})", ch->peer(),
                    msg.ok() ? "other message" : msg.status().ToString());

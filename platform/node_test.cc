@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "platform/config.h"
+#include "platform/control_channel.h"
 #include "platform/self_check.h"
 #include "platform/testing/free_ports.h"
 #include "platform/testing/test_env.h"
@@ -188,6 +189,32 @@ TEST_CASE("areas requested by upper layers are published and addressable", "[nod
               ->Write(GlobalAddress{rings[0].region_id(), 65536 - sizeof(msg)}, msg, sizeof(msg))
               .ok());
   CHECK(std::string(nodes[1]->local_area("rings") + 65536 - sizeof(msg)) == msg);
+}
+
+}  // namespace farm
+
+namespace farm {
+
+TEST_CASE("connections to the CM that send nothing do not hold up lease renewals", "[node]") {
+  config::ClusterConfig c = ThreeNodes();
+  c.set_lease_ms(1000);
+  auto nodes = StartCluster(c);
+  const config::NodeConfig& cm = c.node(0);
+  // Each silent connection holds the CM in admission until it gives up on it; none of that time
+  // may count against the members' leases.
+  std::vector<std::unique_ptr<ControlChannel>> silent;
+  for (int i = 0; i < 6; ++i) {
+    absl::StatusOr<std::unique_ptr<ControlChannel>> ch = ControlChannel::Connect(
+        cm.host(), static_cast<uint16_t>(cm.control_port()), absl::Seconds(5));
+    REQUIRE(ch.ok());
+    silent.push_back(std::move(*ch));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  for (const auto& n : nodes) {
+    INFO(n->evicted().ToString());
+    CHECK(n->evicted().ok());
+    CHECK(n->members() == std::vector<uint32_t>{0, 1, 2});
+  }
 }
 
 }  // namespace farm

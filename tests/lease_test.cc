@@ -361,6 +361,10 @@ absl::Status Run(const std::string& provider, const std::string& host) {
 }
 
 int DriverMain() {
+  // A node that dies must show up as a failed step, not kill the driver when it writes to the
+  // node's standard input.
+  signal(SIGPIPE, SIG_IGN);
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "lease_test"); !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
     return 2;
