@@ -310,9 +310,11 @@ Messenger::PeerArea Messenger::DescribePeer(const control::Membership& m, uint32
     p.status = absl::UnavailableError(
         absl::StrCat("cannot talk to node ", node_id, ": ", evicted.message()));
   } else if (info == nullptr) {
+    auto why = m.departed().find(node_id);
     p.status = absl::UnavailableError(
         absl::StrCat("node ", node_id, was_member ? " left the cluster" : " is not a member",
-                     " (membership epoch ", m.epoch(), ")"));
+                     " (membership epoch ", m.epoch(), ")",
+                     why != m.departed().end() ? absl::StrCat(": ", why->second) : ""));
   } else if (area == nullptr) {
     p.status = absl::UnavailableError(absl::StrCat(
         "node ", node_id, " has no messaging area (it was started without messaging)"));

@@ -243,7 +243,9 @@ TEST_CASE("a corrupt ring fails the pending calls with DataLoss and gets its sen
     REQUIRE(absl::Now() < deadline);
     absl::SleepFor(absl::Milliseconds(5));
   }
-  CHECK(absl::IsUnavailable(rpcs[0]->Call(**lane, 2, kEcho, "again").status()));
+  const absl::Status again = rpcs[0]->Call(**lane, 2, kEcho, "again").status();
+  CHECK(absl::IsUnavailable(again));
+  CHECK_THAT(std::string(again.message()), Catch::Contains("node 0 reported it"));
   absl::StatusOr<std::string> ok = rpcs[0]->Call(**lane, 1, kEcho, "still fine");
   REQUIRE(ok.ok());
   CHECK(*ok == "1:still fine");

@@ -176,9 +176,12 @@ class CmServerImpl : public CmServer {
     for (control::RegionInfo& r : m.regions) r.set_region_id(next_region_id_++);
   }
 
-  void Broadcast() {
+  // Sends the current membership to every member; `departed` says why nodes dropped since the
+  // last one are gone.
+  void Broadcast(const std::map<uint32_t, std::string>& departed = {}) {
     control::ControlMessage msg;
     control::Membership* mem = msg.mutable_membership();
+    for (const auto& [id, why] : departed) (*mem->mutable_departed())[id] = why;
     mem->set_epoch(++epoch_);
     mem->set_cm_node_id(config_.cm_node_id());
     for (const auto& [id, m] : members_) {
@@ -252,7 +255,7 @@ class CmServerImpl : public CmServer {
       m.channel->Shutdown();
       members_.erase(id);
     }
-    if (!members_.empty()) Broadcast();
+    if (!members_.empty()) Broadcast(gone);
   }
 
   const config::ClusterConfig config_;
