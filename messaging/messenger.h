@@ -250,11 +250,14 @@ class Messenger::Lane {
   // Queues a message to `node` (any member, this node included); it goes out with the next
   // Flush(). The payload is the concatenation of `parts`, copied into the registered staging
   // buffer. Errors: InvalidArgument (unknown node, message above the ring's limit),
-  // ResourceExhausted (the ring stayed full for `wait`; nothing was queued), Unavailable when the
-  // node is not a member (it left), did not acknowledge its rings to this node's incarnation within
-  // `wait` (see OnMembership), or a WRITE to it failed earlier, DataLoss when its head reports were
-  // impossible (the message says why). On the scanning lane a full or not yet acknowledged ring
-  // never fails or waits: the message is kept in order in a backlog and sent when it can be.
+  // ResourceExhausted (the ring stayed full, or an earlier WRITE to it stayed in flight, for
+  // `wait`; nothing was queued), Unavailable when the node is not a member (it left; a send
+  // waiting for space fails as soon as the membership says so, and never goes to a later
+  // incarnation of the node), did not acknowledge its rings to this node's incarnation within
+  // `wait` (see OnMembership), or a WRITE to it failed earlier, DataLoss when its head reports
+  // were impossible (the message says why; the node is reported to the CM). On the scanning lane a
+  // full or not yet acknowledged ring never fails or waits: the message is kept in order in a
+  // backlog and sent when it can be.
   absl::Status Send(uint32_t node, uint16_t type, std::initializer_list<absl::string_view> parts,
                     absl::Duration wait = absl::ZeroDuration());
 
@@ -267,8 +270,10 @@ class Messenger::Lane {
   absl::StatusOr<char*> Reserve(uint32_t node, uint16_t type, uint64_t length);
 
   // Writes everything queued: one WRITE per destination (two if it wraps around the ring's
-  // end), all posted before waiting for any. Returns the first error; a destination whose WRITE
-  // failed is marked failed (later sends to it fail).
+  // end), all posted before waiting for any. Returns the first error. A destination whose WRITEs
+  // did not complete within write_timeout gives DeadlineExceeded; it stays usable, and messages
+  // to it wait (as for ring space) until those WRITEs complete. A destination whose WRITE failed
+  // is marked failed (later sends to it fail with Unavailable) and reported to the CM.
   absl::Status Flush();
   bool has_unflushed() const;
 
