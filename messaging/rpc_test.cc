@@ -255,6 +255,36 @@ TEST_CASE("a corrupt ring fails the pending calls with DataLoss and gets its sen
   CHECK(absl::IsUnavailable(rpcs[2]->Call(**lane2, 1, kEcho, "from the evicted node").status()));
 }
 
+TEST_CASE("a node that reports the configuration manager's node is evicted itself", "[rpc]") {
+  TestCluster c(3, Options());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessengers().ok());
+  std::vector<std::unique_ptr<Rpc>> rpcs;
+  for (int i = 0; i < 3; ++i) {
+    rpcs.push_back(std::make_unique<Rpc>(c.messenger(i)));
+    ServeEcho(*rpcs[i], i);
+  }
+  // Garbage where node 1 receives node 0's responses: node 1 closes that ring and reports node 0,
+  // which hosts the CM. Evicting the CM's node would end the cluster; node 1 goes instead.
+  char* ring = c.messenger(1)->ReceiveRingForTesting(0, Options().lanes);
+  const FrameHeader bad{16, Rpc::kResponseType, 0, 0x7777, 0};
+  std::memcpy(ring, &bad, sizeof(bad));
+  REQUIRE(c.node(1)->WaitForEviction(absl::Seconds(30)));
+  CHECK_THAT(std::string(c.node(1)->evicted().message()),
+             Catch::Contains("it cannot talk to node 0, the configuration manager's"));
+  for (int i : {0, 2}) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (c.node(i)->members() != std::vector<uint32_t>{0, 2}) {
+      REQUIRE(absl::Now() < deadline);
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    CHECK(c.node(i)->evicted().ok());
+  }
+  absl::StatusOr<std::string> ok = rpcs[0]->Call(2, kEcho, "still fine");
+  REQUIRE(ok.ok());
+  CHECK(*ok == "2:still fine");
+}
+
 }  // namespace farm
 
 namespace farm {

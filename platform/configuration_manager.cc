@@ -226,7 +226,14 @@ class CmServerImpl : public CmServer {
           (void)m.channel->Send(ack);  // a failed send shows up as a closed connection next
         } else if (msg->has_suspect()) {
           control::Suspect suspect = msg->suspect();
-          if (suspect.node_id() != id) {
+          if (suspect.node_id() == config_.cm_node_id()) {
+            // Evicting the CM's own node would take the CM, and so every lease, with it: the
+            // node that cannot talk to it goes instead.
+            suspect.set_reason(absl::StrCat("it cannot talk to node ", suspect.node_id(),
+                                            ", the configuration manager's: ", suspect.reason()));
+            suspect.set_node_id(id);
+            suspects.push_back(std::move(suspect));
+          } else if (suspect.node_id() != id) {
             suspect.set_reason(absl::StrCat("node ", id, " reported it: ", suspect.reason()));
             suspects.push_back(std::move(suspect));
           }

@@ -21,7 +21,8 @@
 // the CM for a lease, whose connection to the CM closed, or that received Eviction, considers
 // itself evicted (OnEviction) and must stop acting as a member. A node that can no longer talk to
 // a member (e.g. a ring from it stays corrupt) reports it (Suspect); the CM evicts the suspect,
-// so that every node agrees it is gone instead of one node silently cutting it off.
+// so that every node agrees it is gone instead of one node silently cutting it off. A report
+// against the CM's own node evicts the reporter instead (the CM cannot evict itself).
 #ifndef FARM_PLATFORM_CONFIGURATION_MANAGER_H_
 #define FARM_PLATFORM_CONFIGURATION_MANAGER_H_
 
