@@ -137,8 +137,8 @@ class DoneBarrier {
                              });
   }
 
-  // Tells every member; then waits until all are done or gone. Returns false on a signal or a
-  // closed control input (then the node leaves at once).
+  // Tells every member; then waits until all are done or gone (or this node was evicted). Returns
+  // false on a signal or a closed control input (then the node leaves at once).
   bool Arrive(Events& events) {
     const uint32_t self = rt_.node->id();
     for (uint32_t peer : rt_.node->members()) {
@@ -154,6 +154,14 @@ class DoneBarrier {
         for (uint32_t m : rt_.node->members()) {
           if (done_.count(m) == 0) waiting.push_back(m);
         }
+      }
+      if (!rt_.node->evicted().ok()) {
+        // This node's application has finished; nodes leave one by one once all have, and the
+        // configuration manager's node leaving evicts the rest (a notice may still be on its way
+        // to us then). Nothing is left for this node to do either way.
+        spdlog::info("node {}: left the cluster after its application finished: {}", self,
+                     std::string(rt_.node->evicted().message()));
+        return true;
       }
       if (waiting.empty()) return true;
       if (!logged) {
@@ -224,9 +232,16 @@ absl::Status RunApp(Runtime& rt, const App& app, Events& events, bool* stop_now)
     result = app.run(rt);
     finished.store(true, std::memory_order_release);
   });
+  Node& node = *RuntimeAccess::Of(rt).node;
   while (!finished.load(std::memory_order_acquire)) {
     const Events::Kind k = events.Next(10);
     if (k == Events::kSelfCheck) spdlog::warn("selfcheck is not available while an app runs");
+    if (!node.evicted().ok()) {
+      // Fail-stop: the cluster went on without this node; its application must not go on.
+      *stop_now = true;
+      runner.detach();
+      return node.evicted();
+    }
     if (k == Events::kSignal || k == Events::kQuit || k == Events::kStdinClosed) {
       // The application thread may be anywhere inside the runtime: it cannot be stopped safely,
       // so the process ends here (the configuration manager sees the connection close).
@@ -286,10 +301,19 @@ int Main(const App& app) {
       (*rt)->provider(), impl.node->membership().epoch(), impl.node->membership().nodes_size(),
       app.run ? absl::StrCat(",\"app\":\"", JsonEscape(app.name), "\"") : std::string()));
 
+  // Fail-stop: an evicted node (its lease expired, e.g. after the process was paused, or the
+  // configuration manager went away) no longer belongs to the cluster; a supervisor may start a
+  // new process under the same id. Its message is the last line on standard error.
+  auto exit_evicted = [&impl]() {
+    std::fprintf(stderr, "%s\n", std::string(impl.node->evicted().message()).c_str());
+    std::fflush(stderr);
+    std::_Exit(3);
+  };
   int exit_code = 0;
   if (app.run) {
     bool stop_now = false;
     const absl::Status s = RunApp(**rt, app, events, &stop_now);
+    if (stop_now && !impl.node->evicted().ok()) exit_evicted();
     if (stop_now) std::_Exit(1);
     if (!s.ok()) {
       spdlog::error("node {}: {} failed: {}", (*rt)->node_id(), app.name, std::string(s.message()));
@@ -300,7 +324,9 @@ int Main(const App& app) {
     if (!barrier.Arrive(events)) exit_code = exit_code == 0 ? 1 : exit_code;
   } else {
     for (bool serving = true; serving;) {
-      switch (events.Next(-1)) {
+      // Wakes up now and then to notice an eviction (it happens on the node's own threads).
+      if (!impl.node->evicted().ok()) exit_evicted();
+      switch (events.Next(100)) {
         case Events::kSelfCheck:
           RunSelfCheckCommand(*impl.node);
           break;

@@ -134,8 +134,22 @@ class Messenger::Posting {
         ->Write(target.peer, RemoteBuffer{target.buffer.addr + offset, target.buffer.key}, local)
         .IgnoreError();
   }
+  // Whether the WRITEs posted to `index` earlier (a flush that timed out) have completed: OK,
+  // DeadlineExceeded while some are still in flight, or their error. Does not wait.
+  absl::Status Check(int index) {
+    return batches_[index] == nullptr ? absl::OkStatus()
+                                      : batches_[index]->Wait(absl::ZeroDuration());
+  }
+  // Forgets the WRITEs to `index` (its incarnation is gone); they keep their bookkeeping alive
+  // until they complete (OpBatch).
+  void Abandon(int index) {
+    if (batches_[index] != nullptr && batches_[index]->outstanding() > 0) {
+      batches_[index] = std::make_unique<OpBatch>(m_->node_->fabric());
+    }
+  }
   // Waits for every batch used since the last Wait; calls on_error(index, status) for each that
-  // failed.
+  // failed. DeadlineExceeded (after write_timeout) leaves the batch in flight: the staging bytes
+  // it reads must not be reused before Check says it completed (see Lane::CheckWritable).
   template <typename OnError>
   void Wait(OnError on_error) {
     if (!any_used_) return;  // the common case of an idle scan
@@ -191,6 +205,9 @@ struct Messenger::Lane::PeerSend {
   uint64_t tag = 0;                 // HeadSlotTag of this ring
   bool ready = false;               // the receiver's rings are known to be ready for us
   bool listed = false;              // in the lane's unflushed_ list
+  // A flush's WRITEs to it did not complete within write_timeout and may still be reading the
+  // staging buffer: nothing is appended until Posting::Check says they completed.
+  bool stalled = false;
   absl::Status failed = absl::UnavailableError("not synchronised with the membership yet");
   std::deque<std::pair<uint16_t, std::string>> backlog;  // scanning lane only
 };
@@ -336,10 +353,15 @@ Messenger::PeerArea Messenger::DescribePeer(const control::Membership& m, uint32
   for (const control::RegionInfo& r : m.regions()) {
     if (r.node_id() == node_id && r.purpose() == kMessagingAreaPurpose) area = &r;
   }
-  if (info == nullptr) {
+  if (absl::Status evicted = node_->evicted(); info == nullptr && !evicted.ok()) {
+    p.status = absl::UnavailableError(
+        absl::StrCat("cannot talk to node ", node_id, ": ", evicted.message()));
+  } else if (info == nullptr) {
+    auto why = m.departed().find(node_id);
     p.status = absl::UnavailableError(
         absl::StrCat("node ", node_id, was_member ? " left the cluster" : " is not a member",
-                     " (membership epoch ", m.epoch(), ")"));
+                     " (membership epoch ", m.epoch(), ")",
+                     why != m.departed().end() ? absl::StrCat(": ", why->second) : ""));
   } else if (area == nullptr) {
     p.status = absl::UnavailableError(absl::StrCat(
         "node ", node_id, " has no messaging area (it was started without messaging)"));
@@ -369,12 +391,22 @@ absl::StatusOr<std::unique_ptr<Messenger>> Messenger::Create(Node* node, Messeng
   if (options.messages_per_scan < 1) {
     return absl::InvalidArgumentError("messages_per_scan must be at least 1");
   }
+  const absl::Duration lease = absl::Milliseconds(node->config().lease_ms());
+  if (options.incomplete_timeout <= lease || options.write_timeout <= lease) {
+    spdlog::warn(
+        "messaging: incomplete_timeout {} / write_timeout {} are not above the lease {}: a "
+        "paused peer may be reported to the configuration manager (and evicted) before its lease "
+        "runs out",
+        absl::FormatDuration(options.incomplete_timeout),
+        absl::FormatDuration(options.write_timeout), absl::FormatDuration(lease));
+  }
   std::unique_ptr<Messenger> m(new Messenger(node, std::move(options)));
   if (absl::Status s = m->Init(); !s.ok()) return s;
   return m;
 }
 
 absl::Status Messenger::Init() {
+  if (absl::Status evicted = node_->evicted(); !evicted.ok()) return evicted;
   const config::ClusterConfig& cfg = node_->config();
   nodes_ = cfg.node_size();
   total_lanes_ = options_.lanes + 1;
@@ -569,6 +601,8 @@ void Messenger::Lane::Sync() {
       p.writer = std::make_unique<RingWriter>(p.staging, m_->options_.ring_size,
                                               RingTag(m_->self_incarnation_, a.region_id, index_));
       p.backlog.clear();
+      if (p.stalled) posting_->Abandon(i);
+      p.stalled = false;
       p.incarnation = a.region_id;
       p.tag = HeadSlotTag(a.region_id, m_->self_incarnation_);
       p.ready = !NeedsAck(a.joined_epoch, m_->self_joined_);
@@ -619,11 +653,23 @@ absl::Status Messenger::Lane::RefreshHead(PeerSend& p) {
     p.failed = s;
     spdlog::error("messaging: node {} stops sending on lane {}: {}", m_->node_->id(), index_,
                   std::string(s.message()));
+    m_->GiveUpOn(p.index, s);
   }
   return s;
 }
 
 absl::Status Messenger::Lane::CheckWritable(PeerSend& p) {
+  if (p.stalled) {
+    absl::Status s = posting_->Check(p.index);
+    if (absl::IsDeadlineExceeded(s)) {
+      return absl::ResourceExhaustedError("an earlier WRITE to it is still in flight");
+    }
+    p.stalled = false;
+    if (!s.ok()) {
+      OnWriteFailed(p, s);
+      return p.failed;
+    }
+  }
   if (absl::Status s = RefreshHead(p); !s.ok()) return s;
   if (!p.ready) {
     return absl::ResourceExhaustedError("the receiver has not yet acknowledged its rings");
@@ -690,11 +736,24 @@ absl::Status Messenger::Lane::Send(uint32_t node, uint16_t type,
     return absl::OkStatus();
   }
   // Back-pressure: the receiver can only consume what was flushed; then wait for its head.
+  // Every round re-checks the destination: a node that left fails the send at once, and the
+  // message never goes to another incarnation than the one the send started with (its call may
+  // already have been failed when that one left).
+  const uint32_t incarnation = p.incarnation;
   const absl::Time deadline = absl::Now() + wait;
   for (;;) {
+    if (wait_hook_for_testing_) wait_hook_for_testing_();
     if (p.writer->has_unflushed()) {
-      if (absl::Status f = Flush(); !f.ok()) return f;
+      absl::Status f = Flush();  // syncs with the membership
+      if (!f.ok() && !absl::IsDeadlineExceeded(f)) return f;
+    } else {
+      Sync();
     }
+    if (p.incarnation != incarnation) {
+      return absl::UnavailableError(absl::StrCat(
+          "node ", node, " left or restarted while this message waited for ring space"));
+    }
+    if (!p.failed.ok()) return p.failed;
     s = TryAppend(p, type, parts);
     if (!absl::IsResourceExhausted(s) || absl::Now() >= deadline) break;
     // The head write-back lands in our memory only with our own progress on tcp and shm.
@@ -754,12 +813,35 @@ absl::Status Messenger::Lane::Flush() {
   PostUnflushed(*posting_);
   absl::Status first;
   posting_->Wait([&](int i, const absl::Status& s) {
-    PeerSend& p = *peers_[i];
-    p.failed = absl::UnavailableError(absl::StrCat("WRITE of messages to node ", m_->node_ids_[i],
-                                                   " on lane ", index_, " failed: ", s.message()));
-    if (first.ok()) first = p.failed;
+    absl::Status e = OnWriteError(*peers_[i], s);
+    if (first.ok()) first = e;
   });
   return first;
+}
+
+absl::Status Messenger::Lane::OnWriteError(PeerSend& p, const absl::Status& s) {
+  if (absl::IsDeadlineExceeded(s)) {
+    // The peer is still a member (Posting gives up early on one that left), e.g. paused: its
+    // WRITEs may still complete. Only this flush fails; the lane waits for them (stalled) and
+    // then carries on. A pause longer than the lease ends with the peer's eviction instead.
+    p.stalled = true;
+    return absl::DeadlineExceededError(
+        absl::StrCat("WRITE of messages to node ", m_->node_ids_[p.index], " on lane ", index_,
+                     " did not complete within ", absl::FormatDuration(m_->options_.write_timeout),
+                     " (the node is still a member; later messages wait until it completes)"));
+  }
+  OnWriteFailed(p, s);
+  return p.failed;
+}
+
+void Messenger::Lane::OnWriteFailed(PeerSend& p, const absl::Status& s) {
+  if (!p.failed.ok()) return;
+  p.failed =
+      absl::UnavailableError(absl::StrCat("WRITE of messages to node ", m_->node_ids_[p.index],
+                                          " on lane ", index_, " failed: ", s.message()));
+  // Bytes of this ring were lost: it cannot go on. If the node is still this incarnation's
+  // member, have the CM evict it rather than cut it off here alone.
+  if (m_->CurrentIncarnation(p.index) == p.incarnation) m_->GiveUpOn(p.index, p.failed);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -910,8 +992,18 @@ void Messenger::OnRingClosed(ReceiveRing& r) {
   // acknowledgement), after which a notice still in flight to the old one does not matter.
   WriteHeadSlot(r, kClosedHead, *closed_notices_[static_cast<int>(KindOfLane(r.lane))]);
   r.refreshes_left = 0;
-  farm::ReaderMutexLock l(&listener_mu_);
-  if (close_listener_) close_listener_(from, corrupt);
+  {
+    farm::ReaderMutexLock l(&listener_mu_);
+    if (close_listener_) close_listener_(from, corrupt);
+  }
+  // And ask the CM to evict it, so that every node agrees (see GiveUpOn).
+  GiveUpOn(r.sender_index, why);
+}
+
+void Messenger::GiveUpOn(int index, const absl::Status& why) {
+  if (index == self_index_) return;  // our own ring: nobody to report
+  node_->ReportSuspect(node_ids_[index],
+                       absl::StrCat("messaging cannot continue with it: ", why.message()));
 }
 
 int Messenger::Scan(ScanKind kind) {
@@ -966,9 +1058,8 @@ int Messenger::Scan(ScanKind kind) {
     }
     Lane::PeerSend& p = *scanning.peers_[i];
     if (!p.failed.ok()) return;
-    p.failed = absl::UnavailableError(absl::StrCat(
-        "WRITE to node ", node_ids_[i], " from the scanning lane failed: ", s.message()));
-    spdlog::warn("messaging: node {}: {}", node_->id(), std::string(p.failed.message()));
+    const absl::Status e = scanning.OnWriteError(p, s);
+    spdlog::warn("messaging: node {} (scanning lane): {}", node_->id(), std::string(e.message()));
   });
   return work;
 }

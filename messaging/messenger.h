@@ -109,11 +109,14 @@ struct MessengerOptions {
   int lanes = 4;
   // Bytes per ring; a multiple of 4096 (see ValidateRingSize). Largest message: a quarter.
   uint64_t ring_size = 64 << 10;
-  // How long a half-placed frame may stay unchanged before its ring is declared corrupt.
-  absl::Duration incomplete_timeout = absl::Seconds(2);
+  // How long a half-placed frame may stay unchanged before its ring is declared corrupt (and its
+  // sender reported to the CM). Keep it above the cluster's lease (ClusterConfig.lease_ms): a
+  // sender paused mid-frame for longer than the lease is evicted instead.
+  absl::Duration incomplete_timeout = absl::Seconds(5);
   // Messages taken from one ring per scan before moving on to the next (fairness).
   int messages_per_scan = 64;
-  // How long a flush waits for its WRITEs to complete.
+  // How long a flush waits for its WRITEs to complete before it returns DeadlineExceeded (the
+  // lane then waits for them before writing to that node again). Keep it above the lease.
   absl::Duration write_timeout = absl::Seconds(10);
 };
 
@@ -232,6 +235,9 @@ class Messenger {
   // Tells the close listener about rings that their receivers closed (a "closed" head report in
   // this node's area). At most once a millisecond.
   void CheckClosedByReceivers(ScanKind kind);
+  // Messaging cannot continue with member `index` (a corrupt ring from it, a lost WRITE): asks
+  // the CM to evict it, so that every node agrees, instead of cutting it off silently here.
+  void GiveUpOn(int index, const absl::Status& why);
   void ReleaseLane(int index);
 
   Node* const node_;
@@ -310,11 +316,14 @@ class Messenger::Lane {
   // Queues a message to `node` (any member, this node included); it goes out with the next
   // Flush(). The payload is the concatenation of `parts`, copied into the registered staging
   // buffer. Errors: InvalidArgument (unknown node, message above the ring's limit),
-  // ResourceExhausted (the ring stayed full for `wait`; nothing was queued), Unavailable when the
-  // node is not a member (it left), did not acknowledge its rings to this node's incarnation within
-  // `wait` (see OnMembership), or a WRITE to it failed earlier, DataLoss when its head reports were
-  // impossible (the message says why). On the scanning lane a full or not yet acknowledged ring
-  // never fails or waits: the message is kept in order in a backlog and sent when it can be.
+  // ResourceExhausted (the ring stayed full, or an earlier WRITE to it stayed in flight, for
+  // `wait`; nothing was queued), Unavailable when the node is not a member (it left; a send
+  // waiting for space fails as soon as the membership says so, and never goes to a later
+  // incarnation of the node), did not acknowledge its rings to this node's incarnation within
+  // `wait` (see OnMembership), or a WRITE to it failed earlier, DataLoss when its head reports
+  // were impossible (the message says why; the node is reported to the CM). On the scanning lane a
+  // full or not yet acknowledged ring never fails or waits: the message is kept in order in a
+  // backlog and sent when it can be.
   absl::Status Send(uint32_t node, uint16_t type, std::initializer_list<absl::string_view> parts,
                     absl::Duration wait = absl::ZeroDuration());
 
@@ -327,10 +336,17 @@ class Messenger::Lane {
   absl::StatusOr<char*> Reserve(uint32_t node, uint16_t type, uint64_t length);
 
   // Writes everything queued: one WRITE per destination (two if it wraps around the ring's
-  // end), all posted before waiting for any. Returns the first error; a destination whose WRITE
-  // failed is marked failed (later sends to it fail).
+  // end), all posted before waiting for any. Returns the first error. A destination whose WRITEs
+  // did not complete within write_timeout gives DeadlineExceeded; it stays usable, and messages
+  // to it wait (as for ring space) until those WRITEs complete. A destination whose WRITE failed
+  // is marked failed (later sends to it fail with Unavailable) and reported to the CM.
   absl::Status Flush();
   bool has_unflushed() const;
+
+  // Test hook: called at the start of every round of Send's back-pressure wait.
+  void SetWaitHookForTesting(std::function<void()> hook) {
+    wait_hook_for_testing_ = std::move(hook);
+  }
 
  private:
   friend class Messenger;
@@ -348,6 +364,10 @@ class Messenger::Lane {
   void AddToBacklog(PeerSend& p, uint16_t type, std::initializer_list<absl::string_view> parts);
   // OK when frames can go into p's ring now (as far as the receiver's acknowledgement goes).
   absl::Status CheckWritable(PeerSend& p);
+  // Handles a failed flush to p: DeadlineExceeded stalls p until its WRITEs complete (returned
+  // as DeadlineExceeded); any other error fails p for good (Unavailable, returned).
+  absl::Status OnWriteError(PeerSend& p, const absl::Status& s);
+  void OnWriteFailed(PeerSend& p, const absl::Status& s);
   absl::Status TryAppend(PeerSend& p, uint16_t type,
                          std::initializer_list<absl::string_view> parts);
   // Posts the queued bytes of every destination into `posting` (does not wait).
@@ -361,6 +381,7 @@ class Messenger::Lane {
   std::vector<int> unflushed_;                    // indexes of peers with frames to flush
   std::unique_ptr<Posting> posting_;              // reused by every flush
   uint64_t synced_version_ = ~uint64_t{0};        // Messenger::peer_version_ applied
+  std::function<void()> wait_hook_for_testing_;
 };
 
 // Exclusive use of a worker lane; returns it when destroyed. Movable.

@@ -1,6 +1,6 @@
 // Messenger in a three-node in-process cluster on shm: ordering and exactly-once delivery from
-// many senders and lanes across many wrap-arounds, and back-pressure from a receiver that does
-// not consume.
+// many senders and lanes across many wrap-arounds, back-pressure from a receiver that does not
+// consume, and a send waiting for ring space while its destination leaves or restarts.
 #include "messaging/messenger.h"
 
 #include <atomic>
@@ -286,6 +286,101 @@ TEST_CASE("messenger set-up errors are clear", "[messenger]") {
   CHECK(absl::IsResourceExhausted(c.messenger(0)->AcquireLane(absl::Milliseconds(10)).status()));
   CHECK(absl::IsInvalidArgument((*a)->Send(99, kData, {"x"})));
   CHECK(absl::IsInvalidArgument((*a)->Send(1, kData, {std::string(2000, 'x')})));
+}
+
+// Fills node 1's lane to node 2 (which does not read) until a send without waiting is refused.
+void FillRing(Messenger::Lane& lane) {
+  uint64_t sent = 0;
+  absl::Status s;
+  while ((s = lane.Send(2, kData, {Numbered(sent, 100)})).ok()) ++sent;
+  REQUIRE(absl::IsResourceExhausted(s));
+  REQUIRE(!lane.has_unflushed());
+}
+
+// Waits until node 1's messenger sees node 2 as incarnation `incarnation` (0: not a member).
+bool WaitForIncarnation(const TestCluster& c, uint32_t incarnation) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (c.messenger(1)->CurrentIncarnation(c.messenger(1)->IndexOf(2)) != incarnation) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+TEST_CASE("a send waiting for ring space fails with Unavailable as soon as its node leaves",
+          "[messenger]") {
+  TestCluster c(3, SmallRings());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessenger(1).ok());  // node 2 has no messenger: nobody reads its rings
+  absl::StatusOr<Messenger::LaneLease> lane = c.messenger(1)->AcquireLane();
+  REQUIRE(lane.ok());
+  FillRing(**lane);
+  // Node 2 leaves while the send waits; the wait is long enough that only noticing the departure
+  // (not running out of time) can end it with Unavailable.
+  bool left = false;
+  (*lane)->SetWaitHookForTesting([&] {
+    if (left) return;
+    left = true;
+    c.StopNode(2);
+    REQUIRE(WaitForIncarnation(c, 0));
+  });
+  absl::Status s = (*lane)->Send(2, kData, {Numbered(999, 100)}, absl::Seconds(20));
+  (*lane)->SetWaitHookForTesting(nullptr);
+  CHECK(left);
+  CHECK(absl::IsUnavailable(s));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("node 2"));
+}
+
+TEST_CASE("a send waiting for ring space is never delivered to a restarted incarnation",
+          "[messenger]") {
+  TestCluster c(3, SmallRings());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessenger(1).ok());  // node 2 has no messenger: nobody reads its rings
+  absl::StatusOr<Messenger::LaneLease> lane = c.messenger(1)->AcquireLane();
+  REQUIRE(lane.ok());
+  FillRing(**lane);
+
+  std::mutex mu;
+  std::vector<std::string> received;  // by the new incarnation of node 2
+  // Node 2 leaves and a new process joins under its id while the send waits; the lane sees only
+  // the new incarnation (the departure in between is applied before the send looks again).
+  bool restarted = false;
+  (*lane)->SetWaitHookForTesting([&] {
+    if (restarted) return;
+    restarted = true;
+    c.StopNode(2);
+    REQUIRE(c.RestartNode(2).ok());
+    REQUIRE(c.StartMessenger(2).ok());
+    c.messenger(2)->SetReceiver([&](const Message& m, Messenger::Lane*) {
+      std::lock_guard<std::mutex> l(mu);
+      received.emplace_back(m.payload);
+    });
+    const std::vector<control::RegionInfo> area = c.node(2)->RegionsOf(2, kMessagingAreaPurpose);
+    REQUIRE(area.size() == 1);
+    REQUIRE(WaitForIncarnation(c, area[0].region_id()));
+  });
+  // As large as the messages that filled the ring: it does not fit.
+  const std::string old_message(100, 'o');
+  absl::Status s = (*lane)->Send(2, kData, {old_message}, absl::Seconds(20));
+  (*lane)->SetWaitHookForTesting(nullptr);
+  CHECK(restarted);
+  CHECK(absl::IsUnavailable(s));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("node 2"));
+
+  // The new incarnation gets what is sent to it from now on, and nothing else.
+  REQUIRE((*lane)->Send(2, kData, {"for the new incarnation"}, absl::Seconds(20)).ok());
+  REQUIRE((*lane)->Flush().ok());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (!received.empty()) break;
+    }
+    REQUIRE(absl::Now() < deadline);
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  c.StopMessenger(2);  // no more receiving: `received` is final
+  CHECK(received == std::vector<std::string>{"for the new incarnation"});
 }
 
 }  // namespace farm

@@ -1,5 +1,6 @@
 // RPC in a three-node in-process cluster on shm: calls between every pair, batches, errors,
-// timeouts, typed methods, function shipping, and a corrupt ring failing the pending calls.
+// timeouts, typed methods, function shipping, and a corrupt ring failing the pending calls and
+// getting its sender evicted through the configuration manager.
 #include "messaging/rpc.h"
 
 #include <atomic>
@@ -292,7 +293,7 @@ TEST_CASE("a node that does not answer gives DeadlineExceeded", "[rpc]") {
   CHECK_THAT(std::string(r.status().message()), Catch::Contains("node 1 did not answer"));
 }
 
-TEST_CASE("a corrupt ring fails the pending calls with DataLoss, other peers keep working",
+TEST_CASE("a corrupt ring fails the pending calls with DataLoss and gets its sender evicted",
           "[rpc]") {
   TestCluster c(3, Options());
   REQUIRE(c.status().ok());
@@ -323,11 +324,64 @@ TEST_CASE("a corrupt ring fails the pending calls with DataLoss, other peers kee
   CHECK(absl::IsDataLoss(r.status()));
   CHECK_THAT(std::string(r.status().message()), Catch::Contains("node 2"));
   CHECK_THAT(std::string(r.status().message()), Catch::Contains("sequence number"));
-  CHECK(absl::IsDataLoss(c.messenger(0)->ReceiveStatus(2)));
-  CHECK(absl::IsDataLoss(rpcs[0]->Call(**lane, 2, kEcho, "again").status()));
+  // Node 0 does not cut node 2 off on its own while membership lists it: it reports node 2 to
+  // the CM, which evicts it, so that every node agrees it is gone.
+  REQUIRE(c.node(2)->WaitForEviction(absl::Seconds(30)));
+  CHECK_THAT(std::string(c.node(2)->evicted().message()),
+             Catch::Contains("node 2 was evicted from the cluster: node 0 reported it"));
+  CHECK_THAT(std::string(c.node(2)->evicted().message()), Catch::Contains("sequence number"));
+  for (int i : {0, 1}) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (c.node(i)->members() != std::vector<uint32_t>{0, 1}) {
+      REQUIRE(absl::Now() < deadline);
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!absl::IsUnavailable(c.messenger(0)->ReceiveStatus(2))) {
+    REQUIRE(absl::Now() < deadline);
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const absl::Status again = rpcs[0]->Call(**lane, 2, kEcho, "again").status();
+  CHECK(absl::IsUnavailable(again));
+  CHECK_THAT(std::string(again.message()), Catch::Contains("node 0 reported it"));
   absl::StatusOr<std::string> ok = rpcs[0]->Call(**lane, 1, kEcho, "still fine");
   REQUIRE(ok.ok());
   CHECK(*ok == "1:still fine");
+  // The evicted node stopped acting as a member (fail-stop): it sends nothing any more.
+  absl::StatusOr<Messenger::LaneLease> lane2 = c.messenger(2)->AcquireLane();
+  REQUIRE(lane2.ok());
+  CHECK(absl::IsUnavailable(rpcs[2]->Call(**lane2, 1, kEcho, "from the evicted node").status()));
+}
+
+TEST_CASE("a node that reports the configuration manager's node is evicted itself", "[rpc]") {
+  TestCluster c(3, Options());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessengers().ok());
+  std::vector<std::unique_ptr<Rpc>> rpcs;
+  for (int i = 0; i < 3; ++i) {
+    rpcs.push_back(std::make_unique<Rpc>(c.messenger(i)));
+    ServeEcho(*rpcs[i], i);
+  }
+  // Garbage where node 1 receives node 0's responses: node 1 closes that ring and reports node 0,
+  // which hosts the CM. Evicting the CM's node would end the cluster; node 1 goes instead.
+  char* ring = c.messenger(1)->ReceiveRingForTesting(0, Options().lanes);
+  const FrameHeader bad{16, Rpc::kResponseType, 0, 0x7777, 0};
+  std::memcpy(ring, &bad, sizeof(bad));
+  REQUIRE(c.node(1)->WaitForEviction(absl::Seconds(30)));
+  CHECK_THAT(std::string(c.node(1)->evicted().message()),
+             Catch::Contains("it cannot talk to node 0, the configuration manager's"));
+  for (int i : {0, 2}) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (c.node(i)->members() != std::vector<uint32_t>{0, 2}) {
+      REQUIRE(absl::Now() < deadline);
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    CHECK(c.node(i)->evicted().ok());
+  }
+  absl::StatusOr<std::string> ok = rpcs[0]->Call(2, kEcho, "still fine");
+  REQUIRE(ok.ok());
+  CHECK(*ok == "2:still fine");
 }
 
 }  // namespace farm

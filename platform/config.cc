@@ -41,6 +41,13 @@ absl::Status ValidateAndComplete(config::ClusterConfig* c) {
   if (c->region_count() == 0) c->set_region_count(kDefaultRegionCount);
   if (c->join_timeout_s() == 0) c->set_join_timeout_s(kDefaultJoinTimeoutS);
   if (!c->has_lock_memory()) c->set_lock_memory(true);
+  if (c->lease_ms() == 0) c->set_lease_ms(kDefaultLeaseMs);
+  if (c->lease_ms() < 200 || c->lease_ms() > 600000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lease_ms ", c->lease_ms(),
+        " is out of range (200 .. 600000; a few seconds suits most clusters: a shorter lease "
+        "evicts healthy nodes that are merely slow)"));
+  }
   if (c->region_size() % 4096 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("region_size ", c->region_size(), " is not a multiple of 4096"));

@@ -19,6 +19,7 @@ namespace farm {
 inline constexpr uint64_t kDefaultRegionSize = uint64_t{4} << 20;
 inline constexpr uint32_t kDefaultRegionCount = 2;
 inline constexpr uint32_t kDefaultJoinTimeoutS = 30;
+inline constexpr uint32_t kDefaultLeaseMs = 3000;
 
 // Reads and validates a configuration file. Errors (NotFound, InvalidArgument) name the file and,
 // for syntax errors, the line and column.

@@ -13,6 +13,7 @@ TEST_CASE("a minimal configuration gets every default", "[config]") {
   CHECK(c->join_timeout_s() == kDefaultJoinTimeoutS);
   CHECK(c->cm_node_id() == 4);
   CHECK(c->lock_memory());
+  CHECK(c->lease_ms() == kDefaultLeaseMs);
 }
 
 TEST_CASE("syntax errors name the origin, line and column", "[config]") {
@@ -41,6 +42,8 @@ TEST_CASE("semantic errors say which field is wrong", "[config]") {
       {R"(node { id: 0 host: "h" })", "invalid control_port"},
       {R"(node { id: 70000 host: "h" control_port: 1 })", "above 65535"},
       {R"(cm_node_id: 3 node { id: 0 host: "h" control_port: 1 })", "cm_node_id 3"},
+      {R"(lease_ms: 50 node { id: 0 host: "h" control_port: 1 })", "lease_ms 50 is out of range"},
+      {R"(lease_ms: 700000 node { id: 0 host: "h" control_port: 1 })", "out of range"},
   };
   for (const Case& tc : cases) {
     INFO(tc.text);

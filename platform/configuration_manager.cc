@@ -1,7 +1,11 @@
 #include "platform/configuration_manager.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -16,6 +20,11 @@ namespace {
 
 constexpr absl::Duration kTick = absl::Milliseconds(50);
 constexpr absl::Duration kFirstMessageTimeout = absl::Seconds(5);
+
+constexpr char kLeft[] = "it left";
+
+// Leases are measured on a monotonic clock: a wall-clock step must not evict anyone.
+using Clock = std::chrono::steady_clock;
 
 control::ControlMessage RefusalMessage(const std::string& reason) {
   control::ControlMessage m;
@@ -32,6 +41,7 @@ class CmServerImpl : public CmServer {
       : config_(std::move(config)),
         listener_(std::move(listener)),
         join_deadline_(absl::Now() + absl::Seconds(config_.join_timeout_s())),
+        lease_(std::chrono::milliseconds(config_.lease_ms())),
         thread_([this] { Run(); }) {}
 
   ~CmServerImpl() override {
@@ -44,6 +54,7 @@ class CmServerImpl : public CmServer {
     control::NodeInfo info;
     std::vector<control::RegionInfo> regions;  // region_id assigned
     std::unique_ptr<ControlChannel> channel;
+    Clock::time_point last_heard;  // anything received renews the lease
   };
 
   void Run() {
@@ -109,7 +120,11 @@ class CmServerImpl : public CmServer {
   }
 
   void Admit(std::unique_ptr<ControlChannel> ch) {
-    absl::StatusOr<control::ControlMessage> msg = ch->Receive(kFirstMessageTimeout);
+    // A joining node sends its request right after connecting. The wait is also bounded by a
+    // quarter lease: meanwhile no heartbeat is acknowledged, and a connection that sends nothing
+    // must not make every member's lease run out.
+    absl::StatusOr<control::ControlMessage> msg =
+        ch->Receive(std::min(kFirstMessageTimeout, absl::Milliseconds(config_.lease_ms()) / 4));
     if (!msg.ok() || !msg->has_join()) {
       spdlog::warn("CM: dropped a connection from {} that sent no join request ({})", ch->peer(),
                    msg.ok() ? "other message" : msg.status().ToString());
@@ -138,6 +153,7 @@ class CmServerImpl : public CmServer {
     accepted.mutable_accepted()->set_node_id(*id);
     if (!ch->Send(accepted).ok()) return;
     m.channel = std::move(ch);
+    m.last_heard = Clock::now();
     spdlog::info("CM: admitted node {} from {} ({}/{})", *id, m.channel->peer(),
                  members_.size() + 1, config_.node_size());
     members_[*id] = std::move(m);
@@ -146,7 +162,11 @@ class CmServerImpl : public CmServer {
       Broadcast();
     } else if (members_.size() == static_cast<size_t>(config_.node_size())) {
       formed_ = true;
-      for (auto& [mid, member] : members_) AssignRegionIds(member);
+      // Leases start now: nodes renew them once they have the first membership.
+      for (auto& [mid, member] : members_) {
+        AssignRegionIds(member);
+        member.last_heard = Clock::now();
+      }
       Broadcast();
     }
   }
@@ -155,9 +175,12 @@ class CmServerImpl : public CmServer {
     for (control::RegionInfo& r : m.regions) r.set_region_id(next_region_id_++);
   }
 
-  void Broadcast() {
+  // Sends the current membership to every member; `departed` says why nodes dropped since the
+  // last one are gone.
+  void Broadcast(const std::map<uint32_t, std::string>& departed = {}) {
     control::ControlMessage msg;
     control::Membership* mem = msg.mutable_membership();
+    for (const auto& [id, why] : departed) (*mem->mutable_departed())[id] = why;
     mem->set_epoch(++epoch_);
     mem->set_cm_node_id(config_.cm_node_id());
     for (const auto& [id, m] : members_) {
@@ -173,25 +196,78 @@ class CmServerImpl : public CmServer {
     }
   }
 
-  // Drops members whose connection closed (or who said Leave) and tells the rest.
+  // Reads everything each member sent (heartbeats renew its lease; suspicions are collected),
+  // then drops members whose connection closed, who said Leave, whose lease expired or whom a
+  // peer reported, and tells the rest. Everything queued is read before leases are judged, so a
+  // CM thread that was itself held up (a slow Admit) never evicts a node whose heartbeats were
+  // waiting in its socket.
   void WatchMembers() {
-    std::vector<uint32_t> gone;
+    std::map<uint32_t, std::string> gone;  // id -> why
+    std::vector<control::Suspect> suspects;
+    const Clock::time_point now = Clock::now();
     for (auto& [id, m] : members_) {
-      absl::StatusOr<control::ControlMessage> msg = m.channel->Receive(absl::ZeroDuration());
-      if (msg.ok() && !msg->has_leave()) continue;
-      if (!msg.ok() && absl::IsDeadlineExceeded(msg.status())) continue;
-      spdlog::info("CM: node {} left ({})", id,
-                   msg.ok() ? "leave" : std::string(msg.status().message()));
-      gone.push_back(id);
+      for (;;) {
+        absl::StatusOr<control::ControlMessage> msg = m.channel->Receive(absl::ZeroDuration());
+        if (!msg.ok()) {
+          if (!absl::IsDeadlineExceeded(msg.status())) {
+            gone[id] = absl::StrCat("its connection closed (", msg.status().message(), ")");
+          }
+          break;
+        }
+        m.last_heard = now;
+        if (msg->has_leave()) {
+          gone[id] = kLeft;
+          break;
+        }
+        if (msg->has_heartbeat()) {
+          control::ControlMessage ack;
+          ack.mutable_heartbeat_ack()->set_epoch(epoch_);
+          (void)m.channel->Send(ack);  // a failed send shows up as a closed connection next
+        } else if (msg->has_suspect()) {
+          control::Suspect suspect = msg->suspect();
+          if (suspect.node_id() == config_.cm_node_id()) {
+            // Evicting the CM's own node would take the CM, and so every lease, with it: the
+            // node that cannot talk to it goes instead.
+            suspect.set_reason(absl::StrCat("it cannot talk to node ", suspect.node_id(),
+                                            ", the configuration manager's: ", suspect.reason()));
+            suspect.set_node_id(id);
+            suspects.push_back(std::move(suspect));
+          } else if (suspect.node_id() != id) {
+            suspect.set_reason(absl::StrCat("node ", id, " reported it: ", suspect.reason()));
+            suspects.push_back(std::move(suspect));
+          }
+        }
+      }
+      if (!gone.count(id) && now - m.last_heard > lease_) {
+        gone[id] = absl::StrCat("its lease expired (no heartbeat for ",
+                                absl::FormatDuration(absl::FromChrono(now - m.last_heard)),
+                                ", lease ", absl::FormatDuration(absl::FromChrono(lease_)), ")");
+      }
+    }
+    for (const control::Suspect& s : suspects) {
+      if (members_.count(s.node_id()) && !gone.count(s.node_id())) gone[s.node_id()] = s.reason();
     }
     if (gone.empty()) return;
-    for (uint32_t id : gone) members_.erase(id);
-    if (!members_.empty()) Broadcast();
+    for (const auto& [id, why] : gone) {
+      if (why == kLeft) {
+        spdlog::info("CM: node {} left", id);
+      } else {
+        spdlog::warn("CM: node {} is no longer a member: {}", id, why);
+      }
+      Member& m = members_[id];
+      control::ControlMessage eviction;
+      eviction.mutable_eviction()->set_reason(why);
+      (void)m.channel->Send(eviction);  // it may be gone already; then nobody needs to know
+      m.channel->Shutdown();
+      members_.erase(id);
+    }
+    if (!members_.empty()) Broadcast(gone);
   }
 
   const config::ClusterConfig config_;
   std::unique_ptr<ControlListener> listener_;
   const absl::Time join_deadline_;
+  const Clock::duration lease_;
   std::map<uint32_t, Member> members_;
   bool formed_ = false;
   bool failed_ = false;
@@ -201,14 +277,21 @@ class CmServerImpl : public CmServer {
   std::thread thread_;  // Last: starts after everything above is initialised.
 };
 
-// Client side: one connection to the CM, kept open for membership updates.
+// Client side: one connection to the CM, kept open for membership updates and lease renewal.
+//
+// Threads: the watcher receives (memberships, heartbeat acknowledgements, an eviction); the
+// heartbeat thread only renews the lease and checks it, so that a node busy elsewhere still
+// renews in time. Sends from the heartbeat thread, Leave and ReportSuspect are serialised by
+// send_mu_.
 class TcpConfigurationManager : public ConfigurationManager {
  public:
-  TcpConfigurationManager(std::string host, uint16_t port) : host_(std::move(host)), port_(port) {}
+  TcpConfigurationManager(std::string host, uint16_t port, absl::Duration lease)
+      : host_(std::move(host)), port_(port), lease_(absl::ToChronoMilliseconds(lease)) {}
 
   ~TcpConfigurationManager() override { Leave(); }
 
   void OnMembershipChange(MembershipCallback callback) override { callback_ = std::move(callback); }
+  void OnEviction(EvictionCallback callback) override { eviction_callback_ = std::move(callback); }
 
   absl::StatusOr<control::Membership> Join(const control::JoinRequest& request,
                                            absl::Duration timeout) override {
@@ -241,59 +324,140 @@ class TcpConfigurationManager : public ConfigurationManager {
             absl::StrCat("the ", cm, " refused this node: ", reply->refusal().reason()));
       }
       if (reply->has_accepted()) {
-        spdlog::info("admitted as node {}; waiting for the cluster to form",
-                     reply->accepted().node_id());
+        node_id_ = reply->accepted().node_id();
+        spdlog::info("admitted as node {}; waiting for the cluster to form", node_id_);
         continue;
       }
       if (reply->has_membership()) {
+        last_heard_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
         watcher_ = std::thread([this] { Watch(); });
+        heartbeat_ = std::thread([this] { Heartbeat(); });
         return reply->membership();
       }
     }
   }
 
+  void ReportSuspect(uint32_t node, const std::string& reason) override {
+    if (channel_ == nullptr || left_.load(std::memory_order_relaxed)) return;
+    control::ControlMessage m;
+    m.mutable_suspect()->set_node_id(node);
+    m.mutable_suspect()->set_reason(reason);
+    std::lock_guard<std::mutex> l(send_mu_);
+    (void)channel_->Send(m);  // if the CM is gone, this node's own lease expires instead
+  }
+
   void Leave() override {
     if (left_.exchange(true)) return;
-    stop_.store(true);
+    {
+      std::lock_guard<std::mutex> l(stop_mu_);
+      stop_ = true;
+    }
+    stop_cv_.notify_all();
     if (channel_ != nullptr) {
       control::ControlMessage leave;
       leave.mutable_leave();
-      (void)channel_->Send(leave);
+      {
+        std::lock_guard<std::mutex> l(send_mu_);
+        (void)channel_->Send(leave);
+      }
       channel_->Shutdown();
     }
     if (watcher_.joinable()) watcher_.join();
+    if (heartbeat_.joinable()) heartbeat_.join();
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+
+  bool stopping() {
+    std::lock_guard<std::mutex> l(stop_mu_);
+    return stop_;
+  }
+
+  // Tells the node once that it is no longer a member, then stops both threads' work.
+  void Evict(const std::string& reason) {
+    if (evicted_.exchange(true)) return;
+    if (stopping()) return;  // leaving on purpose: nothing to report
+    if (eviction_callback_) eviction_callback_(reason);
+    {
+      std::lock_guard<std::mutex> l(stop_mu_);
+      stop_ = true;
+    }
+    stop_cv_.notify_all();
+  }
+
   void Watch() {
-    while (!stop_.load()) {
+    while (!stopping()) {
       absl::StatusOr<control::ControlMessage> msg = channel_->Receive(absl::Milliseconds(200));
       if (!msg.ok()) {
         if (absl::IsDeadlineExceeded(msg.status())) continue;
-        if (!stop_.load()) {
-          spdlog::warn("lost the configuration manager: {}; membership is frozen",
-                       std::string(msg.status().message()));
+        if (!stopping()) {
+          Evict(absl::StrCat("the configuration manager closed its connection (",
+                             msg.status().message(), ")"));
         }
+        return;
+      }
+      // Relaxed: only the heartbeat thread reads it, to judge the lease; no data hangs on it.
+      last_heard_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      if (msg->has_eviction()) {
+        Evict(msg->eviction().reason());
         return;
       }
       if (msg->has_membership() && callback_) callback_(msg->membership());
     }
   }
 
+  // Renews the lease every lease/4 and gives the node up when no word came from the CM for a
+  // whole lease (the CM evicts it at about the same time: it hears no heartbeat either).
+  void Heartbeat() {
+    const Clock::duration period = lease_ / 4;
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    while (!stop_) {
+      lock.unlock();
+      const Clock::duration silent =
+          Clock::now() -
+          Clock::time_point(Clock::duration(last_heard_ns_.load(std::memory_order_relaxed)));
+      if (silent > lease_) {
+        Evict(absl::StrCat("its lease expired (no word from the configuration manager for ",
+                           absl::FormatDuration(absl::FromChrono(silent)), ", lease ",
+                           absl::FormatDuration(absl::FromChrono(lease_)), ")"));
+        return;
+      }
+      control::ControlMessage hb;
+      hb.mutable_heartbeat()->set_node_id(node_id_);
+      {
+        std::lock_guard<std::mutex> l(send_mu_);
+        (void)channel_->Send(hb);  // a dead CM shows up as silence: the check above
+      }
+      lock.lock();
+      stop_cv_.wait_for(lock, period, [this] { return stop_; });
+    }
+  }
+
   const std::string host_;
   const uint16_t port_;
+  const Clock::duration lease_;
+  uint32_t node_id_ = 0;  // written by Join before the threads start
   MembershipCallback callback_;
+  EvictionCallback eviction_callback_;
   std::unique_ptr<ControlChannel> channel_;
+  std::mutex send_mu_;  // one Send at a time on channel_
   std::thread watcher_;
-  std::atomic<bool> stop_{false};
+  std::thread heartbeat_;
+  std::atomic<int64_t> last_heard_ns_{0};  // Clock ticks of the last message from the CM
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;  // guarded by stop_mu_
   std::atomic<bool> left_{false};
+  std::atomic<bool> evicted_{false};
 };
 
 }  // namespace
 
 std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(const std::string& host,
-                                                                 uint16_t port) {
-  return std::make_unique<TcpConfigurationManager>(host, port);
+                                                                 uint16_t port,
+                                                                 absl::Duration lease) {
+  return std::make_unique<TcpConfigurationManager>(host, port, lease);
 }
 
 absl::StatusOr<std::unique_ptr<CmServer>> CmServer::Start(const config::ClusterConfig& config) {

@@ -13,6 +13,16 @@
 // join within the configured join timeout, the CM sends every joined node a Refusal naming the
 // missing ones. After formation, a node whose connection closes is dropped and the CM sends the
 // rest a new Membership (epoch + 1); a node that joins again later is added the same way.
+//
+// Leases (as in FaRM): from the first membership on, each node sends Heartbeat every lease/4
+// (ClusterConfig.lease_ms) from a thread that does nothing else, and the CM answers each with
+// HeartbeatAck. The CM evicts a node it has not heard from for a lease: it sends it Eviction,
+// closes its connection and broadcasts a membership without it. A node that has not heard from
+// the CM for a lease, whose connection to the CM closed, or that received Eviction, considers
+// itself evicted (OnEviction) and must stop acting as a member. A node that can no longer talk to
+// a member (e.g. a ring from it stays corrupt) reports it (Suspect); the CM evicts the suspect,
+// so that every node agrees it is gone instead of one node silently cutting it off. A report
+// against the CM's own node evicts the reporter instead (the CM cannot evict itself).
 #ifndef FARM_PLATFORM_CONFIGURATION_MANAGER_H_
 #define FARM_PLATFORM_CONFIGURATION_MANAGER_H_
 
@@ -32,6 +42,7 @@ namespace farm {
 class ConfigurationManager {
  public:
   using MembershipCallback = std::function<void(const control::Membership&)>;
+  using EvictionCallback = std::function<void(const std::string& reason)>;
 
   virtual ~ConfigurationManager() = default;
 
@@ -46,13 +57,23 @@ class ConfigurationManager {
   // Call before Join.
   virtual void OnMembershipChange(MembershipCallback callback) = 0;
 
+  // Sets the function called (once, on an internal thread) when this node learns it is no longer
+  // a member: its lease expired, the CM evicted it or closed its connection. `reason` says which.
+  // Not called after Leave. Call before Join.
+  virtual void OnEviction(EvictionCallback callback) = 0;
+
+  // Asks the CM to evict `node`, which this node can no longer talk to although it is a member.
+  // Does not wait; best effort (if the CM is unreachable, this node's own lease expires).
+  virtual void ReportSuspect(uint32_t node, const std::string& reason) = 0;
+
   // Leaves the cluster. Idempotent.
   virtual void Leave() = 0;
 };
 
-// Client of the built-in CM at host:port.
+// Client of the built-in CM at host:port, renewing a lease of `lease` (ClusterConfig.lease_ms).
 std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(const std::string& host,
-                                                                 uint16_t port);
+                                                                 uint16_t port,
+                                                                 absl::Duration lease);
 
 // The built-in CM service. Runs one thread; destroying it stops the service.
 class CmServer {

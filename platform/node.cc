@@ -119,17 +119,10 @@ absl::Status Node::Init() {
     if (!server.ok()) return server.status();
     cm_server_ = std::move(*server);
   }
-  cm_ = NewTcpConfigurationManager(cm_node->host(), static_cast<uint16_t>(cm_node->control_port()));
-  cm_->OnMembershipChange([this](const control::Membership& m) {
-    absl::Status s = ApplyMembership(m);
-    if (!s.ok()) {
-      spdlog::error("node {}: cannot apply membership epoch {}: {}", id_, m.epoch(),
-                    std::string(s.message()));
-      return;
-    }
-    farm::ReaderMutexLock l(&listeners_mu_);
-    for (const auto& [id, listener] : listeners_) listener(m);
-  });
+  cm_ = NewTcpConfigurationManager(cm_node->host(), static_cast<uint16_t>(cm_node->control_port()),
+                                   absl::Milliseconds(cfg.lease_ms()));
+  cm_->OnMembershipChange([this](const control::Membership& m) { Deliver(m); });
+  cm_->OnEviction([this](const std::string& reason) { Evict(reason); });
   absl::Duration timeout = options_.join_timeout;
   if (timeout == absl::ZeroDuration()) timeout = absl::Seconds(cfg.join_timeout_s() + 5);
   spdlog::info("joining the cluster through the configuration manager (node {} at {}:{})",
@@ -194,14 +187,75 @@ absl::Status Node::ApplyMembership(const control::Membership& m) {
   return absl::OkStatus();
 }
 
+void Node::Deliver(const control::Membership& m) {
+  std::lock_guard<std::mutex> l(listeners_mu_);
+  if (!evicted().ok()) return;  // fail-stop: nothing after the eviction
+  bool listed = false;
+  for (const control::NodeInfo& n : m.nodes()) listed |= n.node_id() == id_;
+  if (!listed) {
+    EvictLocked(absl::StrCat("a membership without it arrived (epoch ", m.epoch(), ")"));
+    return;
+  }
+  absl::Status s = ApplyMembership(m);
+  if (!s.ok()) {
+    spdlog::error("node {}: cannot apply membership epoch {}: {}", id_, m.epoch(),
+                  std::string(s.message()));
+    return;
+  }
+  for (const auto& [id, listener] : listeners_) listener(m);
+}
+
+void Node::Evict(const std::string& reason) {
+  std::lock_guard<std::mutex> l(listeners_mu_);
+  EvictLocked(reason);
+}
+
+void Node::EvictLocked(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> l(eviction_mu_);
+    if (!eviction_.ok()) return;
+    eviction_ = absl::FailedPreconditionError(
+        absl::StrCat("node ", id_, " was evicted from the cluster: ", reason));
+  }
+  eviction_cv_.notify_all();
+  spdlog::error("node {} was evicted from the cluster: {}; it no longer acts as a member", id_,
+                reason);
+  // Fail-stop: a last membership that lists nobody, above every epoch seen, so that Resolve
+  // refuses every address and the layers above drop every peer.
+  control::Membership none;
+  none.set_epoch(membership().epoch() + 1);
+  none.set_cm_node_id(options_.config.cm_node_id());
+  if (absl::Status s = ApplyMembership(none); !s.ok()) {
+    spdlog::error("node {}: {}", id_, std::string(s.message()));
+  }
+  for (const auto& [id, listener] : listeners_) listener(none);
+}
+
+absl::Status Node::evicted() const {
+  std::lock_guard<std::mutex> l(eviction_mu_);
+  return eviction_;
+}
+
+bool Node::WaitForEviction(absl::Duration timeout) {
+  std::unique_lock<std::mutex> l(eviction_mu_);
+  return eviction_cv_.wait_for(l, absl::ToChronoMilliseconds(timeout),
+                               [this] { return !eviction_.ok(); });
+}
+
+void Node::ReportSuspect(uint32_t node, const std::string& reason) {
+  if (!evicted().ok() || cm_ == nullptr) return;
+  spdlog::warn("node {} reports node {} to the configuration manager: {}", id_, node, reason);
+  cm_->ReportSuspect(node, reason);
+}
+
 int Node::AddMembershipListener(std::function<void(const control::Membership&)> listener) {
-  farm::MutexLock l(&listeners_mu_);
+  std::lock_guard<std::mutex> l(listeners_mu_);
   listeners_.emplace_back(next_listener_id_, std::move(listener));
   return next_listener_id_++;
 }
 
 void Node::RemoveMembershipListener(int id) {
-  farm::MutexLock l(&listeners_mu_);  // waits for a call in progress
+  std::lock_guard<std::mutex> l(listeners_mu_);  // waits for a call in progress
   listeners_.erase(std::remove_if(listeners_.begin(), listeners_.end(),
                                   [id](const auto& e) { return e.first == id; }),
                    listeners_.end());

@@ -31,9 +31,11 @@
 #ifndef FARM_PLATFORM_NODE_H_
 #define FARM_PLATFORM_NODE_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -210,6 +212,20 @@ class Node {
   // Removes a listener. When this returns, the listener is not running and will not run again.
   void RemoveMembershipListener(int id);
 
+  // Eviction (fail-stop). OK while this node is a member; FailedPrecondition ("node 2 was
+  // evicted from the cluster: its lease expired ...") once it learnt it is not: its lease with
+  // the CM expired, the CM evicted it or closed its connection, or a membership without it
+  // arrived. From then on the node no longer acts as a member: the membership listeners get one
+  // last membership that lists no node (with an epoch above every earlier one), Resolve refuses
+  // every address, and no later membership is applied. A process should exit; a new process may
+  // join again under the same id.
+  absl::Status evicted() const;
+  // Waits up to `timeout` for the eviction; true if the node was evicted.
+  bool WaitForEviction(absl::Duration timeout);
+  // Asks the CM to evict member `node`, which this node can no longer talk to (e.g. a ring from
+  // it stays corrupt), so that every node agrees it is gone. Returns at once.
+  void ReportSuspect(uint32_t node, const std::string& reason);
+
  private:
   struct RegionEntry {
     control::RegionInfo info;
@@ -220,6 +236,10 @@ class Node {
   explicit Node(NodeOptions options) : options_(std::move(options)) {}
   absl::Status Init();
   absl::Status ApplyMembership(const control::Membership& m);
+  // Applies a membership from the CM and tells the listeners (the CM client's thread).
+  void Deliver(const control::Membership& m);
+  void Evict(const std::string& reason);
+  void EvictLocked(const std::string& reason);  // listeners_mu_ held
   // Local memory of one of this node's regions or areas, or null.
   char* LocalBase(const control::RegionInfo& r) const;
   absl::Status Access(bool is_read, GlobalAddress addr, char* buf, size_t len,
@@ -236,11 +256,16 @@ class Node {
   std::unique_ptr<ConfigurationManager> cm_;
   std::unique_ptr<Poller> poller_;
 
-  // Held (shared) while listeners run, so that removing one waits for a call in progress.
-  farm::Mutex listeners_mu_;
-  int next_listener_id_ ABSL_GUARDED_BY(listeners_mu_) = 0;
-  std::vector<std::pair<int, std::function<void(const control::Membership&)>>> listeners_
-      ABSL_GUARDED_BY(listeners_mu_);
+  // Held while listeners run (memberships and the eviction are delivered under it, in order),
+  // so that removing one waits for a call in progress. std::mutex: ThreadSanitizer sees it.
+  std::mutex listeners_mu_;
+  int next_listener_id_ = 0;  // guarded by listeners_mu_
+  std::vector<std::pair<int, std::function<void(const control::Membership&)>>>
+      listeners_;  // guarded by listeners_mu_
+
+  mutable std::mutex eviction_mu_;
+  std::condition_variable eviction_cv_;
+  absl::Status eviction_;  // guarded by eviction_mu_; OK while a member
 
   mutable farm::Mutex map_mu_;
   control::Membership membership_ ABSL_GUARDED_BY(map_mu_);

@@ -6,10 +6,12 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "platform/config.h"
+#include "platform/control_channel.h"
 #include "platform/self_check.h"
 #include "platform/testing/free_ports.h"
 #include "platform/testing/test_env.h"
@@ -215,6 +217,35 @@ TEST_CASE("a node that leaves is dropped from the others' membership", "[node]")
   for (const control::RegionInfo& r : leaving) {
     CHECK(absl::IsOutOfRange(nodes[0]->Read(GlobalAddress{r.region_id(), 0}, buf, 8)));
   }
+  CHECK(nodes[0]->evicted().ok());
+  CHECK(nodes[1]->evicted().ok());
+}
+
+TEST_CASE("a node that loses the configuration manager is evicted and stops acting as a member",
+          "[node]") {
+  auto nodes = StartCluster(ThreeNodes());
+  std::mutex mu;
+  std::vector<control::Membership> seen;
+  nodes[1]->AddMembershipListener([&](const control::Membership& m) {
+    std::lock_guard<std::mutex> l(mu);
+    seen.push_back(m);
+  });
+  const uint64_t epoch = nodes[1]->membership().epoch();
+  char buf[8];
+  const uint32_t own = nodes[1]->RegionsOf(1).at(0).region_id();
+  REQUIRE(nodes[1]->Read(GlobalAddress{nodes[1]->RegionsOf(0).at(0).region_id(), 0}, buf, 8).ok());
+  nodes[0].reset();  // the configuration manager's node
+  REQUIRE(nodes[1]->WaitForEviction(absl::Seconds(30)));
+  const std::string why(nodes[1]->evicted().message());
+  CHECK_THAT(why, Catch::Contains("node 1 was evicted from the cluster"));
+  CHECK_THAT(why, Catch::Contains("configuration manager"));
+  // Fail-stop: no peer, no region (its own included), and the listeners were told so.
+  CHECK(nodes[1]->members().empty());
+  CHECK(absl::IsOutOfRange(nodes[1]->Read(GlobalAddress{own, 0}, buf, 8)));
+  std::lock_guard<std::mutex> l(mu);
+  REQUIRE(!seen.empty());
+  CHECK(seen.back().nodes_size() == 0);
+  CHECK(seen.back().epoch() > epoch);
 }
 
 }  // namespace farm
@@ -289,6 +320,28 @@ TEST_CASE("a remote Read or Write larger than the staging buffer is refused befo
   REQUIRE(nodes[0]->Write(at, data.data(), region).ok());
   CHECK(nodes[1]->local_area("big")[region - 1] == 'w');
   CHECK(nodes[1]->local_area("big")[region] == 0);
+}
+
+TEST_CASE("connections to the CM that send nothing do not hold up lease renewals", "[node]") {
+  config::ClusterConfig c = ThreeNodes();
+  c.set_lease_ms(1000);
+  auto nodes = StartCluster(c);
+  const config::NodeConfig& cm = c.node(0);
+  // Each silent connection holds the CM in admission until it gives up on it; none of that time
+  // may count against the members' leases.
+  std::vector<std::unique_ptr<ControlChannel>> silent;
+  for (int i = 0; i < 6; ++i) {
+    absl::StatusOr<std::unique_ptr<ControlChannel>> ch = ControlChannel::Connect(
+        cm.host(), static_cast<uint16_t>(cm.control_port()), absl::Seconds(5));
+    REQUIRE(ch.ok());
+    silent.push_back(std::move(*ch));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  for (const auto& n : nodes) {
+    INFO(n->evicted().ToString());
+    CHECK(n->evicted().ok());
+    CHECK(n->members() == std::vector<uint32_t>{0, 1, 2});
+  }
 }
 
 }  // namespace farm

@@ -50,6 +50,8 @@ expect_fail 2 "region_size 1000 is not a multiple of 4096" -- "$NODE" --config="
 printf 'provider: "infiniband"\nnode { id: 0 host: "h" control_port: 1 }\n' >"$TMP/prov"
 expect_fail 2 "unknown provider 'infiniband'" -- "$NODE" --config="$TMP/prov" --node_id=0
 expect_fail 2 "--node_id=7 is not listed" -- "$NODE" --config="$cfg" --node_id=7
+printf 'lease_ms: 50\nnode { id: 0 host: "h" control_port: 1 }\n' >"$TMP/lease"
+expect_fail 2 "lease_ms 50 is out of range" -- "$NODE" --config="$TMP/lease" --node_id=0
 
 echo "== peers that never come up"
 # Node 1 alone: the configuration manager (node 0) is not running.
