@@ -243,14 +243,25 @@ TEST_CASE("a handler blocked on the caller's lock does not stop the caller's res
   REQUIRE(c.status().ok());
   REQUIRE(c.StartMessengers().ok());
   constexpr uint16_t kNeedsLock = 20, kAnswerAfterHandler = 21;
-  std::timed_mutex lock_l;
+  // A std::mutex tried in a loop rather than std::timed_mutex::try_lock_for: the latter goes
+  // through pthread_mutex_clocklock, which gcc 12's ThreadSanitizer does not intercept (it then
+  // reports the unlock as one of an unlocked mutex).
+  std::mutex lock_l;
+  auto try_lock_for = [&lock_l](absl::Duration d) {
+    const absl::Time deadline = absl::Now() + d;
+    while (!lock_l.try_lock()) {
+      if (absl::Now() >= deadline) return false;
+      absl::SleepFor(absl::Microseconds(50));
+    }
+    return true;
+  };
   std::atomic<bool> handler_started{false};
   std::atomic<bool> caller_holds_l{false};
   Rpc rpc0(c.messenger(0));
   Rpc rpc1(c.messenger(1));
   rpc0.RegisterHandler(kNeedsLock, [&](const RpcRequest&) -> absl::StatusOr<std::string> {
     handler_started = true;
-    if (!lock_l.try_lock_for(std::chrono::seconds(5))) {
+    if (!try_lock_for(absl::Seconds(5))) {
       return absl::AbortedError("node 0's handler timed out waiting for L");
     }
     lock_l.unlock();
@@ -265,7 +276,7 @@ TEST_CASE("a handler blocked on the caller's lock does not stop the caller's res
 
   absl::StatusOr<std::string> caller_result, node1_result;
   std::thread caller([&] {
-    std::lock_guard<std::timed_mutex> l(lock_l);
+    std::lock_guard<std::mutex> l(lock_l);
     caller_holds_l = true;
     caller_result = rpc0.Call(1, kAnswerAfterHandler, "", absl::Seconds(20));
   });
@@ -317,7 +328,13 @@ TEST_CASE("a corrupt ring fails the pending calls with DataLoss and gets its sen
   // Garbage where node 2's responses to node 0 arrive: a header with an impossible sequence.
   char* ring = c.messenger(0)->ReceiveRingForTesting(2, Options().lanes);
   const FrameHeader bad{16, Rpc::kResponseType, 0, 0x7777, 0};
-  std::memcpy(ring, &bad, sizeof(bad));
+  // Word by word with atomic stores: the scan reads the header with atomic loads concurrently
+  // (a plain memcpy here would be a data race of the test itself).
+  uint64_t words[2];
+  std::memcpy(words, &bad, sizeof(bad));
+  for (int w = 0; w < 2; ++w) {
+    __atomic_store_n(reinterpret_cast<uint64_t*>(ring) + w, words[w], __ATOMIC_RELAXED);
+  }
 
   absl::StatusOr<std::string> r = rpcs[0]->Await(**lane, **call);
   release.Notify();
@@ -367,7 +384,13 @@ TEST_CASE("a node that reports the configuration manager's node is evicted itsel
   // which hosts the CM. Evicting the CM's node would end the cluster; node 1 goes instead.
   char* ring = c.messenger(1)->ReceiveRingForTesting(0, Options().lanes);
   const FrameHeader bad{16, Rpc::kResponseType, 0, 0x7777, 0};
-  std::memcpy(ring, &bad, sizeof(bad));
+  // Word by word with atomic stores: the scan reads the header with atomic loads concurrently
+  // (a plain memcpy here would be a data race of the test itself).
+  uint64_t words[2];
+  std::memcpy(words, &bad, sizeof(bad));
+  for (int w = 0; w < 2; ++w) {
+    __atomic_store_n(reinterpret_cast<uint64_t*>(ring) + w, words[w], __ATOMIC_RELAXED);
+  }
   REQUIRE(c.node(1)->WaitForEviction(absl::Seconds(30)));
   CHECK_THAT(std::string(c.node(1)->evicted().message()),
              Catch::Contains("it cannot talk to node 0, the configuration manager's"));
