@@ -214,10 +214,10 @@ void Node::EvictLocked(const std::string& reason) {
   {
     std::lock_guard<std::mutex> l(eviction_mu_);
     if (!eviction_.ok()) return;
+    // Set first: the listeners below describe their peers with it (Messenger::DescribePeer).
     eviction_ = absl::FailedPreconditionError(
         absl::StrCat("node ", id_, " was evicted from the cluster: ", reason));
   }
-  eviction_cv_.notify_all();
   spdlog::error("node {} was evicted from the cluster: {}; it no longer acts as a member", id_,
                 reason);
   // Fail-stop: a last membership that lists nobody, above every epoch seen, so that Resolve
@@ -229,6 +229,13 @@ void Node::EvictLocked(const std::string& reason) {
     spdlog::error("node {}: {}", id_, std::string(s.message()));
   }
   for (const auto& [id, listener] : listeners_) listener(none);
+  // Only now are waiters told: whoever returns from WaitForEviction sees the node fail-stopped
+  // (no member, no region, the listeners told).
+  {
+    std::lock_guard<std::mutex> l(eviction_mu_);
+    eviction_applied_ = true;
+  }
+  eviction_cv_.notify_all();
 }
 
 absl::Status Node::evicted() const {
@@ -239,7 +246,7 @@ absl::Status Node::evicted() const {
 bool Node::WaitForEviction(absl::Duration timeout) {
   std::unique_lock<std::mutex> l(eviction_mu_);
   return eviction_cv_.wait_for(l, absl::ToChronoMilliseconds(timeout),
-                               [this] { return !eviction_.ok(); });
+                               [this] { return eviction_applied_; });
 }
 
 void Node::ReportSuspect(uint32_t node, const std::string& reason) {

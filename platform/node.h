@@ -42,13 +42,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "platform/mutex.h"
 #include "absl/time/time.h"
 #include "platform/config.pb.h"
 #include "platform/configuration_manager.h"
 #include "platform/control.pb.h"
 #include "platform/fabric.h"
 #include "platform/global_address.h"
+#include "platform/mutex.h"
 #include "platform/poller.h"
 #include "platform/region.h"
 
@@ -220,7 +220,8 @@ class Node {
   // every address, and no later membership is applied. A process should exit; a new process may
   // join again under the same id.
   absl::Status evicted() const;
-  // Waits up to `timeout` for the eviction; true if the node was evicted.
+  // Waits up to `timeout` for the eviction; true if the node was evicted. On true the eviction is
+  // complete: the node lists no member, resolves no address, and its listeners were told.
   bool WaitForEviction(absl::Duration timeout);
   // Asks the CM to evict member `node`, which this node can no longer talk to (e.g. a ring from
   // it stays corrupt), so that every node agrees it is gone. Returns at once.
@@ -265,7 +266,8 @@ class Node {
 
   mutable std::mutex eviction_mu_;
   std::condition_variable eviction_cv_;
-  absl::Status eviction_;  // guarded by eviction_mu_; OK while a member
+  absl::Status eviction_;          // guarded by eviction_mu_; OK while a member
+  bool eviction_applied_ = false;  // guarded by eviction_mu_: the fail-stop membership is applied
 
   mutable farm::Mutex map_mu_;
   control::Membership membership_ ABSL_GUARDED_BY(map_mu_);
