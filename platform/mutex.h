@@ -43,10 +43,12 @@ class ABSL_LOCKABLE Mutex {
 
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() {
-    mu_.unlock();
-    // Relaxed is enough: a waiter increments waiters_ while holding mu_, before it releases mu_
-    // inside the condition variable's wait, and this thread held mu_ after that release.
+    // Notify before unlocking: once mu_ is free, a waiter may return from Await and destroy this
+    // Mutex (a Notification that goes out of scope), so nothing here may touch it afterwards
+    // (ThreadSanitizer caught notify_all on a destroyed condition variable). A woken waiter
+    // blocks on mu_ until the unlock below. Relaxed is enough: waiters_ changes only under mu_.
     if (waiters_.load(std::memory_order_relaxed) > 0) cv_.notify_all();
+    mu_.unlock();
   }
   bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
   void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() { mu_.lock_shared(); }
