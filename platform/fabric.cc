@@ -16,8 +16,10 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -141,6 +143,47 @@ std::string ResolveProvider(absl::string_view provider) {
   return HasRdmaDevice() ? "verbs" : "tcp;ofi_rxm";
 }
 
+// The operations posted on one completion queue (a Fabric's or a channel's) and not yet reaped.
+// A provider never completes an operation whose peer went away (shm, rxm), and closing the queue
+// does not hand its context back either: the queue's owner frees what is left here once the
+// queue is closed, so no operation's bookkeeping outlives its Fabric (LeakSanitizer found them
+// at process exit). An intrusive list under a mutex: two uncontended lock/unlock pairs per
+// operation, no allocation.
+struct InFlightLink {
+  InFlightLink* prev = nullptr;
+  InFlightLink* next = nullptr;
+  void* op = nullptr;  // the Fabric::OpContext this link is part of
+};
+
+class InFlightOps {
+ public:
+  InFlightOps() { head_.prev = head_.next = &head_; }
+  void Add(InFlightLink* l) {
+    std::lock_guard<std::mutex> g(mu_);
+    l->next = head_.next;
+    l->prev = &head_;
+    head_.next->prev = l;
+    head_.next = l;
+  }
+  void Remove(InFlightLink* l) {
+    std::lock_guard<std::mutex> g(mu_);
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+  }
+  // Unlinks every operation left and returns them; call after the queue was closed.
+  std::vector<void*> TakeAll() {
+    std::lock_guard<std::mutex> g(mu_);
+    std::vector<void*> out;
+    for (InFlightLink* l = head_.next; l != &head_; l = l->next) out.push_back(l->op);
+    head_.prev = head_.next = &head_;
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  InFlightLink head_;  // sentinel of a circular list
+};
+
 struct Fabric::Handles {
   fi_info* info = nullptr;
   fid_fabric* fabric = nullptr;
@@ -149,6 +192,7 @@ struct Fabric::Handles {
   fid_av* av = nullptr;  // RDM
   fid_ep* ep = nullptr;  // RDM
   std::atomic<uint64_t> next_key{1};
+  InFlightOps in_flight;  // operations on `cq` (see InFlightOps)
 
   // MSG: a passive endpoint accepts peers' connections (which serve their operations on us);
   // each peer we send to gets an active endpoint of its own, connected by AddPeer.
@@ -178,10 +222,25 @@ struct Fabric::Handles {
   std::atomic<uint64_t> remote_seen{0};
 };
 
+struct FabricChannel::Handles {
+  fid_cq* cq = nullptr;
+  InFlightOps in_flight;  // operations on `cq` (see InFlightOps)
+  // RDM: the channel's endpoint, bound to the Fabric's address vector or, where the provider
+  // refuses a second endpoint on it, to own_av.
+  fid_ep* ep = nullptr;
+  fid_av* own_av = nullptr;
+  absl::flat_hash_map<PeerId, fi_addr_t> own_addr;  // PeerId -> address in own_av
+  // MSG: the channel's connections, by PeerId, and the event queue their events arrive on.
+  fid_eq* eq = nullptr;
+  absl::flat_hash_map<PeerId, fid_ep*> conns;
+};
+
 // Per-operation bookkeeping handed to libfabric as the operation context. fi_context2 must come
 // first: providers that ask for FI_CONTEXT/FI_CONTEXT2 use that space.
 struct Fabric::OpContext {
   fi_context2 fi_ctx;
+  InFlightLink link;             // in `owner`, from posting until reaped
+  InFlightOps* owner = nullptr;  // the list of the queue it completes on
   std::shared_ptr<OpBatch::State> state;
   bool is_read = false;
   PeerId peer = 0;
@@ -250,6 +309,8 @@ Fabric::~Fabric() {
   if (h_->remote_cntr) fi_close(&h_->remote_cntr->fid);
   if (h_->av) fi_close(&h_->av->fid);
   if (h_->cq) fi_close(&h_->cq->fid);
+  // Operations that never completed (their peer went away): nothing refers to them any more.
+  for (void* op : h_->in_flight.TakeAll()) delete static_cast<OpContext*>(op);
   if (h_->domain) fi_close(&h_->domain->fid);
   if (h_->eq) fi_close(&h_->eq->fid);
   if (h_->fabric) fi_close(&h_->fabric->fid);
@@ -663,6 +724,7 @@ int Fabric::ReapCompletions(void* cq_ptr) {
       for (ssize_t i = 0; i < n; ++i) {
         auto* ctx = static_cast<OpContext*>(entries[i].op_context);
         ctx->state->outstanding.fetch_sub(1, std::memory_order_release);
+        ctx->owner->Remove(&ctx->link);
         delete ctx;
       }
       total += static_cast<int>(n);
@@ -682,6 +744,7 @@ int Fabric::ReapCompletions(void* cq_ptr) {
       if (ctx != nullptr) {
         ctx->state->Fail(absl::UnavailableError(msg));
         ctx->state->outstanding.fetch_sub(1, std::memory_order_release);
+        ctx->owner->Remove(&ctx->link);
         delete ctx;
       }
       ++total;
@@ -808,10 +871,15 @@ absl::Status OpBatch::Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
     ctx->peer = peer;
     ctx->remote_addr = remote.addr;
     ctx->len = local.size;
+    ctx->link.op = ctx;
+    // Listed before posting: the completion may be reaped on another thread at once.
+    ctx->owner = channel_ != nullptr ? &channel_->h_->in_flight : &fabric_->h_->in_flight;
+    ctx->owner->Add(&ctx->link);
     state_->outstanding.fetch_add(1, std::memory_order_relaxed);
     s = fabric_->Post(channel_, is_read, peer, remote, local, ctx, post_timeout_);
     if (!s.ok()) {
       state_->outstanding.fetch_sub(1, std::memory_order_relaxed);
+      ctx->owner->Remove(&ctx->link);
       delete ctx;
     }
   }
@@ -839,18 +907,6 @@ absl::Status OpBatch::Wait(absl::Duration timeout) {
 // ---------------------------------------------------------------------------------------------
 // FabricChannel
 
-struct FabricChannel::Handles {
-  fid_cq* cq = nullptr;
-  // RDM: the channel's endpoint, bound to the Fabric's address vector or, where the provider
-  // refuses a second endpoint on it, to own_av.
-  fid_ep* ep = nullptr;
-  fid_av* own_av = nullptr;
-  absl::flat_hash_map<PeerId, fi_addr_t> own_addr;  // PeerId -> address in own_av
-  // MSG: the channel's connections, by PeerId, and the event queue their events arrive on.
-  fid_eq* eq = nullptr;
-  absl::flat_hash_map<PeerId, fid_ep*> conns;
-};
-
 FabricChannel::FabricChannel(Fabric* fabric) : fabric_(fabric), h_(std::make_unique<Handles>()) {
   fabric_->open_channels_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -861,6 +917,8 @@ FabricChannel::~FabricChannel() {
   if (h_->own_av) fi_close(&h_->own_av->fid);
   if (h_->cq) fi_close(&h_->cq->fid);
   if (h_->eq) fi_close(&h_->eq->fid);
+  // Operations that never completed (their peer went away): nothing refers to them any more.
+  for (void* op : h_->in_flight.TakeAll()) delete static_cast<Fabric::OpContext*>(op);
   fabric_->open_channels_.fetch_sub(1, std::memory_order_relaxed);
 }
 

@@ -52,8 +52,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "platform/mutex.h"
 #include "absl/time/time.h"
+#include "platform/mutex.h"
 
 namespace farm {
 
@@ -287,6 +287,7 @@ class FabricChannel {
   int Progress();
 
  private:
+  friend class OpBatch;
   friend class Fabric;
   struct Handles;  // libfabric objects, defined in fabric.cc.
 
