@@ -34,6 +34,9 @@ namespace {
 constexpr uint32_t kFiVersion = FI_VERSION(1, 17);
 constexpr size_t kCqSize = 4096;
 constexpr size_t kMaxRma = size_t{1} << 30;
+// shm: WRITEs of up to this many inject-sized pieces are split (Fabric::write_piece). Measured
+// with msg_bench --sizes on the 2-vCPU VM: see README, "Messaging".
+constexpr size_t kShmSplitPieces = 2;
 
 // An event read from an event queue may carry an fi_info that its reader must free: always a
 // connection request's (freed where it is handled), and with some providers (tcp) the other
@@ -421,6 +424,10 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
   f->provider_ = info->fabric_attr->prov_name;
   f->virt_addr_ = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
   f->max_rma_size_ = std::min<size_t>(info->ep_attr->max_msg_size, kMaxRma);
+  if (f->provider_ == "shm" && info->tx_attr->inject_size > 0) {
+    f->write_piece_ = info->tx_attr->inject_size;
+    f->write_split_limit_ = kShmSplitPieces * f->write_piece_;
+  }
 
   if ((ret = fi_fabric(info->fabric_attr, &h.fabric, nullptr)) != 0) {
     return absl::UnavailableError(FiError("fi_fabric", ret));
@@ -903,25 +910,39 @@ absl::Status OpBatch::Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
     }
   }
   if (s.ok()) {
-    auto* ctx = new Fabric::OpContext();
-    ctx->state = state_;
-    ctx->is_read = is_read;
-    ctx->peer = peer;
-    ctx->remote_addr = remote.addr;
-    ctx->len = local.size;
-    ctx->link.op = ctx;
-    // Listed before posting: the completion may be reaped on another thread at once.
-    ctx->owner = channel_ != nullptr ? &channel_->h_->in_flight : &fabric_->h_->in_flight;
-    ctx->owner->Add(&ctx->link);
-    state_->outstanding.fetch_add(1, std::memory_order_relaxed);
-    s = fabric_->Post(channel_, is_read, peer, remote, local, ctx, post_timeout_);
-    if (!s.ok()) {
-      state_->outstanding.fetch_sub(1, std::memory_order_relaxed);
-      ctx->owner->Remove(&ctx->link);
-      delete ctx;
+    const size_t piece = fabric_->write_piece();
+    if (!is_read && piece > 0 && local.size > piece && local.size <= fabric_->write_split_limit()) {
+      for (size_t at = 0; s.ok() && at < local.size; at += piece) {
+        const size_t len = std::min(piece, local.size - at);
+        s = Post(is_read, peer, RemoteBuffer{remote.addr + at, remote.key},
+                 LocalBuffer{local.mr, local.data + at, len});
+      }
+    } else {
+      s = Post(is_read, peer, remote, local);
     }
   }
   if (!s.ok()) state_->Fail(s);
+  return s;
+}
+
+absl::Status OpBatch::Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local) {
+  auto* ctx = new Fabric::OpContext();
+  ctx->state = state_;
+  ctx->is_read = is_read;
+  ctx->peer = peer;
+  ctx->remote_addr = remote.addr;
+  ctx->len = local.size;
+  ctx->link.op = ctx;
+  // Listed before posting: the completion may be reaped on another thread at once.
+  ctx->owner = channel_ != nullptr ? &channel_->h_->in_flight : &fabric_->h_->in_flight;
+  ctx->owner->Add(&ctx->link);
+  state_->outstanding.fetch_add(1, std::memory_order_relaxed);
+  absl::Status s = fabric_->Post(channel_, is_read, peer, remote, local, ctx, post_timeout_);
+  if (!s.ok()) {
+    state_->outstanding.fetch_sub(1, std::memory_order_relaxed);
+    ctx->owner->Remove(&ctx->link);
+    delete ctx;
+  }
   return s;
 }
 
