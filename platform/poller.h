@@ -27,6 +27,13 @@
 //    between operations that arrive back to back, because serving a peer's READ leaves no
 //    completion to count as activity: an adaptive shm node serves about 1000 operations/s. An
 //    idle adaptive node uses about 2% of a core (3-node cluster, tcp;ofi_rxm or shm).
+//    Re-measured on 2026-11-23: on tcp;ofi_rxm the wait object does not reliably wake for a
+//    peer's READ. The same binary (built from the commit that measured 113 us above) gives an
+//    idle p50 of 0.08-0.23 ms in some runs and 1.9 ms in others; strace of the target shows
+//    ppoll on the queue's descriptor running into its 1 ms timeout while the request sits on the
+//    socket, and the request served right after. The provider's wait set (rxm over tcp) is where
+//    this lies; until it is understood, an adaptive tcp;ofi_rxm node may answer an idle peer's
+//    first operation up to ~2 ms late. Busy nodes are unaffected.
 //
 // Thread safety: AddTask and Stop may be called from any thread.
 #ifndef FARM_PLATFORM_POLLER_H_
