@@ -261,8 +261,12 @@ TEST_CASE("a late WRITE of a restarted sender's old incarnation is never deliver
   while (c.messenger(1)->ReceiveStatus(2).ok() && absl::Now() < until) {
     absl::SleepFor(absl::Milliseconds(5));
   }
+  // Node 1 closes the ring (DataLoss) and reports node 2, which the configuration manager then
+  // evicts: by the time we look, the status may already be that departure (Unavailable), whose
+  // reason repeats the corruption (the TSan lane's timing showed both).
   const absl::Status status = c.messenger(1)->ReceiveStatus(2);
-  CHECK(absl::IsDataLoss(status));
+  INFO(status.ToString());
+  CHECK((absl::IsDataLoss(status) || absl::IsUnavailable(status)));
   CHECK_THAT(std::string(status.message()), Catch::Contains("checksum mismatch"));
   std::lock_guard<std::mutex> l(mu);
   CHECK(got == std::vector<std::string>{"new"});

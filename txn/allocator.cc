@@ -1,0 +1,155 @@
+#include "txn/allocator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "txn/object.h"
+
+namespace farm {
+namespace txn {
+
+Allocator::Allocator(std::vector<LocalRegion> regions) {
+  uint64_t largest_block = 0;
+  for (const LocalRegion& r : regions) {
+    Region reg;
+    reg.info = r;
+    reg.block_size = std::min<uint64_t>(kMaxBlockSize, r.size);
+    // Power of two, at least one slot of the smallest class.
+    while ((reg.block_size & (reg.block_size - 1)) != 0) reg.block_size &= reg.block_size - 1;
+    if (reg.block_size < kMinSlot) continue;
+    reg.block_class.assign(r.size / reg.block_size, -1);
+    largest_block = std::max(largest_block, reg.block_size);
+    region_index_[r.id] = regions_.size();
+    regions_.push_back(std::move(reg));
+  }
+  while (largest_block >= SlotSize(classes_)) ++classes_;
+  free_.resize(classes_);
+}
+
+uint64_t Allocator::max_object_size() const {
+  if (classes_ == 0) return 0;
+  return std::min(kMaxObjectSize, SlotSize(classes_ - 1) - kObjectHeaderSize);
+}
+
+bool Allocator::CarveBlock(int c) {
+  const uint64_t slot = SlotSize(c);
+  for (Region& r : regions_) {
+    if (r.block_size < slot || r.next_block >= r.block_class.size()) continue;
+    const uint64_t b = r.next_block++;
+    r.block_class[b] = c;
+    char* base = r.info.base + b * r.block_size;
+    // The region may hold anything (a fill pattern, raw writes): the slots start as never
+    // allocated, version 0. Nobody holds an address in a block that was never carved.
+    std::memset(base, 0, r.block_size);
+    // Pushed in reverse, so that slots are handed out in address order.
+    for (uint64_t off = r.block_size; off >= slot; off -= slot) {
+      free_[c].push_back(GlobalAddress{r.info.id, b * r.block_size + off - slot});
+    }
+    return true;
+  }
+  return false;
+}
+
+absl::StatusOr<GlobalAddress> Allocator::Reserve(uint64_t size) {
+  if (size == 0) return absl::InvalidArgumentError("cannot allocate an object of 0 bytes");
+  if (size > max_object_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("an object of ", size,
+                                                   " bytes is larger than the largest object (",
+                                                   max_object_size(), " bytes)"));
+  }
+  int c = 0;
+  while (SlotSize(c) < ObjectSpan(size)) ++c;
+  std::lock_guard<std::mutex> l(mu_);
+  if (free_[c].empty() && !CarveBlock(c)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of memory: no free ", SlotSize(c), "-byte slot for an object of ", size,
+                     " bytes and no block left to carve (", in_use_, " slots in use)"));
+  }
+  const GlobalAddress a = free_[c].back();
+  free_[c].pop_back();
+  reserved_.insert(a.Pack());
+  ++in_use_;
+  return a;
+}
+
+bool Allocator::IsReserved(GlobalAddress slot) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return reserved_.contains(slot.Pack());
+}
+
+void Allocator::CancelReservation(GlobalAddress slot) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (reserved_.erase(slot.Pack()) == 0) return;
+  uint64_t slot_size = 0;
+  if (!Locate(slot, &slot_size).ok()) return;
+  int c = 0;
+  while (SlotSize(c) < slot_size) ++c;
+  free_[c].push_back(slot);
+  --in_use_;
+}
+
+void Allocator::Installed(GlobalAddress slot) {
+  std::lock_guard<std::mutex> l(mu_);
+  reserved_.erase(slot.Pack());
+}
+
+void Allocator::Freed(GlobalAddress slot) {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t slot_size = 0;
+  if (!Locate(slot, &slot_size).ok()) return;
+  int c = 0;
+  while (SlotSize(c) < slot_size) ++c;
+  free_[c].push_back(slot);
+  --in_use_;
+}
+
+absl::StatusOr<char*> Allocator::Locate(GlobalAddress addr, uint64_t* slot_size) const {
+  auto it = region_index_.find(addr.region);
+  if (it == region_index_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(addr.ToString(), " is not in a region of this node's heap"));
+  }
+  const Region& r = regions_[it->second];
+  const uint64_t b = addr.offset / r.block_size;
+  if (b >= r.block_class.size() || r.block_class[b] < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(addr.ToString(), " is not an object: nothing was allocated there"));
+  }
+  const uint64_t slot = SlotSize(r.block_class[b]);
+  if ((addr.offset % r.block_size) % slot != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        addr.ToString(), " is not an object: it is inside a ", slot, "-byte slot, not at its start"));
+  }
+  *slot_size = slot;
+  return r.info.base + addr.offset;
+}
+
+absl::StatusOr<char*> Allocator::SlotOf(GlobalAddress addr, uint64_t* slot_size) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return Locate(addr, slot_size);
+}
+
+absl::StatusOr<char*> Allocator::Object(GlobalAddress addr, uint64_t size) const {
+  uint64_t slot = 0;
+  absl::StatusOr<char*> p = SlotOf(addr, &slot);
+  if (!p.ok()) return p.status();
+  if (ObjectSpan(size) > slot) {
+    return absl::InvalidArgumentError(absl::StrCat("an object of ", size, " bytes does not fit the ",
+                                                   slot, "-byte slot at ", addr.ToString()));
+  }
+  return p;
+}
+
+uint64_t Allocator::slots_in_use() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return in_use_;
+}
+
+uint64_t Allocator::reserved() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return reserved_.size();
+}
+
+}  // namespace txn
+}  // namespace farm

@@ -1,0 +1,101 @@
+// Allocator: carves one node's regions into objects, by size class.
+//
+// Each region is cut into blocks (64 KiB, or the whole region if it is smaller); a block is
+// given one size class the first time a slot of that class is needed, and keeps it for good, so
+// the object headers of a block always sit at the same offsets and their versions survive free
+// and reuse (txn/object.h: version-based reclamation). Slot sizes are powers of two from 64 bytes
+// to the block size; an object of n payload bytes takes the smallest slot that holds
+// ObjectSpan(n). Free slots of a class are kept on a stack (the most recently freed is reused
+// first, while it is warm in cache).
+//
+// The allocator runs on the owning node only: a transaction on another node reserves a slot
+// through the owner's participant (an RPC), as FaRM's allocation is done by the region's
+// primary. A slot is reserved while the allocating transaction runs and becomes an object only
+// when that transaction commits (the participant installs it); an aborted transaction's
+// reservations are released, so an abort leaks nothing.
+//
+// Thread safety: all methods are safe for concurrent use.
+#ifndef FARM_TXN_ALLOCATOR_H_
+#define FARM_TXN_ALLOCATOR_H_
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "platform/global_address.h"
+
+namespace farm {
+namespace txn {
+
+// One of this node's regions, as the allocator sees it.
+struct LocalRegion {
+  uint32_t id = 0;
+  char* base = nullptr;
+  uint64_t size = 0;
+};
+
+class Allocator {
+ public:
+  static constexpr uint64_t kMaxBlockSize = 64 << 10;
+  static constexpr uint64_t kMinSlot = 64;
+
+  explicit Allocator(std::vector<LocalRegion> regions);
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Reserves a slot for an object of `size` payload bytes. InvalidArgument for 0 bytes or more
+  // than the largest object (txn/object.h kMaxObjectSize, or what this node's blocks hold);
+  // ResourceExhausted when no slot of its class is free and no block is left.
+  absl::StatusOr<GlobalAddress> Reserve(uint64_t size);
+  // Whether `slot` is reserved (Reserve, not yet installed or released).
+  bool IsReserved(GlobalAddress slot) const;
+  // Ends a reservation without an object (its transaction aborted).
+  void CancelReservation(GlobalAddress slot);
+  // Ends a reservation: the slot holds an object now.
+  void Installed(GlobalAddress slot);
+  // Returns the slot of a freed object to its class.
+  void Freed(GlobalAddress slot);
+
+  // This node's memory of the object at `addr` with `size` payload bytes, if `addr` starts a slot
+  // of a carved block and the object fits the slot: InvalidArgument otherwise (an address that
+  // is not an object's).
+  absl::StatusOr<char*> Object(GlobalAddress addr, uint64_t size) const;
+  // The same without a size: the slot's memory and its size in bytes.
+  absl::StatusOr<char*> SlotOf(GlobalAddress addr, uint64_t* slot_size) const;
+
+  // Largest payload an object on this node can have.
+  uint64_t max_object_size() const;
+  // Slots reserved or holding objects (for tests and statistics).
+  uint64_t slots_in_use() const;
+  uint64_t reserved() const;
+
+ private:
+  struct Region {
+    LocalRegion info;
+    uint64_t block_size = 0;
+    std::vector<int> block_class;  // per block: slot class index, or -1 while not carved
+    uint64_t next_block = 0;       // blocks below this are carved
+  };
+  // Slot size of class `c`.
+  static uint64_t SlotSize(int c) { return kMinSlot << c; }
+  // Carves a new block for class `c`; false when none is left. Caller holds mu_.
+  bool CarveBlock(int c);
+  absl::StatusOr<char*> Locate(GlobalAddress addr, uint64_t* slot_size) const;
+
+  mutable std::mutex mu_;
+  std::vector<Region> regions_;
+  absl::flat_hash_map<uint32_t, size_t> region_index_;
+  std::vector<std::vector<GlobalAddress>> free_;  // by class
+  absl::flat_hash_set<uint64_t> reserved_;        // packed addresses
+  uint64_t in_use_ = 0;
+  int classes_ = 0;
+};
+
+}  // namespace txn
+}  // namespace farm
+
+#endif  // FARM_TXN_ALLOCATOR_H_

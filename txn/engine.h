@@ -1,0 +1,64 @@
+// Engine: a node's transaction service. It owns the node's allocator and participant, serves
+// the commit protocol's RPCs for coordinators on other nodes, aborts the transactions of
+// coordinators that leave, and hands out transaction ids and pending truncations to this node's
+// coordinators (txn/transaction.h).
+//
+// Thread safety: all methods are safe for concurrent use.
+#ifndef FARM_TXN_ENGINE_H_
+#define FARM_TXN_ENGINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "messaging/rpc.h"
+#include "platform/node.h"
+#include "txn/allocator.h"
+#include "txn/participant.h"
+#include "txn/protocol.h"
+
+namespace farm {
+namespace txn {
+
+class Engine {
+ public:
+  // Carves the node's data regions into the object heap and registers the protocol's handlers
+  // on `rpc` (before it serves, so that no request finds them missing). `node` and `rpc` must
+  // outlive the engine.
+  static absl::StatusOr<std::unique_ptr<Engine>> Start(Node* node, Rpc* rpc);
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  ~Engine();
+
+  Node* node() const { return node_; }
+  Rpc* rpc() const { return rpc_; }
+  Allocator& allocator() { return *allocator_; }
+  Participant& participant() { return *participant_; }
+
+  TxnId NextId();
+  // Transactions of this node whose records `owner` may drop: taken by the next LOCK to it.
+  std::vector<uint64_t> TakeTruncations(uint32_t owner);
+  void AddTruncation(uint32_t owner, uint64_t seq);
+
+ private:
+  Engine(Node* node, Rpc* rpc) : node_(node), rpc_(rpc) {}
+  void OnMembership(const control::Membership& m);
+
+  Node* const node_;
+  Rpc* const rpc_;
+  std::unique_ptr<Allocator> allocator_;
+  std::unique_ptr<Participant> participant_;
+  std::atomic<uint64_t> next_seq_{0};
+  int listener_ = -1;
+  std::mutex mu_;
+  absl::flat_hash_map<uint32_t, std::vector<uint64_t>> truncations_;
+};
+
+}  // namespace txn
+}  // namespace farm
+
+#endif  // FARM_TXN_ENGINE_H_

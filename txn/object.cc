@@ -1,0 +1,117 @@
+#include "txn/object.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "messaging/ring.h"
+
+namespace farm {
+namespace txn {
+namespace {
+
+// Distinguishes object checks from the rings' frame checksums (a different seed space).
+constexpr uint64_t kObjectCheckSalt = 0x6f626a6563747631ull;  // "objectv1"
+
+uint64_t LoadRelaxed(const char* p) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_RELAXED);
+}
+void StoreRelaxed(char* p, uint64_t w) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(p), w, __ATOMIC_RELAXED);
+}
+
+}  // namespace
+
+uint64_t ObjectCheck(uint64_t version, const char* size_word, uint64_t size) {
+  return FrameHash(size_word, 8 + RoundUp8(size), version ^ kObjectCheckSalt);
+}
+
+ObjectState DecodeObject(const char* copy, uint64_t expected_size, ObjectView* view) {
+  uint64_t word, check, size;
+  std::memcpy(&word, copy, 8);
+  std::memcpy(&check, copy + 8, 8);
+  std::memcpy(&size, copy + 16, 8);
+  view->version = VersionOf(word);
+  view->size = size;
+  if (IsLocked(word)) return ObjectState::kLocked;
+  if (!IsAllocated(word)) return ObjectState::kFree;
+  if (size != expected_size) {
+    // Either the object has another size, or the copy is torn and its size word belongs to
+    // another version: only a check that matches tells. A size whose bytes are not in the copy
+    // cannot be checked; the caller retries and, if that persists, reports the size it saw.
+    if (size <= kMaxObjectSize && ObjectSpan(size) <= ObjectSpan(expected_size) &&
+        ObjectCheck(view->version, copy + 16, size) == check) {
+      return ObjectState::kWrongSize;
+    }
+    return ObjectState::kTorn;
+  }
+  if (ObjectCheck(view->version, copy + 16, size) != check) return ObjectState::kTorn;
+  view->payload = absl::string_view(copy + kObjectHeaderSize, size);
+  return ObjectState::kOk;
+}
+
+uint64_t LoadLockWord(const char* object) {
+  return __atomic_load_n(reinterpret_cast<const uint64_t*>(object), __ATOMIC_ACQUIRE);
+}
+
+void CopyLocalObject(const char* object, char* dst, uint64_t span) {
+  // The lock word first, with acquire: a reader that sees a version published by InstallObject
+  // (release) sees at least that version's words after it; newer words make the check fail.
+  const uint64_t word = LoadLockWord(object);
+  std::memcpy(dst, &word, 8);
+  for (uint64_t at = 8; at < span; at += 8) {
+    const uint64_t w = LoadRelaxed(object + at);
+    std::memcpy(dst + at, &w, 8);
+  }
+}
+
+bool TryLock(char* object, uint64_t expected, uint64_t* seen) {
+  uint64_t want = expected;
+  const bool ok = __atomic_compare_exchange_n(reinterpret_cast<uint64_t*>(object), &want,
+                                              expected | kLockBit, false, __ATOMIC_ACQ_REL,
+                                              __ATOMIC_ACQUIRE);
+  *seen = ok ? expected : want;
+  return ok;
+}
+
+void Unlock(char* object) {
+  __atomic_fetch_and(reinterpret_cast<uint64_t*>(object), ~kLockBit, __ATOMIC_RELEASE);
+}
+
+void InstallObject(char* object, uint64_t version, const char* payload, uint64_t size) {
+  StoreRelaxed(object + 16, size);
+  const uint64_t padded = RoundUp8(size);
+  for (uint64_t at = 0; at < padded; at += 8) {
+    uint64_t w = 0;
+    std::memcpy(&w, payload + at, std::min<uint64_t>(8, size - std::min(size, at)));
+    StoreRelaxed(object + kObjectHeaderSize + at, w);
+  }
+  // The check over what was just stored. The hash reads the words with plain loads: only this
+  // thread writes them (it holds the lock), and concurrent readers only read.
+  StoreRelaxed(object + 8, ObjectCheck(version, object + 16, size));
+  __atomic_store_n(reinterpret_cast<uint64_t*>(object), MakeLockWord(version, true, false),
+                   __ATOMIC_RELEASE);
+}
+
+void InstallFree(char* object, uint64_t version) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(object), MakeLockWord(version, false, false),
+                   __ATOMIC_RELEASE);
+}
+
+absl::string_view ObjectStateName(ObjectState state) {
+  switch (state) {
+    case ObjectState::kOk:
+      return "ok";
+    case ObjectState::kLocked:
+      return "locked";
+    case ObjectState::kTorn:
+      return "torn";
+    case ObjectState::kFree:
+      return "free";
+    case ObjectState::kWrongSize:
+      return "wrong size";
+  }
+  return "unknown";
+}
+
+}  // namespace txn
+}  // namespace farm

@@ -1,0 +1,129 @@
+#include "txn/protocol.h"
+
+#include "txn/object.h"
+#include "txn/wire.h"
+
+namespace farm {
+namespace txn {
+namespace {
+
+void PutTxn(WireWriter& w, const TxnId& t) {
+  w.U32(t.node);
+  w.U64(t.seq);
+}
+bool GetTxn(WireReader& r, TxnId* t) { return r.U32(&t->node) && r.U64(&t->seq); }
+
+// A count of entries of at least `entry` bytes each: more than the bytes left can hold is
+// corrupt (and is refused before anything is allocated for it).
+bool GetCount(WireReader& r, uint64_t* n, uint64_t entry) {
+  return r.U64(n) && *n <= r.remaining() / entry;
+}
+
+}  // namespace
+
+absl::string_view LogRecordTypeName(LogRecordType type) {
+  switch (type) {
+    case LogRecordType::kLock:
+      return "LOCK";
+    case LogRecordType::kCommitBackup:
+      return "COMMIT-BACKUP";
+    case LogRecordType::kCommitPrimary:
+      return "COMMIT-PRIMARY";
+    case LogRecordType::kAbort:
+      return "ABORT";
+    case LogRecordType::kTruncate:
+      return "TRUNCATE";
+  }
+  return "UNKNOWN";
+}
+
+std::string EncodeLock(const LockRequest& r) {
+  WireWriter w;
+  PutTxn(w, r.txn);
+  w.U64(r.participants.size());
+  for (uint32_t p : r.participants) w.U32(p);
+  w.U64(r.writes.size());
+  for (const WriteRecord& wr : r.writes) {
+    w.U64(wr.addr.Pack());
+    w.U8(static_cast<uint8_t>(wr.kind));
+    w.U64(wr.version);
+    w.Bytes(wr.data);
+  }
+  w.U64(r.truncate.size());
+  for (uint64_t s : r.truncate) w.U64(s);
+  return std::move(w.str());
+}
+
+absl::StatusOr<LockRequest> DecodeLock(absl::string_view b) {
+  WireReader r(b);
+  LockRequest out;
+  uint64_t n = 0;
+  if (!GetTxn(r, &out.txn) || !GetCount(r, &n, 4)) return WireReader::Corrupt("LOCK");
+  out.participants.resize(n);
+  for (uint32_t& p : out.participants) {
+    if (!r.U32(&p)) return WireReader::Corrupt("LOCK");
+  }
+  if (!GetCount(r, &n, 25)) return WireReader::Corrupt("LOCK");
+  out.writes.resize(n);
+  for (WriteRecord& wr : out.writes) {
+    uint64_t packed = 0;
+    uint8_t kind = 0;
+    absl::string_view data;
+    if (!r.U64(&packed) || !r.U8(&kind) || !r.U64(&wr.version) || !r.Bytes(&data) || kind < 1 ||
+        kind > 3 || data.size() > kMaxObjectSize) {
+      return WireReader::Corrupt("LOCK");
+    }
+    wr.addr = GlobalAddress::Unpack(packed);
+    wr.kind = static_cast<WriteKind>(kind);
+    wr.data = std::string(data);
+  }
+  if (!GetCount(r, &n, 8)) return WireReader::Corrupt("LOCK");
+  out.truncate.resize(n);
+  for (uint64_t& s : out.truncate) {
+    if (!r.U64(&s)) return WireReader::Corrupt("LOCK");
+  }
+  if (!r.done()) return WireReader::Corrupt("LOCK");
+  return out;
+}
+
+std::string EncodeDecision(const DecisionRequest& r) {
+  WireWriter w;
+  PutTxn(w, r.txn);
+  w.U64(r.reservations.size());
+  for (const GlobalAddress& a : r.reservations) w.U64(a.Pack());
+  return std::move(w.str());
+}
+
+absl::StatusOr<DecisionRequest> DecodeDecision(absl::string_view b) {
+  WireReader r(b);
+  DecisionRequest out;
+  uint64_t n = 0;
+  if (!GetTxn(r, &out.txn) || !GetCount(r, &n, 8)) return WireReader::Corrupt("decision");
+  out.reservations.resize(n);
+  for (GlobalAddress& a : out.reservations) {
+    uint64_t packed = 0;
+    if (!r.U64(&packed)) return WireReader::Corrupt("decision");
+    a = GlobalAddress::Unpack(packed);
+  }
+  if (!r.done()) return WireReader::Corrupt("decision");
+  return out;
+}
+
+std::string EncodeReserve(const ReserveRequest& r) {
+  WireWriter w;
+  PutTxn(w, r.txn);
+  w.U64(r.size);
+  return std::move(w.str());
+}
+
+absl::StatusOr<ReserveRequest> DecodeReserve(absl::string_view b) {
+  WireReader r(b);
+  ReserveRequest out;
+  if (!GetTxn(r, &out.txn) || !r.U64(&out.size) || !r.done()) {
+    return WireReader::Corrupt("reserve");
+  }
+  return out;
+}
+
+}  // namespace txn
+}  // namespace farm

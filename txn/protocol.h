@@ -1,0 +1,110 @@
+// The commit protocol's records and messages (FaRM, SOSP 2015, section 4), shared by the
+// coordinator (txn/transaction.h) and the participants (txn/participant.h).
+//
+//   LOCK            coordinator -> owner of written objects: the writes (new values, the versions
+//                   read); the owner's CPU locks the objects if their versions are unchanged.
+//   COMMIT-BACKUP   coordinator -> backups (none until replication: f = 0).
+//   COMMIT-PRIMARY  coordinator -> owners: install the new versions and unlock.
+//   ABORT           coordinator -> owners: unlock, cancel reservations.
+//   TRUNCATE        coordinator -> owners: the transactions whose records may be dropped (sent
+//                   with later LOCKs to the same owner, as FaRM piggybacks them).
+//
+// Each owner keeps the records it received from each coordinator in that pair's log
+// (Participant::Log) until they are truncated; replication and recovery will replay them.
+#ifndef FARM_TXN_PROTOCOL_H_
+#define FARM_TXN_PROTOCOL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "platform/global_address.h"
+
+namespace farm {
+namespace txn {
+
+// RPC methods of the transaction layer, in the platform's reserved range (farm.h:
+// kFirstReservedMethod = 0xff00; the runtime uses 0xff01).
+inline constexpr uint16_t kLockMethod = 0xff20;
+inline constexpr uint16_t kCommitMethod = 0xff21;
+inline constexpr uint16_t kAbortMethod = 0xff22;
+inline constexpr uint16_t kReserveMethod = 0xff23;
+
+// A transaction: the coordinator's node and a sequence number unique on it (started from the
+// wall clock, so that a restarted coordinator does not reuse its predecessor's).
+struct TxnId {
+  uint32_t node = 0;
+  uint64_t seq = 0;
+  friend bool operator==(const TxnId& a, const TxnId& b) {
+    return a.node == b.node && a.seq == b.seq;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const TxnId& t) {
+    return H::combine(std::move(h), t.node, t.seq);
+  }
+  std::string ToString() const { return absl::StrCat(node, ":", seq); }
+};
+
+enum class LogRecordType : uint8_t {
+  kLock = 1,
+  kCommitBackup = 2,
+  kCommitPrimary = 3,
+  kAbort = 4,
+  kTruncate = 5,
+};
+absl::string_view LogRecordTypeName(LogRecordType type);
+
+enum class WriteKind : uint8_t {
+  kWrite = 1,  // a new value for an existing object of version `version`
+  kAlloc = 2,  // the first value of an object in a slot this transaction reserved
+  kFree = 3,   // frees the object of version `version`
+};
+
+struct WriteRecord {
+  GlobalAddress addr;
+  WriteKind kind = WriteKind::kWrite;
+  uint64_t version = 0;  // the version read (kWrite, kFree)
+  std::string data;      // the new value (kWrite, kAlloc)
+};
+
+// LOCK: the writes at one owner, the owners taking part, and transactions of this coordinator
+// whose records that owner may truncate.
+struct LockRequest {
+  TxnId txn;
+  std::vector<uint32_t> participants;
+  std::vector<WriteRecord> writes;
+  std::vector<uint64_t> truncate;  // sequence numbers (same coordinator)
+};
+std::string EncodeLock(const LockRequest& r);
+absl::StatusOr<LockRequest> DecodeLock(absl::string_view b);
+
+// COMMIT-PRIMARY and ABORT: the transaction, and (ABORT) the slots it reserved on that owner.
+struct DecisionRequest {
+  TxnId txn;
+  std::vector<GlobalAddress> reservations;
+};
+std::string EncodeDecision(const DecisionRequest& r);
+absl::StatusOr<DecisionRequest> DecodeDecision(absl::string_view b);
+
+// A reservation request: the object's size; the response is the packed slot address.
+struct ReserveRequest {
+  TxnId txn;
+  uint64_t size = 0;
+};
+std::string EncodeReserve(const ReserveRequest& r);
+absl::StatusOr<ReserveRequest> DecodeReserve(absl::string_view b);
+
+// One record of a pair's log.
+struct LogRecord {
+  LogRecordType type = LogRecordType::kLock;
+  TxnId txn;
+  std::string body;  // kLock: the LOCK request as received
+};
+
+}  // namespace txn
+}  // namespace farm
+
+#endif  // FARM_TXN_PROTOCOL_H_

@@ -1,0 +1,485 @@
+#include "txn/transaction.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "txn/object.h"
+
+namespace farm {
+namespace txn {
+namespace {
+
+// How long a read inside a transaction waits for a locked object before aborting: a commit holds
+// its locks for about one round trip, so a short wait usually succeeds where an abort would
+// repeat the whole transaction.
+constexpr absl::Duration kTxnLockedWait = absl::Milliseconds(2);
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+// One copy of the object: a local one, or a READ into the thread's buffer.
+absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std::string* copy) {
+  Node* node = ctx.engine->node();
+  absl::StatusOr<RemoteTarget> t = node->Resolve(addr, span);
+  if (!t.ok()) return t.status();
+  copy->resize(span);
+  if (t->local != nullptr) {
+    CopyLocalObject(t->local, copy->data(), span);
+    return absl::OkStatus();
+  }
+  if (span > ctx.buffer_size) {
+    return absl::InvalidArgumentError(absl::StrCat("an object of ", span,
+                                                   " bytes does not fit the thread's ",
+                                                   ctx.buffer_size, "-byte buffer"));
+  }
+  Node::Batch batch(ctx.channel);
+  batch.Read(addr, LocalBuffer{ctx.registration, ctx.buffer, span}).IgnoreError();
+  absl::Status s = batch.Wait(ctx.timeout);
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("READ of object ", addr.ToString(), " on node ",
+                                               t->node_id, ": ", s.message()));
+  }
+  std::memcpy(copy->data(), ctx.buffer, span);
+  return absl::OkStatus();
+}
+
+// Reads until a consistent copy, or until `budget` has passed with the object locked or torn.
+absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t size,
+                            absl::Duration budget, std::string* out, uint64_t* version) {
+  if (size == 0) return absl::InvalidArgumentError("an object has at least 1 byte");
+  if (size > kMaxObjectSize) {
+    return absl::InvalidArgumentError(absl::StrCat("an object of ", size,
+                                                   " bytes is larger than the largest object (",
+                                                   kMaxObjectSize, " bytes)"));
+  }
+  const uint64_t span = ObjectSpan(size);
+  std::string copy;
+  absl::Time deadline = absl::InfinitePast();
+  absl::Duration pause = absl::Microseconds(1);
+  for (int attempt = 0;; ++attempt) {
+    if (absl::Status s = CopyOnce(ctx, addr, span, &copy); !s.ok()) return s;
+    ObjectView v;
+    const ObjectState state = DecodeObject(copy.data(), size, &v);
+    switch (state) {
+      case ObjectState::kOk:
+        out->assign(v.payload.data(), v.payload.size());
+        if (version != nullptr) *version = v.version;
+        return absl::OkStatus();
+      case ObjectState::kFree:
+        return absl::NotFoundError(
+            absl::StrCat("no object at ", addr.ToString(), " (freed, or never allocated)"));
+      case ObjectState::kWrongSize:
+        return absl::InvalidArgumentError(absl::StrCat("the object at ", addr.ToString(), " has ",
+                                                       v.size, " bytes, not ", size));
+      case ObjectState::kLocked:
+      case ObjectState::kTorn:
+        break;
+    }
+    // Retry: spin a few times, then back off, up to the budget.
+    if (attempt < 16) continue;
+    const absl::Time now = absl::Now();
+    if (deadline == absl::InfinitePast()) deadline = now + budget;
+    if (now > deadline) {
+      if (state == ObjectState::kLocked) {
+        return absl::AbortedError(absl::StrCat("object ", addr.ToString(), " stayed locked for ",
+                                               absl::FormatDuration(budget)));
+      }
+      if (v.size != size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "no consistent copy of ", addr.ToString(), " as an object of ", size,
+            " bytes (its size word says ", v.size, ")"));
+      }
+      return absl::AbortedError(absl::StrCat("no consistent copy of object ", addr.ToString(),
+                                             " within ", absl::FormatDuration(budget)));
+    }
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Microseconds(100));
+  }
+}
+
+}  // namespace
+
+absl::Status LockFreeRead(ThreadContext& ctx, GlobalAddress addr, uint64_t size, std::string* out,
+                          uint64_t* version) {
+  return ReadConsistent(ctx, addr, size, ctx.timeout, out, version);
+}
+
+Transaction::Transaction(ThreadContext* ctx)
+    : ctx_(ctx), engine_(ctx->engine), id_(ctx->engine->NextId()) {}
+
+Transaction::~Transaction() {
+  if (state_ == State::kActive) Abort();
+}
+
+absl::Status Transaction::CheckActive() const {
+  if (state_ == State::kActive) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "transaction ", id_.ToString(), " was already ",
+      state_ == State::kCommitted ? "committed" : "aborted", "; begin a new one"));
+}
+
+absl::StatusOr<uint32_t> Transaction::OwnerOf(GlobalAddress addr) const {
+  absl::StatusOr<RemoteTarget> t = engine_->node()->Resolve(addr, 1);
+  if (!t.ok()) return t.status();
+  return t->node_id;
+}
+
+absl::Status Transaction::Read(GlobalAddress addr, uint64_t size, std::string* out) {
+  if (absl::Status s = CheckActive(); !s.ok()) return s;
+  const uint64_t key = addr.Pack();
+  if (auto w = writes_.find(key); w != writes_.end()) {
+    if (w->second.kind == WriteKind::kFree) {
+      return absl::NotFoundError(
+          absl::StrCat("object ", addr.ToString(), " was freed by this transaction"));
+    }
+    if (w->second.size != size) {
+      return absl::InvalidArgumentError(absl::StrCat("the object at ", addr.ToString(), " has ",
+                                                     w->second.size, " bytes, not ", size));
+    }
+    *out = w->second.data;
+    return absl::OkStatus();
+  }
+  uint64_t version = 0;
+  if (absl::Status s = ReadConsistent(*ctx_, addr, size, kTxnLockedWait, out, &version); !s.ok()) {
+    return s;
+  }
+  auto [it, inserted] = reads_.emplace(key, ReadEntry{version, size});
+  if (!inserted && it->second.version != version) {
+    // Read twice, two versions: the first read can no longer be valid.
+    Abort();
+    return absl::AbortedError(absl::StrCat("object ", addr.ToString(), " changed (version ",
+                                           it->second.version, ", then ", version, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transaction::Write(GlobalAddress addr, absl::string_view value) {
+  if (absl::Status s = CheckActive(); !s.ok()) return s;
+  const uint64_t key = addr.Pack();
+  if (auto w = writes_.find(key); w != writes_.end()) {
+    if (w->second.kind == WriteKind::kFree) {
+      return absl::NotFoundError(
+          absl::StrCat("object ", addr.ToString(), " was freed by this transaction"));
+    }
+    if (value.size() != w->second.size) {
+      return absl::InvalidArgumentError(absl::StrCat("the object at ", addr.ToString(), " has ",
+                                                     w->second.size, " bytes, not ",
+                                                     value.size()));
+    }
+    w->second.data.assign(value.data(), value.size());
+    return absl::OkStatus();
+  }
+  auto r = reads_.find(key);
+  if (r == reads_.end()) {
+    std::string ignored;
+    if (absl::Status s = Read(addr, value.size(), &ignored); !s.ok()) return s;
+    r = reads_.find(key);
+  }
+  if (r->second.size != value.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the object at ", addr.ToString(), " has ",
+                                                   r->second.size, " bytes, not ", value.size()));
+  }
+  absl::StatusOr<uint32_t> owner = OwnerOf(addr);
+  if (!owner.ok()) return owner.status();
+  writes_[key] = WriteEntry{WriteKind::kWrite, r->second.version, value.size(), std::string(value),
+                            *owner};
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GlobalAddress> Transaction::Alloc(uint64_t size, const AllocHint& hint) {
+  if (absl::Status s = CheckActive(); !s.ok()) return s;
+  Node* node = engine_->node();
+  uint32_t target = node->id();
+  switch (hint.kind) {
+    case AllocHint::Kind::kLocal:
+      break;
+    case AllocHint::Kind::kOnNode:
+      target = hint.node;
+      break;
+    case AllocHint::Kind::kNear: {
+      absl::StatusOr<uint32_t> o = OwnerOf(hint.near);
+      if (!o.ok()) return o.status();
+      target = *o;
+      break;
+    }
+    case AllocHint::Kind::kAnywhere: {
+      // Rendezvous hashing: the member with the highest weight for the key. Keys spread evenly,
+      // and a membership change moves only the keys of the nodes that came or went.
+      uint64_t best = 0;
+      bool any = false;
+      for (uint32_t m : node->members()) {
+        const uint64_t w = Mix(hint.key ^ Mix(m + 0x9e3779b97f4a7c15ull));
+        if (!any || w > best) {
+          best = w;
+          target = m;
+          any = true;
+        }
+      }
+      break;
+    }
+  }
+  const ReserveRequest req{id_, size};
+  absl::StatusOr<GlobalAddress> slot;
+  if (target == node->id()) {
+    slot = engine_->participant().Reserve(target, req);
+  } else {
+    absl::StatusOr<std::string> r =
+        engine_->rpc()->Call(*ctx_->lane, target, kReserveMethod, EncodeReserve(req), ctx_->timeout);
+    if (!r.ok()) return r.status();
+    if (r->size() != 8) return absl::DataLossError("malformed reservation response");
+    uint64_t packed = 0;
+    std::memcpy(&packed, r->data(), 8);
+    slot = GlobalAddress::Unpack(packed);
+  }
+  if (!slot.ok()) return slot.status();
+  writes_[slot->Pack()] = WriteEntry{WriteKind::kAlloc, 0, size, std::string(size, '\0'), target};
+  return *slot;
+}
+
+absl::Status Transaction::Free(GlobalAddress addr) {
+  if (absl::Status s = CheckActive(); !s.ok()) return s;
+  const uint64_t key = addr.Pack();
+  if (auto w = writes_.find(key); w != writes_.end()) {
+    if (w->second.kind == WriteKind::kFree) {
+      return absl::NotFoundError(
+          absl::StrCat("object ", addr.ToString(), " is already freed by this transaction"));
+    }
+    if (w->second.kind == WriteKind::kAlloc) {
+      // Allocated and freed in the same transaction: the reservation is cancelled at the end
+      // (AbortAt-style release happens in Commit for such slots).
+      w->second.kind = WriteKind::kFree;
+      w->second.version = UINT64_MAX;  // marks "never created"
+      return absl::OkStatus();
+    }
+    w->second.kind = WriteKind::kFree;
+    w->second.data.clear();
+    return absl::OkStatus();
+  }
+  uint64_t version = 0;
+  uint64_t size = 0;
+  if (auto r = reads_.find(key); r != reads_.end()) {
+    version = r->second.version;
+    size = r->second.size;
+  } else {
+    // The lock word says the version; the object's size is not needed to free it.
+    std::vector<uint64_t> words;
+    if (absl::Status s = ReadLockWords({addr}, &words); !s.ok()) return s;
+    if (!IsAllocated(words[0])) {
+      return absl::NotFoundError(
+          absl::StrCat("no object at ", addr.ToString(), " (freed, or never allocated)"));
+    }
+    if (IsLocked(words[0])) {
+      Abort();
+      return absl::AbortedError(absl::StrCat("object ", addr.ToString(), " is locked"));
+    }
+    version = VersionOf(words[0]);
+  }
+  absl::StatusOr<uint32_t> owner = OwnerOf(addr);
+  if (!owner.ok()) return owner.status();
+  writes_[key] = WriteEntry{WriteKind::kFree, version, size, std::string(), *owner};
+  return absl::OkStatus();
+}
+
+absl::Status Transaction::ReadLockWords(const std::vector<GlobalAddress>& addrs,
+                                        std::vector<uint64_t>* words) {
+  words->assign(addrs.size(), 0);
+  Node* node = engine_->node();
+  const uint64_t per_batch = std::max<uint64_t>(1, ctx_->buffer_size / 8);
+  for (size_t begin = 0; begin < addrs.size(); begin += per_batch) {
+    const size_t end = std::min<size_t>(addrs.size(), begin + per_batch);
+    Node::Batch batch(ctx_->channel);
+    std::vector<size_t> remote;
+    for (size_t i = begin; i < end; ++i) {
+      absl::StatusOr<RemoteTarget> t = node->Resolve(addrs[i], 8);
+      if (!t.ok()) return t.status();
+      if (t->local != nullptr) {
+        (*words)[i] = LoadLockWord(t->local);
+        continue;
+      }
+      char* slot = ctx_->buffer + 8 * (i - begin);
+      batch.Read(addrs[i], LocalBuffer{ctx_->registration, slot, 8}).IgnoreError();
+      remote.push_back(i);
+    }
+    if (remote.empty()) continue;
+    validation_reads_ += static_cast<int>(remote.size());
+    if (absl::Status s = batch.Wait(ctx_->timeout); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("READ of lock words: ", s.message()));
+    }
+    for (size_t i : remote) std::memcpy(&(*words)[i], ctx_->buffer + 8 * (i - begin), 8);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transaction::Validate() {
+  std::vector<GlobalAddress> addrs;
+  std::vector<uint64_t> versions;
+  for (const auto& [key, r] : reads_) {
+    if (writes_.count(key) > 0) continue;  // checked by LOCK
+    addrs.push_back(GlobalAddress::Unpack(key));
+    versions.push_back(r.version);
+  }
+  if (addrs.empty()) return absl::OkStatus();
+  std::vector<uint64_t> words;
+  if (absl::Status s = ReadLockWords(addrs, &words); !s.ok()) return s;
+  for (size_t i = 0; i < addrs.size(); ++i) {
+    if (words[i] != MakeLockWord(versions[i], true, false)) {
+      std::string why = IsLocked(words[i])    ? "is locked by a committing transaction"
+                        : !IsAllocated(words[i]) ? "was freed"
+                                                 : absl::StrCat("changed (version ",
+                                                                VersionOf(words[i]), ", read at ",
+                                                                versions[i], ")");
+      return absl::AbortedError(
+          absl::StrCat("validation failed: object ", addrs[i].ToString(), " ", why));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transaction::SendAll(uint16_t method, const std::map<uint32_t, std::string>& payloads) {
+  Node* node = engine_->node();
+  Rpc* rpc = engine_->rpc();
+  absl::Status first;
+  std::vector<std::pair<uint32_t, std::shared_ptr<Rpc::Pending>>> calls;
+  for (const auto& [owner, payload] : payloads) {
+    if (owner == node->id()) continue;
+    absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
+        rpc->Start(*ctx_->lane, owner, method, payload, ctx_->timeout);
+    if (!p.ok()) {
+      if (first.ok()) first = p.status();
+      continue;
+    }
+    calls.emplace_back(owner, *p);
+  }
+  // This node's own part while the messages travel.
+  if (auto self = payloads.find(node->id()); self != payloads.end()) {
+    Participant& p = engine_->participant();
+    absl::Status s;
+    if (method == kLockMethod) {
+      absl::StatusOr<LockRequest> req = DecodeLock(self->second);
+      s = req.ok() ? p.Lock(node->id(), *req, self->second) : req.status();
+    } else {
+      absl::StatusOr<DecisionRequest> req = DecodeDecision(self->second);
+      s = !req.ok()                    ? req.status()
+          : method == kCommitMethod ? p.Commit(node->id(), *req)
+                                    : p.Abort(node->id(), *req);
+    }
+    if (!s.ok() && first.ok()) first = s;
+  }
+  for (auto& [owner, call] : calls) {
+    absl::StatusOr<std::string> r = rpc->Await(*ctx_->lane, *call);
+    if (!r.ok() && first.ok()) first = r.status();
+  }
+  return first;
+}
+
+void Transaction::AbortAt(const std::vector<uint32_t>& owners) {
+  std::map<uint32_t, DecisionRequest> reqs;
+  for (uint32_t o : owners) reqs[o].txn = id_;
+  for (const auto& [key, w] : writes_) {
+    if (w.kind == WriteKind::kAlloc || (w.kind == WriteKind::kFree && w.version == UINT64_MAX)) {
+      reqs[w.owner].txn = id_;
+      reqs[w.owner].reservations.push_back(GlobalAddress::Unpack(key));
+    }
+  }
+  std::map<uint32_t, std::string> payloads;
+  for (const auto& [o, r] : reqs) payloads[o] = EncodeDecision(r);
+  // Best effort: a node that left has dropped this transaction's locks and reservations itself.
+  SendAll(kAbortMethod, payloads).IgnoreError();
+  state_ = State::kAborted;
+}
+
+void Transaction::Abort() {
+  if (state_ != State::kActive) return;
+  AbortAt({});
+}
+
+absl::Status Transaction::Commit() {
+  if (absl::Status s = CheckActive(); !s.ok()) return s;
+  commit_rounds_ = 0;
+  validation_reads_ = 0;
+  // Objects allocated and freed by this transaction never existed: not locked, only released.
+  std::map<uint32_t, LockRequest> locks;
+  for (const auto& [key, w] : writes_) {
+    if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) continue;
+    LockRequest& r = locks[w.owner];
+    r.txn = id_;
+    r.writes.push_back(WriteRecord{GlobalAddress::Unpack(key), w.kind, w.version, w.data});
+  }
+  if (locks.empty()) {
+    // Read-only: validation alone, no messages.
+    absl::Status s = Validate();
+    if (!s.ok()) {
+      AbortAt({});
+      return s;
+    }
+    bool released = false;
+    for (const auto& [key, w] : writes_) released = released || w.version == UINT64_MAX;
+    if (released) AbortAt({});  // cancels the reservations; the outcome is still a commit
+    state_ = State::kCommitted;
+    return absl::OkStatus();
+  }
+  std::vector<uint32_t> owners;
+  for (const auto& [o, r] : locks) owners.push_back(o);
+  std::map<uint32_t, std::string> payloads;
+  for (auto& [o, r] : locks) {
+    r.participants = owners;
+    r.truncate = engine_->TakeTruncations(o);
+    payloads[o] = EncodeLock(r);
+  }
+  // LOCK.
+  ++commit_rounds_;
+  if (absl::Status s = SendAll(kLockMethod, payloads); !s.ok()) {
+    AbortAt(owners);
+    return s.code() == absl::StatusCode::kAborted
+               ? s
+               : absl::Status(s.code(), absl::StrCat("transaction ", id_.ToString(),
+                                                     " aborted during LOCK: ", s.message()));
+  }
+  // VALIDATE.
+  if (absl::Status s = Validate(); !s.ok()) {
+    AbortAt(owners);
+    return s;
+  }
+  // COMMIT-BACKUP: no backups yet (f = 0). COMMIT-PRIMARY.
+  std::map<uint32_t, std::string> commits;
+  for (uint32_t o : owners) commits[o] = EncodeDecision(DecisionRequest{id_, {}});
+  ++commit_rounds_;
+  absl::Status s = SendAll(kCommitMethod, commits);
+  state_ = State::kCommitted;
+  // Slots allocated and freed within the transaction go back.
+  std::map<uint32_t, DecisionRequest> releases;
+  for (const auto& [key, w] : writes_) {
+    if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) {
+      releases[w.owner].txn = id_;
+      releases[w.owner].reservations.push_back(GlobalAddress::Unpack(key));
+    }
+  }
+  if (!releases.empty()) {
+    std::map<uint32_t, std::string> p;
+    for (const auto& [o, r] : releases) p[o] = EncodeDecision(r);
+    SendAll(kAbortMethod, p).IgnoreError();
+  }
+  if (!s.ok()) {
+    // Every owner locked and validation passed: the transaction is decided. An owner that left
+    // before installing its writes took them with it (no replication yet).
+    return absl::Status(s.code(),
+                        absl::StrCat("transaction ", id_.ToString(),
+                                     " committed, but an owner did not confirm COMMIT-PRIMARY: ",
+                                     s.message()));
+  }
+  for (uint32_t o : owners) engine_->AddTruncation(o, id_.seq);
+  return absl::OkStatus();
+}
+
+}  // namespace txn
+}  // namespace farm

@@ -1,0 +1,143 @@
+// Transaction: FaRM's optimistic transactions, coordinated by the thread that runs them.
+//
+//   Transaction t(ctx);
+//   std::string a, b;
+//   RETURN_IF_ERROR(t.Read(x, 8, &a));       // one-sided READ (local copy if x is ours);
+//   RETURN_IF_ERROR(t.Read(y, 8, &b));       // the version is recorded
+//   RETURN_IF_ERROR(t.Write(x, new_a));      // buffered here
+//   RETURN_IF_ERROR(t.Write(y, new_b));
+//   absl::Status s = t.Commit();             // Aborted on a conflict: run it again
+//
+// Reads see the value of one committed version of each object (lock-free reads, txn/object.h);
+// a transaction's own writes are read back. Commit (txn/protocol.h): LOCK at the owners of the
+// written objects (their CPUs lock the objects if the versions read are unchanged), VALIDATE the
+// objects only read with one-sided READs of their lock words, COMMIT-PRIMARY at the owners
+// (install and unlock), TRUNCATE piggybacked on later LOCKs. A read-only transaction commits after
+// validation alone and sends no message. Committed transactions are strictly serializable: each
+// takes effect at a point between its LOCK and its COMMIT-PRIMARY (after validation).
+//
+// Alloc reserves a slot on the chosen owner now and creates the object at commit; Free frees it
+// at commit. An aborted transaction (Abort, a failed Commit, or destruction without Commit)
+// releases its locks and reservations: it leaves nothing behind.
+//
+// Errors: Aborted (a conflict: another transaction changed or locked an object this one used;
+// retry), InvalidArgument (not an object, wrong size, object too large), NotFound (no object at
+// the address: freed or never allocated), OutOfRange (address outside every region),
+// ResourceExhausted (memory full), Unavailable (a node involved left the cluster),
+// DeadlineExceeded, FailedPrecondition (the transaction was already committed or aborted).
+//
+// Thread safety: a Transaction and its ThreadContext belong to one thread at a time.
+#ifndef FARM_TXN_TRANSACTION_H_
+#define FARM_TXN_TRANSACTION_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "messaging/messenger.h"
+#include "platform/fabric.h"
+#include "platform/global_address.h"
+#include "platform/node.h"
+#include "txn/engine.h"
+#include "txn/protocol.h"
+
+namespace farm {
+namespace txn {
+
+// What a transaction uses of the thread that runs it (a farm::Worker's parts).
+struct ThreadContext {
+  Engine* engine = nullptr;
+  Messenger::Lane* lane = nullptr;
+  Node::Channel* channel = nullptr;
+  // Registered staging memory for this thread's READs.
+  char* buffer = nullptr;
+  uint64_t buffer_size = 0;
+  const MemoryRegistration* registration = nullptr;
+  absl::Duration timeout = absl::Seconds(10);
+};
+
+// Where Alloc puts a new object.
+struct AllocHint {
+  enum class Kind { kLocal, kOnNode, kNear, kAnywhere };
+  Kind kind = Kind::kLocal;
+  uint32_t node = 0;     // kOnNode
+  GlobalAddress near;    // kNear: on the node that owns this address
+  uint64_t key = 0;      // kAnywhere: spread over the members by rendezvous hashing of the key
+};
+
+// Reads the object at `addr` of `size` payload bytes outside any transaction: a consistent
+// value of one committed version, retried while the object is locked or a copy is torn (up to
+// the context's timeout; then Aborted). `version` may be null.
+absl::Status LockFreeRead(ThreadContext& ctx, GlobalAddress addr, uint64_t size, std::string* out,
+                          uint64_t* version = nullptr);
+
+class Transaction {
+ public:
+  explicit Transaction(ThreadContext* ctx);
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  ~Transaction();  // aborts if neither committed nor aborted
+
+  const TxnId& id() const { return id_; }
+
+  // The object's value as of this transaction (its own write if it wrote it).
+  absl::Status Read(GlobalAddress addr, uint64_t size, std::string* out);
+  // Replaces the object's value (same size as the object). Reads it first if this transaction
+  // has not (to learn its version).
+  absl::Status Write(GlobalAddress addr, absl::string_view value);
+  // A new object of `size` bytes (zeros until written), created at commit.
+  absl::StatusOr<GlobalAddress> Alloc(uint64_t size, const AllocHint& hint = {});
+  // Frees the object at commit.
+  absl::Status Free(GlobalAddress addr);
+
+  absl::Status Commit();
+  void Abort();
+
+  // Message rounds the last Commit used (LOCK, COMMIT-PRIMARY: one each when there were
+  // writes; 0 for a read-only transaction), and the one-sided READs of its validation.
+  int commit_rounds() const { return commit_rounds_; }
+  int validation_reads() const { return validation_reads_; }
+
+ private:
+  enum class State { kActive, kCommitted, kAborted };
+  struct ReadEntry {
+    uint64_t version = 0;
+    uint64_t size = 0;
+  };
+  struct WriteEntry {
+    WriteKind kind = WriteKind::kWrite;
+    uint64_t version = 0;
+    uint64_t size = 0;
+    std::string data;
+    uint32_t owner = 0;
+  };
+  absl::Status CheckActive() const;
+  absl::StatusOr<uint32_t> OwnerOf(GlobalAddress addr) const;
+  // Reads the lock word of `addrs` (one batch of one-sided READs for the remote ones).
+  absl::Status ReadLockWords(const std::vector<GlobalAddress>& addrs, std::vector<uint64_t>* words);
+  absl::Status Validate();
+  // Sends `method` with per-owner payloads to every owner (this node's participant directly),
+  // waits for all; returns the first error, annotated with the node.
+  absl::Status SendAll(uint16_t method, const std::map<uint32_t, std::string>& payloads);
+  // ABORT at every owner (best effort), then the state.
+  void AbortAt(const std::vector<uint32_t>& owners);
+
+  ThreadContext* ctx_;
+  Engine* engine_;
+  TxnId id_;
+  State state_ = State::kActive;
+  std::map<uint64_t, ReadEntry> reads_;    // by packed address
+  std::map<uint64_t, WriteEntry> writes_;  // by packed address
+  int commit_rounds_ = 0;
+  int validation_reads_ = 0;
+};
+
+}  // namespace txn
+}  // namespace farm
+
+#endif  // FARM_TXN_TRANSACTION_H_
