@@ -62,10 +62,32 @@
 // take a lock that an application thread holds while it waits for a call. A handler must not
 // block for long (it holds up every other request to this node) and must not make calls itself.
 //
+// Objects and transactions (FaRM's programming model). Application data lives in objects that
+// the platform allocates in the nodes' regions; a transaction reads and writes any of them,
+// local or remote, and commits atomically (strictly serializable, optimistic: conflicts abort
+// the transaction, which the application runs again; Worker::Run does that):
+//
+//   absl::Status s = worker->Run([&](farm::Txn& t) -> absl::Status {
+//     absl::StatusOr<int64_t> a = t.Get<int64_t>(account_a);   // READ of the object
+//     absl::StatusOr<int64_t> b = t.Get<int64_t>(account_b);
+//     if (!a.ok()) return a.status();
+//     if (!b.ok()) return b.status();
+//     if (absl::Status w = t.Put(account_a, *a - 10); !w.ok()) return w;  // buffered
+//     return t.Put(account_b, *b + 10);
+//   });                                                          // committed, or the error
+//
+// An object is created with Txn::Alloc (placed by an AllocHint: this node, a given node, near
+// another object, or spread by a key) and freed with Txn::Free, both taking effect at commit.
+// Worker::LockFreeRead reads one object consistently without a transaction. The regions that
+// hold objects must not be written raw (Worker::Write) at the same time.
+//
 // Errors are absl::Status values: InvalidArgument (bad arguments), OutOfRange (address outside
 // every region), Unavailable (the node left or cannot be reached), DeadlineExceeded (no answer in
 // time), DataLoss (corrupt messages from that node), Unimplemented (no handler for the method),
-// ResourceExhausted (back-pressure; retry), or the handler's own error, prefixed with the node.
+// ResourceExhausted (back-pressure; retry, or memory full for Alloc), Aborted (a transaction
+// conflicted with another; run it again), NotFound (no object at the address: freed or never
+// allocated), FailedPrecondition (a transaction used after Commit or Abort), or the handler's own
+// error, prefixed with the node.
 #ifndef FARM_FARM_H_
 #define FARM_FARM_H_
 
@@ -73,6 +95,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -131,7 +154,31 @@ using ShippedHandler = std::function<absl::StatusOr<std::string>(
 // Method ids from kFirstReservedMethod up are the platform's own.
 inline constexpr uint16_t kFirstReservedMethod = 0xff00;
 
+// Largest object the heap's slots hold, in bytes (an object of n bytes occupies a slot of the
+// next power of two at or above n + 24). A node's limit also depends on its messaging rings
+// (a commit carries new values in messages): Runtime::max_object_size().
+inline constexpr uint64_t kMaxObjectSize = (64 << 10) - 24;
+
+// Where Txn::Alloc places a new object.
+struct AllocHint {
+  enum class Kind { kLocal, kOnNode, kNear, kAnywhere };
+  Kind kind = Kind::kLocal;
+  uint32_t node = 0;
+  GlobalAddress near;
+  uint64_t key = 0;
+  // On this node (the default).
+  static AllocHint Local() { return AllocHint{}; }
+  // On `node`.
+  static AllocHint OnNode(uint32_t node) { return AllocHint{Kind::kOnNode, node, {}, 0}; }
+  // On the node that owns `addr` (e.g. next to the object that will point to it).
+  static AllocHint Near(GlobalAddress addr) { return AllocHint{Kind::kNear, 0, addr, 0}; }
+  // On a member chosen by consistent (rendezvous) hashing of `key`: keys spread evenly over the
+  // nodes, and a membership change moves only the keys of the nodes that came or went.
+  static AllocHint Anywhere(uint64_t key) { return AllocHint{Kind::kAnywhere, 0, {}, key}; }
+};
+
 class Worker;
+class Txn;
 
 // The platform on this node: membership, memory map, RPC handlers, workers.
 // Thread safety: safe for concurrent use. Destroy every Worker before the Runtime.
@@ -153,6 +200,9 @@ class Runtime {
   std::vector<uint32_t> members() const;
   // Membership epoch: grows whenever a node leaves or joins.
   uint64_t epoch() const;
+  // Largest object a transaction may allocate, read or write: kMaxObjectSize, or less with
+  // smaller messaging rings (about 15 KiB with the default 64 KiB; RuntimeOptions::ring_size).
+  uint64_t max_object_size() const;
   // Data regions of `node` in the current membership, in the node's order.
   std::vector<RegionRef> Regions(uint32_t node) const;
   // This node's own memory at [addr, addr + len): OutOfRange unless it lies inside one of this
@@ -204,11 +254,84 @@ class Worker {
   absl::StatusOr<std::string> Ship(GlobalAddress addr, uint16_t method, absl::string_view request,
                                    absl::Duration timeout = absl::Seconds(10));
 
+  // Starts a transaction on this worker (see "Objects and transactions"). It must not outlive
+  // the Worker; one at a time per Worker is the usual use (several are allowed).
+  std::unique_ptr<Txn> Begin();
+  // Runs `fn` in a new transaction and commits it; runs it again (with a short random pause) as
+  // long as it fails with Aborted, up to `max_attempts` times. Returns OK once a run committed,
+  // fn's own error (the transaction is then aborted), or the last Aborted.
+  absl::Status Run(const std::function<absl::Status(Txn&)>& fn, int max_attempts = 1000);
+  // A consistent copy of the object at `addr` (exactly `len` bytes, the object's size) outside
+  // any transaction: one READ, retried while a commit is writing the object. Errors: NotFound,
+  // InvalidArgument (not an object of that size), Aborted (stayed locked), OutOfRange.
+  absl::Status LockFreeRead(GlobalAddress addr, void* dst, uint64_t len);
+  template <typename T>
+  absl::StatusOr<T> LockFreeGet(GlobalAddress addr) {
+    static_assert(std::is_trivially_copyable<T>::value, "use LockFreeRead for other types");
+    T v;
+    absl::Status s = LockFreeRead(addr, &v, sizeof(T));
+    if (!s.ok()) return s;
+    return v;
+  }
+
   struct Impl;  // internal
 
  private:
   friend class Runtime;
   explicit Worker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A transaction (Worker::Begin). Reads see one committed version of each object (and this
+// transaction's own writes); writes, allocations and frees are buffered until Commit, which
+// applies all of them or none. Belongs to the worker's thread. Destroying an uncommitted Txn
+// aborts it.
+class Txn {
+ public:
+  Txn(const Txn&) = delete;
+  Txn& operator=(const Txn&) = delete;
+  ~Txn();
+
+  // The object at `addr`, exactly `len` bytes (its size). Errors: NotFound (no object there),
+  // InvalidArgument (another size, or not an object's address), Aborted (it is being changed:
+  // run the transaction again), OutOfRange, Unavailable.
+  absl::Status Read(GlobalAddress addr, void* dst, uint64_t len);
+  template <typename T>
+  absl::StatusOr<T> Get(GlobalAddress addr) {
+    static_assert(std::is_trivially_copyable<T>::value, "use Read for other types");
+    T v;
+    absl::Status s = Read(addr, &v, sizeof(T));
+    if (!s.ok()) return s;
+    return v;
+  }
+  // Replaces the object's value (same size). The object is read first if this transaction has
+  // not read it.
+  absl::Status Write(GlobalAddress addr, const void* src, uint64_t len);
+  template <typename T>
+  absl::Status Put(GlobalAddress addr, const T& value) {
+    static_assert(std::is_trivially_copyable<T>::value, "use Write for other types");
+    return Write(addr, &value, sizeof(T));
+  }
+  // A new object of `size` bytes (1 .. Runtime::max_object_size(); zeros until written), placed by `hint`
+  // and created at commit. Errors: InvalidArgument (size), ResourceExhausted (that node's memory
+  // is full), Unavailable.
+  absl::StatusOr<GlobalAddress> Alloc(uint64_t size, const AllocHint& hint = AllocHint::Local());
+  // Frees the object at commit. Its slot may be reused at once: a transaction still holding its
+  // address finds it freed or changed (versions never repeat) and aborts.
+  absl::Status Free(GlobalAddress addr);
+
+  // Commits: OK, or Aborted (a conflict: nothing was applied; run it again), Unavailable (a
+  // node involved left; nothing was applied unless the message says the transaction committed),
+  // FailedPrecondition (already committed or aborted).
+  absl::Status Commit();
+  // Drops every buffered change; releases what the transaction holds. Idempotent.
+  void Abort();
+
+  struct Impl;  // internal
+
+ private:
+  friend class Worker;
+  explicit Txn(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -7,8 +7,12 @@
 #include "farm.h"
 #include "platform/config.h"
 #include "platform/poller.h"
+#include "txn/object.h"
 
 namespace farm {
+
+static_assert(kMaxObjectSize == txn::kMaxObjectSize, "farm.h and txn/object.h disagree");
+
 namespace {
 
 absl::StatusOr<config::ClusterConfig> LoadConfig(const RuntimeOptions& o) {
@@ -44,6 +48,7 @@ absl::Status CheckOptions(const RuntimeOptions& o) {
 // Runtime
 
 Runtime::Impl::~Impl() {
+  txn.reset();
   rpc.reset();
   messenger.reset();
   node.reset();
@@ -84,6 +89,10 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& op
   ro.serve_at_once = false;  // Serve() after the application registered its handlers
   if (no.poll.mode == PollMode::kBusy) ro.spin = absl::InfiniteDuration();
   impl->rpc = std::make_unique<Rpc>(impl->messenger.get(), ro);
+  absl::StatusOr<std::unique_ptr<txn::Engine>> engine =
+      txn::Engine::Start(impl->node.get(), impl->rpc.get());
+  if (!engine.ok()) return engine.status();
+  impl->txn = std::move(*engine);
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 
@@ -91,6 +100,7 @@ uint32_t Runtime::node_id() const { return impl_->node->id(); }
 std::string Runtime::provider() const { return impl_->node->provider(); }
 std::vector<uint32_t> Runtime::members() const { return impl_->node->members(); }
 uint64_t Runtime::epoch() const { return impl_->messenger->membership_epoch(); }
+uint64_t Runtime::max_object_size() const { return impl_->txn->max_object_size(); }
 
 std::vector<RegionRef> Runtime::Regions(uint32_t node) const {
   std::vector<RegionRef> out;
@@ -166,6 +176,12 @@ absl::StatusOr<std::unique_ptr<Worker>> Runtime::NewWorker() {
       impl_->node->RegisterBuffer(w->buffer->data(), w->buffer->size());
   if (!mr.ok()) return mr.status();
   w->registration = std::move(*mr);
+  w->txn_context.engine = impl_->txn.get();
+  w->txn_context.lane = w->lane.get();
+  w->txn_context.channel = w->channel.get();
+  w->txn_context.buffer = w->buffer->data();
+  w->txn_context.buffer_size = w->buffer->size();
+  w->txn_context.registration = w->registration.get();
   return std::unique_ptr<Worker>(new Worker(std::move(w)));
 }
 
@@ -240,5 +256,71 @@ absl::StatusOr<std::string> Worker::Ship(GlobalAddress addr, uint16_t method,
                                          absl::string_view request, absl::Duration timeout) {
   return impl_->rt->rpc->Ship(*impl_->lane, addr, method, request, timeout);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Transactions
+
+std::unique_ptr<Txn> Worker::Begin() {
+  return std::unique_ptr<Txn>(new Txn(std::make_unique<Txn::Impl>(&impl_->txn_context)));
+}
+
+absl::Status Worker::Run(const std::function<absl::Status(Txn&)>& fn, int max_attempts) {
+  absl::Status last = absl::InvalidArgumentError("max_attempts must be at least 1");
+  // Random pauses after a conflict, growing, so that transactions that keep colliding spread.
+  uint64_t seed = reinterpret_cast<uintptr_t>(this) ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  absl::Duration cap = absl::Microseconds(2);
+  for (int attempt = 0; attempt < max_attempts; ++attempt) {
+    std::unique_ptr<Txn> t = Begin();
+    absl::Status s = fn(*t);
+    if (s.ok()) s = t->Commit();
+    if (!absl::IsAborted(s)) {
+      if (!s.ok()) t->Abort();
+      return s;
+    }
+    last = s;
+    t.reset();
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    absl::SleepFor(cap * (static_cast<double>(seed >> 11) / 9007199254740992.0));
+    cap = std::min(cap * 2, absl::Milliseconds(1));
+  }
+  return last;
+}
+
+absl::Status Worker::LockFreeRead(GlobalAddress addr, void* dst, uint64_t len) {
+  std::string value;
+  absl::Status s = txn::LockFreeRead(impl_->txn_context, addr, len, &value);
+  if (!s.ok()) return s;
+  std::memcpy(dst, value.data(), len);
+  return absl::OkStatus();
+}
+
+Txn::Txn(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Txn::~Txn() = default;  // the Transaction aborts itself if still active
+
+absl::Status Txn::Read(GlobalAddress addr, void* dst, uint64_t len) {
+  std::string value;
+  absl::Status s = impl_->t.Read(addr, len, &value);
+  if (!s.ok()) return s;
+  std::memcpy(dst, value.data(), len);
+  return absl::OkStatus();
+}
+
+absl::Status Txn::Write(GlobalAddress addr, const void* src, uint64_t len) {
+  if (len == 0) return absl::InvalidArgumentError("an object has at least 1 byte");
+  return impl_->t.Write(addr, absl::string_view(static_cast<const char*>(src), len));
+}
+
+absl::StatusOr<GlobalAddress> Txn::Alloc(uint64_t size, const AllocHint& hint) {
+  txn::AllocHint h;
+  h.kind = static_cast<txn::AllocHint::Kind>(hint.kind);
+  h.node = hint.node;
+  h.near = hint.near;
+  h.key = hint.key;
+  return impl_->t.Alloc(size, h);
+}
+
+absl::Status Txn::Free(GlobalAddress addr) { return impl_->t.Free(addr); }
+absl::Status Txn::Commit() { return impl_->t.Commit(); }
+void Txn::Abort() { impl_->t.Abort(); }
 
 }  // namespace farm

@@ -11,15 +11,18 @@
 #include "messaging/rpc.h"
 #include "platform/node.h"
 #include "platform/region.h"
+#include "txn/engine.h"
+#include "txn/transaction.h"
 
 namespace farm {
 
 struct Runtime::Impl {
   RuntimeOptions options;
-  // Destroyed in reverse: rpc, messenger, node.
+  // Destroyed in reverse: txn, rpc, messenger, node.
   std::unique_ptr<Node> node;
   std::unique_ptr<Messenger> messenger;
   std::unique_ptr<Rpc> rpc;
+  std::unique_ptr<txn::Engine> txn;  // objects, allocation, the commit protocol's participant
   std::atomic<int> workers{0};  // Workers alive
 
   ~Impl();
@@ -34,11 +37,18 @@ struct Worker::Impl {
   // This worker's registered staging memory for remote READs and WRITEs.
   std::unique_ptr<Region> buffer;
   std::unique_ptr<MemoryRegistration> registration;
+  // What this thread's transactions use of the above.
+  txn::ThreadContext txn_context;
 
   // One direction of Read/Write: `local` is the caller's memory.
   absl::Status Access(bool is_read, GlobalAddress addr, char* local, uint64_t len,
                       absl::Duration timeout);
   ~Impl();
+};
+
+struct Txn::Impl {
+  explicit Impl(txn::ThreadContext* ctx) : t(ctx) {}
+  txn::Transaction t;
 };
 
 // How the library's own files reach a Runtime's insides.

@@ -11,8 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "farm/farm.h"
-#include "platform/testing/free_ports.h"
-#include "platform/testing/test_env.h"
+#include "tests/runtime_cluster.h"
 
 namespace farm {
 namespace {
@@ -27,36 +26,9 @@ constexpr uint16_t kEcho = 11;
 constexpr uint16_t kSlowSetup = 12;
 constexpr uint16_t kShippedSum = 13;
 
-std::string ConfigText(int n) {
-  std::string text =
-      absl::StrCat("provider: \"", testing::AnyProvider(), "\" region_size: ", kRegionSize,
-                   " region_count: 2 lock_memory: false");
-  absl::StatusOr<std::vector<uint16_t>> ports = testing::FreePorts(n);
-  REQUIRE(ports.ok());
-  for (int i = 0; i < n; ++i) {
-    absl::StrAppend(&text, " node { id: ", i, " host: \"", testing::TestHost(),
-                    "\" control_port: ", (*ports)[i], " }");
-  }
-  return text;
-}
-
-// Starts n runtimes concurrently (a cluster forms only once all have joined).
+// Starts n runtimes with 2 regions of kRegionSize each.
 std::vector<std::unique_ptr<Runtime>> StartCluster(int n, RuntimeOptions base = {}) {
-  base.config_text = ConfigText(n);
-  std::vector<std::future<absl::StatusOr<std::unique_ptr<Runtime>>>> starting;
-  for (int i = 0; i < n; ++i) {
-    RuntimeOptions o = base;
-    o.node_id = i;
-    starting.push_back(std::async(std::launch::async, [o] { return Runtime::Start(o); }));
-  }
-  std::vector<std::unique_ptr<Runtime>> out;
-  for (auto& f : starting) {
-    absl::StatusOr<std::unique_ptr<Runtime>> rt = f.get();
-    INFO(rt.status().ToString());
-    REQUIRE(rt.ok());
-    out.push_back(std::move(*rt));
-  }
-  return out;
+  return testing::StartRuntimes(n, base, testing::RuntimeClusterConfig(n, kRegionSize));
 }
 
 }  // namespace

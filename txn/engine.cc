@@ -1,6 +1,10 @@
 #include "txn/engine.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "messaging/ring.h"
 #include "spdlog/spdlog.h"
 
 namespace farm {
@@ -17,6 +21,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   }
   e->allocator_ = std::make_unique<Allocator>(std::move(regions));
   e->participant_ = std::make_unique<Participant>(e->allocator_.get());
+  // RPC's envelope is 16 bytes of the ring message.
+  e->max_message_ = MaxPayload(rpc->messenger()->options().ring_size) - 16;
+  if (e->max_message_ <= kLockOverhead + 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rings of ", rpc->messenger()->options().ring_size,
+                     " bytes are too small for transactions (use at least 16 KiB)"));
+  }
+  e->max_object_size_ =
+      std::min(e->allocator_->max_object_size(), e->max_message_ - kLockOverhead);
   // Sequence numbers start at the wall clock in microseconds, shifted so that a coordinator
   // would need a million transactions per microsecond to catch up with its successor's start.
   e->next_seq_.store(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now())) << 20);
@@ -73,12 +86,15 @@ TxnId Engine::NextId() {
   return TxnId{node_->id(), next_seq_.fetch_add(1, std::memory_order_relaxed)};
 }
 
-std::vector<uint64_t> Engine::TakeTruncations(uint32_t owner) {
+std::vector<uint64_t> Engine::TakeTruncations(uint32_t owner, size_t max) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = truncations_.find(owner);
   if (it == truncations_.end()) return {};
-  std::vector<uint64_t> out = std::move(it->second);
-  truncations_.erase(it);
+  std::vector<uint64_t>& all = it->second;
+  const size_t n = std::min(max, all.size());
+  std::vector<uint64_t> out(all.begin(), all.begin() + n);
+  all.erase(all.begin(), all.begin() + n);
+  if (all.empty()) truncations_.erase(it);
   return out;
 }
 

@@ -39,9 +39,18 @@ class Engine {
   Allocator& allocator() { return *allocator_; }
   Participant& participant() { return *participant_; }
 
+  // Largest protocol message (what one ring message holds, less RPC's envelope).
+  uint64_t max_message() const { return max_message_; }
+  // Largest object: what the heap's slots hold and one LOCK message carries (with the default
+  // 64 KiB rings, about 15 KiB; 64 KiB - 24 bytes needs rings of 320 KiB or more).
+  uint64_t max_object_size() const { return max_object_size_; }
+  // Room a LOCK message needs besides its writes' values (header, participants, truncations).
+  static constexpr uint64_t kLockOverhead = 2048;
+  static constexpr size_t kMaxTruncationsPerLock = 64;
+
   TxnId NextId();
   // Transactions of this node whose records `owner` may drop: taken by the next LOCK to it.
-  std::vector<uint64_t> TakeTruncations(uint32_t owner);
+  std::vector<uint64_t> TakeTruncations(uint32_t owner, size_t max = kMaxTruncationsPerLock);
   void AddTruncation(uint32_t owner, uint64_t seq);
 
  private:
@@ -53,6 +62,8 @@ class Engine {
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Participant> participant_;
   std::atomic<uint64_t> next_seq_{0};
+  uint64_t max_message_ = 0;
+  uint64_t max_object_size_ = 0;
   int listener_ = -1;
   std::mutex mu_;
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> truncations_;

@@ -40,10 +40,9 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
     return absl::InvalidArgumentError(absl::StrCat("LOCK for transaction ", request.txn.ToString(),
                                                    " from node ", coordinator));
   }
-  if (pending_.contains(request.txn)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("transaction ", request.txn.ToString(), " is already locked here"));
-  }
+  // A transaction whose writes here do not fit one message sends several LOCKs: later ones add
+  // to what the first locked. (A failed part leaves the earlier parts locked until the
+  // coordinator's ABORT, which it always sends after a failed LOCK.)
   Pending p;
   p.coordinator = coordinator;
   absl::Status failed;
@@ -93,7 +92,9 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
     return failed;
   }
   Append(coordinator, LogRecordType::kLock, request.txn, std::string(encoded));
-  pending_.emplace(request.txn, std::move(p));
+  Pending& entry = pending_[request.txn];
+  entry.coordinator = coordinator;
+  for (Locked& o : p.objects) entry.objects.push_back(std::move(o));
   return absl::OkStatus();
 }
 

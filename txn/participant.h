@@ -39,7 +39,8 @@ class Participant {
   Participant& operator=(const Participant&) = delete;
 
   // LOCK from `coordinator`: locks every written object if it still has the version the
-  // transaction read (a reserved slot for an allocation), or none. Aborted (naming the object and
+  // transaction read (a reserved slot for an allocation), or none of this request's. A
+  // transaction may send several LOCKs (its writes here in parts); they add up. Aborted (naming the object and
   // why) when one is locked by another transaction, changed or freed; InvalidArgument for an
   // address that is not an object here or a value that does not fit its slot.
   absl::Status Lock(uint32_t coordinator, const LockRequest& request, absl::string_view encoded);

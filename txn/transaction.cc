@@ -114,6 +114,17 @@ absl::Status LockFreeRead(ThreadContext& ctx, GlobalAddress addr, uint64_t size,
   return ReadConsistent(ctx, addr, size, ctx.timeout, out, version);
 }
 
+absl::Status Transaction::CheckSize(uint64_t size) const {
+  if (size == 0) return absl::InvalidArgumentError("an object has at least 1 byte");
+  if (size > engine_->max_object_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an object of ", size, " bytes is larger than the largest object (",
+        engine_->max_object_size(), " bytes; larger messaging rings allow up to ", kMaxObjectSize,
+        ")"));
+  }
+  return absl::OkStatus();
+}
+
 Transaction::Transaction(ThreadContext* ctx)
     : ctx_(ctx), engine_(ctx->engine), id_(ctx->engine->NextId()) {}
 
@@ -136,6 +147,7 @@ absl::StatusOr<uint32_t> Transaction::OwnerOf(GlobalAddress addr) const {
 
 absl::Status Transaction::Read(GlobalAddress addr, uint64_t size, std::string* out) {
   if (absl::Status s = CheckActive(); !s.ok()) return s;
+  if (absl::Status s = CheckSize(size); !s.ok()) return s;
   const uint64_t key = addr.Pack();
   if (auto w = writes_.find(key); w != writes_.end()) {
     if (w->second.kind == WriteKind::kFree) {
@@ -165,6 +177,7 @@ absl::Status Transaction::Read(GlobalAddress addr, uint64_t size, std::string* o
 
 absl::Status Transaction::Write(GlobalAddress addr, absl::string_view value) {
   if (absl::Status s = CheckActive(); !s.ok()) return s;
+  if (absl::Status s = CheckSize(value.size()); !s.ok()) return s;
   const uint64_t key = addr.Pack();
   if (auto w = writes_.find(key); w != writes_.end()) {
     if (w->second.kind == WriteKind::kFree) {
@@ -198,6 +211,7 @@ absl::Status Transaction::Write(GlobalAddress addr, absl::string_view value) {
 
 absl::StatusOr<GlobalAddress> Transaction::Alloc(uint64_t size, const AllocHint& hint) {
   if (absl::Status s = CheckActive(); !s.ok()) return s;
+  if (absl::Status s = CheckSize(size); !s.ok()) return s;
   Node* node = engine_->node();
   uint32_t target = node->id();
   switch (hint.kind) {
@@ -345,7 +359,8 @@ absl::Status Transaction::Validate() {
   return absl::OkStatus();
 }
 
-absl::Status Transaction::SendAll(uint16_t method, const std::map<uint32_t, std::string>& payloads) {
+absl::Status Transaction::SendAll(uint16_t method,
+                                  const std::vector<std::pair<uint32_t, std::string>>& payloads) {
   Node* node = engine_->node();
   Rpc* rpc = engine_->rpc();
   absl::Status first;
@@ -361,14 +376,15 @@ absl::Status Transaction::SendAll(uint16_t method, const std::map<uint32_t, std:
     calls.emplace_back(owner, *p);
   }
   // This node's own part while the messages travel.
-  if (auto self = payloads.find(node->id()); self != payloads.end()) {
+  for (const auto& [owner, payload] : payloads) {
+    if (owner != node->id()) continue;
     Participant& p = engine_->participant();
     absl::Status s;
     if (method == kLockMethod) {
-      absl::StatusOr<LockRequest> req = DecodeLock(self->second);
-      s = req.ok() ? p.Lock(node->id(), *req, self->second) : req.status();
+      absl::StatusOr<LockRequest> req = DecodeLock(payload);
+      s = req.ok() ? p.Lock(node->id(), *req, payload) : req.status();
     } else {
-      absl::StatusOr<DecisionRequest> req = DecodeDecision(self->second);
+      absl::StatusOr<DecisionRequest> req = DecodeDecision(payload);
       s = !req.ok()                    ? req.status()
           : method == kCommitMethod ? p.Commit(node->id(), *req)
                                     : p.Abort(node->id(), *req);
@@ -391,8 +407,8 @@ void Transaction::AbortAt(const std::vector<uint32_t>& owners) {
       reqs[w.owner].reservations.push_back(GlobalAddress::Unpack(key));
     }
   }
-  std::map<uint32_t, std::string> payloads;
-  for (const auto& [o, r] : reqs) payloads[o] = EncodeDecision(r);
+  std::vector<std::pair<uint32_t, std::string>> payloads;
+  for (const auto& [o, r] : reqs) payloads.emplace_back(o, EncodeDecision(r));
   // Best effort: a node that left has dropped this transaction's locks and reservations itself.
   SendAll(kAbortMethod, payloads).IgnoreError();
   state_ = State::kAborted;
@@ -408,12 +424,21 @@ absl::Status Transaction::Commit() {
   commit_rounds_ = 0;
   validation_reads_ = 0;
   // Objects allocated and freed by this transaction never existed: not locked, only released.
-  std::map<uint32_t, LockRequest> locks;
+  // The writes by owner, in LOCK messages of at most max_message bytes each.
+  std::map<uint32_t, std::vector<LockRequest>> locks;
+  std::map<uint32_t, uint64_t> part_bytes;
   for (const auto& [key, w] : writes_) {
     if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) continue;
-    LockRequest& r = locks[w.owner];
-    r.txn = id_;
-    r.writes.push_back(WriteRecord{GlobalAddress::Unpack(key), w.kind, w.version, w.data});
+    std::vector<LockRequest>& parts = locks[w.owner];
+    const uint64_t bytes = 64 + w.data.size();
+    if (parts.empty() ||
+        part_bytes[w.owner] + bytes > engine_->max_message() - Engine::kLockOverhead) {
+      parts.emplace_back();
+      parts.back().txn = id_;
+      part_bytes[w.owner] = 0;
+    }
+    part_bytes[w.owner] += bytes;
+    parts.back().writes.push_back(WriteRecord{GlobalAddress::Unpack(key), w.kind, w.version, w.data});
   }
   if (locks.empty()) {
     // Read-only: validation alone, no messages.
@@ -430,11 +455,13 @@ absl::Status Transaction::Commit() {
   }
   std::vector<uint32_t> owners;
   for (const auto& [o, r] : locks) owners.push_back(o);
-  std::map<uint32_t, std::string> payloads;
-  for (auto& [o, r] : locks) {
-    r.participants = owners;
-    r.truncate = engine_->TakeTruncations(o);
-    payloads[o] = EncodeLock(r);
+  std::vector<std::pair<uint32_t, std::string>> payloads;
+  for (auto& [o, parts] : locks) {
+    parts.front().truncate = engine_->TakeTruncations(o);
+    for (LockRequest& r : parts) {
+      r.participants = owners;
+      payloads.emplace_back(o, EncodeLock(r));
+    }
   }
   // LOCK.
   ++commit_rounds_;
@@ -451,8 +478,8 @@ absl::Status Transaction::Commit() {
     return s;
   }
   // COMMIT-BACKUP: no backups yet (f = 0). COMMIT-PRIMARY.
-  std::map<uint32_t, std::string> commits;
-  for (uint32_t o : owners) commits[o] = EncodeDecision(DecisionRequest{id_, {}});
+  std::vector<std::pair<uint32_t, std::string>> commits;
+  for (uint32_t o : owners) commits.emplace_back(o, EncodeDecision(DecisionRequest{id_, {}}));
   ++commit_rounds_;
   absl::Status s = SendAll(kCommitMethod, commits);
   state_ = State::kCommitted;
@@ -465,8 +492,8 @@ absl::Status Transaction::Commit() {
     }
   }
   if (!releases.empty()) {
-    std::map<uint32_t, std::string> p;
-    for (const auto& [o, r] : releases) p[o] = EncodeDecision(r);
+    std::vector<std::pair<uint32_t, std::string>> p;
+    for (const auto& [o, r] : releases) p.emplace_back(o, EncodeDecision(r));
     SendAll(kAbortMethod, p).IgnoreError();
   }
   if (!s.ok()) {

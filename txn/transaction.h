@@ -123,7 +123,10 @@ class Transaction {
   absl::Status Validate();
   // Sends `method` with per-owner payloads to every owner (this node's participant directly),
   // waits for all; returns the first error, annotated with the node.
-  absl::Status SendAll(uint16_t method, const std::map<uint32_t, std::string>& payloads);
+  absl::Status SendAll(uint16_t method,
+                       const std::vector<std::pair<uint32_t, std::string>>& payloads);
+  // InvalidArgument unless 1 <= size <= the engine's largest object.
+  absl::Status CheckSize(uint64_t size) const;
   // ABORT at every owner (best effort), then the state.
   void AbortAt(const std::vector<uint32_t>& owners);
 

@@ -1,0 +1,397 @@
+// Objects and transactions through the public API (farm.h) on an in-process cluster of three
+// Runtimes: allocation on every node, lock-free reads, conflicts, a bank whose total never
+// changes under concurrent transfers, counters that lose no increment, version-based reuse of
+// freed memory, aborts that leak nothing, and bad input.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "farm/farm.h"
+#include "tests/runtime_cluster.h"
+
+namespace farm {
+namespace {
+
+std::vector<std::unique_ptr<Runtime>> StartCluster(int n = 3, uint64_t ring_size = 64 << 10) {
+  RuntimeOptions o;
+  o.ring_size = ring_size;
+  std::vector<std::unique_ptr<Runtime>> rts = testing::StartRuntimes(n, o);
+  for (auto& rt : rts) rt->Serve();
+  return rts;
+}
+
+std::unique_ptr<Worker> NewWorker(Runtime& rt) {
+  absl::StatusOr<std::unique_ptr<Worker>> w = rt.NewWorker();
+  INFO(w.status().ToString());
+  REQUIRE(w.ok());
+  return std::move(*w);
+}
+
+// Creates an int64 object with `value` on `node`.
+GlobalAddress NewCounter(Worker& w, uint32_t node, int64_t value) {
+  std::unique_ptr<Txn> t = w.Begin();
+  absl::StatusOr<GlobalAddress> a = t->Alloc(sizeof(int64_t), AllocHint::OnNode(node));
+  INFO(a.status().ToString());
+  REQUIRE(a.ok());
+  REQUIRE(t->Put(*a, value).ok());
+  absl::Status s = t->Commit();
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  return *a;
+}
+
+}  // namespace
+
+TEST_CASE("objects are allocated, read, written and freed on every node", "[txn]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  std::unique_ptr<Worker> w2 = NewWorker(*rts[2]);
+
+  std::vector<GlobalAddress> objs;
+  for (uint32_t node = 0; node < 3; ++node) objs.push_back(NewCounter(*w0, node, 100 + node));
+  for (uint32_t node = 0; node < 3; ++node) {
+    // The hint placed it; every node reads it, in and out of transactions.
+    bool owned = false;
+    for (const RegionRef& r : rts[0]->Regions(node)) owned = owned || r.id == objs[node].region;
+    CHECK(owned);
+    absl::StatusOr<int64_t> v = w2->LockFreeGet<int64_t>(objs[node]);
+    REQUIRE(v.ok());
+    CHECK(*v == 100 + node);
+  }
+  // A transaction on node 2 moves values between objects on all three nodes.
+  REQUIRE(w2->Run([&](Txn& t) -> absl::Status {
+               absl::StatusOr<int64_t> a = t.Get<int64_t>(objs[0]);
+               absl::StatusOr<int64_t> c = t.Get<int64_t>(objs[2]);
+               if (!a.ok()) return a.status();
+               if (!c.ok()) return c.status();
+               if (absl::Status s = t.Put(objs[0], *a + 1000); !s.ok()) return s;
+               if (absl::Status s = t.Put(objs[1], int64_t{7}); !s.ok()) return s;  // blind write
+               // Its own writes are read back before commit.
+               absl::StatusOr<int64_t> again = t.Get<int64_t>(objs[0]);
+               if (!again.ok() || *again != *a + 1000) return absl::InternalError("own write");
+               return t.Put(objs[2], *c - 1000);
+             })
+              .ok());
+  CHECK(*w0->LockFreeGet<int64_t>(objs[0]) == 1100);
+  CHECK(*w0->LockFreeGet<int64_t>(objs[1]) == 7);
+  CHECK(*w0->LockFreeGet<int64_t>(objs[2]) == 102 - 1000);
+
+  // Free: gone at commit, for everyone.
+  {
+    std::unique_ptr<Txn> t = w2->Begin();
+    REQUIRE(t->Free(objs[1]).ok());
+    CHECK(absl::IsNotFound(t->Get<int64_t>(objs[1]).status()));  // within the transaction
+    CHECK(w0->LockFreeGet<int64_t>(objs[1]).ok());                 // not yet for others
+    REQUIRE(t->Commit().ok());
+  }
+  CHECK(absl::IsNotFound(w0->LockFreeGet<int64_t>(objs[1]).status()));
+  std::unique_ptr<Txn> t = w0->Begin();
+  CHECK(absl::IsNotFound(t->Get<int64_t>(objs[1]).status()));
+  CHECK(absl::IsNotFound(t->Free(objs[1])));
+}
+
+TEST_CASE("a conflicting transaction aborts and changes nothing", "[txn]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  std::unique_ptr<Worker> w1 = NewWorker(*rts[1]);
+  const GlobalAddress x = NewCounter(*w0, 2, 1);
+  const GlobalAddress y = NewCounter(*w0, 1, 1);
+
+  SECTION("write-write") {
+    std::unique_ptr<Txn> a = w0->Begin();
+    std::unique_ptr<Txn> b = w1->Begin();
+    REQUIRE(a->Put(x, int64_t{10}).ok());
+    REQUIRE(b->Put(x, int64_t{20}).ok());
+    REQUIRE(a->Commit().ok());
+    absl::Status s = b->Commit();
+    CHECK(absl::IsAborted(s));
+    CHECK_THAT(std::string(s.message()), Catch::Contains("changed"));
+    CHECK(*w1->LockFreeGet<int64_t>(x) == 10);
+  }
+  SECTION("read-write: validation fails when a read object changed") {
+    std::unique_ptr<Txn> a = w0->Begin();
+    REQUIRE(a->Get<int64_t>(x).ok());      // read only
+    REQUIRE(a->Put(y, int64_t{5}).ok());   // written
+    REQUIRE(NewCounter(*w1, 0, 0).region != 0xffffff);  // unrelated work
+    std::unique_ptr<Txn> b = w1->Begin();
+    REQUIRE(b->Put(x, int64_t{30}).ok());
+    REQUIRE(b->Commit().ok());
+    absl::Status s = a->Commit();
+    CHECK(absl::IsAborted(s));
+    CHECK_THAT(std::string(s.message()), Catch::Contains("validation"));
+    CHECK(*w1->LockFreeGet<int64_t>(y) == 1);  // a's write was not applied
+  }
+  SECTION("a read-only transaction that saw a stale value aborts") {
+    std::unique_ptr<Txn> a = w0->Begin();
+    REQUIRE(*a->Get<int64_t>(x) == 1);
+    std::unique_ptr<Txn> b = w1->Begin();
+    REQUIRE(b->Put(x, int64_t{2}).ok());
+    REQUIRE(b->Commit().ok());
+    CHECK(absl::IsAborted(a->Commit()));
+  }
+  SECTION("a transaction cannot be used after Commit or Abort") {
+    std::unique_ptr<Txn> a = w0->Begin();
+    REQUIRE(a->Put(x, int64_t{3}).ok());
+    REQUIRE(a->Commit().ok());
+    CHECK(absl::IsFailedPrecondition(a->Put(x, int64_t{4})));
+    CHECK(absl::IsFailedPrecondition(a->Get<int64_t>(x).status()));
+    CHECK(absl::IsFailedPrecondition(a->Commit()));
+    std::unique_ptr<Txn> b = w0->Begin();
+    b->Abort();
+    CHECK(absl::IsFailedPrecondition(b->Alloc(8).status()));
+    CHECK(absl::IsFailedPrecondition(b->Commit()));
+  }
+}
+
+TEST_CASE("a bank's total never changes under concurrent transfers", "[txn]") {
+  // 3 nodes, accounts spread over them by key, 2 transfer threads per node, and one auditor per
+  // node summing every account in read-only transactions while the transfers run.
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
+  constexpr int kAccounts = 24;
+  constexpr int64_t kInitial = 1000;
+  std::vector<GlobalAddress> accounts;
+  {
+    std::unique_ptr<Worker> w = NewWorker(*rts[0]);
+    REQUIRE(w->Run([&](Txn& t) -> absl::Status {
+                 accounts.clear();
+                 for (int i = 0; i < kAccounts; ++i) {
+                   absl::StatusOr<GlobalAddress> a = t.Alloc(sizeof(int64_t), AllocHint::Anywhere(i));
+                   if (!a.ok()) return a.status();
+                   if (absl::Status s = t.Put(*a, kInitial); !s.ok()) return s;
+                   accounts.push_back(*a);
+                 }
+                 return absl::OkStatus();
+               })
+                .ok());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> transfers{0}, audits{0}, errors{0};
+  std::mutex error_mu;
+  std::string first_error;
+  auto fail = [&](const absl::Status& s) {
+    errors.fetch_add(1);
+    std::lock_guard<std::mutex> l(error_mu);
+    if (first_error.empty()) first_error = s.ToString();
+  };
+  // Workers are made here (Catch's macros are for the main thread only) and handed over.
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int n = 0; n < 3; ++n) {
+    for (int k = 0; k < 3; ++k) workers.push_back(NewWorker(*rts[n]));
+  }
+  std::vector<std::thread> threads;
+  for (int n = 0; n < 3; ++n) {
+    for (int k = 0; k < 2; ++k) {
+      threads.emplace_back([&, n, k] {
+        Worker* w = workers[n * 3 + k].get();
+        std::mt19937 rng(n * 10 + k);
+        for (int i = 0; i < 150; ++i) {
+          const int from = rng() % kAccounts;
+          const int to = (from + 1 + rng() % (kAccounts - 1)) % kAccounts;
+          const int64_t amount = rng() % 50;
+          absl::Status s = w->Run([&](Txn& t) -> absl::Status {
+            absl::StatusOr<int64_t> a = t.Get<int64_t>(accounts[from]);
+            absl::StatusOr<int64_t> b = t.Get<int64_t>(accounts[to]);
+            if (!a.ok()) return a.status();
+            if (!b.ok()) return b.status();
+            if (absl::Status s = t.Put(accounts[from], *a - amount); !s.ok()) return s;
+            return t.Put(accounts[to], *b + amount);
+          });
+          if (s.ok()) {
+            transfers.fetch_add(1);
+          } else {
+            fail(s);
+          }
+        }
+      });
+    }
+    threads.emplace_back([&, n] {
+      Worker* w = workers[n * 3 + 2].get();
+      while (!stop.load()) {
+        int64_t total = 0;
+        absl::Status s = w->Run([&](Txn& t) -> absl::Status {
+          total = 0;
+          for (const GlobalAddress& a : accounts) {
+            absl::StatusOr<int64_t> v = t.Get<int64_t>(a);
+            if (!v.ok()) return v.status();
+            total += *v;
+          }
+          return absl::OkStatus();
+        });
+        if (!s.ok()) {
+          fail(s);
+        } else if (total != kAccounts * kInitial) {
+          fail(absl::InternalError(absl::StrCat("an audit saw a total of ", total)));
+        } else {
+          audits.fetch_add(1);
+        }
+      }
+    });
+  }
+  // Transfer threads end on their own; then the auditors.
+  for (size_t i = 0; i < threads.size(); ++i) {
+    if (i % 3 != 2) threads[i].join();
+  }
+  stop = true;
+  for (size_t i = 2; i < threads.size(); i += 3) threads[i].join();
+  INFO(first_error);
+  CHECK(errors.load() == 0);
+  CHECK(transfers.load() == 3 * 2 * 150);
+  CHECK(audits.load() > 0);
+  std::unique_ptr<Worker> w = NewWorker(*rts[1]);
+  int64_t total = 0;
+  for (const GlobalAddress& a : accounts) total += *w->LockFreeGet<int64_t>(a);
+  CHECK(total == kAccounts * kInitial);
+}
+
+TEST_CASE("concurrent increments of one counter are never lost", "[txn]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  const GlobalAddress counter = NewCounter(*w0, 1, 0);
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int n = 0; n < 3; ++n) workers.push_back(NewWorker(*rts[n]));
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int n = 0; n < 3; ++n) {
+    threads.emplace_back([&, n] {
+      Worker* w = workers[n].get();
+      for (int i = 0; i < 100; ++i) {
+        absl::Status s = w->Run([&](Txn& t) -> absl::Status {
+          absl::StatusOr<int64_t> v = t.Get<int64_t>(counter);
+          if (!v.ok()) return v.status();
+          return t.Put(counter, *v + 1);
+        });
+        if (!s.ok()) errors.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(errors.load() == 0);
+  CHECK(*w0->LockFreeGet<int64_t>(counter) == 300);
+}
+
+TEST_CASE("freed memory is reused only where no transaction can still use it", "[txn]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  std::unique_ptr<Worker> w1 = NewWorker(*rts[1]);
+  const GlobalAddress x = NewCounter(*w0, 2, 42);
+  const GlobalAddress y = NewCounter(*w0, 2, 0);
+
+  // T reads x, then x is freed and its slot reused for a new object with the same value.
+  std::unique_ptr<Txn> t = w0->Begin();
+  REQUIRE(*t->Get<int64_t>(x) == 42);
+  {
+    std::unique_ptr<Txn> f = w1->Begin();
+    REQUIRE(f->Free(x).ok());
+    REQUIRE(f->Commit().ok());
+  }
+  const GlobalAddress reused = NewCounter(*w1, 2, 42);
+  CHECK(reused == x);  // the slot came back at once
+  // T's read is of an object that no longer exists: it must not commit, although the bytes
+  // it read are the same again.
+  REQUIRE(t->Put(y, int64_t{1}).ok());
+  absl::Status s = t->Commit();
+  CHECK(absl::IsAborted(s));
+  CHECK(*w0->LockFreeGet<int64_t>(y) == 0);
+}
+
+TEST_CASE("aborted allocations leak nothing; a full node says ResourceExhausted", "[txn]") {
+  // Rings large enough for the largest objects; a commit of 32 of them sends its LOCK to node 1
+  // in several messages.
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster(3, 512 << 10);
+  REQUIRE(rts[0]->max_object_size() == kMaxObjectSize);
+  std::unique_ptr<Worker> w = NewWorker(*rts[0]);
+  // Each node has 2 regions of 1 MiB: 32 slots of 64 KiB for the largest objects.
+  auto fill = [&](Txn& t, int* made) -> absl::Status {
+    for (*made = 0;; ++*made) {
+      absl::StatusOr<GlobalAddress> a = t.Alloc(kMaxObjectSize, AllocHint::OnNode(1));
+      if (!a.ok()) return a.status();
+    }
+  };
+  for (int round = 0; round < 3; ++round) {
+    std::unique_ptr<Txn> t = w->Begin();
+    int made = 0;
+    absl::Status s = fill(*t, &made);
+    INFO("round " << round << ": " << s.ToString());
+    CHECK(absl::IsResourceExhausted(s));
+    CHECK_THAT(std::string(s.message()), Catch::Contains("out of memory"));
+    CHECK(made == 32);
+    t->Abort();  // every reservation goes back
+  }
+  // Objects that exist hold their slots; freeing them gives the slots back.
+  std::vector<GlobalAddress> big;
+  REQUIRE(w->Run([&](Txn& t) -> absl::Status {
+               big.clear();
+               for (int i = 0; i < 32; ++i) {
+                 absl::StatusOr<GlobalAddress> a = t.Alloc(kMaxObjectSize, AllocHint::OnNode(1));
+                 if (!a.ok()) return a.status();
+                 big.push_back(*a);
+               }
+               return absl::OkStatus();
+             })
+              .ok());
+  {
+    std::unique_ptr<Txn> t = w->Begin();
+    CHECK(absl::IsResourceExhausted(t->Alloc(kMaxObjectSize, AllocHint::OnNode(1)).status()));
+  }
+  REQUIRE(w->Run([&](Txn& t) -> absl::Status {
+               for (const GlobalAddress& a : big) {
+                 if (absl::Status s = t.Free(a); !s.ok()) return s;
+               }
+               return absl::OkStatus();
+             })
+              .ok());
+  std::unique_ptr<Txn> t = w->Begin();
+  int made = 0;
+  CHECK(absl::IsResourceExhausted(fill(*t, &made)));
+  CHECK(made == 32);
+}
+
+TEST_CASE("bad input gets an error, never a crash", "[txn]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
+  std::unique_ptr<Worker> w = NewWorker(*rts[0]);
+  const GlobalAddress x = NewCounter(*w, 1, 5);
+  std::unique_ptr<Txn> t = w->Begin();
+  int64_t v = 0;
+  char big[64];
+  // An address outside every region.
+  CHECK(absl::IsOutOfRange(t->Read(GlobalAddress{9999, 0}, &v, 8)));
+  CHECK(absl::IsOutOfRange(w->LockFreeRead(GlobalAddress{9999, 0}, &v, 8)));
+  // The wrong size.
+  CHECK(absl::IsInvalidArgument(t->Read(x, big, 16)));
+  CHECK(absl::IsInvalidArgument(t->Write(x, big, 16)));
+  CHECK(absl::IsInvalidArgument(t->Read(x, big, 0)));
+  // Memory where no object is (never allocated: free).
+  const RegionRef r = rts[0]->Regions(2)[1];
+  CHECK(absl::IsNotFound(t->Read(r.base() + 4096, &v, 8)));
+  CHECK(absl::IsNotFound(w->LockFreeRead(r.base() + 4096, &v, 8)));
+  // Objects over the maximum size (with these 64 KiB rings, below kMaxObjectSize), and of none.
+  const uint64_t max = rts[0]->max_object_size();
+  CHECK(max < kMaxObjectSize);
+  CHECK(max > 8 << 10);
+  std::string huge(kMaxObjectSize + 1, 'x');
+  CHECK(absl::IsInvalidArgument(t->Alloc(max + 1).status()));
+  CHECK(absl::IsInvalidArgument(t->Alloc(max + 1, AllocHint::OnNode(2)).status()));
+  CHECK(absl::IsInvalidArgument(t->Alloc(kMaxObjectSize + 1).status()));
+  CHECK(absl::IsInvalidArgument(t->Alloc(0).status()));
+  CHECK(absl::IsInvalidArgument(t->Read(x, huge.data(), max + 1)));
+  CHECK(absl::IsInvalidArgument(t->Write(x, huge.data(), huge.size())));
+  // The largest object works.
+  absl::StatusOr<GlobalAddress> m = t->Alloc(max, AllocHint::OnNode(2));
+  REQUIRE(m.ok());
+  REQUIRE(t->Write(*m, huge.data(), max).ok());
+  // Allocation on a node that is not a member.
+  CHECK_FALSE(t->Alloc(8, AllocHint::OnNode(17)).ok());
+  // The transaction still works after refused calls.
+  REQUIRE(t->Read(x, &v, 8).ok());
+  CHECK(v == 5);
+  CHECK(t->Commit().ok());
+  std::string back(max, '\0');
+  REQUIRE(w->LockFreeRead(*m, back.data(), max).ok());
+  CHECK(back == huge.substr(0, max));
+}
+
+}  // namespace farm
