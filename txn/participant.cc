@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "platform/sync_point.h"
 #include "txn/object.h"
 
 namespace farm {
@@ -91,6 +92,8 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
     UnlockAll(p.objects);
     return failed;
   }
+  // Tests kill the participant here: holding the locks, before it answers.
+  FARM_SYNC_POINT("Participant::Lock:Locked");
   Append(coordinator, LogRecordType::kLock, request.txn, std::string(encoded));
   Pending& entry = pending_[request.txn];
   entry.coordinator = coordinator;

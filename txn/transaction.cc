@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "platform/sync_point.h"
 #include "txn/object.h"
 
 namespace farm {
@@ -472,11 +473,14 @@ absl::Status Transaction::Commit() {
                : absl::Status(s.code(), absl::StrCat("transaction ", id_.ToString(),
                                                      " aborted during LOCK: ", s.message()));
   }
+  // Tests stop or kill the coordinator here (platform/sync_point.h; compiled out in NDEBUG).
+  FARM_SYNC_POINT("Transaction::Commit:AfterLock");
   // VALIDATE.
   if (absl::Status s = Validate(); !s.ok()) {
     AbortAt(owners);
     return s;
   }
+  FARM_SYNC_POINT("Transaction::Commit:AfterValidate");
   // COMMIT-BACKUP: no backups yet (f = 0). COMMIT-PRIMARY.
   std::vector<std::pair<uint32_t, std::string>> commits;
   for (uint32_t o : owners) commits.emplace_back(o, EncodeDecision(DecisionRequest{id_, {}}));

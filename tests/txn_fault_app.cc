@@ -1,0 +1,193 @@
+// A cluster application for tests/txn_fault_test.sh: a node dies in the middle of a commit and the
+// survivors must abort the transaction, release its locks and say so, without hanging. Which
+// node dies where is chosen by the environment (the cluster tool passes it to every node):
+//
+//   TXN_FAULT=participant        node 0 commits a transaction writing x (node 1) and y (node 2);
+//                                node 2 exits (status 17) right after locking y, before it
+//                                answers. Node 0's commit must fail with a clear error, and x
+//                                must be unlocked and unchanged afterwards.
+//   TXN_FAULT=coordinator-lock   node 1 commits a transaction writing x (node 0) and y (node 2)
+//   TXN_FAULT=coordinator-validate  and exits after LOCK (or after validation) with the locks
+//                                held. Node 0 must be able to write x and y once membership says
+//                                node 1 is gone, and find them unchanged.
+//
+// The dying node arms its sync point (platform/sync_point.h) only when told to, so that the set-up
+// transactions pass. Node 0 prints "RESULT ..." lines that the test checks.
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "farm/farm.h"
+#include "platform/sync_point.h"
+
+namespace {
+
+constexpr int kDeathStatus = 17;
+struct Objects {
+  farm::GlobalAddress x, y;
+};
+// Node 0 -> dying node: arm your sync point now.
+constexpr farm::Method<int32_t, int32_t> kArm{1};
+// Node 1 (coordinator scenarios) -> node 0: the objects, once they exist.
+constexpr farm::Method<int32_t, Objects> kObjects{2};
+
+// Node 0's objects, published to node 1 through kObjects once they exist.
+std::atomic<bool> g_published{false};
+Objects g_objects;
+
+std::string Scenario() {
+  const char* s = std::getenv("TXN_FAULT");
+  return s == nullptr ? "" : s;
+}
+
+void ArmDeath(const std::string& point) {
+  farm::SyncPoint* sp = farm::SyncPoint::GetInstance();
+  sp->SetCallBack(point, [point](void*) {
+    std::printf("dying at %s\n", point.c_str());
+    std::fflush(stdout);
+    _exit(kDeathStatus);
+  });
+  sp->EnableProcessing();
+}
+
+absl::Status Check(bool ok, const std::string& what) {
+  std::printf("RESULT %s: %s\n", what.c_str(), ok ? "ok" : "FAILED");
+  std::fflush(stdout);
+  return ok ? absl::OkStatus() : absl::InternalError(what);
+}
+
+absl::StatusOr<Objects> Create(farm::Worker& w, uint32_t x_node, uint32_t y_node) {
+  Objects o;
+  absl::Status s = w.Run([&](farm::Txn& t) -> absl::Status {
+    absl::StatusOr<farm::GlobalAddress> x = t.Alloc(8, farm::AllocHint::OnNode(x_node));
+    absl::StatusOr<farm::GlobalAddress> y = t.Alloc(8, farm::AllocHint::OnNode(y_node));
+    if (!x.ok()) return x.status();
+    if (!y.ok()) return y.status();
+    o = Objects{*x, *y};
+    if (absl::Status p = t.Put(*x, int64_t{100}); !p.ok()) return p;
+    return t.Put(*y, int64_t{200});
+  });
+  if (!s.ok()) return s;
+  return o;
+}
+
+// Waits (bounded) until `node` is no longer a member.
+absl::Status WaitGone(farm::Runtime& rt, uint32_t node) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  for (;;) {
+    bool member = false;
+    for (uint32_t m : rt.members()) member = member || m == node;
+    if (!member) return absl::OkStatus();
+    if (absl::Now() > deadline) return absl::DeadlineExceededError("node did not leave");
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+// Both objects still hold their initial values, and a transaction can write both (no lock was
+// left behind).
+absl::Status CheckUnchangedAndWritable(farm::Worker& w, const Objects& o, bool y_alive) {
+  absl::StatusOr<int64_t> x = w.LockFreeGet<int64_t>(o.x);
+  absl::Status s = Check(x.ok() && *x == 100, absl::StrCat("x unchanged (", x.ok() ? absl::StrCat(*x) : x.status().ToString(), ")"));
+  if (!s.ok()) return s;
+  if (y_alive) {
+    absl::StatusOr<int64_t> y = w.LockFreeGet<int64_t>(o.y);
+    s = Check(y.ok() && *y == 200, absl::StrCat("y unchanged (", y.ok() ? absl::StrCat(*y) : y.status().ToString(), ")"));
+    if (!s.ok()) return s;
+  }
+  const absl::Time start = absl::Now();
+  absl::Status write = w.Run([&](farm::Txn& t) -> absl::Status {
+    if (absl::Status p = t.Put(o.x, int64_t{101}); !p.ok()) return p;
+    return y_alive ? t.Put(o.y, int64_t{201}) : absl::OkStatus();
+  });
+  return Check(write.ok(), absl::StrCat("locks released: a new transaction committed after ",
+                                        absl::FormatDuration(absl::Now() - start),
+                                        write.ok() ? "" : absl::StrCat(" — ", write.ToString())));
+}
+
+absl::Status ParticipantDies(farm::Runtime& rt, farm::Worker& w) {
+  if (rt.node_id() != 0) return absl::OkStatus();  // node 2 dies when armed; node 1 serves
+  absl::StatusOr<Objects> o = Create(w, 1, 2);
+  if (!o.ok()) return o.status();
+  absl::StatusOr<int32_t> armed = kArm.Call(w, 2, 0);
+  if (!armed.ok()) return armed.status();
+  std::unique_ptr<farm::Txn> t = w.Begin();
+  if (absl::Status s = t->Put(o->x, int64_t{1}); !s.ok()) return s;
+  if (absl::Status s = t->Put(o->y, int64_t{2}); !s.ok()) return s;
+  const absl::Time start = absl::Now();
+  absl::Status commit = t->Commit();
+  std::printf("commit returned after %s: %s\n",
+              absl::FormatDuration(absl::Now() - start).c_str(), commit.ToString().c_str());
+  absl::Status s = Check(!commit.ok() && (absl::IsUnavailable(commit) || absl::IsAborted(commit)),
+                         "commit failed with a clear error");
+  if (!s.ok()) return s;
+  if (absl::Status g = WaitGone(rt, 2); !g.ok()) return g;
+  return CheckUnchangedAndWritable(w, *o, /*y_alive=*/false);
+}
+
+absl::Status CoordinatorDies(farm::Runtime& rt, farm::Worker& w, const std::string& point) {
+  if (rt.node_id() == 2) return absl::OkStatus();
+  if (rt.node_id() == 0) {
+    absl::StatusOr<Objects> o = Create(w, 0, 2);
+    if (!o.ok()) return o.status();
+    g_objects = *o;
+    g_published.store(true, std::memory_order_release);  // kObjects answers from now on
+    if (absl::Status g = WaitGone(rt, 1); !g.ok()) return g;
+    std::printf("node 1 is gone\n");
+    return CheckUnchangedAndWritable(w, *o, /*y_alive=*/true);
+  }
+  // Node 1: fetch the objects (node 0 answers once they exist), arm, commit, die.
+  absl::StatusOr<Objects> o;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!(o = kObjects.Call(w, 0, 0)).ok()) {
+    if (absl::Now() > deadline) return o.status();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ArmDeath(point);
+  std::unique_ptr<farm::Txn> t = w.Begin();
+  if (absl::Status s = t->Put(o->x, int64_t{1}); !s.ok()) return s;
+  if (absl::Status s = t->Put(o->y, int64_t{2}); !s.ok()) return s;
+  absl::Status s = t->Commit();
+  return absl::InternalError(absl::StrCat("node 1 should have died at ", point, "; commit: ",
+                                          s.ToString()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  farm::App app;
+  app.name = "txn_fault";
+  app.setup = [](farm::Runtime& rt) -> absl::Status {
+    if (absl::Status s = kArm.Serve(rt, [](uint32_t, const int32_t&) -> absl::StatusOr<int32_t> {
+          ArmDeath("Participant::Lock:Locked");
+          return 0;
+        });
+        !s.ok()) {
+      return s;
+    }
+    return kObjects.Serve(rt, [](uint32_t, const int32_t&) -> absl::StatusOr<Objects> {
+      if (!g_published.load(std::memory_order_acquire)) {
+        return absl::UnavailableError("the objects do not exist yet");
+      }
+      return g_objects;
+    });
+  };
+  app.run = [](farm::Runtime& rt) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<farm::Worker>> w = rt.NewWorker();
+    if (!w.ok()) return w.status();
+    const std::string scenario = Scenario();
+    if (scenario == "participant") return ParticipantDies(rt, **w);
+    if (scenario == "coordinator-lock") {
+      return CoordinatorDies(rt, **w, "Transaction::Commit:AfterLock");
+    }
+    if (scenario == "coordinator-validate") {
+      return CoordinatorDies(rt, **w, "Transaction::Commit:AfterValidate");
+    }
+    return absl::InvalidArgumentError(absl::StrCat("unknown TXN_FAULT '", scenario, "'"));
+  };
+  return farm::RunNode(argc, argv, app);
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# A node dies in the middle of a commit (tests/txn_fault_app.cc, killed at a sync point of the
+# commit protocol): 3 real node processes per provider, launched by tools/cluster.
+#  - participant: the owner of one written object exits right after locking it. The coordinator's
+#    commit fails with a clear error (no hang), the other owner's lock is released, the object is
+#    unchanged and writable.
+#  - coordinator-lock / coordinator-validate: the coordinator exits holding locks on two other
+#    nodes (after LOCK, or after validation, before COMMIT-PRIMARY). Once membership says it is
+#    gone, the owners release its locks: both objects are unchanged and a new transaction writes
+#    them.
+# Each run must report exactly the dying node as failed (status 17) and leave no process behind.
+source "$(dirname "$0")/lib.sh"
+CLUSTER=$(bin cluster) || exit 1
+APP=${TEST_SRCDIR:-/nonexistent}/${TEST_WORKSPACE:-farm}/tests/txn_fault_app
+[ -x "$APP" ] || APP="$_root/bazel-bin/tests/txn_fault_app"
+
+IFS=' ' read -r -a providers <<<"${FARM_TEST_PROVIDERS:-shm tcp;ofi_rxm}"
+host=${FARM_TEST_HOST:-127.0.0.1}
+
+run() {  # scenario provider dying_node
+  local scenario=$1 provider=$2 dying=$3
+  echo "== $scenario, provider $provider: node $dying dies mid-commit"
+  TXN_FAULT=$scenario timeout 120 "$CLUSTER" --nodes=3 --provider="$provider" --host="$host" \
+    --node_binary="$APP" --lock_memory=false --log_level=warn >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  cat "$TMP/out"
+  [ "$rc" != 124 ] || { cat "$TMP/err"; fail "$scenario timed out (a hang)"; }
+  grep -q "^application txn_fault: 2/3 nodes succeeded$" "$TMP/out" ||
+    { cat "$TMP/err"; fail "$scenario: expected exactly one failed node"; }
+  grep -qE "node $dying: .*exited with status 17" "$TMP/err" ||
+    { cat "$TMP/err"; fail "$scenario: node $dying did not die at its sync point"; }
+  grep -q "\[node $dying\] dying at " "$TMP/out" || fail "$scenario: no 'dying at' line"
+  if grep -q "RESULT .*FAILED" "$TMP/out"; then fail "$scenario: a check failed"; fi
+  grep -q "\[node 0\] RESULT locks released: a new transaction committed" "$TMP/out" ||
+    fail "$scenario: the survivors could not write the objects again"
+  expect_no_process "$APP --config"
+}
+
+for provider in "${providers[@]}"; do
+  run participant "$provider" 2
+  grep -q "\[node 0\] RESULT commit failed with a clear error: ok" "$TMP/out" ||
+    fail "participant: the commit did not fail clearly"
+  run coordinator-lock "$provider" 1
+  run coordinator-validate "$provider" 1
+done
+echo "PASS"
