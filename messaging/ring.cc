@@ -19,15 +19,7 @@ constexpr uint64_t kRingTagSalt = 0x72696e6774616731ull;   // "ringtag1"
 // Any r (r = 0 included: no shift by 64).
 constexpr uint64_t Rotl(uint64_t x, unsigned r) { return (x << (r & 63)) | (x >> (-r & 63)); }
 
-// splitmix64's finalizer: a bijection that spreads every input bit over the output.
-constexpr uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
+
 
 // One step of a hash lane. For a fixed accumulator it is a bijection of the word, so two inputs
 // that differ in a single word (e.g. a word that has not arrived yet and still reads zero) always

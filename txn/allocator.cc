@@ -78,15 +78,19 @@ bool Allocator::IsReserved(GlobalAddress slot) const {
   return reserved_.contains(slot.Pack());
 }
 
-void Allocator::CancelReservation(GlobalAddress slot) {
-  std::lock_guard<std::mutex> l(mu_);
-  if (reserved_.erase(slot.Pack()) == 0) return;
+void Allocator::ReturnSlot(GlobalAddress slot) {
   uint64_t slot_size = 0;
   if (!Locate(slot, &slot_size).ok()) return;
   int c = 0;
   while (SlotSize(c) < slot_size) ++c;
   free_[c].push_back(slot);
   --in_use_;
+}
+
+void Allocator::CancelReservation(GlobalAddress slot) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (reserved_.erase(slot.Pack()) == 0) return;
+  ReturnSlot(slot);
 }
 
 void Allocator::Installed(GlobalAddress slot) {
@@ -96,12 +100,7 @@ void Allocator::Installed(GlobalAddress slot) {
 
 void Allocator::Freed(GlobalAddress slot) {
   std::lock_guard<std::mutex> l(mu_);
-  uint64_t slot_size = 0;
-  if (!Locate(slot, &slot_size).ok()) return;
-  int c = 0;
-  while (SlotSize(c) < slot_size) ++c;
-  free_[c].push_back(slot);
-  --in_use_;
+  ReturnSlot(slot);
 }
 
 absl::StatusOr<char*> Allocator::Locate(GlobalAddress addr, uint64_t* slot_size) const {

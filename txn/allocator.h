@@ -84,6 +84,8 @@ class Allocator {
   static uint64_t SlotSize(int c) { return kMinSlot << c; }
   // Carves a new block for class `c`; false when none is left. Caller holds mu_.
   bool CarveBlock(int c);
+  // Puts a slot back on its class's free list. Caller holds mu_.
+  void ReturnSlot(GlobalAddress slot);
   absl::StatusOr<char*> Locate(GlobalAddress addr, uint64_t* slot_size) const;
 
   mutable std::mutex mu_;

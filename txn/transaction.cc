@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "messaging/ring.h"
 #include "platform/sync_point.h"
 #include "txn/object.h"
 
@@ -18,15 +19,6 @@ namespace {
 // its locks for about one round trip, so a short wait usually succeeds where an abort would
 // repeat the whole transaction.
 constexpr absl::Duration kTxnLockedWait = absl::Milliseconds(2);
-
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
 
 // One copy of the object: a local one, or a READ into the thread's buffer.
 absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std::string* copy) {
@@ -233,7 +225,7 @@ absl::StatusOr<GlobalAddress> Transaction::Alloc(uint64_t size, const AllocHint&
       uint64_t best = 0;
       bool any = false;
       for (uint32_t m : node->members()) {
-        const uint64_t w = Mix(hint.key ^ Mix(m + 0x9e3779b97f4a7c15ull));
+        const uint64_t w = Mix64(hint.key ^ Mix64(m + 0x9e3779b97f4a7c15ull));
         if (!any || w > best) {
           best = w;
           target = m;
