@@ -168,6 +168,8 @@ absl::StatusOr<std::unique_ptr<Worker>> Runtime::NewWorker() {
   absl::StatusOr<std::unique_ptr<Node::Channel>> channel = impl_->node->OpenChannel();
   if (!channel.ok()) return channel.status();
   w->channel = std::move(*channel);
+  // The thread's messages go out on its own channel too: their completions are its own.
+  w->lane->UseChannel(w->channel->fabric_channel());
   absl::StatusOr<std::unique_ptr<Region>> buffer =
       Region::Allocate(impl_->options.worker_buffer, impl_->node->config().lock_memory());
   if (!buffer.ok()) return buffer.status();
@@ -189,6 +191,9 @@ absl::StatusOr<std::unique_ptr<Worker>> Runtime::NewWorker() {
 // Worker
 
 Worker::Impl::~Impl() {
+  // The lane goes back to the shared endpoint (its WRITEs in flight on the channel complete
+  // first) before the channel closes.
+  if (lane.get() != nullptr && channel != nullptr) lane->UseChannel(nullptr);
   channel.reset();
   registration.reset();  // before the memory it covers
   buffer.reset();

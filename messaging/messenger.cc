@@ -125,8 +125,7 @@ class Messenger::Posting {
   // area `incarnation` (its region id). Errors are reported by Wait.
   void Write(int index, uint32_t incarnation, const RemoteTarget& target, uint64_t offset,
              LocalBuffer local) {
-    if (batches_[index] == nullptr)
-      batches_[index] = std::make_unique<OpBatch>(m_->node_->fabric());
+    if (batches_[index] == nullptr) batches_[index] = NewBatch();
     used_[index] = true;
     any_used_ = true;
     incarnation_[index] = incarnation;
@@ -144,8 +143,18 @@ class Messenger::Posting {
   // until they complete (OpBatch).
   void Abandon(int index) {
     if (batches_[index] != nullptr && batches_[index]->outstanding() > 0) {
-      batches_[index] = std::make_unique<OpBatch>(m_->node_->fabric());
+      batches_[index] = NewBatch();
     }
+  }
+  // Posts on `channel` from now on (nullptr: the node's endpoint), once the WRITEs in flight on
+  // the current one completed or write_timeout passed (then they are abandoned: a channel closed
+  // afterwards frees their bookkeeping).
+  void UseChannel(FabricChannel* channel) {
+    for (auto& b : batches_) {
+      if (b != nullptr && b->outstanding() > 0) b->Wait(m_->options_.write_timeout).IgnoreError();
+      b.reset();
+    }
+    channel_ = channel;
   }
   // Waits for every batch used since the last Wait; calls on_error(index, status) for each that
   // failed. DeadlineExceeded (after write_timeout) leaves the batch in flight: the staging bytes
@@ -170,7 +179,7 @@ class Messenger::Posting {
     const absl::Time deadline = absl::Now() + m_->options_.write_timeout - kWaitSlice;
     for (;;) {
       if (m_->CurrentIncarnation(i) != incarnation_[i]) {
-        batches_[i] = std::make_unique<OpBatch>(m_->node_->fabric());  // abandons the old one
+        batches_[i] = NewBatch();  // abandons the old one
         return absl::UnavailableError(
             absl::StrCat("node ", m_->node_ids_[i], " left while WRITEs to it were in flight"));
       }
@@ -182,7 +191,13 @@ class Messenger::Posting {
 
   static constexpr absl::Duration kWaitSlice = absl::Milliseconds(20);
 
+  std::unique_ptr<OpBatch> NewBatch() const {
+    return channel_ != nullptr ? std::make_unique<OpBatch>(channel_)
+                               : std::make_unique<OpBatch>(m_->node_->fabric());
+  }
+
   Messenger* m_;
+  FabricChannel* channel_ = nullptr;  // null: the node's shared endpoint
   std::vector<std::unique_ptr<OpBatch>> batches_;
   std::vector<bool> used_;
   bool any_used_ = false;  // some used_[i]
@@ -586,6 +601,8 @@ Messenger::Lane::Lane(Messenger* m, int index, bool scanning)
     peers_.push_back(std::move(p));
   }
 }
+
+void Messenger::Lane::UseChannel(FabricChannel* channel) { posting_->UseChannel(channel); }
 
 void Messenger::Lane::Sync() {
   // Acquire: pairs with the release increment in OnMembership.

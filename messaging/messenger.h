@@ -343,6 +343,13 @@ class Messenger::Lane {
   absl::Status Flush();
   bool has_unflushed() const;
 
+  // Posts this lane's WRITEs on `channel` (a thread's own endpoint and completion queue, see
+  // FabricChannel) instead of the node's shared endpoint, so that the thread that holds the
+  // lane reaps their completions itself; nullptr goes back to the shared endpoint. WRITEs
+  // still in flight are waited for (up to write_timeout) first, so a channel may be destroyed
+  // once it was replaced. Call it on the thread that holds the lane, not on the scanning lane.
+  void UseChannel(FabricChannel* channel);
+
   // Test hook: called at the start of every round of Send's back-pressure wait.
   void SetWaitHookForTesting(std::function<void()> hook) {
     wait_hook_for_testing_ = std::move(hook);
