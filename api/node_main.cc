@@ -24,6 +24,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -359,6 +361,14 @@ int RunNode(int argc, char** argv, const App& app) {
               : std::string("Runs one node of a farm cluster.\n"),
       "  ", argc > 0 ? argv[0] : "node",
       " --config=cluster.textproto --node_id=N [--provider=...] [--poll=busy|adaptive]"));
+  // absl's --help lists only the flags defined in the file named after the program (an
+  // application's own flags, in bank.cc for `bank`); a node's standard flags are defined here,
+  // so list every flag but absl's own (--flagfile, --helpfull, ...: --helpfull shows them).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return !absl::StrContains(file, "absl/");
+  };
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   return Main(app);
 }

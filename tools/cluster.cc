@@ -4,6 +4,10 @@
 //   bazel run //tools:cluster -- --nodes=3 --provider=shm
 //   bazel run //tools:cluster -- --nodes=3 --exit_after_check     # the README's main job
 //
+// Arguments after `--` go to every node process: an application's own flags, e.g.
+//
+//   bazel run //examples:bank_cluster -- --nodes=3 -- --accounts=50 --duration_s=1
+//
 // Nodes can also be placed in network namespaces (--netns=ns0,ns1,ns2 with --hosts=addresses in
 // them), which is how the multi-node tests use veth-connected test hosts.
 //
@@ -172,10 +176,11 @@ class Cluster {
     return absl::OkStatus();
   }
 
-  absl::Status Launch(const std::string& node_binary, int signal_fd) {
+  absl::Status Launch(const std::string& node_binary, const std::vector<std::string>& node_args,
+                      int signal_fd) {
     signal_fd_ = signal_fd;
     for (const config::NodeConfig& n : config_.node()) {
-      absl::Status s = Spawn(node_binary, n.id());
+      absl::Status s = Spawn(node_binary, node_args, n.id());
       if (!s.ok()) return s;
     }
     return absl::OkStatus();
@@ -291,7 +296,8 @@ class Cluster {
   std::string provider_opened() const { return provider_opened_; }
 
  private:
-  absl::Status Spawn(const std::string& node_binary, uint32_t id) {
+  absl::Status Spawn(const std::string& node_binary, const std::vector<std::string>& node_args,
+                     uint32_t id) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
       return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
@@ -305,6 +311,7 @@ class Cluster {
           absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))}) {
       args.push_back(a);
     }
+    args.insert(args.end(), node_args.begin(), node_args.end());
     const pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
@@ -500,7 +507,8 @@ std::string DefaultNodeBinary() {
   return (self.parent_path() / "node").string();
 }
 
-int Main() {
+// `node_args`: the command line's arguments after `--`, passed on to every node.
+int Main(const std::vector<std::string>& node_args) {
   if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "cluster"); !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
     return 2;
@@ -539,7 +547,7 @@ int Main() {
   spdlog::info("starting {} node(s), provider {}, config {}", n, cluster.config().provider(),
                cluster.config_path());
   const absl::Time start = absl::Now();
-  absl::Status s = cluster.Launch(node_binary, signal_fd);
+  absl::Status s = cluster.Launch(node_binary, node_args, signal_fd);
   if (s.ok()) s = cluster.WaitReady(absl::Seconds(absl::GetFlag(FLAGS_ready_timeout_s)));
   if (!s.ok()) {
     spdlog::error("the cluster did not come up: {}", std::string(s.message()));
@@ -597,7 +605,22 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Starts a local cluster of node processes and checks one-sided access between them.\n"
-      "  cluster --nodes=3 [--provider=shm|tcp;ofi_rxm|...] [--exit_after_check] [--json]");
-  absl::ParseCommandLine(argc, argv);
-  return farm::Main();
+      "  cluster --nodes=3 [--provider=shm|tcp;ofi_rxm|...] [--exit_after_check] [--json]"
+      " [-- flags for every node]");
+  // absl returns the arguments that are not flags, those after "--" included; only those are
+  // for the nodes.
+  std::vector<std::string> node_args;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) {
+      node_args.assign(argv + i + 1, argv + argc);
+      break;
+    }
+  }
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() != 1 + node_args.size()) {
+    std::fprintf(stderr, "unexpected argument '%s' (flags for the nodes go after --)\n",
+                 positional[1]);
+    return 2;
+  }
+  return farm::Main(node_args);
 }
