@@ -45,6 +45,16 @@ void ServeEcho(Rpc& rpc, uint32_t self) {
   });
 }
 
+// An Rpc serving ServeEcho on each of the first `n` nodes of `c`.
+std::vector<std::unique_ptr<Rpc>> EchoRpcs(TestCluster& c, int n) {
+  std::vector<std::unique_ptr<Rpc>> rpcs;
+  for (int i = 0; i < n; ++i) {
+    rpcs.push_back(std::make_unique<Rpc>(c.messenger(i)));
+    ServeEcho(*rpcs[i], i);
+  }
+  return rpcs;
+}
+
 }  // namespace
 
 TEST_CASE("RPC between every pair of nodes", "[rpc]") {
@@ -309,12 +319,8 @@ TEST_CASE("a corrupt ring fails the pending calls with DataLoss and gets its sen
   TestCluster c(3, Options());
   REQUIRE(c.status().ok());
   REQUIRE(c.StartMessengers().ok());
-  std::vector<std::unique_ptr<Rpc>> rpcs;
+  std::vector<std::unique_ptr<Rpc>> rpcs = EchoRpcs(c, 3);
   farm::Notification release;
-  for (int i = 0; i < 3; ++i) {
-    rpcs.push_back(std::make_unique<Rpc>(c.messenger(i)));
-    ServeEcho(*rpcs[i], i);
-  }
   rpcs[2]->RegisterHandler(kBlock, [&release](const RpcRequest&) -> absl::StatusOr<std::string> {
     release.WaitForNotificationWithTimeout(absl::Seconds(20));
     return std::string("late");
@@ -375,11 +381,7 @@ TEST_CASE("a node that reports the configuration manager's node is evicted itsel
   TestCluster c(3, Options());
   REQUIRE(c.status().ok());
   REQUIRE(c.StartMessengers().ok());
-  std::vector<std::unique_ptr<Rpc>> rpcs;
-  for (int i = 0; i < 3; ++i) {
-    rpcs.push_back(std::make_unique<Rpc>(c.messenger(i)));
-    ServeEcho(*rpcs[i], i);
-  }
+  std::vector<std::unique_ptr<Rpc>> rpcs = EchoRpcs(c, 3);
   // Garbage where node 1 receives node 0's responses: node 1 closes that ring and reports node 0,
   // which hosts the CM. Evicting the CM's node would end the cluster; node 1 goes instead.
   char* ring = c.messenger(1)->ReceiveRingForTesting(0, Options().lanes);
@@ -428,11 +430,7 @@ TEST_CASE("a node that leaves fails the calls waiting for it and refuses new one
   TestCluster c(3, Options());
   REQUIRE(c.status().ok());
   REQUIRE(c.StartMessengers().ok());  // node 2 has a messenger but no Rpc: it never answers
-  std::vector<std::unique_ptr<Rpc>> rpcs;
-  for (int i = 0; i < 2; ++i) {
-    rpcs.push_back(std::make_unique<Rpc>(c.messenger(i)));
-    ServeEcho(*rpcs[i], i);
-  }
+  std::vector<std::unique_ptr<Rpc>> rpcs = EchoRpcs(c, 2);
   absl::StatusOr<Messenger::LaneLease> lane = c.messenger(0)->AcquireLane();
   REQUIRE(lane.ok());
   // Far longer than the test may take: only the departure can end these calls.
@@ -529,11 +527,7 @@ TEST_CASE("a response from a node the call did not go to is ignored", "[rpc]") {
   TestCluster c(3, Options());
   REQUIRE(c.status().ok());
   REQUIRE(c.StartMessengers().ok());
-  std::vector<std::unique_ptr<Rpc>> rpcs;
-  for (int i = 0; i < 3; ++i) {
-    rpcs.push_back(std::make_unique<Rpc>(c.messenger(i)));
-    ServeEcho(*rpcs[i], i);
-  }
+  std::vector<std::unique_ptr<Rpc>> rpcs = EchoRpcs(c, 3);
   // Node 1 answers kBlock only once released: its real response comes after the forged one.
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();

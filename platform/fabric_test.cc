@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "platform/testing/fabric_pair.h"
 #include "platform/testing/test_env.h"
 
 // LeakSanitizer (the ASan lane of .ci/run) reads this hook from the test binary. With the tcp
@@ -27,48 +28,7 @@ using testing::AnyProvider;
 using testing::TestHost;
 using testing::TestProviders;
 
-// Two endpoints in one process; a thread drives the target's progress as a node's poller would.
-struct Pair {
-  std::unique_ptr<Fabric> a, b;
-  std::vector<char> abuf, bbuf;
-  std::unique_ptr<MemoryRegistration> amr, bmr;
-  PeerId b_from_a = 0;
-  std::atomic<bool> stop{false};
-  // While set, nobody progresses b: operations targeting it stay outstanding on shm, tcp;ofi_rxm
-  // and tcp (verbs serves them in hardware regardless).
-  std::atomic<bool> paused{false};
-  std::thread poller;
-
-  explicit Pair(const std::string& provider) : abuf(1 << 16), bbuf(1 << 16) {
-    FabricOptions o;
-    o.provider = provider;
-    o.bind_host = TestHost();
-    auto fa = Fabric::Open(o);
-    INFO(fa.status().ToString());
-    REQUIRE(fa.ok());
-    auto fb = Fabric::Open(o);
-    REQUIRE(fb.ok());
-    a = std::move(*fa);
-    b = std::move(*fb);
-    amr = std::move(*a->Register(abuf.data(), abuf.size()));
-    bmr = std::move(*b->Register(bbuf.data(), bbuf.size()));
-    auto peer = a->AddPeer(b->address());
-    REQUIRE(peer.ok());
-    b_from_a = *peer;
-    poller = std::thread([this] {
-      while (!stop.load()) {
-        if (!paused.load()) b->Progress();
-      }
-    });
-  }
-  ~Pair() {
-    stop = true;
-    poller.join();
-  }
-  RemoteBuffer Remote(size_t offset) const {
-    return RemoteBuffer{bmr->remote_base() + offset, bmr->key()};
-  }
-};
+using Pair = testing::FabricPair;
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 
 #include "absl/time/clock.h"
 #include "platform/fabric.h"
+#include "platform/testing/fabric_pair.h"
 #include "platform/testing/test_env.h"
 
 namespace farm {
@@ -19,41 +20,8 @@ namespace {
 constexpr size_t kBytes = 1 << 16;
 
 // Endpoint a writes into b's registered buffer; a thread drives b's progress as a poller would.
-struct Pair {
-  std::unique_ptr<Fabric> a, b;
-  std::vector<char> abuf, bbuf;
-  std::unique_ptr<MemoryRegistration> amr, bmr;
-  PeerId b_from_a = 0;
-  std::atomic<bool> stop{false};
-  std::thread poller;
-
-  Pair() : abuf(kBytes), bbuf(kBytes) {
-    FabricOptions o;
-    o.provider = testing::AnyProvider();
-    o.bind_host = testing::TestHost();
-    auto fa = Fabric::Open(o);
-    INFO(fa.status().ToString());
-    REQUIRE(fa.ok());
-    auto fb = Fabric::Open(o);
-    REQUIRE(fb.ok());
-    a = std::move(*fa);
-    b = std::move(*fb);
-    amr = std::move(*a->Register(abuf.data(), abuf.size()));
-    bmr = std::move(*b->Register(bbuf.data(), bbuf.size()));
-    auto peer = a->AddPeer(b->address());
-    REQUIRE(peer.ok());
-    b_from_a = *peer;
-    poller = std::thread([this] {
-      while (!stop.load()) b->Progress();
-    });
-  }
-  ~Pair() {
-    stop = true;
-    poller.join();
-  }
-  RemoteBuffer Remote(size_t offset) const {
-    return RemoteBuffer{bmr->remote_base() + offset, bmr->key()};
-  }
+struct Pair : testing::FabricPair {
+  Pair() : FabricPair(testing::AnyProvider(), kBytes) {}
   // WRITEs `len` bytes of `fill` from a to offset `at` of b; waits for the completion.
   absl::Status Write(size_t at, size_t len, char fill) {
     std::memset(abuf.data(), fill, len);

@@ -46,6 +46,7 @@
 #include "platform/logging.h"
 #include "platform/node.h"
 #include "spdlog/spdlog.h"
+#include "tests/messaging_node.h"
 #include "tools/child_process.h"
 
 ABSL_FLAG(std::string, log_level, "warn", "trace, debug, info, warn, error or off");
@@ -55,6 +56,8 @@ ABSL_FLAG(int, node_id, -1, "internal: node id of the node role");
 
 namespace farm {
 namespace {
+
+using testing::Emit;
 
 constexpr uint16_t kEcho = 21;
 constexpr uint32_t kLeaseMs = 2000;
@@ -73,11 +76,6 @@ MessengerOptions Options() {
 
 // ---------------------------------------------------------------------------------------------
 // Node role
-
-void Emit(const std::string& line) {
-  std::fputs((line + "\n").c_str(), stdout);
-  std::fflush(stdout);
-}
 
 std::string Members(const Node& node) { return absl::StrJoin(node.members(), ","); }
 
@@ -138,46 +136,28 @@ int Serve(Node& node, Rpc& rpc, Messenger::Lane& lane) {
 
 int NodeMain() {
   const int id = absl::GetFlag(FLAGS_node_id);
-  if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), absl::StrCat("node", id));
-      !s.ok()) {
-    spdlog::error("{}", std::string(s.message()));
-    return 2;
-  }
-  absl::StatusOr<config::ClusterConfig> cfg = LoadClusterConfig(absl::GetFlag(FLAGS_config));
-  if (!cfg.ok()) {
-    spdlog::error("{}", std::string(cfg.status().message()));
-    return 2;
-  }
-  NodeOptions no;
-  no.config = *cfg;
-  no.node_id = id;
-  no.areas.push_back(Messenger::Area(*cfg, Options()));
-  absl::StatusOr<std::unique_ptr<Node>> node = Node::Start(no);
-  if (!node.ok()) {
-    spdlog::error("node {} could not start: {}", id, std::string(node.status().message()));
-    return 1;
+  testing::MessagingNode n;
+  if (int rc = testing::StartMessagingNode(id, absl::GetFlag(FLAGS_config),
+                                           absl::GetFlag(FLAGS_log_level), Options(), &n);
+      rc != 0) {
+    return rc;
   }
   int rc = 0;
   {
-    absl::StatusOr<std::unique_ptr<Messenger>> m = Messenger::Create(node->get(), Options());
-    if (!m.ok()) {
-      spdlog::error("node {}: {}", id, std::string(m.status().message()));
-      return 1;
-    }
-    Rpc rpc(m->get());
+    Rpc rpc(n.messenger.get());
     rpc.RegisterHandler(kEcho, [id](const RpcRequest& r) -> absl::StatusOr<std::string> {
       return absl::StrCat(id, ":", r.payload);
     });
     // One lane for every call: a lane that gave up on a paused peer would show in later calls.
-    absl::StatusOr<Messenger::LaneLease> lane = (*m)->AcquireLane();
+    absl::StatusOr<Messenger::LaneLease> lane = n.messenger->AcquireLane();
     if (!lane.ok()) {
       spdlog::error("node {}: {}", id, std::string(lane.status().message()));
       return 1;
     }
     Emit(absl::StrCat("READY ", id));
-    rc = Serve(**node, rpc, **lane);
+    rc = Serve(*n.node, rpc, **lane);
   }
-  node->reset();
+  n.Stop();
   return rc;
 }
 

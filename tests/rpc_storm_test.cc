@@ -35,6 +35,7 @@
 #include "platform/logging.h"
 #include "platform/node.h"
 #include "spdlog/spdlog.h"
+#include "tests/messaging_node.h"
 #include "tools/child_process.h"
 
 ABSL_FLAG(int, nodes, 3, "nodes in the storm");
@@ -49,6 +50,8 @@ ABSL_FLAG(int, node_id, -1, "internal: node id of the node role");
 
 namespace farm {
 namespace {
+
+using testing::Emit;
 
 constexpr uint16_t kStorm = 11;
 constexpr int kBatch = 8;
@@ -157,11 +160,6 @@ class Storm {
   std::string first_error_ ABSL_GUARDED_BY(mu_);
 };
 
-void Emit(const std::string& line) {
-  std::fputs((line + "\n").c_str(), stdout);
-  std::fflush(stdout);
-}
-
 // Reads standard input until `word` on a line (true) or end of input (false).
 bool WaitForInput(const std::string& word) {
   std::string pending;
@@ -178,39 +176,21 @@ bool WaitForInput(const std::string& word) {
 
 int NodeMain() {
   const int id = absl::GetFlag(FLAGS_node_id);
-  if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), absl::StrCat("node", id));
-      !s.ok()) {
-    spdlog::error("{}", std::string(s.message()));
-    return 2;
-  }
-  absl::StatusOr<config::ClusterConfig> cfg = LoadClusterConfig(absl::GetFlag(FLAGS_config));
-  if (!cfg.ok()) {
-    spdlog::error("{}", std::string(cfg.status().message()));
-    return 2;
-  }
-  NodeOptions no;
-  no.config = *cfg;
-  no.node_id = id;
-  no.areas.push_back(Messenger::Area(*cfg, StormOptions()));
-  absl::StatusOr<std::unique_ptr<Node>> node = Node::Start(no);
-  if (!node.ok()) {
-    spdlog::error("node {} could not start: {}", id, std::string(node.status().message()));
-    return 1;
+  testing::MessagingNode n;
+  if (int rc = testing::StartMessagingNode(id, absl::GetFlag(FLAGS_config),
+                                           absl::GetFlag(FLAGS_log_level), StormOptions(), &n);
+      rc != 0) {
+    return rc;
   }
   int rc = 0;
   {
-    absl::StatusOr<std::unique_ptr<Messenger>> m = Messenger::Create(node->get(), StormOptions());
-    if (!m.ok()) {
-      spdlog::error("node {}: {}", id, std::string(m.status().message()));
-      return 1;
-    }
-    Rpc rpc(m->get());
+    Rpc rpc(n.messenger.get());
     rpc.RegisterHandler(kStorm, [id](const RpcRequest& r) -> absl::StatusOr<std::string> {
       return Answer(static_cast<uint32_t>(id), r.payload);
     });
     Emit(absl::StrCat("READY ", id));
     if (WaitForInput("go")) {
-      Storm storm(&rpc, static_cast<uint32_t>(id), cfg->node_size());
+      Storm storm(&rpc, static_cast<uint32_t>(id), n.config.node_size());
       storm.Run(absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_calls));
       Emit(absl::StrCat("RESULT ", storm.ResultJson()));
       WaitForInput("quit");  // keep serving the others until the driver lets us go
@@ -218,7 +198,7 @@ int NodeMain() {
       rc = 1;
     }
   }
-  node->reset();
+  n.Stop();
   return rc;
 }
 
