@@ -9,12 +9,21 @@
 #    gone, the owners release its locks: both objects are unchanged and a new transaction writes
 #    them.
 # Each run must report exactly the dying node as failed (status 17) and leave no process behind.
+#
+# Not on shm. libfabric 1.17's shm provider guards each process's command queue with a spinlock
+# in shared memory that its peers take to post to it; a process killed while one of its threads
+# (its poller, or any thread driving progress) holds a peer's lock leaves that peer's queue
+# locked for good, and every later WRITE to that peer stalls. Seen in about half of the runs on
+# shm, in every scenario: the survivors' WRITEs to one node never complete while that node keeps
+# polling (gdb: its poller sleeping normally between progress calls, the sender inside
+# fi_cq_read); never on tcp;ofi_rxm. shm is a same-host test transport: killing processes is
+# tested on tcp;ofi_rxm here and on verbs in the SoftiWARP lane.
 source "$(dirname "$0")/lib.sh"
 CLUSTER=$(bin cluster) || exit 1
 APP=${TEST_SRCDIR:-/nonexistent}/${TEST_WORKSPACE:-farm}/tests/txn_fault_app
 [ -x "$APP" ] || APP="$_root/bazel-bin/tests/txn_fault_app"
 
-IFS=' ' read -r -a providers <<<"${FARM_TEST_PROVIDERS:-shm tcp;ofi_rxm}"
+IFS=' ' read -r -a providers <<<"${FARM_TEST_PROVIDERS:-tcp;ofi_rxm}"
 host=${FARM_TEST_HOST:-127.0.0.1}
 
 run() {  # scenario provider dying_node
@@ -37,6 +46,10 @@ run() {  # scenario provider dying_node
 }
 
 for provider in "${providers[@]}"; do
+  if [ "$provider" = shm ]; then
+    echo "== shm: not run (a killed process can wedge shm's shared queues; see above)"
+    continue
+  fi
   run participant "$provider" 2
   grep -q "\[node 0\] RESULT commit failed with a clear error: ok" "$TMP/out" ||
     fail "participant: the commit did not fail clearly"

@@ -36,6 +36,12 @@ void Participant::UnlockAll(std::vector<Locked>& objects) {
 absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
                                absl::string_view encoded) {
   std::lock_guard<std::mutex> l(mu_);
+  // Checked under mu_, like CoordinatorLeft runs: a LOCK still in a ring when its coordinator
+  // left is refused here or undone there.
+  if (!is_member_(coordinator)) {
+    return absl::UnavailableError(
+        absl::StrCat("LOCK from node ", coordinator, ", which is not a member (it left)"));
+  }
   Truncate(coordinator, request.truncate);
   if (request.txn.node != coordinator) {
     return absl::InvalidArgumentError(absl::StrCat("LOCK for transaction ", request.txn.ToString(),
@@ -149,9 +155,13 @@ absl::Status Participant::Abort(uint32_t coordinator, const DecisionRequest& req
 
 absl::StatusOr<GlobalAddress> Participant::Reserve(uint32_t coordinator,
                                                    const ReserveRequest& request) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!is_member_(coordinator)) {
+    return absl::UnavailableError(
+        absl::StrCat("allocation for node ", coordinator, ", which is not a member (it left)"));
+  }
   absl::StatusOr<GlobalAddress> a = allocator_->Reserve(request.size);
   if (!a.ok()) return a.status();
-  std::lock_guard<std::mutex> l(mu_);
   reservations_[coordinator].insert(a->Pack());
   return a;
 }

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -34,7 +35,11 @@ namespace txn {
 
 class Participant {
  public:
-  explicit Participant(Allocator* allocator) : allocator_(allocator) {}
+  // `is_member(node)` says whether a node is in this node's current membership (a LOCK or a
+  // reservation from a coordinator that is not is refused: see CoordinatorLeft).
+  explicit Participant(Allocator* allocator,
+                       std::function<bool(uint32_t)> is_member = [](uint32_t) { return true; })
+      : allocator_(allocator), is_member_(std::move(is_member)) {}
   Participant(const Participant&) = delete;
   Participant& operator=(const Participant&) = delete;
 
@@ -54,6 +59,9 @@ class Participant {
   absl::StatusOr<GlobalAddress> Reserve(uint32_t coordinator, const ReserveRequest& request);
 
   // The coordinator left the cluster: abort its undecided transactions, cancel its reservations.
+  // Call it once the membership without the coordinator is applied (is_member says false from
+  // then on): a LOCK or reservation of the coordinator that is handled after this call is
+  // refused, and one handled before it is undone by it, so nothing it locks can stay locked.
   void CoordinatorLeft(uint32_t coordinator);
 
   // The (coordinator -> this node) log: records not yet truncated, oldest first.
@@ -81,6 +89,7 @@ class Participant {
   void Truncate(uint32_t coordinator, const std::vector<uint64_t>& seqs);
 
   Allocator* const allocator_;
+  const std::function<bool(uint32_t)> is_member_;
   mutable std::mutex mu_;
   absl::flat_hash_map<TxnId, Pending> pending_;
   // Reservations by coordinator (packed addresses), so that a coordinator that leaves loses

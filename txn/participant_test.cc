@@ -171,6 +171,22 @@ TEST_CASE("aborted allocations and departed coordinators leak nothing", "[partic
   CHECK(h.allocator->slots_in_use() == 1);  // b
 }
 
+TEST_CASE("a coordinator that left can lock and reserve nothing", "[participant]") {
+  std::vector<uint64_t> memory((1 << 20) / 8, 0);
+  Allocator allocator({LocalRegion{kRegion, reinterpret_cast<char*>(memory.data()), 1 << 20}});
+  bool member = true;
+  Participant p(&allocator, [&member](uint32_t) { return member; });
+  absl::StatusOr<GlobalAddress> a = p.Reserve(kCoordinator, ReserveRequest{Txn(1), 8});
+  REQUIRE(a.ok());
+  member = false;  // the membership without it is applied; CoordinatorLeft follows
+  LockRequest late{Txn(1), {1}, {WriteRecord{*a, WriteKind::kAlloc, 0, "12345678"}}, {}};
+  CHECK(absl::IsUnavailable(p.Lock(kCoordinator, late, EncodeLock(late))));
+  CHECK(absl::IsUnavailable(p.Reserve(kCoordinator, ReserveRequest{Txn(2), 8}).status()));
+  CHECK(p.locked_objects() == 0);
+  p.CoordinatorLeft(kCoordinator);
+  CHECK(allocator.reserved() == 0);
+}
+
 TEST_CASE("memory full is ResourceExhausted; oversized objects are refused", "[participant]") {
   Heap h(64 << 10);  // one block
   CHECK(absl::IsInvalidArgument(
