@@ -109,10 +109,16 @@ TEST_CASE("a conflicting transaction aborts and changes nothing", "[txn]") {
   std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
   std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
   std::unique_ptr<Worker> w1 = NewWorker(*rts[1]);
-  const GlobalAddress x = NewCounter(*w0, 2, 1);
-  const GlobalAddress y = NewCounter(*w0, 1, 1);
+  // One cluster for every case (a cluster start is the slow part, under ASan on tcp;ofi_rxm
+  // especially); each case gets fresh objects x (on node 2) and y (on node 1), both 1.
+  auto fresh = [&](GlobalAddress* x, GlobalAddress* y) {
+    *x = NewCounter(*w0, 2, 1);
+    *y = NewCounter(*w0, 1, 1);
+  };
+  GlobalAddress x, y;
 
-  SECTION("write-write") {
+  {  // write-write
+    fresh(&x, &y);
     std::unique_ptr<Txn> a = w0->Begin();
     std::unique_ptr<Txn> b = w1->Begin();
     REQUIRE(a->Put(x, int64_t{10}).ok());
@@ -123,7 +129,8 @@ TEST_CASE("a conflicting transaction aborts and changes nothing", "[txn]") {
     CHECK_THAT(std::string(s.message()), Catch::Contains("changed"));
     CHECK(*w1->LockFreeGet<int64_t>(x) == 10);
   }
-  SECTION("read-write: validation fails when a read object changed") {
+  {  // read-write: validation fails when a read object changed
+    fresh(&x, &y);
     std::unique_ptr<Txn> a = w0->Begin();
     REQUIRE(a->Get<int64_t>(x).ok());      // read only
     REQUIRE(a->Put(y, int64_t{5}).ok());   // written
@@ -136,7 +143,8 @@ TEST_CASE("a conflicting transaction aborts and changes nothing", "[txn]") {
     CHECK_THAT(std::string(s.message()), Catch::Contains("validation"));
     CHECK(*w1->LockFreeGet<int64_t>(y) == 1);  // a's write was not applied
   }
-  SECTION("a read-only transaction that saw a stale value aborts") {
+  {  // a read-only transaction that saw a stale value aborts
+    fresh(&x, &y);
     std::unique_ptr<Txn> a = w0->Begin();
     REQUIRE(*a->Get<int64_t>(x) == 1);
     std::unique_ptr<Txn> b = w1->Begin();
@@ -144,7 +152,8 @@ TEST_CASE("a conflicting transaction aborts and changes nothing", "[txn]") {
     REQUIRE(b->Commit().ok());
     CHECK(absl::IsAborted(a->Commit()));
   }
-  SECTION("a transaction cannot be used after Commit or Abort") {
+  {  // a transaction cannot be used after Commit or Abort
+    fresh(&x, &y);
     std::unique_ptr<Txn> a = w0->Begin();
     REQUIRE(a->Put(x, int64_t{3}).ok());
     REQUIRE(a->Commit().ok());
