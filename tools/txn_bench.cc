@@ -709,9 +709,9 @@ absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provi
   return r;
 }
 
-// Starts the cluster on `provider`, runs every point, returns the rows.
-absl::StatusOr<std::vector<Row>> RunFarm(const std::string& provider, const Options& o,
-                                         const std::function<void(const Row&)>& print) {
+// A configuration of o.nodes local nodes on `provider`, written into `dir`; its path.
+absl::StatusOr<std::string> WriteClusterConfig(const std::string& provider, const Options& o,
+                                               TempDir& dir) {
   absl::StatusOr<config::ClusterConfig> cfg =
       LocalClusterConfig(o.nodes, provider, absl::GetFlag(FLAGS_host));
   if (!cfg.ok()) return cfg.status();
@@ -720,71 +720,113 @@ absl::StatusOr<std::vector<Row>> RunFarm(const std::string& provider, const Opti
   cfg->set_region_size(4 << 20);
   cfg->set_region_count(static_cast<uint32_t>((per_node + (4 << 20) - 1) / (4 << 20)));
   cfg->set_join_timeout_s(static_cast<uint32_t>(o.timeout_s));
-  absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("txn_bench");
-  absl::StatusOr<std::string> path =
-      dir.ok() ? (*dir)->Write("cluster.textproto", ToText(*cfg)) : dir.status();
-  if (!path.ok()) return path.status();
+  return dir.Write("cluster.textproto", ToText(*cfg));
+}
+
+// Node i as a copy of this program: the node flags and the workload's flags as given here.
+absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnNode(int i, const std::string& config,
+                                                        const std::string& provider) {
   const std::string log_level = absl::GetFlag(FLAGS_log_level);
-  std::vector<std::unique_ptr<ChildProcess>> nodes;
-  for (int i = 0; i < o.nodes; ++i) {
-    std::vector<std::string> args = {
-        "--role=node",
-        absl::StrCat("--config=", *path),
-        absl::StrCat("--node_id=", i),
-        absl::StrCat("--provider=", provider),
-        absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
-        absl::StrCat("--log_level=", log_level == "info" ? "warn" : log_level),
-        absl::StrCat("--workers=", kMaxThreads + 2)};
-    for (const char* flag : {"threads", "kinds", "dists", "zipf_theta", "objects", "nodes",
-                             "active_nodes", "duration_ms", "warmup_ms", "timeout_s", "seed"}) {
-      args.push_back(
-          absl::StrCat("--", flag, "=", absl::FindCommandLineFlag(flag)->CurrentValue()));
-    }
-    absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::SpawnSelf(args);
-    if (!child.ok()) return child.status();
-    nodes.push_back(std::move(*child));
+  std::vector<std::string> args = {
+      "--role=node",
+      absl::StrCat("--config=", config),
+      absl::StrCat("--node_id=", i),
+      absl::StrCat("--provider=", provider),
+      absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
+      absl::StrCat("--log_level=", log_level == "info" ? "warn" : log_level),
+      absl::StrCat("--workers=", kMaxThreads + 2)};
+  for (const char* flag : {"threads", "kinds", "dists", "zipf_theta", "objects", "nodes",
+                           "active_nodes", "duration_ms", "warmup_ms", "timeout_s", "seed"}) {
+    args.push_back(absl::StrCat("--", flag, "=", absl::FindCommandLineFlag(flag)->CurrentValue()));
   }
-  std::vector<Row> rows;
-  absl::Status status;
+  return ChildProcess::SpawnSelf(args);
+}
+
+// Reads node 0's TXNBENCH lines until DONE (OK) or FAILED; prints a row per RESULT.
+absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, const Options& o,
+                          const std::function<void(const Row&)>& print) {
   const absl::Duration step = o.PointTime() + absl::Seconds(o.timeout_s);
   for (;;) {
-    absl::StatusOr<std::string> line = nodes[0]->WaitForLine("TXNBENCH", absl::Now() + step);
+    absl::StatusOr<std::string> line = node0.WaitForLine("TXNBENCH", absl::Now() + step);
     if (!line.ok()) {
-      status =
-          absl::Status(line.status().code(), absl::StrCat("node 0: ", line.status().message()));
-      break;
+      return absl::Status(line.status().code(), absl::StrCat("node 0: ", line.status().message()));
     }
     absl::string_view rest = *line;
     absl::ConsumePrefix(&rest, "TXNBENCH ");
     if (absl::StartsWith(rest, "RESULT ")) {
       absl::StatusOr<Row> r = ParseResult(rest, provider);
-      if (!r.ok()) {
-        status = r.status();
-        break;
-      }
+      if (!r.ok()) return r.status();
       r->clients = r->threads * o.active_nodes;
-      rows.push_back(*r);
       print(*r);
     } else if (absl::StartsWith(rest, "SETUP ") || absl::StartsWith(rest, "AUDIT ")) {
       spdlog::info("{}: {}", provider, std::string(rest));
+    } else if (absl::StartsWith(rest, "DONE")) {
+      return absl::OkStatus();
     } else {
-      if (!absl::StartsWith(rest, "DONE")) status = absl::InternalError(std::string(rest));
-      break;
+      return absl::InternalError(std::string(rest));
     }
   }
+}
+
+// Starts the cluster on `provider` and runs every point; prints a row per point.
+absl::Status RunFarm(const std::string& provider, const Options& o,
+                     const std::function<void(const Row&)>& print) {
+  absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("txn_bench");
+  if (!dir.ok()) return dir.status();
+  absl::StatusOr<std::string> config = WriteClusterConfig(provider, o, **dir);
+  if (!config.ok()) return config.status();
+  std::vector<std::unique_ptr<ChildProcess>> nodes;
+  for (int i = 0; i < o.nodes; ++i) {
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child = SpawnNode(i, *config, provider);
+    if (!child.ok()) return child.status();
+    nodes.push_back(std::move(*child));
+  }
+  absl::Status status = ReadNodeZero(*nodes[0], provider, o, print);
   for (auto& n : nodes) {
     const std::string how = n->Stop(absl::Seconds(status.ok() ? 30 : 2));
     if (status.ok() && how != "exited with status 0") {
       status = absl::InternalError(absl::StrCat("a node ", how));
     }
   }
-  if (!status.ok()) return status;
-  return rows;
+  return status;
+}
+
+// One bank point against a peer: `clients` threads, each on its own connection.
+absl::StatusOr<ClientStats> RunPeerPoint(PeerStore& store, const Point& p, size_t index,
+                                         int clients, const Options& o) {
+  const KeyChooser keys(p.dist, o.objects, o.theta);
+  std::vector<std::unique_ptr<BankConnection>> conns;
+  for (int i = 0; i < clients; ++i) {
+    absl::StatusOr<std::unique_ptr<BankConnection>> c = store.Connect();
+    if (!c.ok()) return c.status();
+    conns.push_back(std::move(*c));
+  }
+  std::vector<ClientStats> stats(clients);
+  std::vector<absl::Status> status(clients);
+  const Window window = Window::After(o.warmup_ms, o.duration_ms);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
+        return conns[i]->Transfer(objects[0], objects[1], commit_us);
+      };
+      status[i] = RunClient(keys, Kind::kBank, window, ClientSeed(o, index, i), attempt, &stats[i]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ClientStats all;
+  for (int i = 0; i < clients; ++i) {
+    if (!status[i].ok()) return status[i];
+    all.Merge(stats[i]);
+  }
+  // Summed per client like farm's per node (each over its own window).
+  all.seconds = o.duration_ms / 1000.0;
+  return all;
 }
 
 // The bank transfer against one peer: every distribution and thread count of the farm points.
-absl::StatusOr<std::vector<Row>> RunPeer(Peer peer, const std::string& provider, const Options& o,
-                                         const std::function<void(const Row&)>& print) {
+absl::Status RunPeer(Peer peer, const std::string& provider, const Options& o,
+                     const std::function<void(const Row&)>& print) {
   const Transport transport = provider == "shm" ? Transport::kUnix : Transport::kTcp;
   std::string script = absl::GetFlag(FLAGS_peers_script);
   if (script.empty()) script = FindRunfile("tools/txn_bench_peers.sh", "txn_bench_peers.sh");
@@ -792,63 +834,37 @@ absl::StatusOr<std::vector<Row>> RunPeer(Peer peer, const std::string& provider,
   absl::StatusOr<std::unique_ptr<PeerStore>> store =
       PeerStore::Start(peer, transport, script, o.objects, kInitialValue);
   if (!store.ok()) return store.status();
-  std::vector<Row> rows;
-  size_t index = 0;
-  for (const Point& p : o.Points()) {
-    ++index;
+  const std::vector<Point> points = o.Points();
+  for (size_t index = 0; index < points.size(); ++index) {
+    const Point& p = points[index];
     if (p.kind != Kind::kBank) continue;
-    const KeyChooser keys(p.dist, o.objects, o.theta);
-    const int clients = p.threads * o.active_nodes;
-    std::vector<std::unique_ptr<BankConnection>> conns;
-    for (int i = 0; i < clients; ++i) {
-      absl::StatusOr<std::unique_ptr<BankConnection>> c = (*store)->Connect();
-      if (!c.ok()) return c.status();
-      conns.push_back(std::move(*c));
-    }
-    std::vector<ClientStats> stats(clients);
-    std::vector<absl::Status> status(clients);
-    const Window window = Window::After(o.warmup_ms, o.duration_ms);
-    std::vector<std::thread> threads;
-    for (int i = 0; i < clients; ++i) {
-      threads.emplace_back([&, i] {
-        Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
-          return conns[i]->Transfer(objects[0], objects[1], commit_us);
-        };
-        status[i] =
-            RunClient(keys, Kind::kBank, window, ClientSeed(o, index - 1, i), attempt, &stats[i]);
-      });
-    }
-    for (std::thread& t : threads) t.join();
     Row r;
+    r.clients = p.threads * o.active_nodes;
+    absl::StatusOr<ClientStats> all = RunPeerPoint(**store, p, index, r.clients, o);
+    if (!all.ok()) return all.status();
     r.target = PeerName(peer);
     r.provider = provider;
     r.transport = TransportName(transport);
     r.kind = Kind::kBank;
     r.dist = p.dist;
     r.threads = p.threads;
-    r.clients = clients;
     r.msg_rounds = (*store)->msg_rounds();
-    ClientStats all;
-    for (int i = 0; i < clients; ++i) {
-      if (!status[i].ok()) return status[i];
-      all.Merge(stats[i]);
-      if (stats[i].seconds > 0) r.tx_per_s += stats[i].commits / stats[i].seconds;
-    }
-    r.p50 = all.commit.Percentile(0.5);
-    r.p99 = all.commit.Percentile(0.99);
-    r.txn_p50 = all.txn.Percentile(0.5);
-    r.txn_p99 = all.txn.Percentile(0.99);
-    r.abort_rate = all.abort_rate();
-    rows.push_back(r);
+    r.tx_per_s = all->commits / all->seconds;
+    r.p50 = all->commit.Percentile(0.5);
+    r.p99 = all->commit.Percentile(0.99);
+    r.txn_p50 = all->txn.Percentile(0.5);
+    r.txn_p99 = all->txn.Percentile(0.99);
+    r.abort_rate = all->abort_rate();
     print(r);
   }
   absl::StatusOr<int64_t> sum = (*store)->Sum();
   if (!sum.ok()) return sum.status();
-  if (*sum != static_cast<int64_t>(o.objects) * kInitialValue) {
-    return absl::DataLossError(absl::StrCat(PeerName(peer), "'s accounts sum to ", *sum, ", not ",
-                                            static_cast<int64_t>(o.objects) * kInitialValue));
+  const int64_t want = static_cast<int64_t>(o.objects) * kInitialValue;
+  if (*sum != want) {
+    return absl::DataLossError(
+        absl::StrCat(PeerName(peer), "'s accounts sum to ", *sum, ", not ", want));
   }
-  return rows;
+  return absl::OkStatus();
 }
 
 // The targets, in words, for one provider's rows.
@@ -1011,13 +1027,11 @@ int DriverMain() {
       }
     };
     std::vector<std::pair<std::string, std::function<absl::Status()>>> runs;
-    if (d->farm) runs.emplace_back("farm", [&] { return RunFarm(provider, o, print).status(); });
+    if (d->farm) runs.emplace_back("farm", [&] { return RunFarm(provider, o, print); });
     if (d->redis)
-      runs.emplace_back("redis",
-                        [&] { return RunPeer(Peer::kRedis, provider, o, print).status(); });
+      runs.emplace_back("redis", [&] { return RunPeer(Peer::kRedis, provider, o, print); });
     if (d->postgres)
-      runs.emplace_back("postgres",
-                        [&] { return RunPeer(Peer::kPostgres, provider, o, print).status(); });
+      runs.emplace_back("postgres", [&] { return RunPeer(Peer::kPostgres, provider, o, print); });
     for (auto& [name, run] : runs) {
       if (absl::Status s = run(); !s.ok()) {
         spdlog::error("{} on {}: {}", name, provider, s.ToString());
