@@ -13,6 +13,8 @@ packages=(
   catch2                             # Catch2 2.13
   libspdlog-dev libfmt-dev           # spdlog 1.10 on fmt 9
   libasan8 libubsan1 libtsan2        # gcc 12's sanitizer runtimes (.ci/run's asan and tsan lanes)
+  libhiredis-dev redis-server        # //tools:txn_bench's Redis peer (hiredis 0.14, Redis 7.0)
+  libpq-dev postgresql               # //tools:txn_bench's PostgreSQL peer (libpq 15, PostgreSQL 15)
 )
 
 missing=()

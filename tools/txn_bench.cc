@@ -1,0 +1,1120 @@
+// txn_bench: commit latency and throughput of farm's transactions on a cluster of real node
+// processes, side by side with the same bank transfer on Redis and PostgreSQL (issue 9).
+//
+//   bazel run //tools:txn_bench -- --provider=shm,'tcp;ofi_rxm' --threads=1,2,4
+//   bazel run //tools:txn_bench -- --provider=shm --targets=farm --duration_ms=200 --json
+//
+// For every provider the bench writes a cluster configuration, re-executes itself as --nodes node
+// processes (farm::RunNode with the App below, `--role=node`), and reads the results from node
+// 0's standard output. Inside the cluster:
+//  - set-up: node 0 allocates --objects objects of 8 bytes (an int64), each placed by
+//    AllocHint::Anywhere(index) so they spread over every node, in transactions of 128; the
+//    other nodes fetch the addresses from node 0 by RPC (kAddresses);
+//  - for every point (distribution x kind x threads per node): the nodes meet at a barrier
+//    (kArrive on node 0), each runs `threads` client threads, each with its own Worker, for
+//    --warmup_ms + --duration_ms, and sends what it measured to node 0 (kResult), which merges
+//    the histograms and prints one RESULT line;
+//  - at the end node 0 reads every object and checks that the sum is what the committed
+//    increments (write_1: +1, write_4: +1 each, bank: moves 1) make it.
+// The transactions (tools/txn_workload.h): read_only reads 4 objects; write_1 reads one and writes
+// it + 1; write_4 the same on 4; bank reads 2 accounts and moves 1 from the first to the second.
+// Objects are chosen uniformly or by Zipf(--zipf_theta), the same generator for every target.
+// Commit latency is the Commit() call of the attempt that committed.
+//
+// Peers (--targets redis, postgres): the bank transfer only, with as many client threads and
+// connections as the farm cluster has client threads (nodes x threads), on servers that
+// tools/txn_bench_peers.sh starts on private sockets and stops afterwards: Unix sockets against
+// shm, TCP on 127.0.0.1 against every other provider. --cpus pins this process before anything
+// starts, so the nodes, the servers and the peers' client threads all run on the same cores.
+//
+// Reference (--msg_iters > 0): //tools:msg_bench's RPC round trip (64 B) on the same provider in
+// the same run. Message rounds per commit follow from the protocol (txn/transaction.h): LOCK and
+// COMMIT-PRIMARY for a transaction that writes, none for a read-only one; the table also shows
+// FaRM's count for f = 0, Pw*(f+3) one-sided writes + Pr READs (Pw: primaries written, Pr:
+// objects only read).
+//
+// Output: a table, or with --json one object per point:
+//   {"target":"farm","provider":"shm","transport":"shm","kind":"bank","dist":"uniform",
+//    "threads":1,"clients":3,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
+//    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"rpc_rtt_p50_us":..}
+// Exit status: 0 success, 1 runtime failure (or an audit that does not add up), 2 bad flags.
+#include <sched.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "farm/farm.h"
+#include "platform/config.h"
+#include "platform/fabric.h"
+#include "platform/logging.h"
+#include "platform/mutex.h"
+#include "spdlog/spdlog.h"
+#include "tools/child_process.h"
+#include "tools/txn_peers.h"
+#include "tools/txn_workload.h"
+
+// --provider, --poll, --log_level, --config and --node_id are the node flags of farm::RunNode
+// (api/node_main.cc), which this binary links: the bench reads them too.
+ABSL_DECLARE_FLAG(std::string, provider);
+ABSL_DECLARE_FLAG(std::string, poll);
+ABSL_DECLARE_FLAG(std::string, log_level);
+ABSL_FLAG(std::string, threads, "1,2,4", "client threads per node, a comma-separated list");
+ABSL_FLAG(std::string, kinds, "read_only,write_1,write_4,bank",
+          "transactions to measure: read_only, write_1, write_4, bank");
+ABSL_FLAG(std::string, dists, "uniform,zipf", "object choice: uniform, zipf");
+ABSL_FLAG(double, zipf_theta, 0.99, "Zipf skew (0 < theta < 1)");
+ABSL_FLAG(int64_t, objects, 10000, "objects (accounts) in the cluster and in each peer");
+ABSL_FLAG(int, nodes, 3, "node processes in the farm cluster (2..8)");
+ABSL_FLAG(int, active_nodes, 0,
+          "nodes that run client threads (the first ones; the others only serve their objects); "
+          "0: all. The peers get threads x active nodes clients");
+ABSL_FLAG(int, duration_ms, 2000, "measured milliseconds per point");
+ABSL_FLAG(int, warmup_ms, 300, "milliseconds run before each point's measurement");
+ABSL_FLAG(std::string, targets, "farm,redis,postgres", "what to measure: farm, redis, postgres");
+ABSL_FLAG(bool, json, false, "print one JSON object per point instead of a table");
+ABSL_FLAG(std::string, cpus, "",
+          "pin everything (nodes, peer servers, peer clients) to these CPUs, e.g. 0-1 or 0,1; "
+          "empty: leave the affinity as it is");
+ABSL_FLAG(bool, private_dev_shm, false,
+          "run in a private mount namespace with an empty /dev/shm (root only): libfabric's shm "
+          "provider names its files after process ids, and a stale file left by a killed process "
+          "keeps a node that reuses its pid from starting");
+ABSL_FLAG(int, msg_iters, 20000,
+          "round trips of //tools:msg_bench's 64-byte RPC for the reference (0 skips it)");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address the nodes bind to");
+ABSL_FLAG(int, timeout_s, 120, "seconds any step (cluster start, set-up, barrier) may take");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the object choice");
+ABSL_FLAG(std::string, peers_script, "",
+          "tools/txn_bench_peers.sh (found in the runfiles when empty)");
+ABSL_FLAG(std::string, role, "", "internal: 'node' when re-executed as a node process");
+
+namespace farm {
+namespace txnbench {
+namespace {
+
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+constexpr int kMaxThreads = 16;
+constexpr int64_t kInitialValue = 1000000000;
+constexpr int kAllocBatch = 128;
+constexpr int kChunk = 1024;  // addresses per kAddresses answer (8 KiB: a quarter ring holds it)
+
+// ---------------------------------------------------------------------------------------------
+// What every process derives from the flags.
+
+struct Point {
+  Distribution dist;
+  Kind kind;
+  int threads;
+};
+
+struct Options {
+  std::vector<int> threads;
+  std::vector<Kind> kinds;
+  std::vector<Distribution> dists;
+  double theta = 0.99;
+  uint64_t objects = 0;
+  int nodes = 3;
+  int active_nodes = 3;  // nodes 0 .. active_nodes-1 run clients
+  int duration_ms = 0, warmup_ms = 0, timeout_s = 0;
+  uint64_t seed = 0;
+
+  std::vector<Point> Points() const {
+    std::vector<Point> out;
+    for (Distribution d : dists) {
+      for (Kind k : kinds) {
+        for (int t : threads) out.push_back(Point{d, k, t});
+      }
+    }
+    return out;
+  }
+  absl::Duration PointTime() const { return absl::Milliseconds(duration_ms + warmup_ms); }
+};
+
+absl::StatusOr<Options> OptionsFromFlags() {
+  Options o;
+  absl::StatusOr<std::vector<int>> threads =
+      ParseThreads(absl::GetFlag(FLAGS_threads), kMaxThreads);
+  if (!threads.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--threads: ", threads.status().message()));
+  absl::StatusOr<std::vector<Kind>> kinds = ParseKinds(absl::GetFlag(FLAGS_kinds));
+  if (!kinds.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--kinds: ", kinds.status().message()));
+  absl::StatusOr<std::vector<Distribution>> dists = ParseDistributions(absl::GetFlag(FLAGS_dists));
+  if (!dists.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--dists: ", dists.status().message()));
+  o.threads = *threads;
+  o.kinds = *kinds;
+  o.dists = *dists;
+  o.theta = absl::GetFlag(FLAGS_zipf_theta);
+  o.nodes = absl::GetFlag(FLAGS_nodes);
+  o.active_nodes = absl::GetFlag(FLAGS_active_nodes);
+  if (o.active_nodes == 0) o.active_nodes = o.nodes;
+  o.duration_ms = absl::GetFlag(FLAGS_duration_ms);
+  o.warmup_ms = absl::GetFlag(FLAGS_warmup_ms);
+  o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  const int64_t objects = absl::GetFlag(FLAGS_objects);
+  if (!(o.theta > 0 && o.theta < 1))
+    return absl::InvalidArgumentError("--zipf_theta must be in (0, 1)");
+  if (objects < 8 || objects > 10000000)
+    return absl::InvalidArgumentError("--objects must be 8..10000000");
+  if (o.nodes < 2 || o.nodes > 8) return absl::InvalidArgumentError("--nodes must be 2..8");
+  if (o.active_nodes < 1 || o.active_nodes > o.nodes) {
+    return absl::InvalidArgumentError("--active_nodes must be 0 (all) or 1..--nodes");
+  }
+  if (o.duration_ms < 1 || o.duration_ms > 3600000)
+    return absl::InvalidArgumentError("--duration_ms must be 1..3600000");
+  if (o.warmup_ms < 0 || o.warmup_ms > 600000)
+    return absl::InvalidArgumentError("--warmup_ms must be 0..600000");
+  if (o.timeout_s < 1) return absl::InvalidArgumentError("--timeout_s must be at least 1");
+  o.objects = static_cast<uint64_t>(objects);
+  return o;
+}
+
+uint64_t ClientSeed(const Options& o, size_t point, uint64_t client) {
+  return o.seed * 0x9e3779b97f4a7c15ull + point * 1000003 + client;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The node processes' RPCs (all served by node 0).
+
+struct AddressRequest {
+  uint64_t first = 0;
+};
+struct AddressChunk {
+  uint64_t total = 0;
+  uint32_t count = 0;
+  uint64_t packed[kChunk] = {};
+};
+struct ArriveRequest {
+  int32_t point = 0;
+};
+struct ArriveReply {
+  uint32_t arrived = 0;
+  uint32_t cancelled = 0;  // node 0 gave up: every node stops
+};
+struct NodeResult {
+  int32_t point = 0;
+  uint32_t node = 0;
+  ClientStats stats;
+  uint64_t all_commits = 0;     // warm-up included
+  uint64_t owners_written = 0;  // over all_commits: distinct nodes owning the written objects
+  uint64_t remote_commits = 0;  // over all_commits: some written object on another node
+  // Commit latency of the counted commits that sent messages (a written object on another node;
+  // the others commit locally, without a message round).
+  LatencyHistogram remote_commit;
+  char error[256] = {};
+};
+struct Ack {
+  uint32_t ok = 1;
+};
+
+constexpr Method<AddressRequest, AddressChunk> kAddresses{1};
+constexpr Method<ArriveRequest, ArriveReply> kArrive{2};
+constexpr Method<NodeResult, Ack> kResult{3};
+
+// Node 0's side of the set-up, the barriers and the results. Handlers (on the poller thread)
+// only record and answer; node 0's application thread waits on the mutex.
+// Thread safety: safe for concurrent use.
+class Conductor {
+ public:
+  void Publish(std::vector<uint64_t> packed) {
+    MutexLock l(&mu_);
+    addresses_ = std::move(packed);
+    published_ = true;
+  }
+  absl::StatusOr<AddressChunk> Chunk(uint64_t first) {
+    MutexLock l(&mu_);
+    if (!published_) return absl::FailedPreconditionError("objects not allocated yet");
+    AddressChunk c;
+    c.total = addresses_.size();
+    for (uint64_t i = first; i < addresses_.size() && c.count < kChunk; ++i) {
+      c.packed[c.count++] = addresses_[i];
+    }
+    return c;
+  }
+  ArriveReply Arrive(int point, uint32_t node) {
+    MutexLock l(&mu_);
+    arrived_[point].insert(node);
+    return ArriveReply{static_cast<uint32_t>(arrived_[point].size()), cancelled_ ? 1u : 0u};
+  }
+  bool AwaitArrivals(int point, size_t n, absl::Duration timeout) {
+    MutexLock l(&mu_);
+    return mu_.AwaitWithTimeout([&] { return arrived_[point].size() >= n; }, timeout);
+  }
+  void AddResult(const NodeResult& r) {
+    MutexLock l(&mu_);
+    results_[r.point].push_back(r);
+  }
+  bool AwaitResults(int point, size_t n, absl::Duration timeout, std::vector<NodeResult>* out) {
+    MutexLock l(&mu_);
+    if (!mu_.AwaitWithTimeout([&] { return results_[point].size() >= n; }, timeout)) return false;
+    *out = results_[point];
+    return true;
+  }
+  void Cancel() {
+    MutexLock l(&mu_);
+    cancelled_ = true;
+  }
+
+ private:
+  Mutex mu_;
+  bool published_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<uint64_t> addresses_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::set<uint32_t>> arrived_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::vector<NodeResult>> results_ ABSL_GUARDED_BY(mu_);
+};
+
+Conductor& TheConductor() {
+  static Conductor* c = new Conductor();
+  return *c;
+}
+
+void Emit(const std::string& line) {
+  std::printf("TXNBENCH %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+absl::Status NodeSetup(Runtime& rt) {
+  Conductor& c = TheConductor();
+  for (absl::Status s :
+       {kAddresses.Serve(rt, [&c](uint32_t, const AddressRequest&r) { return c.Chunk(r.first); }),
+        kArrive.Serve(rt,
+                      [&c](uint32_t from, const ArriveRequest&r) -> absl::StatusOr<ArriveReply> {
+                        return c.Arrive(r.point, from);
+                      }),
+        kResult.Serve(rt, [&c](uint32_t, const NodeResult&r) -> absl::StatusOr<Ack> {
+          c.AddResult(r);
+          return Ack{};
+        })}) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Node side.
+
+// Everything one node's clients need.
+struct Cluster {
+  Runtime* rt = nullptr;
+  Options options;
+  std::vector<GlobalAddress> objects;
+  std::vector<uint32_t> owner;  // per object
+  std::vector<std::unique_ptr<Worker>> workers;
+};
+
+absl::StatusOr<std::vector<uint64_t>> AllocateObjects(Worker& w, uint64_t n) {
+  std::vector<uint64_t> packed;
+  for (uint64_t begin = 0; begin < n; begin += kAllocBatch) {
+    const uint64_t end = std::min<uint64_t>(n, begin + kAllocBatch);
+    std::vector<uint64_t> batch;
+    absl::Status s = w.Run([&](Txn& t) -> absl::Status {
+      batch.clear();
+      for (uint64_t i = begin; i < end; ++i) {
+        absl::StatusOr<GlobalAddress> a = t.Alloc(sizeof(int64_t), AllocHint::Anywhere(i));
+        if (!a.ok()) return a.status();
+        if (absl::Status p = t.Put(*a, kInitialValue); !p.ok()) return p;
+        batch.push_back(a->Pack());
+      }
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("allocating objects: ", s.message()));
+    packed.insert(packed.end(), batch.begin(), batch.end());
+  }
+  return packed;
+}
+
+absl::StatusOr<std::vector<uint64_t>> FetchObjects(Worker& w, const Options& o) {
+  std::vector<uint64_t> packed;
+  const absl::Time deadline = absl::Now() + absl::Seconds(o.timeout_s);
+  while (packed.size() < o.objects) {
+    absl::StatusOr<AddressChunk> c = kAddresses.Call(w, 0, AddressRequest{packed.size()});
+    if (absl::IsFailedPrecondition(c.status()) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+      continue;
+    }
+    if (!c.ok())
+      return absl::Status(
+          c.status().code(),
+          absl::StrCat("fetching the objects' addresses from node 0: ", c.status().message()));
+    if (c->total != o.objects || c->count == 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("node 0 has ", c->total, " objects, not ", o.objects));
+    }
+    packed.insert(packed.end(), c->packed, c->packed + c->count);
+  }
+  return packed;
+}
+
+absl::Status PrepareCluster(Runtime& rt, Cluster* c) {
+  absl::StatusOr<std::unique_ptr<Worker>> w = rt.NewWorker();
+  if (!w.ok()) return w.status();
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<std::vector<uint64_t>> packed =
+      rt.node_id() == 0 ? AllocateObjects(**w, c->options.objects) : FetchObjects(**w, c->options);
+  if (!packed.ok()) return packed.status();
+  if (rt.node_id() == 0) {
+    TheConductor().Publish(*packed);
+    Emit(absl::StrFormat("SETUP objects=%d seconds=%.2f", packed->size(),
+                         absl::ToDoubleSeconds(absl::Now() - t0)));
+  }
+  std::map<uint32_t, uint32_t> region_owner;
+  for (uint32_t n : rt.members()) {
+    for (const RegionRef& r : rt.Regions(n)) region_owner[r.id] = r.node;
+  }
+  for (uint64_t p : *packed) {
+    c->objects.push_back(GlobalAddress::Unpack(p));
+    c->owner.push_back(region_owner[c->objects.back().region]);
+  }
+  c->workers.push_back(std::move(*w));
+  const int most = *std::max_element(c->options.threads.begin(), c->options.threads.end());
+  while (static_cast<int>(c->workers.size()) < most) {
+    absl::StatusOr<std::unique_ptr<Worker>> more = rt.NewWorker();
+    if (!more.ok()) return more.status();
+    c->workers.push_back(std::move(*more));
+  }
+  return absl::OkStatus();
+}
+
+// One attempt of a farm transaction (see the file comment).
+absl::Status FarmAttempt(Worker& w, Kind kind, const Cluster& c,
+                         const std::vector<uint64_t>& objects, double* commit_us) {
+  std::unique_ptr<Txn> t = w.Begin();
+  int64_t values[4];
+  for (size_t i = 0; i < objects.size(); ++i) {
+    absl::StatusOr<int64_t> v = t->Get<int64_t>(c.objects[objects[i]]);
+    if (!v.ok()) return v.status();
+    values[i] = *v;
+  }
+  for (size_t i = 0; i < objects.size() && kind != Kind::kReadOnly; ++i) {
+    const int64_t delta = kind != Kind::kBank ? 1 : i == 0 ? -1 : 1;
+    if (absl::Status s = t->Put(c.objects[objects[i]], values[i] + delta); !s.ok()) return s;
+  }
+  const Clock::time_point t0 = Clock::now();
+  absl::Status s = t->Commit();
+  *commit_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  return s;
+}
+
+// Runs one point on this node: `threads` clients, each on its own Worker.
+NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser& keys) {
+  NodeResult r;
+  r.point = index;
+  r.node = c.rt->node_id();
+  const int clients = static_cast<int>(r.node) < c.options.active_nodes ? p.threads : 0;
+  std::vector<NodeResult> per(clients);
+  std::vector<absl::Status> status(clients);
+  const Window window = Window::After(c.options.warmup_ms, c.options.duration_ms);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      NodeResult& mine = per[i];
+      Worker& w = *c.workers[i];
+      const uint32_t self = c.rt->node_id();
+      Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
+        absl::Status s = FarmAttempt(w, p.kind, c, objects, commit_us);
+        if (s.ok() && p.kind != Kind::kReadOnly) {
+          std::set<uint32_t> owners;
+          for (uint64_t o : objects) owners.insert(c.owner[o]);
+          ++mine.all_commits;
+          mine.owners_written += owners.size();
+          const bool remote = owners.size() > 1 || *owners.begin() != self;
+          mine.remote_commits += remote;
+          const Clock::time_point now = Clock::now();
+          if (remote && now >= window.start && now < window.end) {
+            mine.remote_commit.Add(*commit_us);
+          }
+        }
+        return s;
+      };
+      status[i] = RunClient(keys, p.kind, window,
+                            ClientSeed(c.options, index, uint64_t{self} * kMaxThreads + i), attempt,
+                            &mine.stats);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < clients; ++i) {
+    r.stats.Merge(per[i].stats);
+    r.all_commits += per[i].all_commits;
+    r.owners_written += per[i].owners_written;
+    r.remote_commits += per[i].remote_commits;
+    r.remote_commit.Merge(per[i].remote_commit);
+    if (!status[i].ok() && r.error[0] == 0) {
+      absl::SNPrintF(r.error, sizeof(r.error), "node %d: %s", r.node, status[i].ToString());
+    }
+  }
+  return r;
+}
+
+// Every node waits here until all have arrived at `point`. Cancelled when node 0 gave up.
+absl::Status Barrier(Cluster& c, int point) {
+  const size_t n = static_cast<size_t>(c.options.nodes);
+  const absl::Duration timeout = absl::Seconds(c.options.timeout_s);
+  if (c.rt->node_id() == 0) {
+    TheConductor().Arrive(point, 0);
+    if (TheConductor().AwaitArrivals(point, n, timeout)) return absl::OkStatus();
+    return absl::DeadlineExceededError(absl::StrCat("not every node reached point ", point));
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    absl::StatusOr<ArriveReply> r = kArrive.Call(*c.workers[0], 0, ArriveRequest{point});
+    if (!r.ok()) return r.status();
+    if (r->cancelled) return absl::CancelledError("node 0 gave up the run");
+    if (r->arrived >= n) return absl::OkStatus();
+    if (absl::Now() > deadline) return absl::DeadlineExceededError("the barrier timed out");
+    absl::SleepFor(absl::Microseconds(200));
+  }
+}
+
+// Node 0: the merged result of one point, as a RESULT line:
+//   RESULT kind dist threads commits aborts seconds tx_per_s p50 p99 txn_p50 txn_p99 pw remote
+//          remote_p50
+absl::Status Report(const Point& p, const std::vector<NodeResult>& results) {
+  ClientStats all;
+  double tx_per_s = 0;
+  uint64_t commits = 0, owners = 0, remote = 0;
+  LatencyHistogram remote_commit;
+  for (const NodeResult& r : results) {
+    if (r.error[0] != 0) return absl::InternalError(r.error);
+    all.Merge(r.stats);
+    if (r.stats.seconds > 0) tx_per_s += r.stats.commits / r.stats.seconds;
+    commits += r.all_commits;
+    owners += r.owners_written;
+    remote += r.remote_commits;
+    remote_commit.Merge(r.remote_commit);
+  }
+  const double pw = commits == 0 ? 0 : static_cast<double>(owners) / commits;
+  const double remote_share = commits == 0 ? 0 : static_cast<double>(remote) / commits;
+  Emit(absl::StrFormat("RESULT %s %s %d %d %d %.3f %.1f %.3f %.3f %.3f %.3f %.3f %.3f %.3f",
+                       KindName(p.kind), DistributionName(p.dist), p.threads, all.commits,
+                       all.aborts, all.seconds, tx_per_s, all.commit.Percentile(0.5),
+                       all.commit.Percentile(0.99), all.txn.Percentile(0.5),
+                       all.txn.Percentile(0.99), pw, remote_share, remote_commit.Percentile(0.5)));
+  return absl::OkStatus();
+}
+
+// Node 0, after every point: the objects' sum must be what the committed increments made it.
+absl::Status Audit(Cluster& c, uint64_t increments) {
+  int64_t sum = 0;
+  for (const GlobalAddress& a : c.objects) {
+    absl::StatusOr<int64_t> v = c.workers[0]->LockFreeGet<int64_t>(a);
+    if (!v.ok()) return v.status();
+    sum += *v;
+  }
+  const int64_t want =
+      static_cast<int64_t>(c.objects.size()) * kInitialValue + static_cast<int64_t>(increments);
+  Emit(absl::StrFormat("AUDIT sum=%d expected=%d %s", sum, want, sum == want ? "ok" : "MISMATCH"));
+  if (sum != want) {
+    return absl::DataLossError(absl::StrCat("the objects sum to ", sum, ", not ", want));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunPoints(Cluster& c) {
+  const std::vector<Point> points = c.options.Points();
+  std::map<Distribution, std::unique_ptr<KeyChooser>> choosers;
+  for (Distribution d : c.options.dists) {
+    choosers[d] = std::make_unique<KeyChooser>(d, c.options.objects, c.options.theta);
+  }
+  uint64_t increments = 0;
+  const bool leader = c.rt->node_id() == 0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (absl::Status s = Barrier(c, static_cast<int>(i)); !s.ok()) return s;
+    NodeResult mine = RunNodePoint(c, static_cast<int>(i), points[i], *choosers[points[i].dist]);
+    if (!leader) {
+      absl::StatusOr<Ack> a = kResult.Call(*c.workers[0], 0, mine);
+      if (!a.ok()) return a.status();
+      if (mine.error[0] != 0) return absl::InternalError(mine.error);
+      continue;
+    }
+    TheConductor().AddResult(mine);
+    std::vector<NodeResult> all;
+    if (!TheConductor().AwaitResults(static_cast<int>(i), c.options.nodes,
+                                     c.options.PointTime() + absl::Seconds(c.options.timeout_s),
+                                     &all)) {
+      return absl::DeadlineExceededError("not every node sent its result");
+    }
+    if (absl::Status s = Report(points[i], all); !s.ok()) return s;
+    for (const NodeResult& r : all) increments += r.stats.increments;
+  }
+  return leader ? Audit(c, increments) : absl::OkStatus();
+}
+
+absl::Status NodeRun(Runtime& rt) {
+  absl::StatusOr<Options> o = OptionsFromFlags();
+  if (!o.ok()) return o.status();
+  Cluster c;
+  c.rt = &rt;
+  c.options = *o;
+  if (rt.members().size() != static_cast<size_t>(o->nodes)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the cluster has ", rt.members().size(), " nodes, not ", o->nodes));
+  }
+  absl::Status s = PrepareCluster(rt, &c);
+  if (s.ok()) s = RunPoints(c);
+  if (rt.node_id() == 0) {
+    if (!s.ok()) TheConductor().Cancel();
+    Emit(s.ok() ? std::string("DONE") : absl::StrCat("FAILED ", s.ToString()));
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver side.
+
+// One line of the output.
+struct Row {
+  std::string target, provider, transport;
+  Kind kind = Kind::kBank;
+  Distribution dist = Distribution::kUniform;
+  int threads = 0, clients = 0;
+  double tx_per_s = 0, p50 = 0, p99 = 0, txn_p50 = 0, txn_p99 = 0, abort_rate = 0;
+  int msg_rounds = 0;
+  double pw = 0, remote_share = 0;  // farm only
+  double remote_p50 = 0;            // farm only: commits that sent messages
+  double rpc_rtt = 0;               // msg_bench's, same provider (0: not measured)
+};
+
+std::string JsonRow(const Row& r) {
+  return absl::StrFormat(
+      "{\"target\":\"%s\",\"provider\":\"%s\",\"transport\":\"%s\",\"kind\":\"%s\","
+      "\"dist\":\"%s\",\"threads\":%d,\"clients\":%d,\"tx_per_s\":%.1f,\"p50_us\":%.3f,"
+      "\"p99_us\":%.3f,\"txn_p50_us\":%.3f,\"txn_p99_us\":%.3f,\"abort_rate\":%.5f,"
+      "\"msg_rounds\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%.3f}",
+      r.target, r.provider, r.transport, KindName(r.kind), DistributionName(r.dist), r.threads,
+      r.clients, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
+      r.remote_p50, r.rpc_rtt);
+}
+
+// FaRM's message count for f = 0: Pw*(f+3) one-sided writes + Pr one-sided READs.
+std::string FarmFormula(const Row& r) {
+  if (r.target != "farm") return "";
+  const int pr = ObjectsOf(r.kind) - WritesOf(r.kind);
+  return absl::StrFormat("%.1fw+%dr", 3 * r.pw, pr);
+}
+
+void PrintTableHeader() {
+  std::printf("%-8s %-11s %-9s %-8s %3s %4s %10s %9s %9s %9s %9s %7s %6s %9s\n", "target",
+              "transport", "kind", "dist", "thr", "cli", "tx/s", "commit50", "commit99", "remote50",
+              "txn50", "abort%", "rounds", "FaRM f=0");
+}
+
+void PrintTableRow(const Row& r) {
+  const std::string remote = r.target == "farm" && r.kind != Kind::kReadOnly
+                                 ? absl::StrFormat("%.2f", r.remote_p50)
+                                 : std::string("-");
+  std::printf("%-8s %-11s %-9s %-8s %3d %4d %10.0f %9.2f %9.2f %9s %9.2f %7.2f %6d %9s\n",
+              r.target.c_str(), r.transport.c_str(), KindName(r.kind).c_str(),
+              DistributionName(r.dist).c_str(), r.threads, r.clients, r.tx_per_s, r.p50, r.p99,
+              remote.c_str(), r.txn_p50, 100 * r.abort_rate, r.msg_rounds, FarmFormula(r).c_str());
+  std::fflush(stdout);
+}
+
+// A file shipped with this binary: in the runfiles (bazel run, bazel test), or beside it.
+std::string FindRunfile(const std::string& rel, const std::string& beside_binary) {
+  std::vector<std::string> candidates;
+  for (const char* env : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
+    if (const char* d = std::getenv(env); d != nullptr)
+      candidates.push_back(absl::StrCat(d, "/farm/", rel));
+  }
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) {
+    const std::string path(exe, static_cast<size_t>(n));
+    candidates.push_back(absl::StrCat(path, ".runfiles/farm/", rel));
+    candidates.push_back(absl::StrCat(path.substr(0, path.rfind('/') + 1), beside_binary));
+  }
+  candidates.push_back(rel);
+  for (const std::string& c : candidates) {
+    if (access(c.c_str(), R_OK) == 0) return c;
+  }
+  return "";
+}
+
+// msg_bench's 64-byte RPC round trip p50 on `provider`, in microseconds.
+absl::StatusOr<double> MeasureRpcRoundTrip(const std::string& provider, int iters) {
+  const std::string bin = FindRunfile("tools/msg_bench", "msg_bench");
+  if (bin.empty()) return absl::NotFoundError("tools/msg_bench is not built");
+  const std::string cmd = absl::StrCat("'", bin, "' --provider='", provider,
+                                       "' --sizes=64 --duration_ms=0 --json --iters=", iters);
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return absl::InternalError(absl::StrCat("cannot run ", cmd));
+  std::string out;
+  char buf[1024];
+  while (fgets(buf, sizeof(buf), f) != nullptr) out += buf;
+  const int rc = pclose(f);
+  double rtt = 0;
+  const size_t at = out.find("\"rtt_p50_us\":");
+  if (rc != 0 || at == std::string::npos ||
+      !absl::SimpleAtod(out.substr(at + 13, out.find(',', at) - at - 13), &rtt)) {
+    return absl::InternalError(absl::StrCat("msg_bench failed (status ", rc, "): ", out));
+  }
+  return rtt;
+}
+
+// Parses a RESULT line of node 0 (see Report) into a row.
+absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provider) {
+  std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  Row r;
+  r.target = "farm";
+  r.provider = r.transport = provider;
+  // RESULT kind dist threads commits aborts seconds tx_per_s p50 p99 txn_p50 txn_p99 pw remote
+  //        remote_p50
+  const bool sized = f.size() == 15;
+  absl::StatusOr<Kind> kind = sized ? ParseKind(f[1]) : absl::InvalidArgumentError("");
+  absl::StatusOr<Distribution> dist =
+      sized ? ParseDistribution(f[2]) : absl::InvalidArgumentError("");
+  double commits = 0, aborts = 0;
+  if (!kind.ok() || !dist.ok() || !absl::SimpleAtoi(f[3], &r.threads) ||
+      !absl::SimpleAtod(f[4], &commits) || !absl::SimpleAtod(f[5], &aborts) ||
+      !absl::SimpleAtod(f[7], &r.tx_per_s) || !absl::SimpleAtod(f[8], &r.p50) ||
+      !absl::SimpleAtod(f[9], &r.p99) || !absl::SimpleAtod(f[10], &r.txn_p50) ||
+      !absl::SimpleAtod(f[11], &r.txn_p99) || !absl::SimpleAtod(f[12], &r.pw) ||
+      !absl::SimpleAtod(f[13], &r.remote_share) || !absl::SimpleAtod(f[14], &r.remote_p50)) {
+    return absl::InternalError(absl::StrCat("cannot read node 0's line: ", line));
+  }
+  r.kind = *kind;
+  r.dist = *dist;
+  r.abort_rate = commits + aborts == 0 ? 0 : aborts / (commits + aborts);
+  r.msg_rounds = r.kind == Kind::kReadOnly ? 0 : 2;  // LOCK + COMMIT-PRIMARY (f = 0)
+  return r;
+}
+
+// A configuration of o.nodes local nodes on `provider`, written into `dir`; its path.
+absl::StatusOr<std::string> WriteClusterConfig(const std::string& provider, const Options& o,
+                                               TempDir& dir) {
+  absl::StatusOr<config::ClusterConfig> cfg =
+      LocalClusterConfig(o.nodes, provider, absl::GetFlag(FLAGS_host));
+  if (!cfg.ok()) return cfg.status();
+  // Objects take 64-byte slots; room for twice an even share, in 4 MiB regions.
+  const uint64_t per_node = 2 * 64 * o.objects / o.nodes + (4 << 20);
+  cfg->set_region_size(4 << 20);
+  cfg->set_region_count(static_cast<uint32_t>((per_node + (4 << 20) - 1) / (4 << 20)));
+  cfg->set_join_timeout_s(static_cast<uint32_t>(o.timeout_s));
+  return dir.Write("cluster.textproto", ToText(*cfg));
+}
+
+// Node i as a copy of this program: the node flags and the workload's flags as given here.
+absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnNode(int i, const std::string& config,
+                                                        const std::string& provider) {
+  const std::string log_level = absl::GetFlag(FLAGS_log_level);
+  std::vector<std::string> args = {
+      "--role=node",
+      absl::StrCat("--config=", config),
+      absl::StrCat("--node_id=", i),
+      absl::StrCat("--provider=", provider),
+      absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
+      absl::StrCat("--log_level=", log_level == "info" ? "warn" : log_level),
+      absl::StrCat("--workers=", kMaxThreads + 2)};
+  for (const char* flag : {"threads", "kinds", "dists", "zipf_theta", "objects", "nodes",
+                           "active_nodes", "duration_ms", "warmup_ms", "timeout_s", "seed"}) {
+    args.push_back(absl::StrCat("--", flag, "=", absl::FindCommandLineFlag(flag)->CurrentValue()));
+  }
+  return ChildProcess::SpawnSelf(args);
+}
+
+// Reads node 0's TXNBENCH lines until DONE (OK) or FAILED; prints a row per RESULT.
+absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, const Options& o,
+                          const std::function<void(const Row&)>& print) {
+  const absl::Duration step = o.PointTime() + absl::Seconds(o.timeout_s);
+  for (;;) {
+    absl::StatusOr<std::string> line = node0.WaitForLine("TXNBENCH", absl::Now() + step);
+    if (!line.ok()) {
+      return absl::Status(line.status().code(), absl::StrCat("node 0: ", line.status().message()));
+    }
+    absl::string_view rest = *line;
+    absl::ConsumePrefix(&rest, "TXNBENCH ");
+    if (absl::StartsWith(rest, "RESULT ")) {
+      absl::StatusOr<Row> r = ParseResult(rest, provider);
+      if (!r.ok()) return r.status();
+      r->clients = r->threads * o.active_nodes;
+      print(*r);
+    } else if (absl::StartsWith(rest, "SETUP ") || absl::StartsWith(rest, "AUDIT ")) {
+      spdlog::info("{}: {}", provider, std::string(rest));
+    } else if (absl::StartsWith(rest, "DONE")) {
+      return absl::OkStatus();
+    } else {
+      return absl::InternalError(std::string(rest));
+    }
+  }
+}
+
+// Starts the cluster on `provider` and runs every point; prints a row per point.
+absl::Status RunFarm(const std::string& provider, const Options& o,
+                     const std::function<void(const Row&)>& print) {
+  absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("txn_bench");
+  if (!dir.ok()) return dir.status();
+  absl::StatusOr<std::string> config = WriteClusterConfig(provider, o, **dir);
+  if (!config.ok()) return config.status();
+  std::vector<std::unique_ptr<ChildProcess>> nodes;
+  for (int i = 0; i < o.nodes; ++i) {
+    absl::StatusOr<std::unique_ptr<ChildProcess>> child = SpawnNode(i, *config, provider);
+    if (!child.ok()) return child.status();
+    nodes.push_back(std::move(*child));
+  }
+  absl::Status status = ReadNodeZero(*nodes[0], provider, o, print);
+  for (auto& n : nodes) {
+    const std::string how = n->Stop(absl::Seconds(status.ok() ? 30 : 2));
+    if (status.ok() && how != "exited with status 0") {
+      status = absl::InternalError(absl::StrCat("a node ", how));
+    }
+  }
+  return status;
+}
+
+// One bank point against a peer: `clients` threads, each on its own connection.
+absl::StatusOr<ClientStats> RunPeerPoint(PeerStore& store, const Point& p, size_t index,
+                                         int clients, const Options& o) {
+  const KeyChooser keys(p.dist, o.objects, o.theta);
+  std::vector<std::unique_ptr<BankConnection>> conns;
+  for (int i = 0; i < clients; ++i) {
+    absl::StatusOr<std::unique_ptr<BankConnection>> c = store.Connect();
+    if (!c.ok()) return c.status();
+    conns.push_back(std::move(*c));
+  }
+  std::vector<ClientStats> stats(clients);
+  std::vector<absl::Status> status(clients);
+  const Window window = Window::After(o.warmup_ms, o.duration_ms);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
+        return conns[i]->Transfer(objects[0], objects[1], commit_us);
+      };
+      status[i] = RunClient(keys, Kind::kBank, window, ClientSeed(o, index, i), attempt, &stats[i]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ClientStats all;
+  for (int i = 0; i < clients; ++i) {
+    if (!status[i].ok()) return status[i];
+    all.Merge(stats[i]);
+  }
+  // Summed per client like farm's per node (each over its own window).
+  all.seconds = o.duration_ms / 1000.0;
+  return all;
+}
+
+// The bank transfer against one peer: every distribution and thread count of the farm points.
+absl::Status RunPeer(Peer peer, const std::string& provider, const Options& o,
+                     const std::function<void(const Row&)>& print) {
+  const Transport transport = provider == "shm" ? Transport::kUnix : Transport::kTcp;
+  std::string script = absl::GetFlag(FLAGS_peers_script);
+  if (script.empty()) script = FindRunfile("tools/txn_bench_peers.sh", "txn_bench_peers.sh");
+  if (script.empty()) return absl::NotFoundError("tools/txn_bench_peers.sh not found");
+  absl::StatusOr<std::unique_ptr<PeerStore>> store =
+      PeerStore::Start(peer, transport, script, o.objects, kInitialValue);
+  if (!store.ok()) return store.status();
+  const std::vector<Point> points = o.Points();
+  for (size_t index = 0; index < points.size(); ++index) {
+    const Point& p = points[index];
+    if (p.kind != Kind::kBank) continue;
+    Row r;
+    r.clients = p.threads * o.active_nodes;
+    absl::StatusOr<ClientStats> all = RunPeerPoint(**store, p, index, r.clients, o);
+    if (!all.ok()) return all.status();
+    r.target = PeerName(peer);
+    r.provider = provider;
+    r.transport = TransportName(transport);
+    r.kind = Kind::kBank;
+    r.dist = p.dist;
+    r.threads = p.threads;
+    r.msg_rounds = (*store)->msg_rounds();
+    r.tx_per_s = all->commits / all->seconds;
+    r.p50 = all->commit.Percentile(0.5);
+    r.p99 = all->commit.Percentile(0.99);
+    r.txn_p50 = all->txn.Percentile(0.5);
+    r.txn_p99 = all->txn.Percentile(0.99);
+    r.abort_rate = all->abort_rate();
+    print(r);
+  }
+  absl::StatusOr<int64_t> sum = (*store)->Sum();
+  if (!sum.ok()) return sum.status();
+  const int64_t want = static_cast<int64_t>(o.objects) * kInitialValue;
+  if (*sum != want) {
+    return absl::DataLossError(
+        absl::StrCat(PeerName(peer), "'s accounts sum to ", *sum, ", not ", want));
+  }
+  return absl::OkStatus();
+}
+
+// The issue's targets, in words, for one provider's rows.
+void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
+  auto find = [&](const std::string& target, Kind k, Distribution d, int threads) -> const Row* {
+    for (const Row& r : rows) {
+      if (r.provider == provider && r.target == target && r.kind == k && r.dist == d &&
+          r.threads == threads) {
+        return &r;
+      }
+    }
+    return nullptr;
+  };
+  for (const Row& f : rows) {
+    if (f.provider != provider || f.target != "farm") continue;
+    if (f.kind == Kind::kBank) {
+      for (const char* peer : {"redis", "postgres"}) {
+        const Row* p = find(peer, Kind::kBank, f.dist, f.threads);
+        if (p == nullptr || p->tx_per_s <= 0) continue;
+        const double want = std::string(peer) == "redis" ? 2 : 5;
+        const double ratio = f.tx_per_s / p->tx_per_s;
+        std::printf("  bank %-7s %d thr: farm %.0f tx/s = %.2fx %s over %s (target >= %.0fx: %s)\n",
+                    DistributionName(f.dist).c_str(), f.threads, f.tx_per_s, ratio, peer,
+                    p->transport.c_str(), want, ratio >= want ? "met" : "MISSED");
+      }
+    }
+    if (f.kind == Kind::kWrite1 && f.rpc_rtt > 0) {
+      // Judged on the commits that sent their 2 rounds (the local ones send none).
+      const double bound = f.msg_rounds * f.rpc_rtt;
+      std::printf(
+          "  write_1 %-7s %d thr: remote commit p50 %.2f us vs %d x RPC RTT %.2f us = %.2f us: "
+          "%.2fx (target <= 1.3x: %s; all commits p50 %.2f us, %.0f%% remote)\n",
+          DistributionName(f.dist).c_str(), f.threads, f.remote_p50, f.msg_rounds, f.rpc_rtt, bound,
+          f.remote_p50 / bound, f.remote_p50 <= 1.3 * bound ? "met" : "MISSED", f.p50,
+          100 * f.remote_share);
+    }
+  }
+}
+
+absl::Status PinTo(const std::string& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (absl::string_view part : absl::StrSplit(cpus, ',')) {
+    std::vector<std::string> range = absl::StrSplit(part, '-');
+    int lo = 0, hi = 0;
+    if (range.size() > 2 || !absl::SimpleAtoi(range[0], &lo) ||
+        !absl::SimpleAtoi(range.back(), &hi) || lo < 0 || hi < lo || hi >= CPU_SETSIZE) {
+      return absl::InvalidArgumentError(absl::StrCat("--cpus: '", part, "' is not a CPU or range"));
+    }
+    for (int c = lo; c <= hi; ++c) CPU_SET(c, &set);
+  }
+  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--cpus=", cpus, ": cannot pin to them"));
+  }
+  return absl::OkStatus();
+}
+
+// A private mount namespace whose /dev/shm is a fresh tmpfs; inherited by every child.
+absl::Status UsePrivateDevShm() {
+  if (unshare(CLONE_NEWNS) != 0 ||
+      mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=50%") != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--private_dev_shm: cannot mount a private /dev/shm (needs root): ", strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+struct DriverOptions {
+  Options bench;
+  std::vector<std::string> providers;
+  bool farm = false, redis = false, postgres = false;
+};
+
+absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
+  DriverOptions d;
+  absl::StatusOr<Options> o = OptionsFromFlags();
+  if (!o.ok()) return o.status();
+  d.bench = *o;
+  std::string providers = absl::GetFlag(FLAGS_provider);
+  if (providers.empty()) providers = "shm";
+  for (absl::string_view p : absl::StrSplit(providers, ',')) {
+    if (absl::Status s = CheckProvider(p); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--provider: ", s.message()));
+    }
+    d.providers.emplace_back(p);
+  }
+  for (absl::string_view t : absl::StrSplit(absl::GetFlag(FLAGS_targets), ',')) {
+    if (t == "farm")
+      d.farm = true;
+    else if (t == "redis")
+      d.redis = true;
+    else if (t == "postgres")
+      d.postgres = true;
+    else
+      return absl::InvalidArgumentError(
+          absl::StrCat("--targets: unknown target '", t, "' (farm, redis, postgres)"));
+  }
+  if (!absl::GetFlag(FLAGS_cpus).empty()) {
+    if (absl::Status s = PinTo(absl::GetFlag(FLAGS_cpus)); !s.ok()) return s;
+  }
+  if (absl::GetFlag(FLAGS_private_dev_shm)) {
+    if (absl::Status s = UsePrivateDevShm(); !s.ok()) return s;
+  }
+  if (absl::GetFlag(FLAGS_msg_iters) < 0)
+    return absl::InvalidArgumentError("--msg_iters must be >= 0");
+  return d;
+}
+
+std::string AffinityText() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "?";
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return absl::StrJoin(cpus, ",");
+}
+
+int DriverMain() {
+  if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "txn_bench"); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return kExitUsage;
+  }
+  absl::StatusOr<DriverOptions> d = DriverOptionsFromFlags();
+  if (!d.ok()) {
+    spdlog::error("{}", std::string(d.status().message()));
+    return kExitUsage;
+  }
+  const Options& o = d->bench;
+  const bool json = absl::GetFlag(FLAGS_json);
+  std::vector<Row> rows;
+  bool failed = false;
+  for (const std::string& provider : d->providers) {
+    double rtt = 0;
+    if (absl::GetFlag(FLAGS_msg_iters) > 0) {
+      absl::StatusOr<double> r = MeasureRpcRoundTrip(provider, absl::GetFlag(FLAGS_msg_iters));
+      if (r.ok())
+        rtt = *r;
+      else
+        spdlog::warn("RPC round-trip reference: {}", r.status().ToString());
+    }
+    if (!json) {
+      std::printf(
+          "\ntxn_bench: provider %s, %d nodes, poll %s, %d objects, %d ms per point "
+          "(+%d ms warm-up), cpus %s; msg_bench 64 B RPC p50 %.2f us\n",
+          provider.c_str(), o.nodes, absl::GetFlag(FLAGS_poll).c_str(), static_cast<int>(o.objects),
+          o.duration_ms, o.warmup_ms, AffinityText().c_str(), rtt);
+      PrintTableHeader();
+    }
+    auto print = [&](const Row& r) {
+      Row with = r;
+      with.rpc_rtt = rtt;
+      rows.push_back(with);
+      if (json) {
+        std::printf("%s\n", JsonRow(with).c_str());
+        std::fflush(stdout);
+      } else {
+        PrintTableRow(with);
+      }
+    };
+    std::vector<std::pair<std::string, std::function<absl::Status()>>> runs;
+    if (d->farm) runs.emplace_back("farm", [&] { return RunFarm(provider, o, print); });
+    if (d->redis)
+      runs.emplace_back("redis", [&] { return RunPeer(Peer::kRedis, provider, o, print); });
+    if (d->postgres)
+      runs.emplace_back("postgres", [&] { return RunPeer(Peer::kPostgres, provider, o, print); });
+    for (auto& [name, run] : runs) {
+      if (absl::Status s = run(); !s.ok()) {
+        spdlog::error("{} on {}: {}", name, provider, s.ToString());
+        failed = true;
+      }
+    }
+    if (!json) {
+      std::printf("targets (issue 9):\n");
+      PrintTargets(rows, provider);
+    }
+  }
+  return failed ? kExitRuntime : 0;
+}
+
+// Rejects unknown flags and bad values with exit status 2 before absl's parser (which exits 1).
+bool FlagsAreValid(int argc, char** argv) {
+  static const std::set<std::string> kBuiltin = {
+      "help",     "helpfull", "helpshort",  "helppackage", "version", "only_check_args",
+      "flagfile", "fromenv",  "tryfromenv", "undefok"};
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
+    const size_t eq = arg.find('=');
+    const std::string name(arg.substr(0, eq));
+    if (kBuiltin.count(name) > 0) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      flag = absl::FindCommandLineFlag(name.substr(2));
+      if (flag != nullptr && flag->IsOfType<bool>() && eq == absl::string_view::npos) continue;
+      flag = nullptr;
+    }
+    if (flag == nullptr) {
+      std::fprintf(stderr, "txn_bench: unknown flag --%s (see --help)\n", name.c_str());
+      return false;
+    }
+    std::string value;
+    if (eq != absl::string_view::npos) {
+      value = std::string(arg.substr(eq + 1));
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      std::fprintf(stderr, "txn_bench: --%s needs a value\n", name.c_str());
+      return false;
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      std::fprintf(stderr, "txn_bench: --%s=%s: %s\n", name.c_str(), value.c_str(), error.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+}  // namespace txnbench
+}  // namespace farm
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--role=node") {
+      farm::App app;
+      app.name = "txn_bench";
+      app.setup = farm::txnbench::NodeSetup;
+      app.run = farm::txnbench::NodeRun;
+      return farm::RunNode(argc, argv, app);
+    }
+  }
+  absl::SetProgramUsageMessage(
+      "Measures farm's transactions (commit latency p50/p99, transactions per second, abort "
+      "rate) on a cluster of node processes it starts, and the same bank transfer on Redis and "
+      "PostgreSQL servers it starts on private sockets.\n"
+      "  txn_bench [--provider=shm,tcp;ofi_rxm] [--threads=1,2,4] [--kinds=read_only,write_1,"
+      "write_4,bank] [--dists=uniform,zipf] [--targets=farm,redis,postgres] [--cpus=0-1] [--json]\n"
+      "--provider takes a comma-separated list here (default shm). Exit status: 0 ok, 1 runtime "
+      "failure, 2 bad flags.");
+  if (!farm::txnbench::FlagsAreValid(argc, argv)) return farm::txnbench::kExitUsage;
+  absl::ParseCommandLine(argc, argv);
+  if (!absl::GetFlag(FLAGS_role).empty()) {
+    std::fprintf(stderr, "txn_bench: --role: only 'node' (internal) is accepted\n");
+    return farm::txnbench::kExitUsage;
+  }
+  return farm::txnbench::DriverMain();
+}

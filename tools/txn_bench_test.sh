@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# txn_bench end to end with tiny durations: a 3-node farm cluster on shm (every kind, both
+# distributions) with JSON output, the same once against Redis when redis-server is installed,
+# the human-readable table, and bad flags (exit 2). Never asserts on timings. Every process the
+# bench starts (nodes, redis-server) is its own to stop; the test checks that none is left.
+set -u
+BENCH=${1:-bazel-bin/tools/txn_bench}
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+export TMPDIR=$TMP
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+tiny=(--provider=shm --threads=1 --objects=64 --duration_ms=50 --warmup_ms=10 --msg_iters=0
+      --timeout_s=30 --poll=adaptive)
+
+# A bench killed half-way (e.g. by this test's timeout) cannot stop the redis-server it started:
+# on exit, stop any that a directory created during this test still names.
+redis_dirs_before=$(ls -d /tmp/txn_bench_redis.* 2>/dev/null)
+cleanup() {
+  local d
+  for d in /tmp/txn_bench_redis.*; do
+    [ -f "$d/redis.pid" ] || continue
+    grep -qxF "$d" <<<"$redis_dirs_before" && continue
+    kill "$(cat "$d/redis.pid")" 2>/dev/null
+    rm -rf "$d"
+  done
+}
+trap cleanup EXIT
+
+echo "== farm on shm, JSON"
+out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=farm --json 2>"$TMP/farm.err")
+rc=$?
+[ $rc = 0 ] || fail "txn_bench exited $rc: $(tail -20 "$TMP/farm.err")"
+lines=$(grep -c '^{' <<<"$out")
+[ "$lines" = 8 ] || fail "expected 8 JSON lines (4 kinds x 2 distributions), got $lines:"$'\n'"$out"
+for key in target provider kind threads tx_per_s p50_us p99_us abort_rate msg_rounds; do
+  n=$(grep -c "\"$key\":" <<<"$out")
+  [ "$n" = 8 ] || fail "key $key is in $n of 8 lines:"$'\n'"$out"
+done
+grep -q '"target":"farm","provider":"shm"' <<<"$out" || fail "no farm/shm line"
+grep -q '"kind":"read_only".*"msg_rounds":0' <<<"$out" || fail "read_only should have 0 rounds"
+grep -q '"kind":"bank".*"msg_rounds":2' <<<"$out" || fail "bank should have 2 rounds"
+grep -q 'AUDIT .* ok' "$TMP/farm.err" || fail "no successful audit: $(tail -5 "$TMP/farm.err")"
+echo "ok: 8 farm points, keys present, audit ok"
+
+echo "== table"
+out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=farm --kinds=write_1 --dists=zipf 2>&1)
+rc=$?
+[ $rc = 0 ] || fail "txn_bench (table) exited $rc: $out"
+grep -qE '^target +transport +kind' <<<"$out" || fail "no table header: $out"
+grep -qE '^farm +shm +write_1 +zipf' <<<"$out" || fail "no write_1 row: $out"
+echo "ok: table"
+
+echo "== redis on a Unix socket"
+if command -v redis-server >/dev/null; then
+  out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=redis --kinds=bank --dists=uniform --json 2>"$TMP/redis.err")
+  rc=$?
+  [ $rc = 0 ] || fail "txn_bench --targets=redis exited $rc: $(tail -20 "$TMP/redis.err")"
+  grep -q '"target":"redis","provider":"shm","transport":"unix","kind":"bank"' <<<"$out" ||
+    fail "no redis line: $out"
+  grep -q '"msg_rounds":2' <<<"$out" || fail "redis rounds: $out"
+  for d in /tmp/txn_bench_redis.*; do
+    [ -e "$d" ] || continue
+    grep -qxF "$d" <<<"$redis_dirs_before" || fail "the bench left $d behind"
+  done
+  echo "ok: redis"
+else
+  echo "redis-server is not installed: skipped that part"
+fi
+
+echo "== bad flags exit 2"
+for bad in --threads=0 --kinds=write_3 --dists=normal --provider=nope --no_such_flag \
+           --duration_ms=abc --targets=mysql --cpus=x; do
+  timeout 30 "$BENCH" "$bad" >"$TMP/bad.out" 2>&1
+  rc=$?
+  [ $rc = 2 ] || fail "$bad: exit $rc, not 2: $(cat "$TMP/bad.out")"
+  [ -s "$TMP/bad.out" ] || fail "$bad: no message"
+done
+echo "ok: bad flags"
+
+timeout 30 "$BENCH" --help >"$TMP/help.out" 2>&1
+grep -q -- "--threads" "$TMP/help.out" || fail "--help does not list --threads"
+
+sleep 0.5
+left=$(pgrep -f -- "$BENCH --role=node" || true)
+[ -z "$left" ] || fail "node processes left behind: $left"
+echo PASS

@@ -1,0 +1,71 @@
+// The peers of //tools:txn_bench: Redis and PostgreSQL, started from Debian's packages on private
+// sockets for one run, loaded with the same accounts as the farm cluster, and driven with the
+// same bank transfer (tools/txn_workload.h):
+//
+//   ASSIGN_OR_RETURN(auto redis, PeerStore::Start(Peer::kRedis, Transport::kUnix, script, n, v));
+//   ASSIGN_OR_RETURN(auto conn, redis->Connect());           // one per client thread
+//   absl::Status s = conn->Transfer(a, b, &commit_us);       // Aborted: retry
+//   ...
+//   ASSIGN_OR_RETURN(int64_t sum, redis->Sum());             // the audit: transfers keep the sum
+//   redis.reset();                                           // stops the server, removes its files
+//
+// The servers are started and stopped by tools/txn_bench_peers.sh (redis-server with no
+// persistence; PostgreSQL through initdb and pg_ctl, as the postgres user when running as root,
+// with fsync and synchronous commit off: farm keeps nothing on disk either). They inherit this
+// process's CPU affinity, so they run on the cores the benchmark was pinned to.
+//
+// The transfer, as each store is used best (fewest round trips):
+//  - Redis: [WATCH a b; MGET a b] pipelined, then [MULTI; SET a; SET b; EXEC] pipelined; EXEC
+//    answers nil when a watched key changed (Aborted). 2 round trips; the commit is the second.
+//  - PostgreSQL: "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT ... WHERE id IN (a, b)", then
+//    "UPDATE a; UPDATE b; COMMIT" (simple-query messages of several statements); SQLSTATE 40001
+//    or 40P01 is Aborted (after a ROLLBACK). 2 round trips; the commit is the second.
+//
+// Thread safety: a PeerStore is used by one thread (start, load, audit, stop); each BankConnection
+// by one client thread.
+#ifndef FARM_TOOLS_TXN_PEERS_H_
+#define FARM_TOOLS_TXN_PEERS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace farm {
+namespace txnbench {
+
+enum class Peer { kRedis, kPostgres };
+enum class Transport { kUnix, kTcp };
+std::string PeerName(Peer p);            // "redis", "postgres"
+std::string TransportName(Transport t);  // "unix", "tcp"
+
+// One client connection.
+class BankConnection {
+ public:
+  virtual ~BankConnection() = default;
+  // Moves 1 from account `from` to account `to` in one transaction. OK (with the commit step's
+  // duration), Aborted (a conflict: nothing changed), or an error.
+  virtual absl::Status Transfer(uint64_t from, uint64_t to, double* commit_us) = 0;
+};
+
+class PeerStore {
+ public:
+  // Starts the server with `script` (tools/txn_bench_peers.sh) and loads `accounts` accounts of
+  // `balance` each. FailedPrecondition when the server's package is not installed.
+  static absl::StatusOr<std::unique_ptr<PeerStore>> Start(Peer peer, Transport transport,
+                                                          const std::string& script,
+                                                          uint64_t accounts, int64_t balance);
+  virtual ~PeerStore() = default;
+  virtual absl::StatusOr<std::unique_ptr<BankConnection>> Connect() = 0;
+  // The sum of every account's balance.
+  virtual absl::StatusOr<int64_t> Sum() = 0;
+  // Message rounds of one transfer attempt (see the file comment).
+  virtual int msg_rounds() const = 0;
+};
+
+}  // namespace txnbench
+}  // namespace farm
+
+#endif  // FARM_TOOLS_TXN_PEERS_H_
