@@ -1,5 +1,7 @@
 #include "messaging/rpc.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -184,7 +186,11 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
                               absl::ToChronoNanoseconds(options_.spin));
   for (uint32_t spins = 1; !p.done_.load(std::memory_order_acquire); ++spins) {
     // Drive progress and the scan ourselves: the response may be waiting for exactly that.
-    if (messenger_->Poll() > 0) worked = true;
+    if (messenger_->Poll() > 0) {
+      worked = true;
+    } else if (spins % 64 == 63) {
+      sched_yield();  // see OpBatch::Wait: let the thread we wait for run on a busy machine
+    }
     if (spins % 32 != 0) continue;
     const FastClock::time_point now = FastClock::now();
     if (worked) {

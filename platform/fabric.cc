@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -949,8 +950,14 @@ absl::Status OpBatch::Post(bool is_read, PeerId peer, RemoteBuffer remote, Local
 absl::Status OpBatch::Wait(absl::Duration timeout) {
   // The coarse clock: this loop is on every operation's path, and a timeout is seconds.
   const CoarseClock::time_point deadline = CoarseDeadline(timeout);
-  while (outstanding() > 0) {
+  for (uint32_t idle = 0; outstanding() > 0;) {
     const int done = channel_ != nullptr ? channel_->Progress() : fabric_->Progress();
+    // Software providers complete an operation only when the target process polls. When this
+    // machine has fewer cores than spinning threads, spinning here keeps the target off the CPU
+    // for a whole time slice; yielding now and then lets it run (a syscall of ~0.2 us when the
+    // core has nothing else to run).
+    idle = done > 0 ? 0 : idle + 1;
+    if (idle % 64 == 63) sched_yield();
     if (done == 0 && CoarseClock::now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(outstanding(), " RDMA operation(s) did not complete within ",
