@@ -281,6 +281,14 @@ std::vector<uint32_t> Node::members() const {
   return ids;
 }
 
+bool Node::IsMember(uint32_t node_id) const {
+  farm::MutexLock l(&map_mu_);
+  for (const control::NodeInfo& n : membership_.nodes()) {
+    if (n.node_id() == node_id) return true;
+  }
+  return false;
+}
+
 char* Node::local_area(const std::string& purpose) const {
   for (const auto& [name, region] : areas_) {
     if (name == purpose) return region->data();

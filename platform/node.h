@@ -101,6 +101,8 @@ class Node {
   control::Membership membership() const;
   // Node ids of the current members, ascending.
   std::vector<uint32_t> members() const;
+  // Whether `node_id` is a current member (no copy: for per-message checks).
+  bool IsMember(uint32_t node_id) const;
   // Data regions (purpose "") or areas of `node_id` in the current membership, by index.
   std::vector<control::RegionInfo> RegionsOf(uint32_t node_id,
                                              const std::string& purpose = "") const;

@@ -20,12 +20,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
                                   infos[i].size()});
   }
   e->allocator_ = std::make_unique<Allocator>(std::move(regions));
-  e->participant_ = std::make_unique<Participant>(e->allocator_.get(), [node](uint32_t n) {
-    for (uint32_t m : node->members()) {
-      if (m == n) return true;
-    }
-    return false;
-  });
+  e->participant_ = std::make_unique<Participant>(
+      e->allocator_.get(), [node](uint32_t n) { return node->IsMember(n); });
   // RPC's envelope is 16 bytes of the ring message.
   e->max_message_ = MaxPayload(rpc->messenger()->options().ring_size) - 16;
   if (e->max_message_ <= kLockOverhead + 64) {
