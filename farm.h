@@ -369,6 +369,9 @@ struct App {
   // keeps serving until every member's `run` has returned (or the member left), then leaves.
   // Empty: the node serves until SIGINT/SIGTERM (what //tools:node does).
   std::function<absl::Status(Runtime&)> run;
+  // False: the node leaves as soon as its own `run` returns, without waiting for the other
+  // members' (for a client that joins a cluster of serving nodes, e.g. a shell).
+  bool wait_for_peers = true;
 };
 
 // The main function of a node binary: parses the standard node flags (--config, --node_id,

@@ -323,7 +323,7 @@ int Main(const App& app) {
     }
     Emit(absl::StrFormat("APP_DONE {\"node\":%d,\"ok\":%s,\"error\":\"%s\"}", (*rt)->node_id(),
                          s.ok() ? "true" : "false", JsonEscape(s.message())));
-    if (!barrier.Arrive(events)) exit_code = exit_code == 0 ? 1 : exit_code;
+    if (app.wait_for_peers && !barrier.Arrive(events)) exit_code = exit_code == 0 ? 1 : exit_code;
   } else {
     for (bool serving = true; serving;) {
       // Wakes up now and then to notice an eviction (it happens on the node's own threads).

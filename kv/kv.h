@@ -1,0 +1,157 @@
+// farm/kv/kv.h: a key-value store in the cluster's shared memory (FaRM-KV). A library, not a
+// server: every node that links it and creates a Store holds one shard of the table in its own
+// regions, and any node's threads read and write every shard.
+//
+//   std::unique_ptr<farm::kv::Store> store;
+//   farm::App app;
+//   app.setup = [&](farm::Runtime& rt) -> absl::Status {
+//     absl::StatusOr<std::unique_ptr<farm::kv::Store>> s = farm::kv::Store::Create(rt);
+//     if (!s.ok()) return s.status();
+//     store = std::move(*s);
+//     return absl::OkStatus();
+//   };
+//   app.run = [&](farm::Runtime& rt) -> absl::Status {
+//     std::unique_ptr<farm::Worker> w = *rt.NewWorker();
+//     farm::kv::Client kv(*store, *w);          // one per thread, like its Worker
+//     RETURN_IF_ERROR(kv.Put("alice", "100"));   // a transaction
+//     absl::StatusOr<std::string> v = kv.Get("alice");  // one one-sided READ
+//     ...
+//   };
+//
+// The table (FaRM's chained associative hopscotch hashing). Each shard is an array of buckets;
+// a bucket is one object of the transaction layer (txn/object.h: lock word, check, payload) and
+// holds several entries. A key hashes to a shard (rendezvous hashing over the shard nodes) and to
+// a home bucket there, and lives in one of the `neighbourhood` (H) buckets from its home bucket
+// on, so a GET fetches the whole neighbourhood with ONE one-sided READ of H consecutive buckets.
+// An insert that finds no room in the neighbourhood moves entries of other keys further out
+// (hopscotch displacement); when that fails too, the key goes to a chain of overflow objects
+// hanging off its home bucket. Small items are stored inline in the bucket; a larger one lives in
+// an object of its own (a second READ). Every change is a transaction (txn/), so it composes with
+// other transactional work (the Txn& overloads).
+//
+// Consistency: operations are linearizable. A GET that finds its key in a bucket that is neither
+// locked nor torn returns that bucket's value, which was the key's value when the bucket was
+// read; a GET that does not find it reads the neighbourhood's lock words again and answers
+// NotFound only if no bucket changed in between (otherwise it retries).
+//
+// Errors (absl::Status): NotFound (no such key), InvalidArgument (empty key, key or value over
+// the limits), ResourceExhausted (the shard's memory is full), Unavailable (the key's shard node
+// left), Aborted (a write kept conflicting), DeadlineExceeded, and the platform's errors.
+//
+// Thread safety: a Store is safe for concurrent use; a Client belongs to its Worker's thread.
+#ifndef FARM_KV_KV_H_
+#define FARM_KV_KV_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "farm/farm.h"
+
+namespace farm {
+namespace kv {
+
+inline constexpr uint64_t kMaxKeySize = 1024;
+
+struct Options {
+  // Buckets in this node's shard (the table's capacity grows with the number of nodes). The
+  // shard needs buckets * bucket_bytes contiguous bytes in one of the node's regions.
+  uint64_t buckets = 8192;
+  // Bytes of one bucket, header included: a power of two, 128 .. 4096. 256 holds four items of a
+  // 16-byte key and a 32-byte value.
+  uint32_t bucket_bytes = 256;
+  // H: a key lives in one of the H buckets from its home bucket; a GET reads H * bucket_bytes.
+  uint32_t neighbourhood = 8;
+  // False on a node that only uses the store (e.g. a shell joining a cluster of servers).
+  bool hold_shard = true;
+  // Method ids of the store's RPCs (shard descriptions, GET by RPC, statistics): three ids from
+  // this one up. Change them only if the application uses these ids itself.
+  uint16_t first_method = 0xfe00;
+};
+
+// One shard's statistics (Client::Stats).
+struct ShardStats {
+  uint32_t node = 0;
+  uint64_t buckets = 0;
+  uint64_t bucket_bytes = 0;
+  uint64_t items = 0;             // keys stored
+  uint64_t inline_items = 0;      // ... with the value in the bucket
+  uint64_t overflow_blocks = 0;   // chained overflow objects
+  uint64_t out_of_line_bytes = 0; // bytes of the slots of out-of-line items
+  uint64_t memory_bytes = 0;      // buckets + overflow + out-of-line slots
+};
+
+class Store {
+ public:
+  // Call from App::setup, before the node serves: formats this node's shard (unless
+  // !options.hold_shard) and registers the store's RPC handlers. Every node of the cluster that
+  // uses the store calls it with the same options. InvalidArgument for bad options,
+  // ResourceExhausted when the shard does not fit this node's memory.
+  static absl::StatusOr<std::unique_ptr<Store>> Create(Runtime& runtime,
+                                                       const Options& options = {});
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  ~Store();
+
+  Runtime& runtime() const;
+  const Options& options() const;
+  // Largest key and value (a value also needs to fit one object with its key).
+  uint64_t max_key_size() const;
+  uint64_t max_value_size() const;
+
+  struct Impl;  // internal
+
+ private:
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// One thread's access to the store, through that thread's Worker.
+class Client {
+ public:
+  Client(Store& store, Worker& worker);
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  ~Client();
+
+  // The value of `key`: NotFound when there is none. One one-sided READ of the key's
+  // neighbourhood (a second for an out-of-line value or an overflow chain).
+  absl::StatusOr<std::string> Get(absl::string_view key);
+  // The same answered by the shard's owner: one RPC (HERD's single round trip), for comparison.
+  absl::StatusOr<std::string> GetRpc(absl::string_view key);
+  // Several keys; their READs are posted together. One result per key, in order.
+  std::vector<absl::StatusOr<std::string>> MultiGet(absl::Span<const std::string> keys);
+  // Sets `key` to `value` (inserts or replaces).
+  absl::Status Put(absl::string_view key, absl::string_view value);
+  // Removes `key`: true if it was there.
+  absl::StatusOr<bool> Delete(absl::string_view key);
+  // Sets `key` to `value` if its current value is `expected` (nullopt: if the key is absent).
+  // True if it did.
+  absl::StatusOr<bool> CompareAndSet(absl::string_view key,
+                                     const std::optional<std::string>& expected,
+                                     absl::string_view value);
+
+  // The same inside a caller's transaction (applied when it commits).
+  absl::StatusOr<std::string> Get(Txn& txn, absl::string_view key);
+  absl::Status Put(Txn& txn, absl::string_view key, absl::string_view value);
+  absl::StatusOr<bool> Delete(Txn& txn, absl::string_view key);
+
+  // Statistics of every shard (one RPC to each shard node).
+  absl::StatusOr<std::vector<ShardStats>> Stats();
+
+  struct Impl;  // internal
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kv
+}  // namespace farm
+
+#endif  // FARM_KV_KV_H_
