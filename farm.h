@@ -278,6 +278,7 @@ class Worker {
 
  private:
   friend class Runtime;
+  friend struct RuntimeAccess;
   explicit Worker(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -331,6 +332,7 @@ class Txn {
 
  private:
   friend class Worker;
+  friend struct RuntimeAccess;
   explicit Txn(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -1,5 +1,6 @@
 // The insides of farm::Runtime and farm::Worker (farm.h), shared by the files of //:farm. Not part
-// of the public API: nothing outside api/ includes this.
+// of the public API: applications never include it; the project's libraries built on the API
+// (kv/) reach the platform's insides through it (target //:runtime_internal).
 #ifndef FARM_API_RUNTIME_IMPL_H_
 #define FARM_API_RUNTIME_IMPL_H_
 
@@ -54,6 +55,8 @@ struct Txn::Impl {
 // How the library's own files reach a Runtime's insides.
 struct RuntimeAccess {
   static Runtime::Impl& Of(Runtime& rt) { return *rt.impl_; }
+  static Worker::Impl& Of(Worker& w) { return *w.impl_; }
+  static Txn::Impl& Of(Txn& t) { return *t.impl_; }
 };
 
 // The runtime's own RPC methods (ids from kFirstReservedMethod up).

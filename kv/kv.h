@@ -82,6 +82,7 @@ struct ShardStats {
   uint64_t bucket_bytes = 0;
   uint64_t items = 0;             // keys stored
   uint64_t inline_items = 0;      // ... with the value in the bucket
+  uint64_t displaced_items = 0;   // ... in a bucket after their home bucket (hopscotch)
   uint64_t overflow_blocks = 0;   // chained overflow objects
   uint64_t out_of_line_bytes = 0; // bytes of the slots of out-of-line items
   uint64_t memory_bytes = 0;      // buckets + overflow + out-of-line slots
@@ -108,6 +109,7 @@ class Store {
   struct Impl;  // internal
 
  private:
+  friend class Client;
   explicit Store(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

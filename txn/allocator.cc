@@ -73,6 +73,41 @@ absl::StatusOr<GlobalAddress> Allocator::Reserve(uint64_t size) {
   return a;
 }
 
+absl::StatusOr<GlobalAddress> Allocator::ReserveArray(uint64_t size, uint64_t count) {
+  if (size == 0 || count == 0) {
+    return absl::InvalidArgumentError("an object array needs at least one object of 1 byte");
+  }
+  if (size > max_object_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("an object of ", size,
+                                                   " bytes is larger than the largest object (",
+                                                   max_object_size(), " bytes)"));
+  }
+  int c = 0;
+  while (SlotSize(c) < ObjectSpan(size)) ++c;
+  const uint64_t slot = SlotSize(c);
+  std::lock_guard<std::mutex> l(mu_);
+  for (Region& r : regions_) {
+    if (r.block_size < slot) continue;
+    const uint64_t per_block = r.block_size / slot;
+    const uint64_t blocks = (count + per_block - 1) / per_block;
+    if (r.block_class.size() - r.next_block < blocks) continue;
+    const uint64_t first = r.next_block;
+    r.next_block += blocks;
+    char* base = r.info.base + first * r.block_size;
+    std::memset(base, 0, blocks * r.block_size);
+    for (uint64_t b = first; b < first + blocks; ++b) r.block_class[b] = c;
+    // The slots after the array in its last block are ordinary free slots of the class.
+    for (uint64_t i = blocks * per_block; i > count; --i) {
+      free_[c].push_back(GlobalAddress{r.info.id, first * r.block_size + (i - 1) * slot});
+    }
+    in_use_ += count;
+    return GlobalAddress{r.info.id, first * r.block_size};
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "out of memory: no region of this node has ", count, " consecutive free ", slot,
+      "-byte slots (", count * slot, " bytes) left"));
+}
+
 bool Allocator::IsReserved(GlobalAddress slot) const {
   std::lock_guard<std::mutex> l(mu_);
   return reserved_.contains(slot.Pack());

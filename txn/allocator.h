@@ -51,6 +51,11 @@ class Allocator {
   // than the largest object (txn/object.h kMaxObjectSize, or what this node's blocks hold);
   // ResourceExhausted when no slot of its class is free and no block is left.
   absl::StatusOr<GlobalAddress> Reserve(uint64_t size);
+  // `count` objects of `size` payload bytes in consecutive slots (one slot size apart) of freshly
+  // carved blocks of one region: the first slot's address. The slots count as in use for good
+  // (the caller installs objects in them; they are never freed). ResourceExhausted when no region
+  // has enough uncarved blocks left in a row.
+  absl::StatusOr<GlobalAddress> ReserveArray(uint64_t size, uint64_t count);
   // Whether `slot` is reserved (Reserve, not yet installed or released).
   bool IsReserved(GlobalAddress slot) const;
   // Ends a reservation without an object (its transaction aborted).

@@ -1,14 +1,35 @@
 #include "txn/engine.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "messaging/ring.h"
 #include "spdlog/spdlog.h"
+#include "txn/object.h"
 
 namespace farm {
 namespace txn {
+
+absl::StatusOr<GlobalAddress> Engine::CreateObjectArray(uint64_t size, uint64_t count) {
+  absl::StatusOr<GlobalAddress> first = allocator_->ReserveArray(size, count);
+  if (!first.ok()) return first.status();
+  uint64_t slot = 0;
+  absl::StatusOr<char*> base = allocator_->SlotOf(*first, &slot);
+  if (!base.ok()) return base.status();
+  const std::string zeros(size, '\0');
+  for (uint64_t i = 0; i < count; ++i) {
+    char* object = *base + i * slot;
+    uint64_t seen = 0;
+    // Fresh memory: lock word 0 (version 0, free); nobody else knows these slots yet.
+    if (!TryLock(object, 0, &seen)) {
+      return absl::InternalError("a freshly carved slot is not empty");
+    }
+    InstallObject(object, 1, zeros.data(), size);
+  }
+  return *first;
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   std::unique_ptr<Engine> e(new Engine(node, rpc));

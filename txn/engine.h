@@ -48,6 +48,13 @@ class Engine {
   static constexpr uint64_t kLockOverhead = 2048;
   static constexpr size_t kMaxTruncationsPerLock = 64;
 
+  // Creates `count` objects of `size` payload bytes (zeros, version 1) in consecutive slots of
+  // this node's memory, one slot size (the smallest power of two >= ObjectSpan(size)) apart, so
+  // that one READ fetches several of them (e.g. a hash table's buckets): the first object's
+  // address. They are ordinary objects from then on (transactions read and write them); they
+  // are never freed. Errors: as Allocator::ReserveArray.
+  absl::StatusOr<GlobalAddress> CreateObjectArray(uint64_t size, uint64_t count);
+
   TxnId NextId();
   // Transactions of this node whose records `owner` may drop: taken by the next LOCK to it.
   std::vector<uint64_t> TakeTruncations(uint32_t owner, size_t max = kMaxTruncationsPerLock);

@@ -102,6 +102,48 @@ absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t siz
 
 }  // namespace
 
+absl::Status CopyRanges(ThreadContext& ctx, absl::Span<const Range> ranges,
+                        std::vector<std::string>* out) {
+  Node* node = ctx.engine->node();
+  out->resize(ranges.size());
+  size_t i = 0;
+  while (i < ranges.size()) {
+    // One batch: the remote ranges that fit the buffer together.
+    Node::Batch batch(ctx.channel);
+    std::vector<std::pair<size_t, uint64_t>> remote;  // range, offset in the buffer
+    uint64_t used = 0;
+    for (; i < ranges.size(); ++i) {
+      const Range& r = ranges[i];
+      absl::StatusOr<RemoteTarget> t = node->Resolve(r.addr, r.len);
+      if (!t.ok()) return t.status();
+      std::string& copy = (*out)[i];
+      copy.resize(r.len);
+      if (t->local != nullptr) {
+        CopyLocalObject(t->local, copy.data(), r.len);
+        continue;
+      }
+      if (r.len > ctx.buffer_size) {
+        return absl::InvalidArgumentError(absl::StrCat("a READ of ", r.len,
+                                                       " bytes does not fit the thread's ",
+                                                       ctx.buffer_size, "-byte buffer"));
+      }
+      const uint64_t at = RoundUp8(used);
+      if (at + r.len > ctx.buffer_size) break;  // the next batch
+      batch.Read(r.addr, LocalBuffer{ctx.registration, ctx.buffer + at, r.len}).IgnoreError();
+      remote.emplace_back(i, at);
+      used = at + r.len;
+    }
+    if (remote.empty()) continue;
+    if (absl::Status s = batch.Wait(ctx.timeout); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("READ of ", remote.size(), " range(s) from ",
+                                                 ranges[remote[0].first].addr.ToString(), ": ",
+                                                 s.message()));
+    }
+    for (const auto& [k, at] : remote) std::memcpy((*out)[k].data(), ctx.buffer + at, ranges[k].len);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LockFreeRead(ThreadContext& ctx, GlobalAddress addr, uint64_t size, std::string* out,
                           uint64_t* version) {
   return ReadConsistent(ctx, addr, size, ctx.timeout, out, version);
@@ -164,6 +206,78 @@ absl::Status Transaction::Read(GlobalAddress addr, uint64_t size, std::string* o
     Abort();
     return absl::AbortedError(absl::StrCat("object ", addr.ToString(), " changed (version ",
                                            it->second.version, ", then ", version, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transaction::ReadRun(GlobalAddress first, uint64_t stride, uint64_t size,
+                                  uint64_t count, std::vector<std::string>* out) {
+  if (absl::Status s = CheckActive(); !s.ok()) return s;
+  if (absl::Status s = CheckSize(size); !s.ok()) return s;
+  const uint64_t span = ObjectSpan(size);
+  if (count == 0 || stride < span || stride % 8 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a run of ", count, " objects of ", size,
+                                                   " bytes cannot be ", stride, " bytes apart"));
+  }
+  const Range whole{first, (count - 1) * stride + span};
+  std::vector<std::string> copies;
+  std::vector<ObjectView> views(count);
+  absl::Time deadline = absl::InfinitePast();
+  absl::Duration pause = absl::Microseconds(1);
+  for (int attempt = 0;; ++attempt) {
+    if (absl::Status s = CopyRanges(*ctx_, absl::MakeConstSpan(&whole, 1), &copies); !s.ok()) {
+      return s;
+    }
+    bool retry = false;
+    for (uint64_t i = 0; i < count && !retry; ++i) {
+      const GlobalAddress a{first.region, first.offset + i * stride};
+      switch (DecodeObject(copies[0].data() + i * stride, size, &views[i])) {
+        case ObjectState::kOk:
+          break;
+        case ObjectState::kFree:
+          return absl::NotFoundError(
+              absl::StrCat("no object at ", a.ToString(), " (freed, or never allocated)"));
+        case ObjectState::kWrongSize:
+          return absl::InvalidArgumentError(absl::StrCat("the object at ", a.ToString(), " has ",
+                                                         views[i].size, " bytes, not ", size));
+        case ObjectState::kLocked:
+        case ObjectState::kTorn:
+          retry = true;
+          break;
+      }
+    }
+    if (!retry) break;
+    if (attempt < 16) continue;
+    const absl::Time now = absl::Now();
+    if (deadline == absl::InfinitePast()) deadline = now + kTxnLockedWait;
+    if (now > deadline) {
+      return absl::AbortedError(absl::StrCat("objects from ", first.ToString(),
+                                             " stayed locked or changing for ",
+                                             absl::FormatDuration(kTxnLockedWait)));
+    }
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Microseconds(100));
+  }
+  out->resize(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const GlobalAddress a{first.region, first.offset + i * stride};
+    const uint64_t key = a.Pack();
+    if (auto w = writes_.find(key); w != writes_.end()) {
+      if (w->second.kind == WriteKind::kFree) {
+        return absl::NotFoundError(
+            absl::StrCat("object ", a.ToString(), " was freed by this transaction"));
+      }
+      (*out)[i] = w->second.data;
+      continue;
+    }
+    auto [it, inserted] = reads_.emplace(key, ReadEntry{views[i].version, size});
+    if (!inserted && it->second.version != views[i].version) {
+      Abort();
+      return absl::AbortedError(absl::StrCat("object ", a.ToString(), " changed (version ",
+                                             it->second.version, ", then ", views[i].version,
+                                             ")"));
+    }
+    (*out)[i].assign(views[i].payload.data(), views[i].payload.size());
   }
   return absl::OkStatus();
 }

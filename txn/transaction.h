@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "messaging/messenger.h"
 #include "platform/fabric.h"
 #include "platform/global_address.h"
@@ -76,6 +77,20 @@ struct AllocHint {
 absl::Status LockFreeRead(ThreadContext& ctx, GlobalAddress addr, uint64_t size, std::string* out,
                           uint64_t* version = nullptr);
 
+// A byte range of the shared address space to copy (CopyRanges).
+struct Range {
+  GlobalAddress addr;
+  uint64_t len = 0;
+};
+
+// Copies the raw bytes of `ranges` (each inside one region) into `out` (one string per range):
+// this node's own memory with atomic word loads (CopyLocalObject: `len` must be a multiple of 8
+// there), remote memory with one-sided READs posted together in one batch (in several batches if
+// they exceed the thread's buffer; a single range must fit it). Nothing is decoded: the caller
+// checks the objects in the copies (txn/object.h DecodeObject).
+absl::Status CopyRanges(ThreadContext& ctx, absl::Span<const Range> ranges,
+                        std::vector<std::string>* out);
+
 class Transaction {
  public:
   explicit Transaction(ThreadContext* ctx);
@@ -87,6 +102,12 @@ class Transaction {
 
   // The object's value as of this transaction (its own write if it wrote it).
   absl::Status Read(GlobalAddress addr, uint64_t size, std::string* out);
+  // Reads `count` objects of `size` payload bytes each, `stride` bytes apart from `first` on
+  // (Engine::CreateObjectArray's layout), with ONE READ, retried while one of them is locked or
+  // torn; out[i] gets the i-th object's value (this transaction's own write if it wrote it). Each
+  // object's version is recorded as by Read.
+  absl::Status ReadRun(GlobalAddress first, uint64_t stride, uint64_t size, uint64_t count,
+                       std::vector<std::string>* out);
   // Replaces the object's value (same size as the object). Reads it first if this transaction
   // has not (to learn its version).
   absl::Status Write(GlobalAddress addr, absl::string_view value);

@@ -1,0 +1,937 @@
+#include "kv/kv.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <utility>
+
+#include "absl/functional/function_ref.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "api/runtime_impl.h"
+#include "kv/bucket.h"
+#include "messaging/ring.h"
+#include "spdlog/spdlog.h"
+#include "txn/object.h"
+#include "txn/transaction.h"
+
+namespace farm {
+namespace kv {
+namespace {
+
+constexpr uint64_t kKeySeed = 0x6b76'7461'626c'6531;  // "kvtable1"
+
+// A key's 64-bit hash: every byte counts (the rings' FrameHash reads whole words only).
+uint64_t KeyHash(absl::string_view key) {
+  uint64_t h = Mix64(kKeySeed ^ key.size());
+  size_t i = 0;
+  for (; i + 8 <= key.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, key.data() + i, 8);
+    h = Mix64(h ^ w) + 0x9e3779b97f4a7c15ull;
+  }
+  if (i < key.size()) {
+    uint64_t w = 0;
+    std::memcpy(&w, key.data() + i, key.size() - i);
+    h = Mix64(h ^ w) + 0x9e3779b97f4a7c15ull;
+  }
+  return Mix64(h);
+}
+
+// A shard as every node sees it (the Describe RPC's answer).
+struct ShardInfo {
+  uint32_t node = 0;
+  GlobalAddress first;      // bucket 0
+  uint64_t buckets = 0;     // home buckets
+  uint64_t total = 0;       // buckets + neighbourhood - 1: a neighbourhood never wraps
+  uint32_t bucket_bytes = 0;
+  uint32_t neighbourhood = 0;
+
+  uint64_t payload() const { return bucket_bytes - txn::kObjectHeaderSize; }
+  GlobalAddress Bucket(uint64_t i) const {
+    return GlobalAddress{first.region, first.offset + i * bucket_bytes};
+  }
+  uint64_t Home(uint64_t h) const { return Mix64(h ^ 0x9e3779b97f4a7c15ull) % buckets; }
+};
+
+// The Describe RPC's answer on the wire.
+struct DescribeReply {
+  uint32_t has_shard = 0;
+  uint32_t bucket_bytes = 0;
+  uint32_t neighbourhood = 0;
+  uint32_t reserved = 0;
+  uint64_t first = 0;
+  uint64_t buckets = 0;
+};
+
+// The statistics RPC's answer.
+struct StatsReply {
+  uint64_t buckets = 0, bucket_bytes = 0, items = 0, inline_items = 0, displaced_items = 0,
+           overflow_blocks = 0,
+           out_of_line_bytes = 0, memory_bytes = 0;
+};
+
+// GetRpc's answer: a status byte, then the value.
+enum RpcGetOutcome : char { kRpcFound = 'F', kRpcMissing = 'M', kRpcRetry = 'R' };
+
+// The shard of a key: rendezvous hashing over the shard nodes.
+const ShardInfo* ShardOf(const std::vector<ShardInfo>& shards, uint64_t h) {
+  const ShardInfo* best = nullptr;
+  uint64_t best_score = 0;
+  for (const ShardInfo& s : shards) {
+    const uint64_t score = Mix64(h ^ Mix64(0xc2b2ae3d27d4eb4full + s.node));
+    if (best == nullptr || score > best_score) {
+      best = &s;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+uint64_t SlotBytes(uint64_t payload) {
+  uint64_t slot = 64;
+  while (slot < txn::ObjectSpan(payload)) slot <<= 1;
+  return slot;
+}
+
+// Copies ranges of the shared address space: remote READs, or local copies (CopyRanges' contract).
+using CopyFn = absl::FunctionRef<absl::Status(absl::Span<const txn::Range>,
+                                              std::vector<std::string>*)>;
+
+enum class Lookup { kFound, kMissing, kRetry };
+
+// One lock-free lookup of `key` in shard `s` (see kv.h, "Consistency"). `first_copy`, if given,
+// is a copy of the neighbourhood made already (MultiGet). kRetry: something changed under it.
+absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uint64_t h,
+                                  CopyFn copy, const std::string* first_copy, std::string* value) {
+  const uint64_t home = s.Home(h);
+  const uint64_t P = s.payload();
+  const uint64_t H = s.neighbourhood;
+  std::vector<std::string> copies;
+  if (first_copy == nullptr) {
+    const txn::Range r{s.Bucket(home), H * s.bucket_bytes};
+    if (absl::Status st = copy(absl::MakeConstSpan(&r, 1), &copies); !st.ok()) return st;
+    first_copy = &copies[0];
+  }
+  const std::string& neighbourhood = *first_copy;
+  std::vector<uint64_t> words(H);
+  GlobalAddress link;
+  bool has_link = false;
+  // Fetches an out-of-line item; kMissing if it is not `key`'s.
+  auto fetch = [&](const Entry& e) -> absl::StatusOr<Lookup> {
+    const uint64_t size = uint64_t{e.key_len} + e.value_len;
+    const txn::Range r{e.object, txn::ObjectSpan(size)};
+    std::vector<std::string> c;
+    if (absl::Status st = copy(absl::MakeConstSpan(&r, 1), &c); !st.ok()) return st;
+    txn::ObjectView v;
+    if (txn::DecodeObject(c[0].data(), size, &v) != txn::ObjectState::kOk) return Lookup::kRetry;
+    if (v.payload.substr(0, e.key_len) != key) return Lookup::kMissing;
+    value->assign(v.payload.data() + e.key_len, e.value_len);
+    return Lookup::kFound;
+  };
+  for (uint64_t i = 0; i < H; ++i) {
+    txn::ObjectView v;
+    if (txn::DecodeObject(neighbourhood.data() + i * s.bucket_bytes, P, &v) !=
+        txn::ObjectState::kOk) {
+      return Lookup::kRetry;  // locked, torn (or not a bucket: then Get fails after retries)
+    }
+    std::memcpy(&words[i], neighbourhood.data() + i * s.bucket_bytes, 8);
+    absl::StatusOr<std::vector<Entry>> entries = ParseEntries(v.payload);
+    if (!entries.ok()) return entries.status();
+    if (i == 0) has_link = ReadLink(v.payload, &link);
+    for (const Entry& e : *entries) {
+      if (e.delta != i) continue;
+      if (e.kind == kInline) {
+        if (e.key != key) continue;
+        value->assign(e.value.data(), e.value.size());
+        return Lookup::kFound;
+      }
+      if (e.hash != h) continue;
+      absl::StatusOr<Lookup> f = fetch(e);
+      if (!f.ok() || *f != Lookup::kMissing) return f;
+    }
+  }
+  // The overflow chain of the home bucket.
+  std::vector<txn::Range> blocks;
+  std::vector<uint64_t> block_words;
+  for (int n = 0; has_link; ++n) {
+    if (n > 1 << 20) return absl::DataLossError("an overflow chain does not end");
+    const txn::Range r{link, txn::ObjectSpan(P)};
+    std::vector<std::string> c;
+    if (absl::Status st = copy(absl::MakeConstSpan(&r, 1), &c); !st.ok()) return st;
+    txn::ObjectView v;
+    if (txn::DecodeObject(c[0].data(), P, &v) != txn::ObjectState::kOk) return Lookup::kRetry;
+    uint64_t w;
+    std::memcpy(&w, c[0].data(), 8);
+    blocks.push_back(txn::Range{link, 8});
+    block_words.push_back(w);
+    absl::StatusOr<std::vector<Entry>> entries = ParseEntries(v.payload);
+    if (!entries.ok()) return entries.status();
+    for (const Entry& e : *entries) {
+      if (e.kind == kInline) {
+        if (e.key != key) continue;
+        value->assign(e.value.data(), e.value.size());
+        return Lookup::kFound;
+      }
+      if (e.hash != h) continue;
+      absl::StatusOr<Lookup> f = fetch(e);
+      if (!f.ok() || *f != Lookup::kMissing) return f;
+    }
+    has_link = ReadLink(v.payload, &link);
+  }
+  // Not found: only if nothing changed since the copies were made, which makes them one snapshot.
+  std::vector<txn::Range> again{txn::Range{s.Bucket(home), H * s.bucket_bytes}};
+  again.insert(again.end(), blocks.begin(), blocks.end());
+  std::vector<std::string> c;
+  if (absl::Status st = copy(again, &c); !st.ok()) return st;
+  for (uint64_t i = 0; i < H; ++i) {
+    uint64_t w;
+    std::memcpy(&w, c[0].data() + i * s.bucket_bytes, 8);
+    if (w != words[i]) return Lookup::kRetry;
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    uint64_t w;
+    std::memcpy(&w, c[1 + i].data(), 8);
+    if (w != block_words[i]) return Lookup::kRetry;
+  }
+  return Lookup::kMissing;
+}
+
+// A key's part of the table inside one transaction: its neighbourhood, the overflow chain of its
+// home bucket, and (for displacement) the buckets after the neighbourhood.
+class TableTxn {
+ public:
+  TableTxn(txn::Transaction& t, const ShardInfo& s, absl::string_view key, uint64_t h,
+           uint64_t inline_max)
+      : t_(t), s_(s), key_(key), h_(h), home_(s.Home(h)), inline_max_(inline_max) {}
+
+  absl::Status Load() {
+    std::vector<std::string> payloads;
+    if (absl::Status st =
+            t_.ReadRun(s_.Bucket(home_), s_.bucket_bytes, s_.payload(), s_.neighbourhood, &payloads);
+        !st.ok()) {
+      return st;
+    }
+    for (uint64_t i = 0; i < payloads.size(); ++i) {
+      bufs_.push_back(Buf{s_.Bucket(home_ + i), std::move(payloads[i])});
+    }
+    GlobalAddress link;
+    bool has = ReadLink(bufs_[0].payload, &link);
+    for (int n = 0; has; ++n) {
+      if (n > 1 << 20) return absl::DataLossError("an overflow chain does not end");
+      Buf b{link, std::string()};
+      if (absl::Status st = t_.Read(link, s_.payload(), &b.payload); !st.ok()) return st;
+      has = ReadLink(b.payload, &link);
+      chain_.push_back(bufs_.size());
+      bufs_.push_back(std::move(b));
+    }
+    return absl::OkStatus();
+  }
+
+  struct Loc {
+    size_t buf = 0;
+    Entry entry;
+    std::string value;  // the current value
+  };
+
+  // Where the key is, with its value; nullopt if absent.
+  absl::StatusOr<std::optional<Loc>> Find() {
+    const uint64_t H = s_.neighbourhood;
+    for (size_t b = 0; b < bufs_.size(); ++b) {
+      const bool in_chain = b >= H;
+      absl::StatusOr<std::vector<Entry>> entries = ParseEntries(bufs_[b].payload);
+      if (!entries.ok()) return entries.status();
+      for (const Entry& e : *entries) {
+        if (!in_chain && e.delta != b) continue;
+        if (e.kind == kInline) {
+          if (e.key != key_) continue;
+          return std::optional<Loc>(Loc{b, e, std::string(e.value)});
+        }
+        if (e.hash != h_) continue;
+        std::string obj;
+        if (absl::Status st = t_.Read(e.object, uint64_t{e.key_len} + e.value_len, &obj);
+            !st.ok()) {
+          return st;
+        }
+        if (absl::string_view(obj).substr(0, e.key_len) != key_) continue;
+        return std::optional<Loc>(Loc{b, e, obj.substr(e.key_len)});
+      }
+    }
+    return std::optional<Loc>();
+  }
+
+  // Sets the key's value (`at`: where it is now, if it is).
+  absl::Status Put(const std::optional<Loc>& at, absl::string_view value) {
+    const bool want_inline = InlineEntryBytes(key_.size(), value.size()) <= inline_max_;
+    if (at.has_value()) {
+      const Entry& e = at->entry;
+      if (!want_inline && e.kind == kOutOfLine && e.value_len == value.size()) {
+        return t_.Write(e.object, absl::StrCat(key_, value));  // in place
+      }
+      if (want_inline && e.kind == kInline && e.value_len == value.size()) {
+        Buf& b = bufs_[at->buf];
+        std::memcpy(b.payload.data() + e.offset + kEntryHeaderBytes + e.key_len, value.data(),
+                    value.size());
+        b.dirty = true;
+        return Flush();
+      }
+      if (absl::Status st = Remove(*at); !st.ok()) return st;
+    }
+    std::string entry;
+    if (want_inline) {
+      entry = EncodeInline(0, key_, value);
+    } else {
+      absl::StatusOr<GlobalAddress> obj =
+          t_.Alloc(key_.size() + value.size(), txn::AllocHint{txn::AllocHint::Kind::kNear, 0,
+                                                              s_.Bucket(home_), 0});
+      if (!obj.ok()) return obj.status();
+      if (absl::Status st = t_.Write(*obj, absl::StrCat(key_, value)); !st.ok()) return st;
+      entry = EncodeOutOfLine(0, static_cast<uint32_t>(key_.size()),
+                              static_cast<uint32_t>(value.size()), h_, *obj);
+    }
+    if (absl::Status st = Insert(entry); !st.ok()) return st;
+    return Flush();
+  }
+
+  absl::Status Delete(const Loc& at) {
+    if (absl::Status st = Remove(at); !st.ok()) return st;
+    return Flush();
+  }
+
+ private:
+  struct Buf {
+    GlobalAddress addr;
+    std::string payload;
+    bool dirty = false;
+    bool freed = false;
+  };
+
+  // Takes the entry out of its bucket or block (and frees its out-of-line object); an overflow
+  // block left empty is unlinked and freed.
+  absl::Status Remove(const Loc& at) {
+    Buf& b = bufs_[at.buf];
+    RemoveEntry(&b.payload, at.entry);
+    b.dirty = true;
+    if (at.entry.kind == kOutOfLine) {
+      if (absl::Status st = t_.Free(at.entry.object); !st.ok()) return st;
+    }
+    if (at.buf < s_.neighbourhood) return absl::OkStatus();
+    absl::StatusOr<std::vector<Entry>> left = ParseEntries(b.payload);
+    if (!left.ok()) return left.status();
+    if (!left->empty()) return absl::OkStatus();
+    // Unlink: the predecessor (home bucket or previous block) takes this block's link.
+    const auto pos = std::find(chain_.begin(), chain_.end(), at.buf);
+    Buf& pred = pos == chain_.begin() ? bufs_[0] : bufs_[*(pos - 1)];
+    GlobalAddress next;
+    const bool has_next = ReadLink(b.payload, &next);
+    WriteLink(&pred.payload, has_next ? &next : nullptr);
+    pred.dirty = true;
+    b.freed = true;
+    chain_.erase(pos);
+    return t_.Free(b.addr);
+  }
+
+  // Places an encoded entry: in the neighbourhood, by displacing other keys' entries further out,
+  // or in the overflow chain.
+  absl::Status Insert(std::string entry) {
+    const uint64_t H = s_.neighbourhood;
+    for (uint64_t i = 0; i < H; ++i) {
+      SetDelta(&entry, static_cast<uint8_t>(i));
+      if (AppendEntry(&bufs_[i].payload, entry)) {
+        bufs_[i].dirty = true;
+        return absl::OkStatus();
+      }
+    }
+    absl::StatusOr<bool> displaced = Displace(entry);
+    if (!displaced.ok()) return displaced.status();
+    if (*displaced) return absl::OkStatus();
+    SetDelta(&entry, 0);
+    for (size_t b : chain_) {
+      if (AppendEntry(&bufs_[b].payload, entry)) {
+        bufs_[b].dirty = true;
+        return absl::OkStatus();
+      }
+    }
+    // A new overflow block at the head of the chain.
+    absl::StatusOr<GlobalAddress> block = t_.Alloc(
+        s_.payload(), txn::AllocHint{txn::AllocHint::Kind::kNear, 0, s_.Bucket(home_), 0});
+    if (!block.ok()) return block.status();
+    Buf nb{*block, std::string(s_.payload(), '\0')};
+    GlobalAddress old;
+    const bool has_old = ReadLink(bufs_[0].payload, &old);
+    WriteLink(&nb.payload, has_old ? &old : nullptr);
+    if (!AppendEntry(&nb.payload, entry)) {
+      return absl::InternalError("an entry does not fit an empty overflow block");
+    }
+    nb.dirty = true;
+    WriteLink(&bufs_[0].payload, &*block);
+    bufs_[0].dirty = true;
+    chain_.insert(chain_.begin(), bufs_.size());
+    bufs_.push_back(std::move(nb));
+    return absl::OkStatus();
+  }
+
+  // Hopscotch displacement: finds a bucket after the neighbourhood with room, and moves entries
+  // of other keys back-to-front into it until the room is inside the neighbourhood. False when
+  // that is not possible within kReach buckets (nothing is changed then).
+  absl::StatusOr<bool> Displace(std::string& entry) {
+    const uint64_t H = s_.neighbourhood;
+    const uint64_t reach = std::min<uint64_t>(4 * H, s_.total - (home_ + H));
+    if (reach == 0) return false;
+    std::vector<std::string> ext;
+    if (absl::Status st = t_.ReadRun(s_.Bucket(home_ + H), s_.bucket_bytes, s_.payload(), reach,
+                                     &ext);
+        !st.ok()) {
+      return st;
+    }
+    // Work on copies: bucket j of `work` is home + j.
+    std::vector<std::string> work;
+    for (uint64_t i = 0; i < H; ++i) work.push_back(bufs_[i].payload);
+    for (std::string& p : ext) work.push_back(std::move(p));
+    std::vector<bool> changed(work.size(), false);
+    auto free_bytes = [&](uint64_t j) -> uint64_t {
+      absl::StatusOr<std::vector<Entry>> e = ParseEntries(work[j]);
+      return e.ok() ? FreeBytes(work[j], *e) : 0;
+    };
+    uint64_t free_at = H;
+    while (free_at < work.size() && free_bytes(free_at) < entry.size()) ++free_at;
+    if (free_at == work.size()) return false;
+    for (int moves = 0; free_at >= H; ++moves) {
+      if (moves > static_cast<int>(2 * H)) return false;
+      bool moved = false;
+      for (uint64_t j = free_at + 1 - H; j < free_at && !moved; ++j) {
+        absl::StatusOr<std::vector<Entry>> entries = ParseEntries(work[j]);
+        if (!entries.ok()) return entries.status();
+        for (const Entry& e : *entries) {
+          // Its home bucket (relative to ours; may be before it) must reach free_at.
+          const int64_t e_home = static_cast<int64_t>(j) - e.delta;
+          const int64_t dist = static_cast<int64_t>(free_at) - e_home;
+          if (dist >= static_cast<int64_t>(H) || e.bytes > free_bytes(free_at)) continue;
+          std::string bytes = work[j].substr(e.offset, e.bytes);
+          SetDelta(&bytes, static_cast<uint8_t>(dist));
+          AppendEntry(&work[free_at], bytes);
+          RemoveEntry(&work[j], e);
+          changed[free_at] = changed[j] = true;
+          free_at = j;
+          moved = true;
+          break;
+        }
+      }
+      if (!moved) return false;
+    }
+    SetDelta(&entry, static_cast<uint8_t>(free_at));
+    if (!AppendEntry(&work[free_at], entry)) return false;
+    changed[free_at] = true;
+    for (uint64_t j = 0; j < work.size(); ++j) {
+      if (!changed[j]) continue;
+      if (j < H) {
+        bufs_[j].payload = std::move(work[j]);
+        bufs_[j].dirty = true;
+      } else {
+        bufs_.push_back(Buf{s_.Bucket(home_ + j), std::move(work[j]), true});
+      }
+    }
+    return true;
+  }
+
+  absl::Status Flush() {
+    for (Buf& b : bufs_) {
+      if (!b.dirty || b.freed) continue;
+      if (absl::Status st = t_.Write(b.addr, b.payload); !st.ok()) return st;
+      b.dirty = false;
+    }
+    return absl::OkStatus();
+  }
+
+  txn::Transaction& t_;
+  const ShardInfo& s_;
+  const absl::string_view key_;
+  const uint64_t h_;
+  const uint64_t home_;
+  const uint64_t inline_max_;
+  // The neighbourhood's H buckets first (index i: home + i), then chain blocks and displaced
+  // buckets in the order they were loaded or created.
+  std::vector<Buf> bufs_;
+  std::vector<size_t> chain_;  // indices into bufs_, in chain order
+};
+
+}  // namespace
+
+struct Store::Impl {
+  Runtime* rt = nullptr;
+  Options options;
+  std::optional<ShardInfo> local;  // this node's shard
+  uint64_t max_value = 0;
+  uint64_t inline_max = 0;
+
+  std::mutex mu;
+  std::vector<ShardInfo> shards;  // once loaded: every shard node's, by node id
+
+  uint16_t describe_method() const { return options.first_method; }
+  uint16_t get_method() const { return static_cast<uint16_t>(options.first_method + 1); }
+  uint16_t stats_method() const { return static_cast<uint16_t>(options.first_method + 2); }
+
+  // Copies of this node's own memory (what the RPC handlers read).
+  absl::Status LocalCopy(absl::Span<const txn::Range> ranges, std::vector<std::string>* out) {
+    out->resize(ranges.size());
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      absl::StatusOr<absl::Span<char>> m = rt->Local(ranges[i].addr, ranges[i].len);
+      if (!m.ok()) return m.status();
+      (*out)[i].resize(ranges[i].len);
+      txn::CopyLocalObject(m->data(), (*out)[i].data(), ranges[i].len);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> ServeGet(absl::string_view key) {
+    if (!local.has_value()) return absl::FailedPreconditionError("this node holds no shard");
+    std::string value;
+    absl::StatusOr<Lookup> l = LookupOnce(
+        *local, key, KeyHash(key),
+        [this](absl::Span<const txn::Range> r, std::vector<std::string>* o) {
+          return LocalCopy(r, o);
+        },
+        nullptr, &value);
+    if (!l.ok()) return l.status();
+    // The handler must not wait for a commit (this thread applies it): the caller retries.
+    if (*l == Lookup::kRetry) return std::string(1, kRpcRetry);
+    if (*l == Lookup::kMissing) return std::string(1, kRpcMissing);
+    return absl::StrCat(std::string(1, kRpcFound), value);
+  }
+
+  absl::StatusOr<StatsReply> ServeStats() {
+    StatsReply r;
+    if (!local.has_value()) return r;
+    const ShardInfo& s = *local;
+    r.buckets = s.total;
+    r.bucket_bytes = s.bucket_bytes;
+    r.memory_bytes = s.total * s.bucket_bytes;
+    std::vector<std::string> c;
+    auto count = [&](absl::string_view payload) -> absl::Status {
+      absl::StatusOr<std::vector<Entry>> entries = ParseEntries(payload);
+      if (!entries.ok()) return entries.status();
+      for (const Entry& e : *entries) {
+        ++r.items;
+        if (e.delta > 0) ++r.displaced_items;
+        if (e.kind == kInline) {
+          ++r.inline_items;
+        } else {
+          const uint64_t slot = SlotBytes(uint64_t{e.key_len} + e.value_len);
+          r.out_of_line_bytes += slot;
+          r.memory_bytes += slot;
+        }
+      }
+      return absl::OkStatus();
+    };
+    for (uint64_t i = 0; i < s.total; ++i) {
+      const txn::Range range{s.Bucket(i), s.bucket_bytes};
+      if (absl::Status st = LocalCopy(absl::MakeConstSpan(&range, 1), &c); !st.ok()) return st;
+      txn::ObjectView v;
+      if (txn::DecodeObject(c[0].data(), s.payload(), &v) != txn::ObjectState::kOk) {
+        continue;  // being written: counted as it was (statistics, not a snapshot)
+      }
+      const std::string payload(v.payload);
+      if (absl::Status st = count(payload); !st.ok()) return st;
+      GlobalAddress link;
+      bool has = ReadLink(payload, &link);
+      for (int n = 0; has && n < (1 << 20); ++n) {
+        const txn::Range br{link, txn::ObjectSpan(s.payload())};
+        if (!LocalCopy(absl::MakeConstSpan(&br, 1), &c).ok()) break;  // not on this node
+        if (txn::DecodeObject(c[0].data(), s.payload(), &v) != txn::ObjectState::kOk) break;
+        const std::string block(v.payload);
+        ++r.overflow_blocks;
+        r.memory_bytes += SlotBytes(s.payload());
+        if (absl::Status st = count(block); !st.ok()) return st;
+        has = ReadLink(block, &link);
+      }
+    }
+    return r;
+  }
+
+  // The shard nodes, asked once (every member answers Describe once it serves).
+  absl::StatusOr<std::vector<ShardInfo>> Shards(Worker& w) {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (!shards.empty()) return shards;
+    }
+    std::vector<ShardInfo> found;
+    for (uint32_t node : rt->members()) {
+      absl::StatusOr<std::string> r = w.Call(node, describe_method(), "");
+      if (!r.ok()) {
+        return absl::Status(r.status().code(),
+                            absl::StrCat("kv: asking node ", node, " for its shard: ",
+                                         r.status().message()));
+      }
+      DescribeReply d;
+      if (r->size() != sizeof(d)) {
+        return absl::DataLossError(absl::StrCat("kv: node ", node, " described its shard in ",
+                                                r->size(), " bytes, not ", sizeof(d)));
+      }
+      std::memcpy(&d, r->data(), sizeof(d));
+      if (d.has_shard == 0) continue;
+      if (d.bucket_bytes != options.bucket_bytes || d.neighbourhood != options.neighbourhood) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "kv: node ", node, "'s shard has ", d.bucket_bytes, "-byte buckets and neighbourhood ",
+            d.neighbourhood, "; this node uses ", options.bucket_bytes, " and ",
+            options.neighbourhood, " (every node must use the same options)"));
+      }
+      ShardInfo s;
+      s.node = node;
+      s.first = GlobalAddress::Unpack(d.first);
+      s.buckets = d.buckets;
+      s.total = d.buckets + d.neighbourhood - 1;
+      s.bucket_bytes = d.bucket_bytes;
+      s.neighbourhood = d.neighbourhood;
+      found.push_back(s);
+    }
+    if (found.empty()) return absl::FailedPreconditionError("kv: no member holds a shard");
+    std::lock_guard<std::mutex> l(mu);
+    if (shards.empty()) shards = std::move(found);
+    return shards;
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Options& options) {
+  const uint32_t bb = options.bucket_bytes;
+  if (bb < 128 || bb > 4096 || (bb & (bb - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv: bucket_bytes must be a power of two from 128 to 4096, not ", bb));
+  }
+  if (options.neighbourhood < 1 || options.neighbourhood > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv: neighbourhood must be 1 to 64 buckets, not ", options.neighbourhood));
+  }
+  if (options.hold_shard && options.buckets == 0) {
+    return absl::InvalidArgumentError("kv: a shard needs at least one bucket");
+  }
+  if (options.first_method + 2 >= kFirstReservedMethod) {
+    return absl::InvalidArgumentError(absl::StrCat("kv: method ids ", options.first_method,
+                                                   "..+2 reach the platform's own (from ",
+                                                   kFirstReservedMethod, ")"));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->rt = &runtime;
+  impl->options = options;
+  Runtime::Impl& rti = RuntimeAccess::Of(runtime);
+  const uint64_t max_object = runtime.max_object_size();
+  if (max_object <= kMaxKeySize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv: objects of at most ", max_object, " bytes leave no room for values (larger rings)"));
+  }
+  impl->max_value = max_object - kMaxKeySize;
+  const uint64_t payload = bb - txn::kObjectHeaderSize;
+  impl->inline_max = ((payload - kBucketLinkBytes) / 2) & ~uint64_t{7};
+  if (options.hold_shard) {
+    const uint64_t total = options.buckets + options.neighbourhood - 1;
+    absl::StatusOr<GlobalAddress> first = rti.txn->CreateObjectArray(payload, total);
+    if (!first.ok()) {
+      return absl::Status(first.status().code(),
+                          absl::StrCat("kv: this node's shard (", total, " buckets of ", bb,
+                                       " bytes): ", first.status().message()));
+    }
+    ShardInfo s;
+    s.node = runtime.node_id();
+    s.first = *first;
+    s.buckets = options.buckets;
+    s.total = total;
+    s.bucket_bytes = bb;
+    s.neighbourhood = options.neighbourhood;
+    impl->local = s;
+  }
+  Impl* p = impl.get();
+  absl::Status st = runtime.Handle(p->describe_method(), [p](const Request&) -> absl::StatusOr<std::string> {
+    DescribeReply d;
+    if (p->local.has_value()) {
+      d.has_shard = 1;
+      d.bucket_bytes = p->local->bucket_bytes;
+      d.neighbourhood = p->local->neighbourhood;
+      d.first = p->local->first.Pack();
+      d.buckets = p->local->buckets;
+    }
+    return std::string(reinterpret_cast<const char*>(&d), sizeof(d));
+  });
+  if (st.ok()) {
+    st = runtime.Handle(p->get_method(), [p](const Request& r) -> absl::StatusOr<std::string> {
+      return p->ServeGet(r.payload);
+    });
+  }
+  if (st.ok()) {
+    st = runtime.Handle(p->stats_method(), [p](const Request&) -> absl::StatusOr<std::string> {
+      absl::StatusOr<StatsReply> s = p->ServeStats();
+      if (!s.ok()) return s.status();
+      return std::string(reinterpret_cast<const char*>(&*s), sizeof(*s));
+    });
+  }
+  if (!st.ok()) return st;
+  return std::unique_ptr<Store>(new Store(std::move(impl)));
+}
+
+Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Store::~Store() = default;
+Runtime& Store::runtime() const { return *impl_->rt; }
+const Options& Store::options() const { return impl_->options; }
+uint64_t Store::max_key_size() const { return kMaxKeySize; }
+uint64_t Store::max_value_size() const { return impl_->max_value; }
+
+struct Client::Impl {
+  Store::Impl* store = nullptr;
+  Worker* worker = nullptr;
+  txn::ThreadContext* ctx = nullptr;
+  std::vector<ShardInfo> shards;  // loaded on first use
+
+  absl::Status CheckKey(absl::string_view key) const {
+    if (key.empty()) return absl::InvalidArgumentError("kv: a key has at least 1 byte");
+    if (key.size() > kMaxKeySize) {
+      return absl::InvalidArgumentError(absl::StrCat("kv: a key of ", key.size(),
+                                                     " bytes is longer than the limit of ",
+                                                     kMaxKeySize, " bytes"));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status CheckValue(absl::string_view value) const {
+    if (value.size() > store->max_value) {
+      return absl::InvalidArgumentError(absl::StrCat("kv: a value of ", value.size(),
+                                                     " bytes is larger than the limit of ",
+                                                     store->max_value, " bytes"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<const ShardInfo*> Shard(uint64_t h) {
+    if (shards.empty()) {
+      absl::StatusOr<std::vector<ShardInfo>> s = store->Shards(*worker);
+      if (!s.ok()) return s.status();
+      shards = std::move(*s);
+    }
+    return ShardOf(shards, h);
+  }
+
+  // An error of an operation on shard `s`, said in the store's terms.
+  absl::Status Annotate(const absl::Status& st, const ShardInfo& s) const {
+    if (st.ok() || absl::IsNotFound(st) || absl::IsInvalidArgument(st)) return st;
+    if (absl::IsOutOfRange(st) || absl::IsUnavailable(st)) {
+      return absl::UnavailableError(absl::StrCat("kv: the key's shard on node ", s.node,
+                                                 " cannot be reached: ", st.message()));
+    }
+    return st;
+  }
+
+  absl::Status Copy(absl::Span<const txn::Range> r, std::vector<std::string>* o) {
+    return txn::CopyRanges(*ctx, r, o);
+  }
+
+  // Lock-free GET, retried while the key's buckets change under it.
+  absl::StatusOr<std::string> Get(absl::string_view key, const std::string* first_copy) {
+    if (absl::Status st = CheckKey(key); !st.ok()) return st;
+    const uint64_t h = KeyHash(key);
+    absl::StatusOr<const ShardInfo*> s = Shard(h);
+    if (!s.ok()) return s.status();
+    std::string value;
+    const absl::Time deadline = absl::Now() + ctx->timeout;
+    absl::Duration pause = absl::Microseconds(1);
+    for (int attempt = 0;; ++attempt) {
+      absl::StatusOr<Lookup> l = LookupOnce(
+          **s, key, h,
+          [this](absl::Span<const txn::Range> r, std::vector<std::string>* o) { return Copy(r, o); },
+          attempt == 0 ? first_copy : nullptr, &value);
+      if (!l.ok()) return Annotate(l.status(), **s);
+      if (*l == Lookup::kFound) return value;
+      if (*l == Lookup::kMissing) return absl::NotFoundError("kv: no such key");
+      if (attempt < 16) continue;
+      if (absl::Now() > deadline) {
+        return absl::AbortedError(absl::StrCat("kv: the key's buckets on node ", (*s)->node,
+                                               " kept changing for ",
+                                               absl::FormatDuration(ctx->timeout)));
+      }
+      absl::SleepFor(pause);
+      pause = std::min(pause * 2, absl::Microseconds(100));
+    }
+  }
+
+  // Runs `fn` on the key's part of the table in transaction `t`.
+  absl::Status WithTable(txn::Transaction& t, absl::string_view key,
+                         const std::function<absl::Status(TableTxn&)>& fn) {
+    if (absl::Status st = CheckKey(key); !st.ok()) return st;
+    const uint64_t h = KeyHash(key);
+    absl::StatusOr<const ShardInfo*> s = Shard(h);
+    if (!s.ok()) return s.status();
+    TableTxn table(t, **s, key, h, store->inline_max);
+    absl::Status st = table.Load();
+    if (st.ok()) st = fn(table);
+    return Annotate(st, **s);
+  }
+
+  // Runs `fn` in transactions until one commits (Worker::Run).
+  absl::Status Run(absl::string_view key, const std::function<absl::Status(TableTxn&)>& fn) {
+    return worker->Run([&](Txn& t) -> absl::Status {
+      return WithTable(RuntimeAccess::Of(t).t, key, fn);
+    });
+  }
+};
+
+Client::Client(Store& store, Worker& worker) : impl_(std::make_unique<Impl>()) {
+  impl_->store = store.impl_.get();
+  impl_->worker = &worker;
+  impl_->ctx = &RuntimeAccess::Of(worker).txn_context;
+}
+
+Client::~Client() = default;
+
+absl::StatusOr<std::string> Client::Get(absl::string_view key) { return impl_->Get(key, nullptr); }
+
+absl::StatusOr<std::string> Client::GetRpc(absl::string_view key) {
+  if (absl::Status st = impl_->CheckKey(key); !st.ok()) return st;
+  const uint64_t h = KeyHash(key);
+  absl::StatusOr<const ShardInfo*> s = impl_->Shard(h);
+  if (!s.ok()) return s.status();
+  const absl::Time deadline = absl::Now() + impl_->ctx->timeout;
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<std::string> r = impl_->worker->Call((*s)->node, impl_->store->get_method(), key);
+    if (!r.ok()) return impl_->Annotate(r.status(), **s);
+    if (r->empty()) return absl::DataLossError("kv: an empty GET answer");
+    if ((*r)[0] == kRpcFound) return r->substr(1);
+    if ((*r)[0] == kRpcMissing) return absl::NotFoundError("kv: no such key");
+    if ((*r)[0] != kRpcRetry) return absl::DataLossError("kv: a GET answer of an unknown kind");
+    if (absl::Now() > deadline) {
+      return absl::AbortedError(absl::StrCat("kv: the key's buckets on node ", (*s)->node,
+                                             " kept changing"));
+    }
+    if (attempt > 16) absl::SleepFor(absl::Microseconds(20));
+  }
+}
+
+std::vector<absl::StatusOr<std::string>> Client::MultiGet(absl::Span<const std::string> keys) {
+  std::vector<absl::StatusOr<std::string>> out(keys.size(), absl::UnknownError("not read"));
+  std::vector<txn::Range> ranges;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (absl::Status st = impl_->CheckKey(keys[i]); !st.ok()) {
+      out[i] = st;
+      continue;
+    }
+    absl::StatusOr<const ShardInfo*> s = impl_->Shard(KeyHash(keys[i]));
+    if (!s.ok()) {
+      out[i] = s.status();
+      continue;
+    }
+    const uint64_t home = (*s)->Home(KeyHash(keys[i]));
+    ranges.push_back(txn::Range{(*s)->Bucket(home), uint64_t{(*s)->neighbourhood} * (*s)->bucket_bytes});
+    which.push_back(i);
+  }
+  std::vector<std::string> copies;
+  // All neighbourhoods with READs posted together; then each key as Get does it, from its copy.
+  const absl::Status batch = impl_->Copy(ranges, &copies);
+  for (size_t k = 0; k < which.size(); ++k) {
+    const size_t i = which[k];
+    out[i] = impl_->Get(keys[i], batch.ok() ? &copies[k] : nullptr);
+  }
+  return out;
+}
+
+absl::Status Client::Put(absl::string_view key, absl::string_view value) {
+  if (absl::Status st = impl_->CheckValue(value); !st.ok()) return st;
+  return impl_->Run(key, [&](TableTxn& table) -> absl::Status {
+    absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+    if (!at.ok()) return at.status();
+    return table.Put(*at, value);
+  });
+}
+
+absl::StatusOr<bool> Client::Delete(absl::string_view key) {
+  bool deleted = false;
+  absl::Status st = impl_->Run(key, [&](TableTxn& table) -> absl::Status {
+    absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+    if (!at.ok()) return at.status();
+    deleted = at->has_value();
+    if (!deleted) return absl::OkStatus();
+    return table.Delete(**at);
+  });
+  if (!st.ok()) return st;
+  return deleted;
+}
+
+absl::StatusOr<bool> Client::CompareAndSet(absl::string_view key,
+                                           const std::optional<std::string>& expected,
+                                           absl::string_view value) {
+  if (absl::Status st = impl_->CheckValue(value); !st.ok()) return st;
+  bool set = false;
+  absl::Status st = impl_->Run(key, [&](TableTxn& table) -> absl::Status {
+    absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+    if (!at.ok()) return at.status();
+    const bool matches = expected.has_value()
+                             ? (at->has_value() && (*at)->value == *expected)
+                             : !at->has_value();
+    set = matches;
+    if (!matches) return absl::OkStatus();  // commits read-only: validated like any read
+    return table.Put(*at, value);
+  });
+  if (!st.ok()) return st;
+  return set;
+}
+
+absl::StatusOr<std::string> Client::Get(Txn& t, absl::string_view key) {
+  std::string value;
+  bool found = false;
+  absl::Status st =
+      impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) -> absl::Status {
+        absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+        if (!at.ok()) return at.status();
+        found = at->has_value();
+        if (found) value = (*at)->value;
+        return absl::OkStatus();
+      });
+  if (!st.ok()) return st;
+  if (!found) return absl::NotFoundError("kv: no such key");
+  return value;
+}
+
+absl::Status Client::Put(Txn& t, absl::string_view key, absl::string_view value) {
+  if (absl::Status st = impl_->CheckValue(value); !st.ok()) return st;
+  return impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) -> absl::Status {
+    absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+    if (!at.ok()) return at.status();
+    return table.Put(*at, value);
+  });
+}
+
+absl::StatusOr<bool> Client::Delete(Txn& t, absl::string_view key) {
+  bool deleted = false;
+  absl::Status st =
+      impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) -> absl::Status {
+        absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+        if (!at.ok()) return at.status();
+        deleted = at->has_value();
+        if (!deleted) return absl::OkStatus();
+        return table.Delete(**at);
+      });
+  if (!st.ok()) return st;
+  return deleted;
+}
+
+absl::StatusOr<std::vector<ShardStats>> Client::Stats() {
+  absl::StatusOr<const ShardInfo*> any = impl_->Shard(0);
+  if (!any.ok()) return any.status();
+  std::vector<ShardStats> out;
+  for (const ShardInfo& s : impl_->shards) {
+    absl::StatusOr<std::string> r = impl_->worker->Call(s.node, impl_->store->stats_method(), "");
+    if (!r.ok()) return impl_->Annotate(r.status(), s);
+    StatsReply rep;
+    if (r->size() != sizeof(rep)) return absl::DataLossError("kv: a statistics answer of the wrong size");
+    std::memcpy(&rep, r->data(), sizeof(rep));
+    ShardStats st;
+    st.node = s.node;
+    st.buckets = rep.buckets;
+    st.bucket_bytes = rep.bucket_bytes;
+    st.items = rep.items;
+    st.inline_items = rep.inline_items;
+    st.displaced_items = rep.displaced_items;
+    st.overflow_blocks = rep.overflow_blocks;
+    st.out_of_line_bytes = rep.out_of_line_bytes;
+    st.memory_bytes = rep.memory_bytes;
+    out.push_back(st);
+  }
+  return out;
+}
+
+}  // namespace kv
+}  // namespace farm

@@ -1,0 +1,358 @@
+// The KV store (kv/kv.h) on in-process clusters of Runtimes: operations on every shard, the
+// table's hopscotch displacement and overflow chains, deletes that unlink empty blocks, GETs that
+// never see a torn value or miss a key while other keys are moved around it, a full table, keys
+// in larger transactions, and bad input.
+#include "kv/kv.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "farm/farm.h"
+#include "tests/runtime_cluster.h"
+
+namespace farm {
+namespace kv {
+namespace {
+
+struct Cluster {
+  // Destroyed in reverse: the runtimes (whose handlers point into the stores) stop first.
+  std::vector<std::unique_ptr<Store>> stores;
+  std::vector<std::unique_ptr<Runtime>> rts;
+};
+
+Cluster Start(int n, const Options& options, uint64_t region_size = 4 << 20, int regions = 2) {
+  Cluster c;
+  RuntimeOptions o;
+  c.rts = testing::StartRuntimes(n, o, testing::RuntimeClusterConfig(n, region_size, regions));
+  for (auto& rt : c.rts) {
+    absl::StatusOr<std::unique_ptr<Store>> s = Store::Create(*rt, options);
+    INFO(s.status().ToString());
+    REQUIRE(s.ok());
+    c.stores.push_back(std::move(*s));
+    rt->Serve();
+  }
+  return c;
+}
+
+std::unique_ptr<Worker> NewWorker(Runtime& rt) {
+  absl::StatusOr<std::unique_ptr<Worker>> w = rt.NewWorker();
+  INFO(w.status().ToString());
+  REQUIRE(w.ok());
+  return std::move(*w);
+}
+
+std::string Key(int i) { return absl::StrCat("key-", i); }
+
+ShardStats Total(Client& c) {
+  absl::StatusOr<std::vector<ShardStats>> s = c.Stats();
+  INFO(s.status().ToString());
+  REQUIRE(s.ok());
+  ShardStats t;
+  for (const ShardStats& x : *s) {
+    t.items += x.items;
+    t.inline_items += x.inline_items;
+    t.displaced_items += x.displaced_items;
+    t.overflow_blocks += x.overflow_blocks;
+    t.buckets += x.buckets;
+    t.memory_bytes += x.memory_bytes;
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("put, get, delete, compare-and-set and multi-get on every shard", "[kv]") {
+  Cluster c = Start(3, Options{});
+  std::unique_ptr<Worker> w0 = NewWorker(*c.rts[0]);
+  std::unique_ptr<Worker> w2 = NewWorker(*c.rts[2]);
+  Client a(*c.stores[0], *w0);
+  Client b(*c.stores[2], *w2);
+
+  CHECK(absl::IsNotFound(a.Get("nothing").status()));
+  CHECK(absl::IsNotFound(a.GetRpc("nothing").status()));
+  const std::string big(3000, 'B');            // out of line
+  const std::string binary("\0\x01\xff key", 8);  // any bytes
+  REQUIRE(a.Put("small", "v1").ok());
+  REQUIRE(a.Put("big", big).ok());
+  REQUIRE(a.Put(binary, "").ok());  // an empty value is a value
+  for (Client* cl : {&a, &b}) {
+    CHECK(*cl->Get("small") == "v1");
+    CHECK(*cl->Get("big") == big);
+    CHECK(*cl->Get(binary) == "");
+    CHECK(*cl->GetRpc("small") == "v1");
+    CHECK(*cl->GetRpc("big") == big);
+  }
+  // Replacing: same size in place, other sizes, inline <-> out of line.
+  REQUIRE(b.Put("small", "v2").ok());
+  CHECK(*a.Get("small") == "v2");
+  REQUIRE(b.Put("small", big).ok());
+  CHECK(*a.Get("small") == big);
+  REQUIRE(b.Put("big", "tiny").ok());
+  CHECK(*a.Get("big") == "tiny");
+  REQUIRE(b.Put("big", std::string(3000, 'C')).ok());
+  CHECK(*a.Get("big") == std::string(3000, 'C'));
+
+  // Delete.
+  CHECK(*b.Delete("big") == true);
+  CHECK(*b.Delete("big") == false);
+  CHECK(absl::IsNotFound(a.Get("big").status()));
+  CHECK(absl::IsNotFound(a.GetRpc("big").status()));
+
+  // Compare-and-set.
+  CHECK(*a.CompareAndSet("c", std::nullopt, "1") == true);   // absent -> set
+  CHECK(*a.CompareAndSet("c", std::nullopt, "x") == false);  // present now
+  CHECK(*b.CompareAndSet("c", std::string("0"), "x") == false);
+  CHECK(*b.CompareAndSet("c", std::string("1"), "2") == true);
+  CHECK(*a.Get("c") == "2");
+
+  // Many keys: spread over all three shards, read back with MultiGet.
+  std::vector<std::string> keys;
+  for (int i = 0; i < 300; ++i) {
+    keys.push_back(Key(i));
+    REQUIRE(a.Put(keys.back(), absl::StrCat("value-", i)).ok());
+  }
+  keys.push_back("missing");
+  std::vector<absl::StatusOr<std::string>> got = b.MultiGet(keys);
+  REQUIRE(got.size() == keys.size());
+  for (int i = 0; i < 300; ++i) {
+    INFO(keys[i]);
+    REQUIRE(got[i].ok());
+    CHECK(*got[i] == absl::StrCat("value-", i));
+  }
+  CHECK(absl::IsNotFound(got[300].status()));
+  absl::StatusOr<std::vector<ShardStats>> stats = a.Stats();
+  REQUIRE(stats.ok());
+  REQUIRE(stats->size() == 3);
+  uint64_t items = 0;
+  for (const ShardStats& s : *stats) {
+    CHECK(s.items > 50);  // 303 keys over 3 shards
+    items += s.items;
+  }
+  CHECK(items == 303);  // small, binary, c, and the 300
+}
+
+TEST_CASE("a small table displaces entries and chains overflow blocks", "[kv]") {
+  // 16 home buckets of 128 bytes (3 entries of a 6-byte key and 16-byte value each), H = 4.
+  Options o;
+  o.buckets = 16;
+  o.bucket_bytes = 128;
+  o.neighbourhood = 4;
+  Cluster c = Start(1, o);
+  std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+  Client kv(*c.stores[0], *w);
+  auto value = [](int i, int round) { return absl::StrCat("v", round, "-", std::string(12, 'a' + i % 26)).substr(0, 16); };
+  constexpr int kKeys = 150;
+  for (int i = 0; i < kKeys; ++i) {
+    INFO(i);
+    REQUIRE(kv.Put(Key(i), value(i, 0)).ok());
+  }
+  ShardStats t = Total(kv);
+  CHECK(t.items == kKeys);
+  CHECK(t.displaced_items > 0);   // hopscotch moved some away from their home bucket
+  CHECK(t.overflow_blocks > 0);   // 19 buckets cannot hold 150 keys: chains
+  for (int i = 0; i < kKeys; ++i) {
+    INFO(i);
+    CHECK(*kv.Get(Key(i)) == value(i, 0));
+    CHECK(*kv.GetRpc(Key(i)) == value(i, 0));
+  }
+  // Delete every other key; the rest stays; deleted ones are gone.
+  for (int i = 0; i < kKeys; i += 2) REQUIRE(*kv.Delete(Key(i)));
+  for (int i = 0; i < kKeys; ++i) {
+    INFO(i);
+    if (i % 2 == 0) {
+      CHECK(absl::IsNotFound(kv.Get(Key(i)).status()));
+    } else {
+      CHECK(*kv.Get(Key(i)) == value(i, 0));
+    }
+  }
+  CHECK(Total(kv).items == kKeys / 2);
+  // Re-insert with new values, then delete everything: empty blocks are unlinked and freed.
+  for (int i = 0; i < kKeys; i += 2) REQUIRE(kv.Put(Key(i), value(i, 1)).ok());
+  for (int i = 0; i < kKeys; ++i) CHECK(*kv.Get(Key(i)) == value(i, i % 2 == 0 ? 1 : 0));
+  for (int i = 0; i < kKeys; ++i) REQUIRE(*kv.Delete(Key(i)));
+  t = Total(kv);
+  CHECK(t.items == 0);
+  CHECK(t.overflow_blocks == 0);
+  for (int i = 0; i < kKeys; ++i) CHECK(absl::IsNotFound(kv.Get(Key(i)).status()));
+}
+
+TEST_CASE("concurrent GETs never see a torn value nor miss a key that moves", "[kv]") {
+  // Two nodes, a small table: writers on both nodes keep rewriting a set of stable keys (inline
+  // and out-of-line values made of one repeated byte) and insert and delete other keys, which
+  // moves entries between buckets and blocks. Readers on both nodes must always find every
+  // stable key with a whole value.
+  Options o;
+  o.buckets = 8;
+  o.bucket_bytes = 256;
+  o.neighbourhood = 4;
+  Cluster c = Start(2, o);
+  constexpr int kStable = 24;
+  auto stable_value = [](int i, char fill) {
+    return std::string(i % 2 == 0 ? 40 : 300, fill);  // inline / out of line
+  };
+  {
+    std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+    Client kv(*c.stores[0], *w);
+    for (int i = 0; i < kStable; ++i) REQUIRE(kv.Put(Key(i), stable_value(i, 'a')).ok());
+  }
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int i = 0; i < 4; ++i) workers.push_back(NewWorker(*c.rts[i % 2]));
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::atomic<uint64_t> reads{0}, writes{0};
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {  // writers
+    threads.emplace_back([&, t] {
+      Client kv(*c.stores[t], *workers[t]);
+      std::mt19937 rng(t);
+      while (!stop.load()) {
+        const int i = rng() % kStable;
+        const char fill = static_cast<char>('a' + rng() % 26);
+        absl::Status s = kv.Put(Key(i), stable_value(i, fill));
+        // Churn: other keys come and go next to the stable ones.
+        const std::string other = absl::StrCat("churn-", t, "-", rng() % 40);
+        if (s.ok()) s = rng() % 2 ? kv.Put(other, std::string(rng() % 60, 'z')) : kv.Delete(other).status();
+        if (!s.ok()) {
+          errors[t] = s.ToString();
+          bad++;
+          return;
+        }
+        writes++;
+      }
+    });
+  }
+  for (int t = 2; t < 4; ++t) {  // readers
+    threads.emplace_back([&, t] {
+      Client kv(*c.stores[t % 2], *workers[t]);
+      std::mt19937 rng(t);
+      while (!stop.load()) {
+        const int i = rng() % kStable;
+        absl::StatusOr<std::string> v = (rng() % 4 == 0) ? kv.GetRpc(Key(i)) : kv.Get(Key(i));
+        std::string why;
+        if (!v.ok()) {
+          why = v.status().ToString();
+        } else if (v->size() != stable_value(i, 'a').size() ||
+                   v->find_first_not_of((*v)[0]) != std::string::npos) {
+          why = absl::StrCat("torn value of ", v->size(), " bytes");
+        }
+        if (!why.empty()) {
+          errors[t] = absl::StrCat(Key(i), ": ", why);
+          bad++;
+          return;
+        }
+        reads++;
+      }
+    });
+  }
+  const absl::Time end = absl::Now() + absl::Seconds(3);
+  while (absl::Now() < end && bad.load() == 0) absl::SleepFor(absl::Milliseconds(10));
+  stop = true;
+  for (auto& th : threads) th.join();
+  for (const std::string& e : errors) {
+    INFO(e);
+    CHECK(e.empty());
+  }
+  CHECK(bad.load() == 0);
+  CHECK(reads.load() > 0);
+  CHECK(writes.load() > 0);
+  workers.clear();
+}
+
+TEST_CASE("a full node's memory is ResourceExhausted and loses nothing", "[kv]") {
+  // One 256 KiB region: the shard takes 64 KiB, the rest holds overflow blocks and large values.
+  Options o;
+  o.buckets = 250;
+  o.bucket_bytes = 256;
+  o.neighbourhood = 8;
+  Cluster c = Start(1, o, 256 << 10, 1);
+  std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+  Client kv(*c.stores[0], *w);
+  absl::Status last;
+  int stored = 0;
+  for (; stored < 100000; ++stored) {
+    last = kv.Put(Key(stored), std::string(1000, 'v'));
+    if (!last.ok()) break;
+  }
+  INFO(last.ToString());
+  CHECK(absl::IsResourceExhausted(last));
+  CHECK(last.message().find("out of memory") != absl::string_view::npos);
+  CHECK(stored > 50);
+  for (int i = 0; i < stored; ++i) CHECK(*kv.Get(Key(i)) == std::string(1000, 'v'));
+  CHECK(absl::IsNotFound(kv.Get(Key(stored)).status()));  // the failed PUT left nothing
+  // Room again after deletes.
+  for (int i = 0; i < 10; ++i) REQUIRE(*kv.Delete(Key(i)));
+  CHECK(kv.Put(Key(stored), std::string(1000, 'w')).ok());
+}
+
+TEST_CASE("keys take part in larger transactions", "[kv]") {
+  Cluster c = Start(2, Options{});
+  std::unique_ptr<Worker> w = NewWorker(*c.rts[1]);
+  Client kv(*c.stores[1], *w);
+  REQUIRE(kv.Put("alice", "100").ok());
+  REQUIRE(kv.Put("bob", "0").ok());
+  // A transfer between two keys, atomically.
+  REQUIRE(w->Run([&](Txn& t) -> absl::Status {
+               absl::StatusOr<std::string> a = kv.Get(t, "alice");
+               absl::StatusOr<std::string> b = kv.Get(t, "bob");
+               if (!a.ok()) return a.status();
+               if (!b.ok()) return b.status();
+               if (absl::Status s = kv.Put(t, "alice", std::to_string(std::stoi(*a) - 30)); !s.ok()) return s;
+               if (absl::Status s = kv.Put(t, "bob", std::to_string(std::stoi(*b) + 30)); !s.ok()) return s;
+               absl::StatusOr<std::string> again = kv.Get(t, "alice");  // its own write
+               if (!again.ok() || *again != "70") return absl::InternalError("own write not seen");
+               return absl::OkStatus();
+             })
+              .ok());
+  CHECK(*kv.Get("alice") == "70");
+  CHECK(*kv.Get("bob") == "30");
+  // An aborted transaction changes nothing.
+  {
+    std::unique_ptr<Txn> t = w->Begin();
+    REQUIRE(kv.Put(*t, "alice", "0").ok());
+    REQUIRE(kv.Delete(*t, "bob").ok());
+    REQUIRE(kv.Put(*t, "carol", std::string(5000, 'c')).ok());
+    t->Abort();
+  }
+  CHECK(*kv.Get("alice") == "70");
+  CHECK(*kv.Get("bob") == "30");
+  CHECK(absl::IsNotFound(kv.Get("carol").status()));
+}
+
+TEST_CASE("bad input gets an error, never a crash", "[kv]") {
+  Cluster c = Start(1, Options{});
+  std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+  Client kv(*c.stores[0], *w);
+  CHECK(absl::IsInvalidArgument(kv.Get("").status()));
+  CHECK(absl::IsInvalidArgument(kv.Put("", "v")));
+  const std::string long_key(kMaxKeySize + 1, 'k');
+  CHECK(absl::IsInvalidArgument(kv.Put(long_key, "v")));
+  CHECK(absl::IsInvalidArgument(kv.Get(long_key).status()));
+  CHECK(absl::IsInvalidArgument(kv.Delete(long_key).status()));
+  CHECK(kv.Put(std::string(kMaxKeySize, 'k'), "v").ok());
+  const std::string too_big(c.stores[0]->max_value_size() + 1, 'v');
+  absl::Status s = kv.Put("k", too_big);
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK(s.message().find("limit") != absl::string_view::npos);
+  CHECK(kv.Put("k", std::string(c.stores[0]->max_value_size(), 'v')).ok());
+  CHECK(kv.Get("k")->size() == c.stores[0]->max_value_size());
+
+  Options bad;
+  bad.bucket_bytes = 100;
+  CHECK(absl::IsInvalidArgument(Store::Create(*c.rts[0], bad).status()));
+  bad = Options{};
+  bad.neighbourhood = 0;
+  CHECK(absl::IsInvalidArgument(Store::Create(*c.rts[0], bad).status()));
+  bad = Options{};
+  bad.buckets = uint64_t{1} << 30;  // 256 GiB
+  absl::Status big = Store::Create(*c.rts[0], bad).status();
+  CHECK(absl::IsResourceExhausted(big));
+}
+
+}  // namespace kv
+}  // namespace farm
