@@ -117,7 +117,19 @@ class Events {
   int signal_ = 0;
 };
 
-void RunSelfCheckCommand(Node& node) {
+void RunSelfCheckCommand(Runtime::Impl& rt) {
+  Node& node = *rt.node;
+  if (rt.txn->allocator().slots_in_use() > 0) {
+    // The check overwrites the ends of every region: it would destroy objects (e.g. a KV shard).
+    PairCheck c;
+    c.from = c.to = node.id();
+    c.error = "refused: this node's regions hold objects (a KV shard or an application's), which "
+              "the self-check would overwrite; it runs only on nodes without them";
+    spdlog::error("self-check {}", c.error);
+    Emit(absl::StrCat("SELFCHECK ", c.ToJson()));
+    Emit(absl::StrFormat("SELFCHECK_DONE {\"node\":%d}", node.id()));
+    return;
+  }
   for (const PairCheck& c : RunSelfCheck(node)) {
     if (!c.ok()) spdlog::error("self-check {} -> {} failed: {}", c.from, c.to, c.error);
     Emit(absl::StrCat("SELFCHECK ", c.ToJson()));
@@ -330,7 +342,7 @@ int Main(const App& app) {
       if (!impl.node->evicted().ok()) exit_evicted();
       switch (events.Next(100)) {
         case Events::kSelfCheck:
-          RunSelfCheckCommand(*impl.node);
+          RunSelfCheckCommand(impl);
           break;
         case Events::kSignal:
           spdlog::info("node {}: signal {}, leaving", (*rt)->node_id(), events.signal());

@@ -627,7 +627,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Opt
     if (!first.ok()) {
       return absl::Status(first.status().code(),
                           absl::StrCat("kv: this node's shard (", total, " buckets of ", bb,
-                                       " bytes): ", first.status().message()));
+                                       " bytes): ", first.status().message(),
+                                       "; use fewer buckets or larger regions (region_size)"));
     }
     ShardInfo s;
     s.node = runtime.node_id();
