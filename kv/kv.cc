@@ -54,12 +54,18 @@ struct ShardInfo {
   uint64_t Home(uint64_t h) const { return Mix64(h ^ 0x9e3779b97f4a7c15ull) % buckets; }
 };
 
-// The Describe RPC's answer on the wire.
+// The Describe RPC's answer on the wire: the node's own shard, then the shard list it uses (if it
+// has one yet: a node that asks after some shard node left learns the list from the others).
 struct DescribeReply {
   uint32_t has_shard = 0;
   uint32_t bucket_bytes = 0;
   uint32_t neighbourhood = 0;
-  uint32_t reserved = 0;
+  uint32_t list_count = 0;  // DescribeShard entries that follow
+  uint64_t first = 0;
+  uint64_t buckets = 0;
+};
+struct DescribeShard {
+  uint64_t node = 0;
   uint64_t first = 0;
   uint64_t buckets = 0;
 };
@@ -548,43 +554,98 @@ struct Store::Impl {
     return r;
   }
 
-  // The shard nodes, asked once (every member answers Describe once it serves).
+  std::string Describe() {
+    DescribeReply d;
+    d.bucket_bytes = options.bucket_bytes;
+    d.neighbourhood = options.neighbourhood;
+    if (local.has_value()) {
+      d.has_shard = 1;
+      d.first = local->first.Pack();
+      d.buckets = local->buckets;
+    }
+    std::vector<ShardInfo> list;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      list = shards;
+    }
+    d.list_count = static_cast<uint32_t>(list.size());
+    std::string out(reinterpret_cast<const char*>(&d), sizeof(d));
+    for (const ShardInfo& s : list) {
+      DescribeShard e{s.node, s.first.Pack(), s.buckets};
+      out.append(reinterpret_cast<const char*>(&e), sizeof(e));
+    }
+    return out;
+  }
+
+  ShardInfo MakeShard(uint64_t node, uint64_t first, uint64_t buckets) const {
+    ShardInfo s;
+    s.node = static_cast<uint32_t>(node);
+    s.first = GlobalAddress::Unpack(first);
+    s.buckets = buckets;
+    s.total = buckets + options.neighbourhood - 1;
+    s.bucket_bytes = options.bucket_bytes;
+    s.neighbourhood = options.neighbourhood;
+    return s;
+  }
+
+  // The shard nodes: every member is asked once what it holds. Every node must hash keys over
+  // the same list, so a node takes the list another member already uses when there is one, and
+  // fails with Unavailable when it cannot ask a member and nobody has a list yet.
   absl::StatusOr<std::vector<ShardInfo>> Shards(Worker& w) {
     {
       std::lock_guard<std::mutex> l(mu);
       if (!shards.empty()) return shards;
     }
     std::vector<ShardInfo> found;
+    std::vector<ShardInfo> known;  // a list some member uses already
+    absl::Status missing;
     for (uint32_t node : rt->members()) {
       absl::StatusOr<std::string> r = w.Call(node, describe_method(), "");
       if (!r.ok()) {
-        return absl::Status(r.status().code(),
-                            absl::StrCat("kv: asking node ", node, " for its shard: ",
-                                         r.status().message()));
+        missing = absl::Status(r.status().code(), absl::StrCat("kv: asking node ", node,
+                                                               " for its shard: ",
+                                                               r.status().message()));
+        continue;
       }
       DescribeReply d;
-      if (r->size() != sizeof(d)) {
+      if (r->size() < sizeof(d)) {
         return absl::DataLossError(absl::StrCat("kv: node ", node, " described its shard in ",
-                                                r->size(), " bytes, not ", sizeof(d)));
+                                                r->size(), " bytes"));
       }
       std::memcpy(&d, r->data(), sizeof(d));
-      if (d.has_shard == 0) continue;
+      if (r->size() != sizeof(d) + d.list_count * sizeof(DescribeShard)) {
+        return absl::DataLossError(absl::StrCat("kv: node ", node, "'s shard list has ",
+                                                r->size(), " bytes for ", d.list_count,
+                                                " shards"));
+      }
       if (d.bucket_bytes != options.bucket_bytes || d.neighbourhood != options.neighbourhood) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "kv: node ", node, "'s shard has ", d.bucket_bytes, "-byte buckets and neighbourhood ",
+            "kv: node ", node, " uses ", d.bucket_bytes, "-byte buckets and neighbourhood ",
             d.neighbourhood, "; this node uses ", options.bucket_bytes, " and ",
             options.neighbourhood, " (every node must use the same options)"));
       }
-      ShardInfo s;
-      s.node = node;
-      s.first = GlobalAddress::Unpack(d.first);
-      s.buckets = d.buckets;
-      s.total = d.buckets + d.neighbourhood - 1;
-      s.bucket_bytes = d.bucket_bytes;
-      s.neighbourhood = d.neighbourhood;
-      found.push_back(s);
+      if (d.has_shard != 0) found.push_back(MakeShard(node, d.first, d.buckets));
+      if (d.list_count > 0 && known.empty()) {
+        for (uint32_t i = 0; i < d.list_count; ++i) {
+          DescribeShard e;
+          std::memcpy(&e, r->data() + sizeof(d) + i * sizeof(e), sizeof(e));
+          known.push_back(MakeShard(e.node, e.first, e.buckets));
+        }
+      }
     }
-    if (found.empty()) return absl::FailedPreconditionError("kv: no member holds a shard");
+    // A list some member uses wins: by induction every node then uses the first list built.
+    // (Left open: two nodes building their first lists while a shard node leaves can differ;
+    // fixing that takes the configuration manager, a later issue.)
+    if (!known.empty()) {
+      found = std::move(known);
+    } else if (!missing.ok()) {
+      return missing;
+    }
+    if (found.empty()) {
+      return absl::FailedPreconditionError(
+          "kv: no member holds a shard (start the nodes with --kv, or create their Store with "
+          "hold_shard)");
+    }
     std::lock_guard<std::mutex> l(mu);
     if (shards.empty()) shards = std::move(found);
     return shards;
@@ -641,15 +702,7 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Opt
   }
   Impl* p = impl.get();
   absl::Status st = runtime.Handle(p->describe_method(), [p](const Request&) -> absl::StatusOr<std::string> {
-    DescribeReply d;
-    if (p->local.has_value()) {
-      d.has_shard = 1;
-      d.bucket_bytes = p->local->bucket_bytes;
-      d.neighbourhood = p->local->neighbourhood;
-      d.first = p->local->first.Pack();
-      d.buckets = p->local->buckets;
-    }
-    return std::string(reinterpret_cast<const char*>(&d), sizeof(d));
+    return p->Describe();
   });
   if (st.ok()) {
     st = runtime.Handle(p->get_method(), [p](const Request& r) -> absl::StatusOr<std::string> {
