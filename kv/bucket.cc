@@ -29,6 +29,15 @@ std::string Header(EntryKind kind, uint8_t delta, uint32_t key_len, uint32_t val
 
 absl::StatusOr<std::vector<Entry>> ParseEntries(absl::string_view payload) {
   std::vector<Entry> out;
+  absl::Status s = ScanEntries(payload, [&out](const Entry& e) {
+    out.push_back(e);
+    return true;
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::Status ScanEntries(absl::string_view payload, absl::FunctionRef<bool(const Entry&)> fn) {
   uint64_t at = kBucketLinkBytes;
   while (at + kEntryHeaderBytes <= payload.size()) {
     const char* p = payload.data() + at;
@@ -61,10 +70,10 @@ absl::StatusOr<std::vector<Entry>> ParseEntries(absl::string_view payload) {
       e.hash = Load64(p + kEntryHeaderBytes);
       e.object = GlobalAddress::Unpack(Load64(p + kEntryHeaderBytes + 8));
     }
-    out.push_back(e);
+    if (!fn(e)) return absl::OkStatus();
     at += e.bytes;
   }
-  return out;
+  return absl::OkStatus();
 }
 
 std::string EncodeInline(uint8_t delta, absl::string_view key, absl::string_view value) {

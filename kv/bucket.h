@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "platform/global_address.h"
@@ -58,6 +59,11 @@ struct Entry {
 // The entries of `payload`. DataLoss when they run past its end or have an unknown kind (a
 // payload the table did not write).
 absl::StatusOr<std::vector<Entry>> ParseEntries(absl::string_view payload);
+
+// Calls `fn` on each entry of `payload` in order until it returns false; the same checks as
+// ParseEntries (DataLoss), without building a vector. Safe on bytes that may be torn.
+absl::Status ScanEntries(absl::string_view payload,
+                         absl::FunctionRef<bool(const Entry&)> fn);
 
 // The bytes of entries: inline, or out of line.
 std::string EncodeInline(uint8_t delta, absl::string_view key, absl::string_view value);

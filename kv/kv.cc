@@ -135,27 +135,52 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
     value->assign(v.payload.data() + e.key_len, e.value_len);
     return Lookup::kFound;
   };
+  // Search first, verify after: only the bucket that holds the key must be consistent for a hit
+  // (its check is computed once, not H times); a miss verifies them all. The search reads bytes
+  // that may be torn, which ScanEntries' bounds checks make safe (a torn bucket fails its check).
+  const uint64_t payload_at = txn::kObjectHeaderSize;
+  for (uint64_t i = 0; i < H; ++i) {
+    const char* bucket = neighbourhood.data() + i * s.bucket_bytes;
+    std::memcpy(&words[i], bucket, 8);
+    if (txn::IsLocked(words[i])) continue;  // verified below (a miss then retries)
+    const absl::string_view payload(bucket + payload_at, P);
+    const Entry* hit = nullptr;
+    Entry candidate;
+    bool torn = false;
+    std::vector<Entry> out_of_line;
+    const absl::Status scan = ScanEntries(payload, [&](const Entry& e) {
+      if (e.delta != i) return true;
+      if (e.kind == kInline) {
+        if (e.key != key) return true;
+        candidate = e;
+        hit = &candidate;
+        return false;
+      }
+      if (e.hash == h) out_of_line.push_back(e);
+      return true;
+    });
+    if (!scan.ok()) torn = true;  // garbage: a torn copy (or corruption: the check tells)
+    if (hit == nullptr && out_of_line.empty() && !torn) continue;
+    txn::ObjectView v;
+    if (txn::DecodeObject(bucket, P, &v) != txn::ObjectState::kOk) return Lookup::kRetry;
+    if (torn) return scan;  // consistent yet unparsable: not a table we wrote
+    if (hit != nullptr) {
+      value->assign(hit->value.data(), hit->value.size());
+      return Lookup::kFound;
+    }
+    for (const Entry& e : out_of_line) {
+      absl::StatusOr<Lookup> f = fetch(e);
+      if (!f.ok() || *f != Lookup::kMissing) return f;
+    }
+  }
+  // A miss: every bucket must have been consistent.
   for (uint64_t i = 0; i < H; ++i) {
     txn::ObjectView v;
     if (txn::DecodeObject(neighbourhood.data() + i * s.bucket_bytes, P, &v) !=
         txn::ObjectState::kOk) {
       return Lookup::kRetry;  // locked, torn (or not a bucket: then Get fails after retries)
     }
-    std::memcpy(&words[i], neighbourhood.data() + i * s.bucket_bytes, 8);
-    absl::StatusOr<std::vector<Entry>> entries = ParseEntries(v.payload);
-    if (!entries.ok()) return entries.status();
     if (i == 0) has_link = ReadLink(v.payload, &link);
-    for (const Entry& e : *entries) {
-      if (e.delta != i) continue;
-      if (e.kind == kInline) {
-        if (e.key != key) continue;
-        value->assign(e.value.data(), e.value.size());
-        return Lookup::kFound;
-      }
-      if (e.hash != h) continue;
-      absl::StatusOr<Lookup> f = fetch(e);
-      if (!f.ok() || *f != Lookup::kMissing) return f;
-    }
   }
   // The overflow chain of the home bucket.
   std::vector<txn::Range> blocks;
