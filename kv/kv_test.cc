@@ -5,6 +5,7 @@
 #include "kv/kv.h"
 
 #include <atomic>
+#include <future>
 #include <catch2/catch.hpp>
 #include <map>
 #include <random>
@@ -352,6 +353,86 @@ TEST_CASE("bad input gets an error, never a crash", "[kv]") {
   bad.buckets = uint64_t{1} << 30;  // 256 GiB
   absl::Status big = Store::Create(*c.rts[0], bad).status();
   CHECK(absl::IsResourceExhausted(big));
+}
+
+}  // namespace kv
+}  // namespace farm
+
+namespace farm {
+namespace kv {
+
+TEST_CASE("a late node attaches to a running cluster as a client, leaves, and attaches again",
+          "[kv]") {
+  // Nodes 0 and 1 form the cluster and hold shards; node 2 is `late`: not needed to form, it
+  // joins whenever it likes (a shell, a benchmark client) and holds no shard.
+  std::string config = testing::RuntimeClusterConfig(3, 4 << 20);
+  const size_t last = config.rfind(" }");
+  config.insert(last, " late: true");
+  REQUIRE(config.find("late: true") != std::string::npos);
+  RuntimeOptions o;
+  o.config_text = config;
+  std::vector<std::unique_ptr<Runtime>> servers;
+  {
+    std::vector<std::future<absl::StatusOr<std::unique_ptr<Runtime>>>> starting;
+    for (int i = 0; i < 2; ++i) {
+      RuntimeOptions oi = o;
+      oi.node_id = i;
+      starting.push_back(std::async(std::launch::async, [oi] { return Runtime::Start(oi); }));
+    }
+    for (auto& f : starting) {
+      absl::StatusOr<std::unique_ptr<Runtime>> rt = f.get();
+      INFO(rt.status().ToString());
+      REQUIRE(rt.ok());
+      servers.push_back(std::move(*rt));
+    }
+  }
+  std::vector<std::unique_ptr<Store>> stores;
+  for (auto& rt : servers) {
+    stores.push_back(*Store::Create(*rt, Options{}));
+    rt->Serve();
+  }
+  CHECK(servers[0]->members().size() == 2);
+  {
+    std::unique_ptr<Worker> w = NewWorker(*servers[0]);
+    Client kv(*stores[0], *w);
+    for (int i = 0; i < 50; ++i) REQUIRE(kv.Put(Key(i), absl::StrCat("v", i)).ok());
+  }
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    RuntimeOptions oc = o;
+    oc.node_id = 2;
+    absl::StatusOr<std::unique_ptr<Runtime>> client = Runtime::Start(oc);
+    INFO(client.status().ToString());
+    REQUIRE(client.ok());
+    Options co;
+    co.hold_shard = false;
+    absl::StatusOr<std::unique_ptr<Store>> cs = Store::Create(**client, co);
+    REQUIRE(cs.ok());
+    (*client)->Serve();
+    CHECK((*client)->members().size() == 3);
+    {
+      std::unique_ptr<Worker> w = NewWorker(**client);
+      Client kv(**cs, *w);
+      for (int i = 0; i < 50; ++i) CHECK(*kv.Get(Key(i)) == absl::StrCat("v", i));
+      REQUIRE(kv.Put(absl::StrCat("from-client-", round), "x").ok());
+      absl::StatusOr<std::vector<ShardStats>> st = kv.Stats();
+      REQUIRE(st.ok());
+      CHECK(st->size() == 2);  // the client holds no shard
+    }
+    client->reset();  // leaves
+    cs->reset();
+    for (int spin = 0; spin < 500 && servers[0]->members().size() != 2; ++spin) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    CHECK(servers[0]->members().size() == 2);
+  }
+  std::unique_ptr<Worker> w = NewWorker(*servers[1]);
+  Client kv(*stores[1], *w);
+  CHECK(*kv.Get("from-client-0") == "x");
+  CHECK(*kv.Get("from-client-1") == "x");
+  w.reset();
+  servers.clear();
+  stores.clear();
 }
 
 }  // namespace kv

@@ -85,9 +85,14 @@ absl::Status ValidateAndComplete(config::ClusterConfig* c) {
     }
   }
   if (!c->has_cm_node_id()) c->set_cm_node_id(c->node(0).id());
-  if (FindNode(*c, c->cm_node_id()) == nullptr) {
+  const config::NodeConfig* cm = FindNode(*c, c->cm_node_id());
+  if (cm == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("cm_node_id ", c->cm_node_id(), " is not a listed node"));
+  }
+  if (cm->late()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node ", cm->id(), " is the configuration manager and cannot be late"));
   }
   return absl::OkStatus();
 }

@@ -59,7 +59,7 @@ class CmServerImpl : public CmServer {
 
   void Run() {
     spdlog::info("configuration manager listening on port {}, expecting {} node(s)",
-                 listener_->port(), config_.node_size());
+                 listener_->port(), RequiredNodes());
     while (!stop_.load(std::memory_order_relaxed)) {
       absl::StatusOr<std::unique_ptr<ControlChannel>> ch = listener_->Accept(kTick);
       if (ch.ok()) Admit(std::move(*ch));
@@ -68,10 +68,23 @@ class CmServerImpl : public CmServer {
     }
   }
 
+  // The nodes the cluster forms with (all but the late ones).
+  int RequiredNodes() const {
+    int n = 0;
+    for (const config::NodeConfig& c : config_.node()) n += c.late() ? 0 : 1;
+    return n;
+  }
+  bool AllRequiredJoined() const {
+    for (const config::NodeConfig& n : config_.node()) {
+      if (!n.late() && !members_.count(n.id())) return false;
+    }
+    return true;
+  }
+
   std::string MissingNodes() const {
     std::vector<std::string> missing;
     for (const config::NodeConfig& n : config_.node()) {
-      if (!members_.count(n.id())) {
+      if (!n.late() && !members_.count(n.id())) {
         missing.push_back(
             absl::StrCat("node ", n.id(), " (", n.host(), ":", n.control_port(), ")"));
       }
@@ -155,12 +168,12 @@ class CmServerImpl : public CmServer {
     m.channel = std::move(ch);
     m.last_heard = Clock::now();
     spdlog::info("CM: admitted node {} from {} ({}/{})", *id, m.channel->peer(),
-                 members_.size() + 1, config_.node_size());
+                 members_.size() + 1, RequiredNodes());
     members_[*id] = std::move(m);
     if (formed_) {
       AssignRegionIds(members_[*id]);
       Broadcast();
-    } else if (members_.size() == static_cast<size_t>(config_.node_size())) {
+    } else if (AllRequiredJoined()) {
       formed_ = true;
       // Leases start now: nodes renew them once they have the first membership.
       for (auto& [mid, member] : members_) {

@@ -73,6 +73,11 @@ ABSL_FLAG(std::string, node_binary, "",
           "application built with farm_app (//:defs.bzl), which then runs on every node");
 ABSL_FLAG(int, app_timeout_s, 600, "seconds an application may run before the cluster is stopped");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+ABSL_FLAG(int, late_nodes, 0,
+          "extra node ids after the launched ones, marked `late` in the configuration: not "
+          "launched, not needed to form; clients (//tools:kvsh, //tools:kvbench) attach as them");
+ABSL_FLAG(std::string, write_config, "",
+          "also write the cluster's configuration here, for clients that attach (--late_nodes)");
 
 namespace farm {
 namespace {
@@ -157,6 +162,19 @@ class Cluster {
         node->set_control_port(*port);
       }
     }
+    const int late = absl::GetFlag(FLAGS_late_nodes);
+    if (late < 0 || n + late > 64) {
+      return absl::InvalidArgumentError("--late_nodes must be 0 or more, at most 64 nodes in all");
+    }
+    for (int i = n; i < n + late; ++i) {
+      config::NodeConfig* node = c.add_node();
+      node->set_id(i);
+      node->set_host(absl::GetFlag(FLAGS_host));
+      node->set_late(true);
+      absl::StatusOr<uint16_t> port = FreePort(&held);
+      if (!port.ok()) return port.status();
+      node->set_control_port(*port);
+    }
     std::move(close_held).Invoke();  // the nodes bind these ports next
     absl::Status s = ValidateAndComplete(&c);
     if (!s.ok()) return s;
@@ -173,6 +191,13 @@ class Cluster {
     dir_ = buf.data();
     config_path_ = dir_ + "/cluster.textproto";
     std::ofstream(config_path_) << ToText(config_);
+    if (const std::string out = absl::GetFlag(FLAGS_write_config); !out.empty()) {
+      std::ofstream f(out);
+      f << ToText(config_);
+      if (!f.good()) {
+        return absl::InvalidArgumentError(absl::StrCat("--write_config: cannot write ", out));
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -180,6 +205,7 @@ class Cluster {
                       int signal_fd) {
     signal_fd_ = signal_fd;
     for (const config::NodeConfig& n : config_.node()) {
+      if (n.late()) continue;  // clients start these themselves
       absl::Status s = Spawn(node_binary, node_args, n.id());
       if (!s.ok()) return s;
     }
@@ -543,7 +569,7 @@ int Main(const std::vector<std::string>& node_args) {
     spdlog::error("{}", std::string(s.message()));
     return 2;
   }
-  const int n = cluster.config().node_size();
+  const int n = absl::GetFlag(FLAGS_nodes);
   spdlog::info("starting {} node(s), provider {}, config {}", n, cluster.config().provider(),
                cluster.config_path());
   const absl::Time start = absl::Now();
