@@ -107,20 +107,21 @@ using CopyFn = absl::FunctionRef<absl::Status(absl::Span<const txn::Range>,
 enum class Lookup { kFound, kMissing, kRetry };
 
 // One lock-free lookup of `key` in shard `s` (see kv.h, "Consistency"). `first_copy`, if given,
-// is a copy of the neighbourhood made already (MultiGet). kRetry: something changed under it.
+// is a copy of the neighbourhood made already (MultiGet); otherwise it is copied into `scratch`
+// (kept by the caller, so that its memory is reused). kRetry: something changed under it.
 absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uint64_t h,
-                                  CopyFn copy, const std::string* first_copy, std::string* value) {
+                                  CopyFn copy, const std::string* first_copy,
+                                  std::vector<std::string>* scratch, std::string* value) {
   const uint64_t home = s.Home(h);
   const uint64_t P = s.payload();
   const uint64_t H = s.neighbourhood;
-  std::vector<std::string> copies;
   if (first_copy == nullptr) {
     const txn::Range r{s.Bucket(home), H * s.bucket_bytes};
-    if (absl::Status st = copy(absl::MakeConstSpan(&r, 1), &copies); !st.ok()) return st;
-    first_copy = &copies[0];
+    if (absl::Status st = copy(absl::MakeConstSpan(&r, 1), scratch); !st.ok()) return st;
+    first_copy = &(*scratch)[0];
   }
   const std::string& neighbourhood = *first_copy;
-  std::vector<uint64_t> words(H);
+  uint64_t words[64];  // H <= 64
   GlobalAddress link;
   bool has_link = false;
   // Fetches an out-of-line item; kMissing if it is not `key`'s.
@@ -517,12 +518,13 @@ struct Store::Impl {
   absl::StatusOr<std::string> ServeGet(absl::string_view key) {
     if (!local.has_value()) return absl::FailedPreconditionError("this node holds no shard");
     std::string value;
+    std::vector<std::string> scratch;
     absl::StatusOr<Lookup> l = LookupOnce(
         *local, key, KeyHash(key),
         [this](absl::Span<const txn::Range> r, std::vector<std::string>* o) {
           return LocalCopy(r, o);
         },
-        nullptr, &value);
+        nullptr, &scratch, &value);
     if (!l.ok()) return l.status();
     // The handler must not wait for a commit (this thread applies it): the caller retries.
     if (*l == Lookup::kRetry) return std::string(1, kRpcRetry);
@@ -757,6 +759,7 @@ struct Client::Impl {
   Worker* worker = nullptr;
   txn::ThreadContext* ctx = nullptr;
   std::vector<ShardInfo> shards;  // loaded on first use
+  std::vector<std::string> scratch;  // GET's copies (their memory is reused)
 
   absl::Status CheckKey(absl::string_view key) const {
     if (key.empty()) return absl::InvalidArgumentError("kv: a key has at least 1 byte");
@@ -806,17 +809,18 @@ struct Client::Impl {
     absl::StatusOr<const ShardInfo*> s = Shard(h);
     if (!s.ok()) return s.status();
     std::string value;
-    const absl::Time deadline = absl::Now() + ctx->timeout;
+    absl::Time deadline = absl::InfinitePast();
     absl::Duration pause = absl::Microseconds(1);
     for (int attempt = 0;; ++attempt) {
       absl::StatusOr<Lookup> l = LookupOnce(
           **s, key, h,
           [this](absl::Span<const txn::Range> r, std::vector<std::string>* o) { return Copy(r, o); },
-          attempt == 0 ? first_copy : nullptr, &value);
+          attempt == 0 ? first_copy : nullptr, &scratch, &value);
       if (!l.ok()) return Annotate(l.status(), **s);
       if (*l == Lookup::kFound) return value;
       if (*l == Lookup::kMissing) return absl::NotFoundError("kv: no such key");
       if (attempt < 16) continue;
+      if (deadline == absl::InfinitePast()) deadline = absl::Now() + ctx->timeout;
       if (absl::Now() > deadline) {
         return absl::AbortedError(absl::StrCat("kv: the key's buckets on node ", (*s)->node,
                                                " kept changing for ",

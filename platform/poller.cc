@@ -1,5 +1,7 @@
 #include "platform/poller.h"
 
+#include <sched.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace farm {
@@ -40,10 +42,23 @@ int Poller::RunTasks() {
 void Poller::Run() {
   absl::Time last_activity = absl::Now();
   absl::Duration sleep = absl::Microseconds(1);
+  int idle_rounds = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
     iterations_.fetch_add(1, std::memory_order_relaxed);
     int work = fabric_->Progress() + RunTasks();
-    if (options_.mode == PollMode::kBusy) continue;
+    if (options_.mode == PollMode::kBusy) {
+      // Give the core away now and then while idle: with more spinning threads than cores (a
+      // few nodes and their clients on one machine), a poller that never yields keeps the
+      // thread it is waiting for off the CPU for whole time slices. With a core to itself, the
+      // yield returns at once.
+      if (work > 0) {
+        idle_rounds = 0;
+      } else if (++idle_rounds >= 64) {
+        idle_rounds = 0;
+        sched_yield();
+      }
+      continue;
+    }
     const absl::Time now = absl::Now();
     if (work > 0) {
       last_activity = now;
