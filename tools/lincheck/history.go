@@ -35,18 +35,20 @@ func badInput(format string, args ...interface{}) error {
 	return &inputError{fmt.Sprintf(format, args...)}
 }
 
-// readHistoryFile reads one file of either format.
-func readHistoryFile(path string) ([]operation, error) {
+// readHistoryFile reads one file of either format. notes are things the user should know that
+// do not stop the check.
+func readHistoryFile(path string) (ops []operation, notes []string, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, badInput("cannot read history: %v", err)
+		return nil, nil, badInput("cannot read history: %v", err)
 	}
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
-		return nil, badInput("%s: empty file (a history with no operations is {\"operations\": []})", path)
+		return nil, nil, badInput("%s: empty file (a history with no operations is {\"operations\": []})", path)
 	}
 	if isDocument(trimmed) {
-		return parseDocument(path, data)
+		ops, err = parseDocument(path, data)
+		return ops, nil, err
 	}
 	return parseJournal(path, data)
 }
@@ -165,7 +167,12 @@ func parseDocument(path string, data []byte) ([]operation, error) {
 // "key":..., ...} for every operation, and a return line {"id": N, "return": T or null, outcome
 // fields} for those whose client learnt something. A call without a return line is an operation
 // of unknown outcome (its process died).
-func parseJournal(path string, data []byte) ([]operation, error) {
+//
+// A last line that is cut short (no newline, not valid JSON) was being written when the process
+// died, and is left out with a note: if it is a call line, the process died inside
+// HistoryRecorder::Call, before the operation was issued; if it is a return line, the operation
+// becomes one of unknown outcome. Both are sound.
+func parseJournal(path string, data []byte) (ops []operation, notes []string, err error) {
 	type pending struct {
 		fields map[string]json.RawMessage
 		line   int
@@ -184,48 +191,52 @@ func parseJournal(path string, data []byte) ([]operation, error) {
 		line := n + 1
 		where := fmt.Sprintf("%s:%d", path, line)
 		if !json.Valid(text) {
+			if n == len(lines)-1 { // no newline after it
+				notes = append(notes, fmt.Sprintf("%s: left out the last line, %d, which is cut short "+
+					"(its process died while writing it)", path, line))
+				break
+			}
 			var v interface{}
 			err := json.Unmarshal(text, &v)
-			return nil, syntaxError(path, data, lineStart, err)
+			return nil, nil, syntaxError(path, data, lineStart, err)
 		}
 		fields, err := objectFields(text, where)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		idRaw, ok := fields["id"]
 		if !ok {
-			return nil, badInput("%s: missing field \"id\" (a journal line; a document starts with {\"operations\": [)", where)
+			return nil, nil, badInput("%s: missing field \"id\" (a journal line; a document starts with {\"operations\": [)", where)
 		}
 		id, err := intField(idRaw, where, "id")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		delete(fields, "id")
 		_, isReturn := fields["return"]
 		p := byID[id]
 		if !isReturn {
 			if p != nil {
-				return nil, badInput("%s: id %d is called twice (first on line %d)", where, id, p.line)
+				return nil, nil, badInput("%s: id %d is called twice (first on line %d)", where, id, p.line)
 			}
 			byID[id] = &pending{fields: fields, line: line}
 			order = append(order, id)
 			continue
 		}
 		if p == nil {
-			return nil, badInput("%s: return of id %d, which has no call line before it", where, id)
+			return nil, nil, badInput("%s: return of id %d, which has no call line before it", where, id)
 		}
 		if p.ret != 0 {
-			return nil, badInput("%s: id %d returns twice (first on line %d)", where, id, p.ret)
+			return nil, nil, badInput("%s: id %d returns twice (first on line %d)", where, id, p.ret)
 		}
 		p.ret = line
 		for name, v := range fields {
 			if _, dup := p.fields[name]; dup {
-				return nil, badInput("%s: field %q of id %d is on its call line %d already", where, name, id, p.line)
+				return nil, nil, badInput("%s: field %q of id %d is on its call line %d already", where, name, id, p.line)
 			}
 			p.fields[name] = v
 		}
 	}
-	var ops []operation
 	for _, id := range order {
 		p := byID[id]
 		if p.ret == 0 {
@@ -237,12 +248,12 @@ func parseJournal(path string, data []byte) ([]operation, error) {
 		}
 		op, err := parseOperation(p.fields, where)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		op.meta.source = fmt.Sprintf("%s:%d", path, p.line)
 		ops = append(ops, op)
 	}
-	return ops, nil
+	return ops, notes, nil
 }
 
 // objectFields splits a JSON object into its members, rejecting duplicates.

@@ -119,10 +119,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	var ops []operation
 	for _, path := range fs.Args() {
-		fileOps, err := readHistoryFile(path)
+		fileOps, notes, err := readHistoryFile(path)
 		if err != nil {
 			fmt.Fprintf(stderr, "lincheck: %v\n", err)
 			return exitBadInput
+		}
+		for _, n := range notes {
+			fmt.Fprintf(stderr, "lincheck: note: %s\n", n)
 		}
 		ops = append(ops, fileOps...)
 	}
