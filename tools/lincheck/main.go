@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -223,7 +224,7 @@ func (h *history) checkAll(timeout time.Duration) []keyResult {
 	}
 	next := make(chan int)
 	var wg sync.WaitGroup
-	workers := numWorkers()
+	workers := runtime.GOMAXPROCS(0)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {

@@ -7,15 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 )
-
-func numWorkers() int { return runtime.GOMAXPROCS(0) }
 
 // plural is "1 key", "2 keys".
 func plural(n int, noun string) string {
