@@ -16,6 +16,12 @@ packages=(
   libhiredis-dev redis-server        # //tools:txn_bench's Redis peer (hiredis 0.14, Redis 7.0)
   libpq-dev postgresql               # //tools:txn_bench's PostgreSQL peer (libpq 15, PostgreSQL 15)
 )
+# Go, for //tools/lincheck (the linearizability checker, built offline from its vendor/): Debian's
+# golang-go (Go 1.19) unless the machine has a Go toolchain already (tools/lincheck/go_build.sh
+# looks on PATH, then in /usr/local/go/bin and /usr/lib/go/bin).
+if ! command -v go >/dev/null && [ ! -x /usr/local/go/bin/go ] && [ ! -x /usr/lib/go/bin/go ]; then
+  packages+=(golang-go)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
