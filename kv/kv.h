@@ -26,7 +26,8 @@
 // An insert that finds no room in the neighbourhood moves entries of other keys further out
 // (hopscotch displacement); when that fails too, the key goes to a chain of overflow objects
 // hanging off its home bucket. Small items are stored inline in the bucket; a larger one lives in
-// an object of its own (a second READ). Every change is a transaction (txn/), so it composes with
+// an object of its own (a second READ); a value too large for one object is split into chunk
+// objects behind an index object (their READs posted together). Every change is a transaction (txn/), so it composes with
 // other transactional work (the Txn& overloads).
 //
 // Consistency: operations are linearizable. A GET that finds its key in a bucket that is neither
@@ -58,6 +59,8 @@ namespace farm {
 namespace kv {
 
 inline constexpr uint64_t kMaxKeySize = 1024;
+// Largest value (less with very small messaging rings: Store::max_value_size()).
+inline constexpr uint64_t kMaxValueSize = 1 << 20;
 
 struct Options {
   // Buckets in this node's shard (the table's capacity grows with the number of nodes). The
@@ -102,7 +105,7 @@ class Store {
 
   Runtime& runtime() const;
   const Options& options() const;
-  // Largest key and value (a value also needs to fit one object with its key).
+  // Largest key and value: kMaxKeySize and kMaxValueSize (less with tiny messaging rings).
   uint64_t max_key_size() const;
   uint64_t max_value_size() const;
 
