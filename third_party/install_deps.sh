@@ -15,6 +15,7 @@ packages=(
   libasan8 libubsan1 libtsan2        # gcc 12's sanitizer runtimes (.ci/run's asan and tsan lanes)
   libhiredis-dev redis-server        # //tools:txn_bench's Redis peer (hiredis 0.14, Redis 7.0)
   libpq-dev postgresql               # //tools:txn_bench's PostgreSQL peer (libpq 15, PostgreSQL 15)
+  libedit-dev                        # //tools:kvsh's line editing and history (BSD libedit 3.1)
 )
 # Go, for //tools/lincheck (the linearizability checker, built offline from its vendor/): Debian's
 # golang-go (Go 1.19) unless the machine has a Go toolchain already (tools/lincheck/go_build.sh
