@@ -155,9 +155,15 @@ class LocalCluster {
 
   // Writes the configuration: nodes 0..n-1 serve, node n is this shell, n+1.. are late slots.
   absl::Status Configure(int n, int late_slots) {
-    absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("kvsh");
-    if (!dir.ok()) return dir.status();
-    dir_ = std::move(*dir);
+    const char* base = std::getenv("TEST_TMPDIR");
+    if (base == nullptr || *base == '\0') base = std::getenv("TMPDIR");
+    if (base == nullptr || *base == '\0') base = "/tmp";
+    std::string pattern = absl::StrCat(base, "/kvsh.XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::UnavailableError(absl::StrCat("cannot create a temporary directory ", pattern,
+                                                 ": ", std::strerror(errno)));
+    }
+    dir_ = pattern;
     const std::string provider =
         absl::GetFlag(FLAGS_provider).empty() ? "auto" : absl::GetFlag(FLAGS_provider);
     absl::StatusOr<config::ClusterConfig> c =
@@ -173,9 +179,11 @@ class LocalCluster {
     if (absl::Status s = ValidateAndComplete(&*c); !s.ok()) return s;
     config_ = *c;
     serving_ = n;
-    absl::StatusOr<std::string> path = dir_->Write("cluster.textproto", ToText(config_));
-    if (!path.ok()) return path.status();
-    config_path_ = *path;
+    config_path_ = absl::StrCat(dir_, "/cluster.textproto");
+    std::ofstream f(config_path_);
+    f << ToText(config_);
+    f.close();
+    if (!f.good()) return absl::UnavailableError(absl::StrCat("cannot write ", config_path_));
     return absl::OkStatus();
   }
 
@@ -307,18 +315,22 @@ class LocalCluster {
       c.out = -1;
     }
     children_.clear();
-    if (failed_ && dir_ != nullptr) {
-      // The logs of a node that failed outlive the shell (the TempDir is let go undeleted).
-      spdlog::warn("the nodes' logs are kept in {}", dir_->path());
-      (void)dir_.release();
+    if (!dir_.empty()) {
+      if (failed_) {
+        // The logs of a node that failed outlive the shell.
+        spdlog::warn("the nodes' logs are kept in {}", dir_);
+      } else {
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+      }
+      dir_.clear();
     }
-    dir_.reset();
   }
 
   const config::ClusterConfig& config() const { return config_; }
   const std::string& config_path() const { return config_path_; }
   std::string LogPath(uint32_t id) const {
-    return absl::StrCat(dir_->path(), "/node-", id, ".log");
+    return absl::StrCat(dir_, "/node-", id, ".log");
   }
 
  private:
@@ -356,7 +368,11 @@ class LocalCluster {
     argv.push_back(nullptr);
     const pid_t parent = getpid();
     const pid_t pid = fork();
-    if (pid < 0) return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
+    if (pid < 0) {
+      const std::string why = std::strerror(errno);
+      for (int fd : {log_fd, in[0], in[1], out[0], out[1]}) close(fd);
+      return absl::UnavailableError(absl::StrCat("fork: ", why));
+    }
     if (pid == 0) {
       // Never outlive the shell, even one killed with SIGKILL (SIGTERM lets the shm provider
       // remove its files). A process group of its own: Ctrl-C at the shell's terminal is the
@@ -387,7 +403,7 @@ class LocalCluster {
     return absl::OkStatus();
   }
 
-  std::unique_ptr<TempDir> dir_;
+  std::string dir_;  // configuration and node logs; removed by Stop unless a node failed
   config::ClusterConfig config_;
   std::string config_path_;
   int serving_ = 0;
@@ -464,6 +480,16 @@ class Joiner {
     spdlog::error("{}", why);
     if (local_ != nullptr) local_->Stop();
     t.detach();
+    // The joining runtime's fabric stays open: libfabric's shm provider would leave its files,
+    // named after this process (/dev/shm/PID:N:M), for a later process with the same id to trip
+    // over ("fi_enable failed: Device or resource busy").
+    const std::string mine = absl::StrCat(getpid(), ":");
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      if (absl::StartsWith(e.path().filename().string(), mine)) {
+        std::filesystem::remove(e.path(), ec);
+      }
+    }
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(code);
