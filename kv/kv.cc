@@ -685,6 +685,32 @@ class TableTxn {
   std::vector<size_t> chain_;  // indices into bufs_, in chain order
 };
 
+// The operations on a key's part of the table inside one transaction (the standalone calls
+// run them in transactions of their own, the Txn& ones in the caller's).
+absl::Status PutIn(TableTxn& table, absl::string_view value) {
+  absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+  if (!at.ok()) return at.status();
+  return table.Put(*at, value);
+}
+
+absl::Status DeleteIn(TableTxn& table, bool* deleted) {
+  absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+  if (!at.ok()) return at.status();
+  *deleted = at->has_value();
+  if (!*deleted) return absl::OkStatus();
+  return table.Delete(**at);
+}
+
+absl::Status GetIn(TableTxn& table, bool* found, std::string* value) {
+  absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+  if (!at.ok()) return at.status();
+  *found = at->has_value();
+  if (!*found) return absl::OkStatus();
+  if (absl::Status st = table.LoadValue(**at); !st.ok()) return st;
+  *value = std::move((*at)->value);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct Store::Impl {
@@ -1140,22 +1166,13 @@ std::vector<absl::StatusOr<std::string>> Client::MultiGet(absl::Span<const std::
 
 absl::Status Client::Put(absl::string_view key, absl::string_view value) {
   if (absl::Status st = impl_->CheckValue(value); !st.ok()) return st;
-  return impl_->Run(key, [&](TableTxn& table) -> absl::Status {
-    absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-    if (!at.ok()) return at.status();
-    return table.Put(*at, value);
-  });
+  return impl_->Run(key, [&](TableTxn& table) { return PutIn(table, value); });
 }
 
 absl::StatusOr<bool> Client::Delete(absl::string_view key) {
   bool deleted = false;
-  absl::Status st = impl_->Run(key, [&](TableTxn& table) -> absl::Status {
-    absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-    if (!at.ok()) return at.status();
-    deleted = at->has_value();
-    if (!deleted) return absl::OkStatus();
-    return table.Delete(**at);
-  });
+  absl::Status st =
+      impl_->Run(key, [&](TableTxn& table) { return DeleteIn(table, &deleted); });
   if (!st.ok()) return st;
   return deleted;
 }
@@ -1185,16 +1202,9 @@ absl::StatusOr<bool> Client::CompareAndSet(absl::string_view key,
 absl::StatusOr<std::string> Client::Get(Txn& t, absl::string_view key) {
   std::string value;
   bool found = false;
-  absl::Status st =
-      impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) -> absl::Status {
-        absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-        if (!at.ok()) return at.status();
-        found = at->has_value();
-        if (!found) return absl::OkStatus();
-        if (absl::Status st = table.LoadValue(**at); !st.ok()) return st;
-        value = (*at)->value;
-        return absl::OkStatus();
-      });
+  absl::Status st = impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) {
+    return GetIn(table, &found, &value);
+  });
   if (!st.ok()) return st;
   if (!found) return absl::NotFoundError("kv: no such key");
   return value;
@@ -1202,23 +1212,15 @@ absl::StatusOr<std::string> Client::Get(Txn& t, absl::string_view key) {
 
 absl::Status Client::Put(Txn& t, absl::string_view key, absl::string_view value) {
   if (absl::Status st = impl_->CheckValue(value); !st.ok()) return st;
-  return impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) -> absl::Status {
-    absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-    if (!at.ok()) return at.status();
-    return table.Put(*at, value);
-  });
+  return impl_->WithTable(RuntimeAccess::Of(t).t, key,
+                          [&](TableTxn& table) { return PutIn(table, value); });
 }
 
 absl::StatusOr<bool> Client::Delete(Txn& t, absl::string_view key) {
   bool deleted = false;
-  absl::Status st =
-      impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) -> absl::Status {
-        absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-        if (!at.ok()) return at.status();
-        deleted = at->has_value();
-        if (!deleted) return absl::OkStatus();
-        return table.Delete(**at);
-      });
+  absl::Status st = impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) {
+    return DeleteIn(table, &deleted);
+  });
   if (!st.ok()) return st;
   return deleted;
 }
