@@ -41,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/declare.h"
@@ -542,7 +543,9 @@ class Shell {
     if (local_ != nullptr) {
       std::string logs;
       if (std::optional<std::string> dead = local_->CheckChildren(&logs); dead.has_value()) {
+        if (interactive_) WriteAll(STDOUT_FILENO, "\n");  // off the line being typed
         spdlog::warn("{}: the keys of its shard cannot be reached now\n{}", *dead, logs);
+        noticed_ = true;
       }
     }
     const absl::Status evicted = RuntimeAccess::Of(*rt_).node->evicted();
@@ -556,6 +559,8 @@ class Shell {
     return true;
   }
 
+  // True once after CheckCluster printed a notice (the interactive shell redraws its line).
+  bool TakeNotice() { return std::exchange(noticed_, false); }
   // Script mode: the number of the input line being run, for error messages (0: none).
   void set_line(int line) { line_ = line; }
   int failures() const { return failures_; }
@@ -678,14 +683,17 @@ class Shell {
   kvsh::Limits limits_;
   int failures_ = 0;
   int line_ = 0;
+  bool noticed_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
 // Input.
 
 // Waits for `fd` to be readable or a signal; returns the signal number (0: `fd` is readable).
-// Checks the cluster every half second meanwhile.
-int WaitInput(int fd, int signal_fd, Shell& shell, bool* lost) {
+// Checks the cluster every half second meanwhile (and calls `after_notice` when that printed
+// something).
+int WaitInput(int fd, int signal_fd, Shell& shell, bool* lost,
+              void (*after_notice)() = nullptr) {
   for (;;) {
     pollfd fds[2] = {{fd, POLLIN, 0}, {signal_fd, POLLIN, 0}};
     const int n = poll(fds, 2, 500);
@@ -698,6 +706,7 @@ int WaitInput(int fd, int signal_fd, Shell& shell, bool* lost) {
       *lost = true;
       return 0;
     }
+    if (shell.TakeNotice() && after_notice != nullptr) after_notice();
   }
 }
 
@@ -793,7 +802,9 @@ struct Interactive {
     int result = 0;
     while (!stop) {
       bool lost = false;
-      const int sig = WaitInput(STDIN_FILENO, signal_fd, *shell, &lost);
+      // A warning printed meanwhile ran over the line being typed: draw it again.
+      const int sig = WaitInput(STDIN_FILENO, signal_fd, *shell, &lost,
+                                [] { rl_forced_update_display(); });
       if (lost) break;
       if (sig == SIGINT) {
         // Ctrl-C drops the line being typed, as a shell does; Ctrl-D or quit leaves.
