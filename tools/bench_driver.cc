@@ -132,10 +132,12 @@ bool FlagsAreValid(absl::string_view program, int argc, char** argv) {
 }
 
 absl::StatusOr<std::vector<std::string>> RunTool(const std::string& rel,
-                                                 const std::vector<std::string>& args) {
+                                                 const std::vector<std::string>& args,
+                                                 const std::string& cpus) {
   const std::string bin = FindRunfile(rel, rel.substr(rel.rfind('/') + 1));
   if (bin.empty()) return absl::NotFoundError(absl::StrCat(rel, " is not built"));
-  std::string cmd = absl::StrCat("'", bin, "'");
+  std::string cmd = cpus.empty() ? "" : absl::StrCat("taskset -c '", cpus, "' ");
+  absl::StrAppend(&cmd, "'", bin, "'");
   for (const std::string& a : args) absl::StrAppend(&cmd, " '", a, "'");
   FILE* f = popen(cmd.c_str(), "r");
   if (f == nullptr) return absl::InternalError(absl::StrCat("cannot run ", cmd));

@@ -42,11 +42,12 @@ absl::Status UsePrivateDevShm();
 // value or a value of the wrong type.
 bool FlagsAreValid(absl::string_view program, int argc, char** argv);
 
-// Runs the tool shipped at runfile `rel` (found as FindRunfile(rel, basename)) with `args` and
-// returns its standard output's lines (its standard error is this process's). Internal error with
-// the output when it fails.
+// Runs the tool shipped at runfile `rel` (found as FindRunfile(rel, basename)) with `args`, under
+// `taskset -c cpus` when `cpus` is not empty, and returns its standard output's lines (its standard
+// error is this process's). Internal error with the output when it fails.
 absl::StatusOr<std::vector<std::string>> RunTool(const std::string& rel,
-                                                 const std::vector<std::string>& args);
+                                                 const std::vector<std::string>& args,
+                                                 const std::string& cpus = "");
 
 // The number after "key": in a flat JSON object line; NotFound when the key is not there.
 absl::StatusOr<double> JsonNumber(absl::string_view line, absl::string_view key);
