@@ -96,6 +96,7 @@ ABSL_FLAG(uint32_t, kv_bucket_bytes, 256, "bytes per KV bucket: a power of two, 
 ABSL_FLAG(uint32_t, kv_neighbourhood, 8, "KV hopscotch neighbourhood H: a GET reads H buckets");
 ABSL_FLAG(int, memcached_threads, 0, "memcached -t; 0: one per --store_cpus CPU (all if unset)");
 ABSL_FLAG(int, load_threads, 4, "threads preloading each store");
+ABSL_FLAG(int, farm_load_batch, 16, "keys per farm preload transaction (1..256)");
 ABSL_FLAG(bool, progress, false, "show the preload progress bar even when stderr is no terminal");
 ABSL_FLAG(bool, json, false, "print one JSON object per point instead of a table");
 ABSL_FLAG(int, read_ref_iters, 2000,
@@ -258,6 +259,10 @@ absl::StatusOr<Options> OptionsFromFlags() {
   f.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   if (f.timeout_s < 1) return absl::InvalidArgumentError("--timeout_s must be at least 1");
   f.workers = o.max_threads() + o.load_threads + 2;
+  f.load_batch = absl::GetFlag(FLAGS_farm_load_batch);
+  if (f.load_batch < 1 || f.load_batch > 256) {
+    return absl::InvalidArgumentError("--farm_load_batch must be 1..256");
+  }
   f.kv.bucket_bytes = absl::GetFlag(FLAGS_kv_bucket_bytes);
   f.kv.neighbourhood = absl::GetFlag(FLAGS_kv_neighbourhood);
   const uint32_t bb = f.kv.bucket_bytes;
