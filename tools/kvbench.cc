@@ -21,7 +21,8 @@
 //   {"target":"farm","provider":"shm","transport":"shm","workload":"ycsb-b",
 //    "distribution":"zipf","threads":2,"in_flight":8,"ops_per_s":..,"p50_us":..,"p99_us":..,
 //    "p999_us":..,"keys":..,"key_size":16,"value_size":32,"bytes_per_item":..,
-//    "read_ref_p50_us":..,"store_cpus":"1","client_cpus":"0"}
+//    "read_ref_p50_us":..,"store_cpus":"1","client_cpus":"0","nodes":3,"poll":"busy",
+//    "load_avg":..}
 // tools/kvbench_plot.py draws throughput and latency per target from these lines.
 // Exit status: 0 success, 1 a target failed (the others still ran), 2 bad flags.
 #include <unistd.h>
@@ -296,7 +297,18 @@ struct Row {
   double ops_per_s = 0, p50 = 0, p99 = 0, p999 = 0;
   double bytes_per_item = 0;
   double read_ref_p50 = 0;  // fabric_bench READ of a neighbourhood, same provider (0: none)
+  double load_avg = 0;      // the machine's 1-minute load average after the point
 };
+
+// The 1-minute load average (/proc/loadavg): how busy the machine was, other work included.
+double LoadAverage() {
+  double l = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r"); f != nullptr) {
+    if (std::fscanf(f, "%lf", &l) != 1) l = 0;
+    std::fclose(f);
+  }
+  return l;
+}
 
 std::string JsonRow(const Row& r, const Options& o) {
   return absl::StrFormat(
@@ -304,7 +316,8 @@ std::string JsonRow(const Row& r, const Options& o) {
       "\"distribution\":\"%s\",\"threads\":%d,\"in_flight\":%d,\"ops_per_s\":%.1f,"
       "\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"keys\":%d,\"key_size\":%d,"
       "\"value_size\":%d,\"bytes_per_item\":%.1f,\"read_ref_p50_us\":%.3f,"
-      "\"store_cpus\":\"%s\",\"client_cpus\":\"%s\"}",
+      "\"store_cpus\":\"%s\",\"client_cpus\":\"%s\",\"nodes\":%d,\"poll\":\"%s\","
+      "\"load_avg\":%.2f}",
       r.target, r.provider, r.transport, WorkloadName(r.point.workload),
       DistributionName(r.point.dist), r.point.threads, r.point.in_flight, r.ops_per_s, r.p50, r.p99,
       r.p999, o.space.keys, o.space.key_size, o.space.value_size, r.bytes_per_item, r.read_ref_p50,
@@ -486,6 +499,7 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, d
     row.p999 = r->latency.Percentile(0.999);
     row.bytes_per_item = memory->per_item();
     row.read_ref_p50 = read_ref;
+    row.load_avg = LoadAverage();
     print(row);
   }
   return absl::OkStatus();

@@ -6,6 +6,8 @@
 
 (It runs on Debian's /usr/bin/python3 with python3-matplotlib, which install_deps.sh installs.)
 
+With --markdown it prints the comparison as Markdown tables (the README's) instead.
+
 One row of panels per farm provider (shm; tcp;ofi_rxm), each with the peers that ran over the
 matching transport. Left: operations per second (log scale), one group of bars per workload,
 distribution and operations in flight, one bar per target. Right: the same groups' p50 latency
@@ -90,12 +92,51 @@ def plot(rows, threads, out):
     fig.savefig(out, dpi=110)
 
 
+def fmt_ops(v):
+    return "{:,.0f}".format(v) if v is not None else "-"
+
+
+def markdown(rows):
+    """One table per provider: every point, the four targets' ops/s and p50, farm's ratios."""
+    providers = sorted({r["provider"] for r in rows}, key=lambda p: (p != "shm", p))
+    for provider in providers:
+        mine = [r for r in rows if r["provider"] == provider]
+        peers = {r["target"]: r["transport"] for r in mine}
+        points = sorted({(r["workload"], r["distribution"], r["threads"], r["in_flight"])
+                         for r in mine})
+        by = {(r["target"],) + (r["workload"], r["distribution"], r["threads"], r["in_flight"]): r
+              for r in mine}
+        names = [t for t in TARGETS if t in peers]
+        head = ["workload", "distribution", "threads", "in flight"]
+        head += ["%s (%s) ops/s" % (t, peers[t]) for t in names]
+        head += ["farm / %s" % t for t in ("memcached", "redis") if t in peers and "farm" in peers]
+        head += ["%s p50 / p99 µs" % t for t in names]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 4)) + "|")
+        for pt in points:
+            got = {t: by.get((t,) + pt) for t in names}
+            cells = [pt[0], pt[1], str(pt[2]), str(pt[3])]
+            cells += [fmt_ops(got[t]["ops_per_s"] if got[t] else None) for t in names]
+            for peer in ("memcached", "redis"):
+                if peer not in peers or "farm" not in peers:
+                    continue
+                f, p = got["farm"], got[peer]
+                cells.append("%.2f" % (f["ops_per_s"] / p["ops_per_s"])
+                             if f and p and p["ops_per_s"] > 0 else "-")
+            cells += ["%.1f / %.0f" % (got[t]["p50_us"], got[t]["p99_us"]) if got[t] else "-"
+                      for t in names]
+            print("| " + " | ".join(cells) + " |")
+        print()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("files", nargs="*", help="kvbench --json output (default: stdin)")
     parser.add_argument("-o", "--output", default="kvbench.png", help="the PNG to write")
     parser.add_argument("--threads", type=int, default=0,
                         help="client threads to plot (default: the smallest in the data)")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print Markdown tables of every point instead of plotting")
     parser.add_argument("--workloads", default="",
                         help="comma-separated workloads to plot (default: all in the data)")
     args = parser.parse_args()
@@ -110,6 +151,9 @@ def main():
     if not rows:
         print("kvbench_plot: no kvbench JSON lines to plot", file=sys.stderr)
         return 1
+    if args.markdown:
+        markdown(rows)
+        return 0
     threads = args.threads or min(r["threads"] for r in rows)
     if not any(r["threads"] == threads for r in rows):
         print("kvbench_plot: no lines with %d threads" % threads, file=sys.stderr)
