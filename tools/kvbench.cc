@@ -321,7 +321,7 @@ std::string JsonRow(const Row& r, const Options& o) {
       r.target, r.provider, r.transport, WorkloadName(r.point.workload),
       DistributionName(r.point.dist), r.point.threads, r.point.in_flight, r.ops_per_s, r.p50, r.p99,
       r.p999, o.space.keys, o.space.key_size, o.space.value_size, r.bytes_per_item, r.read_ref_p50,
-      o.store_cpus, o.client_cpus);
+      o.store_cpus, o.client_cpus, o.farm.nodes, o.farm.poll, r.load_avg);
 }
 
 void PrintTableHeader() {
