@@ -1,7 +1,20 @@
-// Small helpers shared by the benchmark tools (fabric_bench, msg_bench).
+// Small helpers shared by the benchmark tools (fabric_bench, msg_bench, txn_bench, kvbench):
+// flag lists, a fast seeded generator, uniform and Zipf choice, a mergeable latency histogram and
+// a measurement window.
+//
+//   KeyChooser keys(Distribution::kZipf, 100000, 0.99);   // immutable: share it between threads
+//   Rng rng(seed);                                         // one per thread
+//   LatencyHistogram h;                                    // one per thread, merged afterwards
+//   const Window window = Window::After(warmup_ms, duration_ms);
+//   while (Clock::now() < window.end) { ... keys.Next(rng) ...; if (window.Counts(t)) h.Add(us); }
+//   double p99 = h.Percentile(0.99);
+//
+// Thread safety: KeyChooser and Window are immutable after construction (safe for concurrent
+// use); Rng and LatencyHistogram belong to one thread at a time.
 #ifndef FARM_TOOLS_BENCH_UTIL_H_
 #define FARM_TOOLS_BENCH_UTIL_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +34,79 @@ double Percentile(const std::vector<double>& sorted, double p);
 
 // "512 B", "4 KiB", "1 MiB".
 std::string HumanSize(uint64_t n);
+
+// The comma-separated entries of `text`, each stripped of surrounding white space.
+std::vector<std::string> SplitList(absl::string_view text);
+
+// "1,2,4": each between 1 and `max`; InvalidArgument names the entry at fault.
+absl::StatusOr<std::vector<int>> ParseThreads(absl::string_view text, int max);
+
+// A small, fast generator (splitmix64), seeded per client.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t Next();
+  double Uniform01() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+
+ private:
+  uint64_t state_;
+};
+
+enum class Distribution { kUniform, kZipf };
+// "uniform", "zipf".
+std::string DistributionName(Distribution d);
+absl::StatusOr<Distribution> ParseDistribution(absl::string_view name);
+// A comma-separated list ("uniform,zipf"); InvalidArgument names the entry at fault.
+absl::StatusOr<std::vector<Distribution>> ParseDistributions(absl::string_view text);
+
+// Indexes in [0, n): uniform, or Zipf(theta) with index 0 the most popular (Gray et al.'s
+// generator, as YCSB's ZipfianGenerator; construction sums n terms).
+class KeyChooser {
+ public:
+  KeyChooser(Distribution d, uint64_t n, double theta);
+  uint64_t Next(Rng& rng) const;
+  // `count` distinct indexes (count <= n).
+  void NextDistinct(Rng& rng, int count, std::vector<uint64_t>* out) const;
+  uint64_t n() const { return n_; }
+  Distribution distribution() const { return dist_; }
+
+ private:
+  Distribution dist_;
+  uint64_t n_;
+  double theta_ = 0, alpha_ = 0, zetan_ = 0, eta_ = 0, half_pow_theta_ = 0;
+};
+
+// Latencies in log-spaced buckets (2 % apart, from 0.1 µs to about 8 s): mergeable across
+// threads and processes, trivially copyable (it travels in an RPC), percentiles within 1 %.
+struct LatencyHistogram {
+  static constexpr int kBuckets = 920;
+  static constexpr double kMinUs = 0.1;
+  static constexpr double kFactor = 1.02;
+  uint32_t counts[kBuckets] = {};
+  uint64_t total = 0;
+
+  void Add(double us);
+  // Adds `n` samples of `us` at once (n operations that completed together).
+  void AddN(double us, uint32_t n);
+  void Merge(const LatencyHistogram& o);
+  // The bucket's geometric middle at nearest rank p in [0, 1]; 0 when empty.
+  double Percentile(double p) const;
+};
+
+using Clock = std::chrono::steady_clock;
+
+// The measurement window of a run: what completes in [start, end) is counted.
+struct Window {
+  Clock::time_point start;
+  Clock::time_point end;
+  static Window After(int warmup_ms, int duration_ms);
+  bool Counts(Clock::time_point t) const { return t >= start && t < end; }
+  double seconds() const { return std::chrono::duration<double>(end - start).count(); }
+};
+
+inline double MicrosBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
 
 }  // namespace farm
 

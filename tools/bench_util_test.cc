@@ -1,6 +1,8 @@
 #include "tools/bench_util.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
 
 namespace farm {
 
@@ -26,6 +28,78 @@ TEST_CASE("nearest-rank percentiles", "[bench]") {
   CHECK(HumanSize(4096) == "4 KiB");
   CHECK(HumanSize(3 << 20) == "3 MiB");
   CHECK(HumanSize(100) == "100 B");
+}
+
+TEST_CASE("parses distributions and thread lists, naming the bad entry", "[bench]") {
+  REQUIRE(ParseDistributions("zipf").value() == std::vector<Distribution>{Distribution::kZipf});
+  REQUIRE(ParseThreads("1, 2,4", 16).value() == std::vector<int>{1, 2, 4});
+  absl::StatusOr<std::vector<int>> bad = ParseThreads("1,x", 16);
+  REQUIRE(absl::IsInvalidArgument(bad.status()));
+  REQUIRE(bad.status().message().find("'x'") != std::string::npos);
+  REQUIRE(!ParseThreads("0", 16).ok());
+  REQUIRE(!ParseThreads("17", 16).ok());
+  REQUIRE(!ParseThreads("x", 16).ok());
+  REQUIRE(!ParseDistributions("normal").ok());
+}
+
+TEST_CASE("uniform choice covers the range evenly") {
+  KeyChooser keys(Distribution::kUniform, 10, 0);
+  Rng rng(7);
+  std::vector<int> seen(10);
+  for (int i = 0; i < 100000; ++i) ++seen[keys.Next(rng)];
+  for (int c : seen) REQUIRE(std::abs(c - 10000) < 600);
+}
+
+TEST_CASE("zipf(0.99) favours low indexes as the distribution says") {
+  const uint64_t n = 1000;
+  KeyChooser keys(Distribution::kZipf, n, 0.99);
+  double zeta = 0;
+  for (uint64_t i = 1; i <= n; ++i) zeta += 1.0 / std::pow(i, 0.99);
+  Rng rng(11);
+  std::vector<int> seen(n);
+  const int draws = 200000;
+  for (int i = 0; i < draws; ++i) {
+    const uint64_t k = keys.Next(rng);
+    REQUIRE(k < n);
+    ++seen[k];
+  }
+  // P(0) = 1/zeta, P(1) = 1/(2^0.99 zeta).
+  REQUIRE(std::abs(seen[0] / double(draws) - 1 / zeta) < 0.01);
+  REQUIRE(std::abs(seen[1] / double(draws) - 1 / (std::pow(2, 0.99) * zeta)) < 0.01);
+  REQUIRE(seen[0] > seen[10]);
+  REQUIRE(seen[10] > seen[500]);
+}
+
+TEST_CASE("distinct choices are distinct") {
+  KeyChooser keys(Distribution::kZipf, 8, 0.99);
+  Rng rng(3);
+  std::vector<uint64_t> out;
+  for (int i = 0; i < 1000; ++i) {
+    keys.NextDistinct(rng, 4, &out);
+    REQUIRE(out.size() == 4);
+    for (size_t a = 0; a < 4; ++a) {
+      for (size_t b = a + 1; b < 4; ++b) REQUIRE(out[a] != out[b]);
+    }
+  }
+}
+
+TEST_CASE("histogram percentiles are within the bucket width, and merge") {
+  LatencyHistogram h, g;
+  for (int i = 1; i <= 1000; ++i) h.Add(i);  // 1 .. 1000 us
+  REQUIRE(h.total == 1000);
+  REQUIRE(std::abs(h.Percentile(0.5) - 500) / 500 < 0.02);
+  REQUIRE(std::abs(h.Percentile(0.99) - 990) / 990 < 0.02);
+  g.Add(0.01);  // below the first bucket: counted in it
+  g.Add(1e9);   // above the last: counted in it
+  g.Merge(h);
+  REQUIRE(g.total == 1002);
+  REQUIRE(LatencyHistogram().Percentile(0.5) == 0);
+  LatencyHistogram n;
+  n.AddN(10, 99);
+  n.Add(1000);
+  REQUIRE(n.total == 100);
+  REQUIRE(std::abs(n.Percentile(0.99) - 10) / 10 < 0.02);
+  REQUIRE(std::abs(n.Percentile(1.0) - 1000) / 1000 < 0.02);
 }
 
 }  // namespace farm

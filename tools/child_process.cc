@@ -30,6 +30,16 @@ std::string DescribeWaitStatus(int status) {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::SpawnSelf(
     const std::vector<std::string>& args) {
+  return Start("/proc/self/exe", "self", args);
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(
+    const std::string& program, const std::vector<std::string>& args) {
+  return Start(program, program, args);
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
+    const std::string& program, const std::string& argv0, const std::vector<std::string>& args) {
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
@@ -39,7 +49,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::SpawnSelf(
     close(in[1]);
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
-  std::vector<std::string> argv_storage = {"self"};
+  std::vector<std::string> argv_storage = {argv0};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_storage) argv.push_back(a.data());
@@ -57,7 +67,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::SpawnSelf(
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    execv("/proc/self/exe", argv.data());
+    execvp(program.c_str(), argv.data());
     _exit(127);
   }
   close(in[0]);

@@ -1,5 +1,6 @@
 // ChildProcess: a copy of the running program started as a helper process (e.g. as another
-// node), for benchmarks and multi-process tests that re-execute themselves in another role.
+// node), for benchmarks and multi-process tests that re-execute themselves in another role, or
+// another program (Spawn) under the same supervision.
 //
 //   ASSIGN_OR_RETURN(auto child, ChildProcess::SpawnSelf({"--role=node", "--node_id=1"}));
 //   ASSIGN_OR_RETURN(std::string ready, child->WaitForLine("READY", absl::Now() +
@@ -35,6 +36,10 @@ class ChildProcess {
   // Runs /proc/self/exe with `args` (not including argv[0]).
   static absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnSelf(
       const std::vector<std::string>& args);
+  // Runs `program` (a path, or a name looked up in PATH) with `args` (not including argv[0]).
+  // A program that cannot be executed exits with status 127.
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::string& program,
+                                                             const std::vector<std::string>& args);
 
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -56,6 +61,9 @@ class ChildProcess {
 
  private:
   ChildProcess() = default;
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(const std::string& program,
+                                                             const std::string& argv0,
+                                                             const std::vector<std::string>& args);
   bool WaitExit(absl::Duration timeout, std::string* how);
 
   pid_t pid_ = 0;

@@ -23,7 +23,7 @@
 //
 // Peers (--targets redis, postgres): the bank transfer only, with as many client threads and
 // connections as the farm cluster has client threads (nodes x threads), on servers that
-// tools/txn_bench_peers.sh starts on private sockets and stops afterwards: Unix sockets against
+// tools/bench_peers.sh starts on private sockets and stops afterwards: Unix sockets against
 // shm, TCP on 127.0.0.1 against every other provider. --cpus pins this process before anything
 // starts, so the nodes, the servers and the peers' client threads all run on the same cores.
 //
@@ -38,8 +38,6 @@
 //    "threads":1,"clients":3,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
 //    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"rpc_rtt_p50_us":..}
 // Exit status: 0 success, 1 runtime failure (or an audit that does not add up), 2 bad flags.
-#include <sched.h>
-#include <sys/mount.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,6 +73,8 @@
 #include "platform/logging.h"
 #include "platform/mutex.h"
 #include "spdlog/spdlog.h"
+#include "tools/bench_driver.h"
+#include "tools/bench_peers.h"
 #include "tools/child_process.h"
 #include "tools/txn_peers.h"
 #include "tools/txn_workload.h"
@@ -110,8 +110,7 @@ ABSL_FLAG(int, msg_iters, 20000,
 ABSL_FLAG(std::string, host, "127.0.0.1", "address the nodes bind to");
 ABSL_FLAG(int, timeout_s, 120, "seconds any step (cluster start, set-up, barrier) may take");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the object choice");
-ABSL_FLAG(std::string, peers_script, "",
-          "tools/txn_bench_peers.sh (found in the runfiles when empty)");
+ABSL_FLAG(std::string, peers_script, "", "tools/bench_peers.sh (found in the runfiles when empty)");
 ABSL_FLAG(std::string, role, "", "internal: 'node' when re-executed as a node process");
 
 namespace farm {
@@ -639,46 +638,16 @@ void PrintTableRow(const Row& r) {
   std::fflush(stdout);
 }
 
-// A file shipped with this binary: in the runfiles (bazel run, bazel test), or beside it.
-std::string FindRunfile(const std::string& rel, const std::string& beside_binary) {
-  std::vector<std::string> candidates;
-  for (const char* env : {"RUNFILES_DIR", "TEST_SRCDIR"}) {
-    if (const char* d = std::getenv(env); d != nullptr)
-      candidates.push_back(absl::StrCat(d, "/farm/", rel));
-  }
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) {
-    const std::string path(exe, static_cast<size_t>(n));
-    candidates.push_back(absl::StrCat(path, ".runfiles/farm/", rel));
-    candidates.push_back(absl::StrCat(path.substr(0, path.rfind('/') + 1), beside_binary));
-  }
-  candidates.push_back(rel);
-  for (const std::string& c : candidates) {
-    if (access(c.c_str(), R_OK) == 0) return c;
-  }
-  return "";
-}
-
 // msg_bench's 64-byte RPC round trip p50 on `provider`, in microseconds.
 absl::StatusOr<double> MeasureRpcRoundTrip(const std::string& provider, int iters) {
-  const std::string bin = FindRunfile("tools/msg_bench", "msg_bench");
-  if (bin.empty()) return absl::NotFoundError("tools/msg_bench is not built");
-  const std::string cmd = absl::StrCat("'", bin, "' --provider='", provider,
-                                       "' --sizes=64 --duration_ms=0 --json --iters=", iters);
-  FILE* f = popen(cmd.c_str(), "r");
-  if (f == nullptr) return absl::InternalError(absl::StrCat("cannot run ", cmd));
-  std::string out;
-  char buf[1024];
-  while (fgets(buf, sizeof(buf), f) != nullptr) out += buf;
-  const int rc = pclose(f);
-  double rtt = 0;
-  const size_t at = out.find("\"rtt_p50_us\":");
-  if (rc != 0 || at == std::string::npos ||
-      !absl::SimpleAtod(out.substr(at + 13, out.find(',', at) - at - 13), &rtt)) {
-    return absl::InternalError(absl::StrCat("msg_bench failed (status ", rc, "): ", out));
+  absl::StatusOr<std::vector<std::string>> lines =
+      RunTool("tools/msg_bench", {absl::StrCat("--provider=", provider), "--sizes=64",
+                                  "--duration_ms=0", "--json", absl::StrCat("--iters=", iters)});
+  if (!lines.ok()) return lines.status();
+  for (const std::string& line : *lines) {
+    if (absl::StatusOr<double> rtt = JsonNumber(line, "rtt_p50_us"); rtt.ok()) return *rtt;
   }
-  return rtt;
+  return absl::InternalError("msg_bench printed no rtt_p50_us");
 }
 
 // Parses a RESULT line of node 0 (see Report) into a row.
@@ -827,12 +796,11 @@ absl::StatusOr<ClientStats> RunPeerPoint(PeerStore& store, const Point& p, size_
 // The bank transfer against one peer: every distribution and thread count of the farm points.
 absl::Status RunPeer(Peer peer, const std::string& provider, const Options& o,
                      const std::function<void(const Row&)>& print) {
-  const Transport transport = provider == "shm" ? Transport::kUnix : Transport::kTcp;
-  std::string script = absl::GetFlag(FLAGS_peers_script);
-  if (script.empty()) script = FindRunfile("tools/txn_bench_peers.sh", "txn_bench_peers.sh");
-  if (script.empty()) return absl::NotFoundError("tools/txn_bench_peers.sh not found");
+  const Transport transport = TransportFor(provider);
+  absl::StatusOr<std::string> script = PeersScript(absl::GetFlag(FLAGS_peers_script));
+  if (!script.ok()) return script.status();
   absl::StatusOr<std::unique_ptr<PeerStore>> store =
-      PeerStore::Start(peer, transport, script, o.objects, kInitialValue);
+      PeerStore::Start(peer, transport, *script, o.objects, kInitialValue);
   if (!store.ok()) return store.status();
   const std::vector<Point> points = o.Points();
   for (size_t index = 0; index < points.size(); ++index) {
@@ -904,35 +872,6 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
   }
 }
 
-absl::Status PinTo(const std::string& cpus) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (absl::string_view part : absl::StrSplit(cpus, ',')) {
-    std::vector<std::string> range = absl::StrSplit(part, '-');
-    int lo = 0, hi = 0;
-    if (range.size() > 2 || !absl::SimpleAtoi(range[0], &lo) ||
-        !absl::SimpleAtoi(range.back(), &hi) || lo < 0 || hi < lo || hi >= CPU_SETSIZE) {
-      return absl::InvalidArgumentError(absl::StrCat("--cpus: '", part, "' is not a CPU or range"));
-    }
-    for (int c = lo; c <= hi; ++c) CPU_SET(c, &set);
-  }
-  if (sched_setaffinity(0, sizeof(set), &set) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--cpus=", cpus, ": cannot pin to them"));
-  }
-  return absl::OkStatus();
-}
-
-// A private mount namespace whose /dev/shm is a fresh tmpfs; inherited by every child.
-absl::Status UsePrivateDevShm() {
-  if (unshare(CLONE_NEWNS) != 0 ||
-      mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-      mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=50%") != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--private_dev_shm: cannot mount a private /dev/shm (needs root): ", strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
 struct DriverOptions {
   Options bench;
   std::vector<std::string> providers;
@@ -964,7 +903,9 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
           absl::StrCat("--targets: unknown target '", t, "' (farm, redis, postgres)"));
   }
   if (!absl::GetFlag(FLAGS_cpus).empty()) {
-    if (absl::Status s = PinTo(absl::GetFlag(FLAGS_cpus)); !s.ok()) return s;
+    if (absl::Status s = PinTo(absl::GetFlag(FLAGS_cpus)); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--cpus: ", s.message()));
+    }
   }
   if (absl::GetFlag(FLAGS_private_dev_shm)) {
     if (absl::Status s = UsePrivateDevShm(); !s.ok()) return s;
@@ -972,16 +913,6 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
   if (absl::GetFlag(FLAGS_msg_iters) < 0)
     return absl::InvalidArgumentError("--msg_iters must be >= 0");
   return d;
-}
-
-std::string AffinityText() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return "?";
-  std::vector<int> cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return absl::StrJoin(cpus, ",");
 }
 
 int DriverMain() {
@@ -1046,48 +977,6 @@ int DriverMain() {
   return failed ? kExitRuntime : 0;
 }
 
-// Rejects unknown flags and bad values with exit status 2 before absl's parser (which exits 1).
-bool FlagsAreValid(int argc, char** argv) {
-  static const std::set<std::string> kBuiltin = {
-      "help",     "helpfull", "helpshort",  "helppackage", "version", "only_check_args",
-      "flagfile", "fromenv",  "tryfromenv", "undefok"};
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (!absl::ConsumePrefix(&arg, "--") && !absl::ConsumePrefix(&arg, "-")) continue;
-    const size_t eq = arg.find('=');
-    const std::string name(arg.substr(0, eq));
-    if (kBuiltin.count(name) > 0) continue;
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
-    if (flag == nullptr && absl::StartsWith(name, "no")) {
-      flag = absl::FindCommandLineFlag(name.substr(2));
-      if (flag != nullptr && flag->IsOfType<bool>() && eq == absl::string_view::npos) continue;
-      flag = nullptr;
-    }
-    if (flag == nullptr) {
-      std::fprintf(stderr, "txn_bench: unknown flag --%s (see --help)\n", name.c_str());
-      return false;
-    }
-    std::string value;
-    if (eq != absl::string_view::npos) {
-      value = std::string(arg.substr(eq + 1));
-    } else if (flag->IsOfType<bool>()) {
-      continue;
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      std::fprintf(stderr, "txn_bench: --%s needs a value\n", name.c_str());
-      return false;
-    }
-    std::string error;
-    if (!flag->ParseFrom(value, &error)) {
-      std::fprintf(stderr, "txn_bench: --%s=%s: %s\n", name.c_str(), value.c_str(), error.c_str());
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 }  // namespace txnbench
 }  // namespace farm
@@ -1110,7 +999,7 @@ int main(int argc, char** argv) {
       "write_4,bank] [--dists=uniform,zipf] [--targets=farm,redis,postgres] [--cpus=0-1] [--json]\n"
       "--provider takes a comma-separated list here (default shm). Exit status: 0 ok, 1 runtime "
       "failure, 2 bad flags.");
-  if (!farm::txnbench::FlagsAreValid(argc, argv)) return farm::txnbench::kExitUsage;
+  if (!farm::FlagsAreValid("txn_bench", argc, argv)) return farm::txnbench::kExitUsage;
   absl::ParseCommandLine(argc, argv);
   if (!absl::GetFlag(FLAGS_role).empty()) {
     std::fprintf(stderr, "txn_bench: --role: only 'node' (internal) is accepted\n");

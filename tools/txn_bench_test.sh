@@ -18,10 +18,10 @@ tiny=(--provider=shm --threads=1 --objects=64 --duration_ms=50 --warmup_ms=10 --
 
 # A bench killed half-way (e.g. by this test's timeout) cannot stop the redis-server it started:
 # on exit, stop any that a directory created during this test still names.
-redis_dirs_before=$(ls -d /tmp/txn_bench_redis.* 2>/dev/null)
+redis_dirs_before=$(ls -d /tmp/bench_redis.* 2>/dev/null)
 cleanup() {
   local d
-  for d in /tmp/txn_bench_redis.*; do
+  for d in /tmp/bench_redis.*; do
     [ -f "$d/redis.pid" ] || continue
     grep -qxF "$d" <<<"$redis_dirs_before" && continue
     kill "$(cat "$d/redis.pid")" 2>/dev/null
@@ -62,7 +62,7 @@ if command -v redis-server >/dev/null; then
   grep -q '"target":"redis","provider":"shm","transport":"unix","kind":"bank"' <<<"$out" ||
     fail "no redis line: $out"
   grep -q '"msg_rounds":2' <<<"$out" || fail "redis rounds: $out"
-  for d in /tmp/txn_bench_redis.*; do
+  for d in /tmp/bench_redis.*; do
     [ -e "$d" ] || continue
     grep -qxF "$d" <<<"$redis_dirs_before" || fail "the bench left $d behind"
   done

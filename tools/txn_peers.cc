@@ -1,156 +1,43 @@
 #include "tools/txn_peers.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
+#include <cstdint>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "hiredis/hiredis.h"
 #include "postgresql/libpq-fe.h"
-#include "spdlog/spdlog.h"
+#include "tools/bench_util.h"
 
 namespace farm {
 namespace txnbench {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double MicrosSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-}
-
-// A TCP port on 127.0.0.1 that was free a moment ago.
-absl::StatusOr<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket() failed");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
-  close(fd);
-  if (!ok) return absl::InternalError("cannot find a free port on 127.0.0.1");
-  return static_cast<int>(ntohs(a.sin_port));
-}
-
-// Runs `command` through the shell; its standard output, or an error with the exit status.
-absl::StatusOr<std::string> RunCommand(const std::string& command) {
-  FILE* f = popen(command.c_str(), "r");
-  if (f == nullptr) return absl::InternalError(absl::StrCat("cannot run: ", command));
-  std::string out;
-  char buf[512];
-  while (fgets(buf, sizeof(buf), f) != nullptr) out += buf;
-  const int status = pclose(f);
-  if (status == -1 || !WIFEXITED(status)) {
-    return absl::InternalError(absl::StrCat("'", command, "' did not exit normally"));
-  }
-  if (WEXITSTATUS(status) == 3) {
-    return absl::FailedPreconditionError(absl::StrCat("'", command, "': ", out));
-  }
-  if (WEXITSTATUS(status) != 0) {
-    return absl::InternalError(
-        absl::StrCat("'", command, "' exited with status ", WEXITSTATUS(status), ": ", out));
-  }
-  return out;
-}
-
-std::string Quote(const std::string& s) { return absl::StrCat("'", s, "'"); }
-
-// A server started by the peers script; stopped (and its directory removed) on destruction.
-class ScriptedServer {
- public:
-  static absl::StatusOr<std::unique_ptr<ScriptedServer>> Start(const std::string& script, Peer peer,
-                                                               Transport t) {
-    absl::StatusOr<int> port = FreePort();
-    if (!port.ok()) return port.status();
-    absl::StatusOr<std::string> out = RunCommand(absl::StrCat(
-        "bash ", Quote(script), " start ", PeerName(peer), " ", TransportName(t), " ", *port));
-    if (!out.ok()) return out.status();
-    std::unique_ptr<ScriptedServer> s(new ScriptedServer(script, peer, *port));
-    for (absl::string_view line : absl::StrSplit(*out, '\n')) {
-      if (absl::ConsumePrefix(&line, "DIR ")) s->dir_ = std::string(line);
-    }
-    if (s->dir_.empty()) {
-      return absl::InternalError(absl::StrCat("the peers script printed no DIR line: ", *out));
-    }
-    return s;
-  }
-  ~ScriptedServer() {
-    absl::StatusOr<std::string> out = RunCommand(
-        absl::StrCat("bash ", Quote(script_), " stop ", PeerName(peer_), " ", Quote(dir_)));
-    if (!out.ok()) spdlog::warn("stopping {}: {}", PeerName(peer_), out.status().ToString());
-  }
-  const std::string& dir() const { return dir_; }
-  int port() const { return port_; }
-
- private:
-  ScriptedServer(std::string script, Peer peer, int port)
-      : script_(std::move(script)), peer_(peer), port_(port) {}
-  std::string script_;
-  Peer peer_;
-  int port_;
-  std::string dir_;
-};
+double MicrosSince(Clock::time_point t0) { return MicrosBetween(t0, Clock::now()); }
 
 // ---------------------------------------------------------------------------------------------
 // Redis
-
-struct ReplyDeleter {
-  void operator()(redisReply* r) const { freeReplyObject(r); }
-};
-using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
 
 std::string RedisKey(uint64_t i) { return absl::StrCat("acct:", i); }
 
 class RedisConnection : public BankConnection {
  public:
-  static absl::StatusOr<std::unique_ptr<RedisConnection>> Open(Transport t, const std::string& dir,
-                                                               int port) {
-    redisContext* c = t == Transport::kUnix
-                          ? redisConnectUnix(absl::StrCat(dir, "/redis.sock").c_str())
-                          : redisConnect("127.0.0.1", port);
-    if (c == nullptr || c->err) {
-      std::string why = c == nullptr ? "out of memory" : c->errstr;
-      if (c != nullptr) redisFree(c);
-      return absl::UnavailableError(absl::StrCat("cannot connect to redis: ", why));
-    }
-    return std::unique_ptr<RedisConnection>(new RedisConnection(c));
+  static absl::StatusOr<std::unique_ptr<RedisConnection>> Open(const ScriptedServer& server,
+                                                               Transport t) {
+    absl::StatusOr<std::unique_ptr<RedisLink>> link = RedisLink::Open(server, t);
+    if (!link.ok()) return link.status();
+    return std::unique_ptr<RedisConnection>(new RedisConnection(std::move(*link)));
   }
-  ~RedisConnection() override { redisFree(c_); }
 
-  // Sends the commands queued with redisAppendCommand and reads `n` replies.
-  absl::StatusOr<std::vector<Reply>> Replies(int n) {
-    std::vector<Reply> out;
-    for (int i = 0; i < n; ++i) {
-      void* r = nullptr;
-      if (redisGetReply(c_, &r) != REDIS_OK || r == nullptr) {
-        return absl::UnavailableError(absl::StrCat("redis: ", c_->errstr));
-      }
-      out.emplace_back(static_cast<redisReply*>(r));
-      if (out.back()->type == REDIS_REPLY_ERROR) {
-        return absl::InternalError(absl::StrCat("redis: ", out.back()->str));
-      }
-    }
-    return out;
-  }
-  redisContext* context() { return c_; }
+  absl::StatusOr<std::vector<RedisReply>> Replies(int n) { return link_->Replies(n); }
+  redisContext* context() { return link_->context(); }
 
   absl::Status Transfer(uint64_t from, uint64_t to, double* commit_us) override {
+    redisContext* c = context();
     const std::string a = RedisKey(from), b = RedisKey(to);
-    redisAppendCommand(c_, "WATCH %s %s", a.c_str(), b.c_str());
-    redisAppendCommand(c_, "MGET %s %s", a.c_str(), b.c_str());
-    absl::StatusOr<std::vector<Reply>> got = Replies(2);
+    redisAppendCommand(c, "WATCH %s %s", a.c_str(), b.c_str());
+    redisAppendCommand(c, "MGET %s %s", a.c_str(), b.c_str());
+    absl::StatusOr<std::vector<RedisReply>> got = Replies(2);
     if (!got.ok()) return got.status();
     const redisReply* values = (*got)[1].get();
     int64_t va = 0, vb = 0;
@@ -162,10 +49,10 @@ class RedisConnection : public BankConnection {
       return absl::DataLossError(absl::StrCat("redis: accounts ", a, " and ", b, " are not set"));
     }
     const Clock::time_point t0 = Clock::now();
-    redisAppendCommand(c_, "MULTI");
-    redisAppendCommand(c_, "SET %s %lld", a.c_str(), static_cast<long long>(va - 1));
-    redisAppendCommand(c_, "SET %s %lld", b.c_str(), static_cast<long long>(vb + 1));
-    redisAppendCommand(c_, "EXEC");
+    redisAppendCommand(c, "MULTI");
+    redisAppendCommand(c, "SET %s %lld", a.c_str(), static_cast<long long>(va - 1));
+    redisAppendCommand(c, "SET %s %lld", b.c_str(), static_cast<long long>(vb + 1));
+    redisAppendCommand(c, "EXEC");
     got = Replies(4);
     if (!got.ok()) return got.status();
     *commit_us = MicrosSince(t0);
@@ -176,8 +63,8 @@ class RedisConnection : public BankConnection {
   }
 
  private:
-  explicit RedisConnection(redisContext* c) : c_(c) {}
-  redisContext* c_;
+  explicit RedisConnection(std::unique_ptr<RedisLink> link) : link_(std::move(link)) {}
+  std::unique_ptr<RedisLink> link_;
 };
 
 class RedisStore : public PeerStore {
@@ -213,7 +100,7 @@ class RedisStore : public PeerStore {
 
  private:
   absl::StatusOr<std::unique_ptr<RedisConnection>> Open() {
-    return RedisConnection::Open(transport_, server_->dir(), server_->port());
+    return RedisConnection::Open(*server_, transport_);
   }
   // Pipelines one command per account, 1000 at a time; `check` (if any) judges each reply.
   template <typename Append, typename Check>
@@ -223,10 +110,10 @@ class RedisStore : public PeerStore {
     for (uint64_t begin = 0; begin < accounts_; begin += 1000) {
       const uint64_t end = std::min<uint64_t>(accounts_, begin + 1000);
       for (uint64_t i = begin; i < end; ++i) append((*c)->context(), i);
-      absl::StatusOr<std::vector<Reply>> got = (*c)->Replies(static_cast<int>(end - begin));
+      absl::StatusOr<std::vector<RedisReply>> got = (*c)->Replies(static_cast<int>(end - begin));
       if (!got.ok()) return got.status();
       if constexpr (!std::is_same<Check, std::nullptr_t>::value) {
-        for (const Reply& r : *got) {
+        for (const RedisReply& r : *got) {
           if (!check(*r)) return absl::DataLossError("redis: an account is missing");
         }
       }
@@ -370,13 +257,12 @@ class PostgresStore : public PeerStore {
 }  // namespace
 
 std::string PeerName(Peer p) { return p == Peer::kRedis ? "redis" : "postgres"; }
-std::string TransportName(Transport t) { return t == Transport::kUnix ? "unix" : "tcp"; }
 
 absl::StatusOr<std::unique_ptr<PeerStore>> PeerStore::Start(Peer peer, Transport transport,
                                                             const std::string& script,
                                                             uint64_t accounts, int64_t balance) {
   absl::StatusOr<std::unique_ptr<ScriptedServer>> server =
-      ScriptedServer::Start(script, peer, transport);
+      ScriptedServer::Start(script, PeerName(peer), transport);
   if (!server.ok()) return server.status();
   if (peer == Peer::kRedis) {
     auto store = std::make_unique<RedisStore>(std::move(*server), transport, accounts);

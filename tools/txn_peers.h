@@ -9,10 +9,10 @@
 //   ASSIGN_OR_RETURN(int64_t sum, redis->Sum());             // the audit: transfers keep the sum
 //   redis.reset();                                           // stops the server, removes its files
 //
-// The servers are started and stopped by tools/txn_bench_peers.sh (redis-server with no
-// persistence; PostgreSQL through initdb and pg_ctl, as the postgres user when running as root,
-// with fsync and synchronous commit off: farm keeps nothing on disk either). They inherit this
-// process's CPU affinity, so they run on the cores the benchmark was pinned to.
+// The servers are started and stopped by tools/bench_peers.sh (tools/bench_peers.h) (redis-server
+// with no persistence; PostgreSQL through initdb and pg_ctl, as the postgres user when running as
+// root, with fsync and synchronous commit off: farm keeps nothing on disk either). They inherit
+// this process's CPU affinity, so they run on the cores the benchmark was pinned to.
 //
 // The transfer, as each store is used best (fewest round trips):
 //  - Redis: [WATCH a b; MGET a b] pipelined, then [MULTI; SET a; SET b; EXEC] pipelined; EXEC
@@ -32,14 +32,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tools/bench_peers.h"
 
 namespace farm {
 namespace txnbench {
 
 enum class Peer { kRedis, kPostgres };
-enum class Transport { kUnix, kTcp };
-std::string PeerName(Peer p);            // "redis", "postgres"
-std::string TransportName(Transport t);  // "unix", "tcp"
+std::string PeerName(Peer p);  // "redis", "postgres"
 
 // One client connection.
 class BankConnection {
@@ -52,7 +51,7 @@ class BankConnection {
 
 class PeerStore {
  public:
-  // Starts the server with `script` (tools/txn_bench_peers.sh) and loads `accounts` accounts of
+  // Starts the server with `script` (tools/bench_peers.sh) and loads `accounts` accounts of
   // `balance` each. FailedPrecondition when the server's package is not installed.
   static absl::StatusOr<std::unique_ptr<PeerStore>> Start(Peer peer, Transport transport,
                                                           const std::string& script,

@@ -1,5 +1,6 @@
 // The workload of //tools:txn_bench, shared by every target it measures (farm, Redis, PostgreSQL)
-// so that all of them run the same generator, the same retry policy and the same measurement:
+// so that all of them run the same generator, the same retry policy and the same measurement
+// (the generator, histogram and window are tools/bench_util.h's):
 //
 //   KeyChooser keys(Distribution::kZipf, 100000, 0.99);
 //   ClientStats stats;
@@ -12,8 +13,7 @@
 // commit step took; RunClient retries aborted attempts with the same keys after a random pause
 // that grows as in farm::Worker::Run, and counts what committed inside the measurement window.
 //
-// Thread safety: KeyChooser is immutable after construction (safe for concurrent use);
-// LatencyHistogram and ClientStats belong to one thread at a time.
+// Thread safety: ClientStats belongs to one thread at a time.
 #ifndef FARM_TOOLS_TXN_WORKLOAD_H_
 #define FARM_TOOLS_TXN_WORKLOAD_H_
 
@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "tools/bench_util.h"
 
 namespace farm {
 namespace txnbench {
@@ -40,65 +41,13 @@ enum class Kind {
 // "read_only", "write_1", "write_4", "bank".
 std::string KindName(Kind k);
 absl::StatusOr<Kind> ParseKind(absl::string_view name);
+// A comma-separated list ("bank,write_1"); InvalidArgument names the entry at fault.
+absl::StatusOr<std::vector<Kind>> ParseKinds(absl::string_view text);
 // How many distinct objects a transaction of this kind touches, and how many it writes.
 int ObjectsOf(Kind k);
 int WritesOf(Kind k);
 // What one committed transaction adds to the sum of all objects (bank transfers add nothing).
 int IncrementOf(Kind k);
-
-enum class Distribution { kUniform, kZipf };
-// "uniform", "zipf".
-std::string DistributionName(Distribution d);
-absl::StatusOr<Distribution> ParseDistribution(absl::string_view name);
-
-// Comma-separated lists of the above ("bank,write_1", "uniform,zipf"); InvalidArgument names the
-// entry at fault.
-absl::StatusOr<std::vector<Kind>> ParseKinds(absl::string_view text);
-absl::StatusOr<std::vector<Distribution>> ParseDistributions(absl::string_view text);
-// "1,2,4": each between 1 and `max`.
-absl::StatusOr<std::vector<int>> ParseThreads(absl::string_view text, int max);
-
-// A small, fast generator (splitmix64), seeded per client.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next();
-  double Uniform01() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-
- private:
-  uint64_t state_;
-};
-
-// Object indexes in [0, n): uniform, or Zipf(theta) with index 0 the most popular (Gray et
-// al.'s generator, as YCSB's ZipfianGenerator).
-class KeyChooser {
- public:
-  KeyChooser(Distribution d, uint64_t n, double theta);
-  uint64_t Next(Rng& rng) const;
-  // `count` distinct indexes (count <= n).
-  void NextDistinct(Rng& rng, int count, std::vector<uint64_t>* out) const;
-  uint64_t n() const { return n_; }
-
- private:
-  Distribution dist_;
-  uint64_t n_;
-  double theta_ = 0, alpha_ = 0, zetan_ = 0, eta_ = 0, half_pow_theta_ = 0;
-};
-
-// Latencies in log-spaced buckets (2 % apart, from 0.1 µs to about 8 s): mergeable across
-// threads and nodes, trivially copyable (it travels in an RPC), percentiles within 1 %.
-struct LatencyHistogram {
-  static constexpr int kBuckets = 920;
-  static constexpr double kMinUs = 0.1;
-  static constexpr double kFactor = 1.02;
-  uint32_t counts[kBuckets] = {};
-  uint64_t total = 0;
-
-  void Add(double us);
-  void Merge(const LatencyHistogram& o);
-  // The bucket's geometric middle at nearest rank p in [0, 1]; 0 when empty.
-  double Percentile(double p) const;
-};
 
 // What one client (or a whole run, merged) measured.
 struct ClientStats {
@@ -113,15 +62,6 @@ struct ClientStats {
   double abort_rate() const {
     return commits + aborts == 0 ? 0.0 : static_cast<double>(aborts) / (commits + aborts);
   }
-};
-
-using Clock = std::chrono::steady_clock;
-
-// The measurement window of a run: transactions that commit in [start, end) are counted.
-struct Window {
-  Clock::time_point start;
-  Clock::time_point end;
-  static Window After(int warmup_ms, int duration_ms);
 };
 
 // One attempt at a transaction on `objects` (distinct indexes): OK once it committed (with the

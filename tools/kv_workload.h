@@ -1,0 +1,145 @@
+// The workload of //tools:kvbench, one generator for every target it measures (farm's one-sided
+// GETs, farm's GETs by RPC, memcached, Redis): YCSB's core workloads over N preloaded keys.
+//
+//   const KeySpace space{1000000, 16, 32};                // N keys of 16 bytes, 32-byte values
+//   const KeyPicker picker(Distribution::kZipf, space.keys, 0.99);   // shared by all threads
+//   OpGenerator gen(picker, Workload::kB, ThreadSeed(seed, point, thread));   // one per thread
+//   ClientResult r;
+//   RETURN_IF_ERROR(RunClient(gen, /*in_flight=*/8, window, round, &r));
+//   // round(ops): issue the ops together, wait for all of them; r.latency, r.ops
+//
+// Workloads (YCSB's core workloads; an update overwrites an existing key with a new value):
+//   a: 50 % reads, 50 % updates      b: 95 % reads, 5 % updates
+//   c: 100 % reads                   w: 100 % updates (write-only)
+// Keys: key i (0 <= i < N) is "user" followed by i in decimal, zero-padded to the key size (or
+// only the digits when the key size leaves no room for "user"). Values: the key's index in hex
+// (16 digits, least significant first), then the update's version in hex, then filler, cut to
+// the value size:
+// a read checks that the value it got belongs to its key and has the right size.
+// Distributions: uniform over the N keys, or YCSB's scrambled Zipf(theta): a Zipf rank r is drawn
+// over N items (Gray et al.'s generator), and the key is FNV-1a-64(r) mod N, so the popular keys
+// are spread over the key space (and over the shards) instead of being keys 0, 1, 2, ...
+// Operations in flight: a round is `in_flight` operations issued together, and it ends when all
+// of them have completed; each operation's latency is its round's (issue to last completion).
+// In flight 1 is one operation at a time (no pipelining).
+//
+// Thread safety: KeySpace and KeyPicker are immutable (safe for concurrent use); an OpGenerator
+// and a ClientResult belong to one thread.
+#ifndef FARM_TOOLS_KV_WORKLOAD_H_
+#define FARM_TOOLS_KV_WORKLOAD_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "tools/bench_util.h"
+
+namespace farm {
+namespace kvbench {
+
+enum class Workload { kA, kB, kC, kWriteOnly };
+// The flag's name: "a", "b", "c", "w".
+std::string WorkloadFlagName(Workload w);
+// The name in results: "ycsb-a", "ycsb-b", "ycsb-c", "write-only".
+std::string WorkloadName(Workload w);
+// Either name.
+absl::StatusOr<Workload> ParseWorkload(absl::string_view name);
+// A comma-separated list ("b,c"); InvalidArgument names the entry at fault.
+absl::StatusOr<std::vector<Workload>> ParseWorkloads(absl::string_view text);
+// The share of reads: 0.5, 0.95, 1, 0.
+double ReadFraction(Workload w);
+
+// The keys and values of a run.
+struct KeySpace {
+  uint64_t keys = 0;
+  int key_size = 16;
+  int value_size = 32;
+
+  // InvalidArgument when the sizes cannot hold N distinct keys, or are out of range (keys: 1 ..
+  // 250 bytes, memcached's limit; values: 1 .. 1 MiB).
+  absl::Status Check() const;
+  // Key i, exactly key_size bytes.
+  std::string Key(uint64_t i) const;
+  void KeyInto(uint64_t i, std::string* out) const;
+  // Key i's value at `version`, exactly value_size bytes.
+  void ValueInto(uint64_t i, uint64_t version, std::string* out) const;
+  // OK when `value` is a value of key i (any version); DataLoss saying what is wrong otherwise.
+  absl::Status CheckValue(uint64_t i, absl::string_view value) const;
+};
+
+// Key indexes in [0, N): uniform, or YCSB's scrambled Zipf (see the file comment).
+class KeyPicker {
+ public:
+  KeyPicker(Distribution d, uint64_t n, double theta) : chooser_(d, n, theta) {}
+  uint64_t Next(Rng& rng) const;
+  Distribution distribution() const { return chooser_.distribution(); }
+
+ private:
+  KeyChooser chooser_;
+};
+
+// FNV-1a over the 8 bytes of x (YCSB's fnvhash64).
+uint64_t Fnv1a64(uint64_t x);
+
+// One operation: a read (GET) or an update (SET/PUT) of key `key`.
+struct Op {
+  bool read = true;
+  uint64_t key = 0;
+  uint64_t version = 0;  // updates: the new value's version (counts the thread's updates)
+};
+
+// A client thread's operations: deterministic for a seed.
+class OpGenerator {
+ public:
+  OpGenerator(const KeyPicker& picker, Workload w, uint64_t seed);
+  Op Next();
+  // The next round: `in_flight` operations.
+  void NextRound(int in_flight, std::vector<Op>* ops);
+
+ private:
+  const KeyPicker& picker_;
+  double read_fraction_;
+  Rng rng_;
+  uint64_t version_;
+};
+
+// The seed of client `thread` in point `point` of a run seeded with `base`: distinct per thread
+// and point, the same in every run with the same base.
+uint64_t ThreadSeed(uint64_t base, uint64_t point, uint64_t thread);
+
+// What one client thread (or a whole point, merged) measured inside the window.
+struct ClientResult {
+  uint64_t ops = 0;
+  uint64_t reads = 0;
+  uint64_t updates = 0;
+  uint64_t rounds = 0;
+  LatencyHistogram latency;  // per operation: its round's latency
+  void Merge(const ClientResult& o);
+};
+
+// Issues the operations of one round together and returns when all have completed: OK, or the
+// first error (a missing key or a wrong value is DataLoss).
+using RoundFn = std::function<absl::Status(absl::Span<const Op> ops)>;
+
+// Runs rounds of `in_flight` operations back to back until the window ends; counts the rounds
+// that complete inside it. Returns the first error (the point is then invalid).
+absl::Status RunClient(OpGenerator& gen, int in_flight, const Window& window, const RoundFn& round,
+                       ClientResult* result);
+
+// Preloading: keys [0, N) in chunks of `chunk`, by `threads` threads (thread t takes chunks t,
+// t + threads, ...); `load(thread, first, count)` stores keys [first, first + count) at version 0.
+// While it runs, `progress(done)` is called about five times a second from the calling thread,
+// and once at the end. Returns the first error.
+using LoadFn = std::function<absl::Status(int thread, uint64_t first, uint64_t count)>;
+absl::Status Preload(uint64_t keys, int threads, uint64_t chunk, const LoadFn& load,
+                     const std::function<void(uint64_t done)>& progress);
+
+}  // namespace kvbench
+}  // namespace farm
+
+#endif  // FARM_TOOLS_KV_WORKLOAD_H_

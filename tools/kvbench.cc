@@ -1,0 +1,668 @@
+// kvbench: YCSB workloads against farm's key-value store and, in the same run, against memcached
+// and Redis servers started from Debian's packages (issue: //tools:kvbench).
+//
+//   bazel run //tools:kvbench -- --provider='shm,tcp;ofi_rxm' --store_cpus=1 --client_cpus=0
+//   bazel run //tools:kvbench -- --targets=farm,memcached --workloads=c --keys=10000 --json
+//
+// For every provider: farm's targets on a cluster of --nodes //tools:node processes holding the
+// shards (tools/kv_farm.h), then memcached and Redis on the transport of the same class (Unix
+// sockets against shm, TCP on 127.0.0.1 against the others; tools/kv_peers.h). Each store is
+// preloaded with --keys keys (a progress bar on a terminal or with --progress) and then measured
+// at every point: workload x distribution x client threads x operations in flight. One generator
+// drives every target (tools/kv_workload.h). Pinning: this process (the client threads of every
+// target) runs on --client_cpus; the store (the shard nodes, memcached, redis-server) on
+// --store_cpus, with memcached getting one worker thread per store CPU.
+//
+// Reference: //tools:fabric_bench's one-sided READ of a GET's neighbourhood
+// (--kv_neighbourhood x --kv_bucket_bytes bytes) on the same provider, in the same run, for the
+// issue's GET latency target.
+//
+// Output: a table and the issue's targets in words, or with --json one object per point:
+//   {"target":"farm","provider":"shm","transport":"shm","workload":"ycsb-b",
+//    "distribution":"zipf","threads":2,"in_flight":8,"ops_per_s":..,"p50_us":..,"p99_us":..,
+//    "p999_us":..,"keys":..,"key_size":16,"value_size":32,"bytes_per_item":..,
+//    "read_ref_p50_us":..,"store_cpus":"1","client_cpus":"0","nodes":3,"poll":"busy",
+//    "load_avg":..}
+// tools/kvbench_plot.py draws throughput and latency per target from these lines.
+// Exit status: 0 success, 1 a target failed (the others still ran), 2 bad flags.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "farm/kv/kv.h"
+#include "platform/fabric.h"
+#include "platform/logging.h"
+#include "spdlog/spdlog.h"
+#include "tools/bench_driver.h"
+#include "tools/bench_peers.h"
+#include "tools/bench_util.h"
+#include "tools/kv_farm.h"
+#include "tools/kv_peers.h"
+#include "tools/kv_target.h"
+#include "tools/kv_workload.h"
+
+// --provider, --poll and --log_level are the node flags of farm::RunNode (api/node_main.cc),
+// which this binary links; kvbench reads them too (--provider takes a list here).
+ABSL_DECLARE_FLAG(std::string, provider);
+ABSL_DECLARE_FLAG(std::string, poll);
+ABSL_DECLARE_FLAG(std::string, log_level);
+ABSL_FLAG(std::string, targets, "farm,farm-rpc,memcached,redis",
+          "stores to measure: farm (GETs by one-sided READ), farm-rpc (GETs by RPC to the shard's "
+          "node), memcached, redis");
+ABSL_FLAG(std::string, workloads, "a,b,c,w",
+          "YCSB workloads: a (50% reads, 50% updates), b (95/5), c (reads only), w (updates only)");
+ABSL_FLAG(std::string, dists, "uniform,zipf", "key choice: uniform, zipf (YCSB's scrambled Zipf)");
+ABSL_FLAG(double, zipf_theta, 0.99, "Zipf skew (0 < theta < 1)");
+ABSL_FLAG(int64_t, keys, 1000000, "keys preloaded into every store (and chosen from)");
+ABSL_FLAG(int, key_size, 16, "bytes per key (\"user\" + zero-padded number)");
+ABSL_FLAG(int, value_size, 32, "bytes per value");
+ABSL_FLAG(std::string, threads, "1,2",
+          "client threads (each with its own connection / farm Worker), a comma-separated list");
+ABSL_FLAG(std::string, in_flight, "1,8",
+          "operations in flight per client thread, a comma-separated list: a round issues this "
+          "many operations together and ends when all have completed (farm: one MultiGet for the "
+          "reads; memcached: noreply sets + one multi-key get; Redis: one pipeline); 1 is no "
+          "pipelining. An operation's latency is its round's");
+ABSL_FLAG(int, warmup_ms, 500, "milliseconds run before each point's measurement");
+ABSL_FLAG(int, duration_ms, 2000, "measured milliseconds per point");
+ABSL_FLAG(std::string, store_cpus, "",
+          "CPUs of the store's processes (farm's shard nodes, memcached, redis-server), e.g. 1; "
+          "empty: not pinned");
+ABSL_FLAG(std::string, client_cpus, "",
+          "CPUs of this process, which runs every target's client threads, e.g. 0; empty: not "
+          "pinned");
+ABSL_FLAG(int, nodes, 3, "farm shard nodes (1..8); kvbench joins as one more, without a shard");
+ABSL_FLAG(uint64_t, kv_buckets, 0,
+          "buckets per farm shard; 0: enough for --keys at --kv_fill of the buckets' bytes");
+ABSL_FLAG(double, kv_fill, 0.8, "with --kv_buckets=0: the share of bucket bytes the keys fill");
+ABSL_FLAG(uint32_t, kv_bucket_bytes, 256, "bytes per KV bucket: a power of two, 128..4096");
+ABSL_FLAG(uint32_t, kv_neighbourhood, 8, "KV hopscotch neighbourhood H: a GET reads H buckets");
+ABSL_FLAG(int, memcached_threads, 0, "memcached -t; 0: one per --store_cpus CPU (all if unset)");
+ABSL_FLAG(int, load_threads, 4, "threads preloading each store");
+ABSL_FLAG(int, farm_load_batch, 16, "keys per farm preload transaction (1..256)");
+ABSL_FLAG(bool, progress, false, "show the preload progress bar even when stderr is no terminal");
+ABSL_FLAG(bool, json, false, "print one JSON object per point instead of a table");
+ABSL_FLAG(int, read_ref_iters, 2000,
+          "fabric_bench READs measured for the GET latency reference (0 skips it)");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the operation generators");
+ABSL_FLAG(int, timeout_s, 120, "seconds the farm cluster may take to form");
+ABSL_FLAG(bool, private_dev_shm, false,
+          "run in a private mount namespace with an empty /dev/shm (root only; see txn_bench)");
+ABSL_FLAG(std::string, peers_script, "", "tools/bench_peers.sh (found in the runfiles when empty)");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address the farm nodes bind to");
+
+namespace farm {
+namespace kvbench {
+namespace {
+
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+constexpr int kMaxThreads = 16;
+constexpr int kMaxInFlight = 64;
+constexpr uint64_t kLoadChunk = 1000;
+
+const char* const kTargetNames[] = {"farm", "farm-rpc", "memcached", "redis"};
+
+struct Point {
+  Workload workload;
+  Distribution dist;
+  int threads;
+  int in_flight;
+};
+
+struct Options {
+  KeySpace space;
+  std::vector<std::string> providers;
+  std::vector<std::string> targets;
+  std::vector<Workload> workloads;
+  std::vector<Distribution> dists;
+  std::vector<int> threads, in_flight;
+  double theta = 0.99;
+  int warmup_ms = 0, duration_ms = 0, load_threads = 0;
+  std::string store_cpus, client_cpus;
+  int memcached_threads = 1;
+  FarmOptions farm;
+  bool json = false, progress = false;
+
+  bool Wants(const std::string& target) const {
+    return std::find(targets.begin(), targets.end(), target) != targets.end();
+  }
+  std::vector<Point> Points() const {
+    std::vector<Point> out;
+    for (Workload w : workloads) {
+      for (Distribution d : dists) {
+        for (int t : threads) {
+          for (int k : in_flight) out.push_back(Point{w, d, t, k});
+        }
+      }
+    }
+    return out;
+  }
+  int max_threads() const { return *std::max_element(threads.begin(), threads.end()); }
+};
+
+absl::Status Prefixed(const std::string& flag, const absl::Status& s) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", s.message()));
+}
+
+// The farm shard size for `space`: buckets enough that the entries (8 bytes of header, key and
+// value each) fill `fill` of the buckets' payload (kv/bucket.h: a 24-byte object header and an
+// 8-byte overflow link per bucket).
+uint64_t AutoBuckets(const KeySpace& space, int nodes, uint32_t bucket_bytes, double fill) {
+  const double entry = 8.0 + space.key_size + space.value_size;
+  const double payload = static_cast<double>(bucket_bytes) - 32;
+  const double per_node = static_cast<double>(space.keys) / nodes;
+  return std::max<uint64_t>(64, static_cast<uint64_t>(per_node * entry / (fill * payload)) + 1);
+}
+
+absl::StatusOr<Options> OptionsFromFlags() {
+  Options o;
+  std::string providers = absl::GetFlag(FLAGS_provider);
+  if (providers.empty()) providers = "shm";
+  for (const std::string& p : SplitList(providers)) {
+    if (absl::Status s = CheckProvider(p); !s.ok()) return Prefixed("provider", s);
+    o.providers.push_back(p);
+  }
+  for (const std::string& t : SplitList(absl::GetFlag(FLAGS_targets))) {
+    if (std::find(std::begin(kTargetNames), std::end(kTargetNames), t) == std::end(kTargetNames)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--targets: unknown target '", t, "' (known: ", absl::StrJoin(kTargetNames, ", "), ")"));
+    }
+    o.targets.push_back(t);
+  }
+  absl::StatusOr<std::vector<Workload>> w = ParseWorkloads(absl::GetFlag(FLAGS_workloads));
+  if (!w.ok()) return Prefixed("workloads", w.status());
+  o.workloads = *w;
+  absl::StatusOr<std::vector<Distribution>> d = ParseDistributions(absl::GetFlag(FLAGS_dists));
+  if (!d.ok()) return Prefixed("dists", d.status());
+  o.dists = *d;
+  absl::StatusOr<std::vector<int>> t = ParseThreads(absl::GetFlag(FLAGS_threads), kMaxThreads);
+  if (!t.ok()) return Prefixed("threads", t.status());
+  o.threads = *t;
+  absl::StatusOr<std::vector<int>> k = ParseThreads(absl::GetFlag(FLAGS_in_flight), kMaxInFlight);
+  if (!k.ok()) return Prefixed("in_flight", k.status());
+  o.in_flight = *k;
+  o.theta = absl::GetFlag(FLAGS_zipf_theta);
+  if (!(o.theta > 0 && o.theta < 1)) {
+    return absl::InvalidArgumentError("--zipf_theta must be in (0, 1)");
+  }
+  const int64_t keys = absl::GetFlag(FLAGS_keys);
+  if (keys < 1 || keys > 100000000) return absl::InvalidArgumentError("--keys must be 1..1e8");
+  o.space = KeySpace{static_cast<uint64_t>(keys), absl::GetFlag(FLAGS_key_size),
+                     absl::GetFlag(FLAGS_value_size)};
+  if (absl::Status s = o.space.Check(); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--keys/--key_size/--value_size: ", s.message()));
+  }
+  o.warmup_ms = absl::GetFlag(FLAGS_warmup_ms);
+  o.duration_ms = absl::GetFlag(FLAGS_duration_ms);
+  if (o.duration_ms < 1 || o.duration_ms > 3600000) {
+    return absl::InvalidArgumentError("--duration_ms must be 1..3600000");
+  }
+  if (o.warmup_ms < 0 || o.warmup_ms > 600000) {
+    return absl::InvalidArgumentError("--warmup_ms must be 0..600000");
+  }
+  o.load_threads = absl::GetFlag(FLAGS_load_threads);
+  if (o.load_threads < 1 || o.load_threads > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("--load_threads must be 1..", kMaxThreads));
+  }
+  o.store_cpus = absl::GetFlag(FLAGS_store_cpus);
+  o.client_cpus = absl::GetFlag(FLAGS_client_cpus);
+  int store_cpu_count = static_cast<int>(std::thread::hardware_concurrency());
+  for (auto [flag, value] : {std::pair<const char*, std::string>{"store_cpus", o.store_cpus},
+                             {"client_cpus", o.client_cpus}}) {
+    if (value.empty()) continue;
+    absl::StatusOr<std::vector<int>> cpus = ParseCpuList(value);
+    if (!cpus.ok()) return Prefixed(flag, cpus.status());
+    for (int c : *cpus) {
+      if (c >= static_cast<int>(std::thread::hardware_concurrency())) {
+        return absl::InvalidArgumentError(absl::StrCat("--", flag, ": CPU ", c,
+                                                       " does not exist (this machine has ",
+                                                       std::thread::hardware_concurrency(), ")"));
+      }
+    }
+    if (std::string(flag) == "store_cpus") store_cpu_count = static_cast<int>(cpus->size());
+  }
+  o.memcached_threads = absl::GetFlag(FLAGS_memcached_threads);
+  if (o.memcached_threads < 0 || o.memcached_threads > 64) {
+    return absl::InvalidArgumentError("--memcached_threads must be 0..64");
+  }
+  if (o.memcached_threads == 0) o.memcached_threads = std::max(1, store_cpu_count);
+  o.json = absl::GetFlag(FLAGS_json);
+  o.progress = absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO);
+
+  FarmOptions& f = o.farm;
+  f.poll = absl::GetFlag(FLAGS_poll);
+  f.host = absl::GetFlag(FLAGS_host);
+  f.store_cpus = o.store_cpus;
+  const std::string log_level = absl::GetFlag(FLAGS_log_level);
+  f.log_level = log_level == "info" ? "warn" : log_level;
+  f.nodes = absl::GetFlag(FLAGS_nodes);
+  if (f.nodes < 1 || f.nodes > 8) return absl::InvalidArgumentError("--nodes must be 1..8");
+  f.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  if (f.timeout_s < 1) return absl::InvalidArgumentError("--timeout_s must be at least 1");
+  f.workers = o.max_threads() + o.load_threads + 2;
+  f.load_batch = absl::GetFlag(FLAGS_farm_load_batch);
+  if (f.load_batch < 1 || f.load_batch > 256) {
+    return absl::InvalidArgumentError("--farm_load_batch must be 1..256");
+  }
+  f.kv.bucket_bytes = absl::GetFlag(FLAGS_kv_bucket_bytes);
+  f.kv.neighbourhood = absl::GetFlag(FLAGS_kv_neighbourhood);
+  const uint32_t bb = f.kv.bucket_bytes;
+  if (bb < 128 || bb > 4096 || (bb & (bb - 1)) != 0) {
+    return absl::InvalidArgumentError("--kv_bucket_bytes must be a power of two, 128..4096");
+  }
+  if (f.kv.neighbourhood < 1 || f.kv.neighbourhood > 64) {
+    return absl::InvalidArgumentError("--kv_neighbourhood must be 1..64");
+  }
+  const double fill = absl::GetFlag(FLAGS_kv_fill);
+  if (!(fill > 0 && fill <= 1)) return absl::InvalidArgumentError("--kv_fill must be in (0, 1]");
+  f.kv.buckets = absl::GetFlag(FLAGS_kv_buckets);
+  if (f.kv.buckets == 0) f.kv.buckets = AutoBuckets(o.space, f.nodes, bb, fill);
+  if (FarmCluster::ShardBytes(f.kv) > (uint64_t{16} << 30)) {
+    return absl::InvalidArgumentError(
+        "a farm shard would take more than 16 GiB: fewer --keys or "
+        "--kv_buckets");
+  }
+  if (absl::GetFlag(FLAGS_read_ref_iters) < 0) {
+    return absl::InvalidArgumentError("--read_ref_iters must be >= 0");
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output.
+
+struct Row {
+  std::string target, provider, transport;
+  Point point;
+  double ops_per_s = 0, p50 = 0, p99 = 0, p999 = 0;
+  double bytes_per_item = 0;
+  double read_ref_p50 = 0;  // fabric_bench READ of a neighbourhood, same provider (0: none)
+  double load_avg = 0;      // the machine's 1-minute load average after the point
+};
+
+// The 1-minute load average (/proc/loadavg): how busy the machine was, other work included.
+double LoadAverage() {
+  double l = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r"); f != nullptr) {
+    if (std::fscanf(f, "%lf", &l) != 1) l = 0;
+    std::fclose(f);
+  }
+  return l;
+}
+
+std::string JsonRow(const Row& r, const Options& o) {
+  return absl::StrFormat(
+      "{\"target\":\"%s\",\"provider\":\"%s\",\"transport\":\"%s\",\"workload\":\"%s\","
+      "\"distribution\":\"%s\",\"threads\":%d,\"in_flight\":%d,\"ops_per_s\":%.1f,"
+      "\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"keys\":%d,\"key_size\":%d,"
+      "\"value_size\":%d,\"bytes_per_item\":%.1f,\"read_ref_p50_us\":%.3f,"
+      "\"store_cpus\":\"%s\",\"client_cpus\":\"%s\",\"nodes\":%d,\"poll\":\"%s\","
+      "\"load_avg\":%.2f}",
+      r.target, r.provider, r.transport, WorkloadName(r.point.workload),
+      DistributionName(r.point.dist), r.point.threads, r.point.in_flight, r.ops_per_s, r.p50, r.p99,
+      r.p999, o.space.keys, o.space.key_size, o.space.value_size, r.bytes_per_item, r.read_ref_p50,
+      o.store_cpus, o.client_cpus, o.farm.nodes, o.farm.poll, r.load_avg);
+}
+
+void PrintTableHeader() {
+  std::printf("%-10s %-11s %-10s %-8s %3s %4s %12s %9s %9s %9s\n", "target", "transport",
+              "workload", "dist", "thr", "infl", "ops/s", "p50 us", "p99 us", "p99.9 us");
+}
+
+void PrintTableRow(const Row& r) {
+  std::printf("%-10s %-11s %-10s %-8s %3d %4d %12.0f %9.2f %9.2f %9.2f\n", r.target.c_str(),
+              r.transport.c_str(), WorkloadName(r.point.workload).c_str(),
+              DistributionName(r.point.dist).c_str(), r.point.threads, r.point.in_flight,
+              r.ops_per_s, r.p50, r.p99, r.p999);
+  std::fflush(stdout);
+}
+
+// The issue's targets, in words, for one provider's rows.
+void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
+  auto find = [&](const std::string& target, const Point& p) -> const Row* {
+    for (const Row& r : rows) {
+      if (r.provider == provider && r.target == target && r.point.workload == p.workload &&
+          r.point.dist == p.dist && r.point.threads == p.threads &&
+          r.point.in_flight == p.in_flight) {
+        return &r;
+      }
+    }
+    return nullptr;
+  };
+  for (const Row& f : rows) {
+    if (f.provider != provider || f.target != "farm") continue;
+    const Point& p = f.point;
+    if (p.workload == Workload::kC && p.threads == 1 && p.in_flight == 1 && f.read_ref_p50 > 0) {
+      const double ratio = f.p50 / f.read_ref_p50;
+      std::printf(
+          "  GET p50 (ycsb-c %s, 1 thread, 1 in flight) %.2f us vs fabric_bench READ "
+          "%.2f us: %.2fx (target <= 1.25x: %s)\n",
+          DistributionName(p.dist).c_str(), f.p50, f.read_ref_p50, ratio,
+          ratio <= 1.25 ? "met" : "MISSED");
+    }
+    if (p.workload != Workload::kB && p.workload != Workload::kC) continue;
+    for (const char* peer : {"memcached", "redis"}) {
+      const Row* r = find(peer, p);
+      if (r == nullptr || r->ops_per_s <= 0) continue;
+      const double ratio = f.ops_per_s / r->ops_per_s;
+      std::printf(
+          "  %s %-7s %d thr %2d in flight: farm %.0f ops/s = %.2fx %s over %s (target >= "
+          "2x: %s)\n",
+          WorkloadName(p.workload).c_str(), DistributionName(p.dist).c_str(), p.threads,
+          p.in_flight, f.ops_per_s, ratio, peer, r->transport.c_str(),
+          ratio >= 2 ? "met" : "MISSED");
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running a target.
+
+// A progress bar on standard error: "preloading memcached (unix): 530000/1000000 keys (53%)".
+class ProgressBar {
+ public:
+  ProgressBar(bool show, std::string what, uint64_t total)
+      : show_(show), what_(std::move(what)), total_(total), start_(absl::Now()) {}
+  void Update(uint64_t done) {
+    if (!show_) return;
+    const double s = absl::ToDoubleSeconds(absl::Now() - start_);
+    const int width = 30;
+    const int filled = static_cast<int>(width * done / std::max<uint64_t>(1, total_));
+    std::fprintf(stderr, "\r%s [%s%s] %llu/%llu keys (%3d%%) %.0f keys/s ", what_.c_str(),
+                 std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+                 static_cast<unsigned long long>(done), static_cast<unsigned long long>(total_),
+                 static_cast<int>(100 * done / std::max<uint64_t>(1, total_)),
+                 s > 0 ? done / s : 0.0);
+    std::fflush(stderr);
+  }
+  void Finish() {
+    if (show_) std::fprintf(stderr, "\n");
+    spdlog::info("{}: {} keys in {:.1f} s", what_, total_,
+                 absl::ToDoubleSeconds(absl::Now() - start_));
+  }
+
+ private:
+  bool show_;
+  std::string what_;
+  uint64_t total_;
+  absl::Time start_;
+};
+
+absl::Status PreloadTarget(KvTarget& t, const Options& o) {
+  std::vector<std::unique_ptr<KvConnection>> conns;
+  for (int i = 0; i < o.load_threads; ++i) {
+    absl::StatusOr<std::unique_ptr<KvConnection>> c = t.Connect();
+    if (!c.ok()) return c.status();
+    conns.push_back(std::move(*c));
+  }
+  ProgressBar bar(o.progress, absl::StrCat("preloading ", t.name(), " (", t.transport(), ")"),
+                  o.space.keys);
+  absl::Status s = Preload(
+      o.space.keys, o.load_threads, kLoadChunk,
+      [&](int thread, uint64_t first, uint64_t count) {
+        return conns[static_cast<size_t>(thread)]->Load(first, count);
+      },
+      [&](uint64_t done) { bar.Update(done); });
+  bar.Finish();
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("preloading: ", s.message()));
+  return absl::OkStatus();
+}
+
+// One point: `threads` client threads, each on its own connection, from one window.
+absl::StatusOr<ClientResult> RunPoint(std::vector<std::unique_ptr<KvConnection>>& conns,
+                                      const KeyPicker& picker, const Point& p, size_t index,
+                                      const Options& o) {
+  std::vector<ClientResult> results(static_cast<size_t>(p.threads));
+  std::vector<absl::Status> status(static_cast<size_t>(p.threads));
+  const Window window = Window::After(o.warmup_ms, o.duration_ms);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < p.threads; ++i) {
+    threads.emplace_back([&, i] {
+      OpGenerator gen(picker, p.workload, ThreadSeed(absl::GetFlag(FLAGS_seed), index, i));
+      KvConnection& c = *conns[static_cast<size_t>(i)];
+      status[static_cast<size_t>(i)] = RunClient(
+          gen, p.in_flight, window, [&c](absl::Span<const Op> ops) { return c.Round(ops); },
+          &results[static_cast<size_t>(i)]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ClientResult all;
+  for (int i = 0; i < p.threads; ++i) {
+    if (!status[static_cast<size_t>(i)].ok()) return status[static_cast<size_t>(i)];
+    all.Merge(results[static_cast<size_t>(i)]);
+  }
+  return all;
+}
+
+// Preloads one target, then runs every point on it; prints a row per point.
+absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, double read_ref,
+                       const Options& o,
+                       std::map<Distribution, std::unique_ptr<KeyPicker>>& pickers,
+                       const std::function<void(const Row&)>& print) {
+  if (preload) {
+    if (absl::Status s = PreloadTarget(t, o); !s.ok()) return s;
+  }
+  absl::StatusOr<MemoryReport> memory = t.Memory();
+  if (!memory.ok()) return memory.status();
+  if (memory->items != o.space.keys) {
+    return absl::DataLossError(absl::StrCat(t.name(), " holds ", memory->items,
+                                            " items after "
+                                            "preloading ",
+                                            o.space.keys, " keys"));
+  }
+  spdlog::info("{} ({}): {:.1f} bytes per item ({})", t.name(), t.transport(), memory->per_item(),
+               memory->method);
+  std::vector<std::unique_ptr<KvConnection>> conns;
+  for (int i = 0; i < o.max_threads(); ++i) {
+    absl::StatusOr<std::unique_ptr<KvConnection>> c = t.Connect();
+    if (!c.ok()) return c.status();
+    conns.push_back(std::move(*c));
+  }
+  const std::vector<Point> points = o.Points();
+  for (size_t i = 0; i < points.size(); ++i) {
+    const Point& p = points[i];
+    absl::StatusOr<ClientResult> r = RunPoint(conns, *pickers[p.dist], p, i, o);
+    if (!r.ok()) {
+      return absl::Status(
+          r.status().code(),
+          absl::StrCat(WorkloadName(p.workload), " ", DistributionName(p.dist), " ", p.threads,
+                       " threads ", p.in_flight, " in flight: ", r.status().message()));
+    }
+    Row row;
+    row.target = t.name();
+    row.provider = provider;
+    row.transport = t.transport();
+    row.point = p;
+    row.ops_per_s = r->ops / (o.duration_ms / 1000.0);
+    row.p50 = r->latency.Percentile(0.5);
+    row.p99 = r->latency.Percentile(0.99);
+    row.p999 = r->latency.Percentile(0.999);
+    row.bytes_per_item = memory->per_item();
+    row.read_ref_p50 = read_ref;
+    row.load_avg = LoadAverage();
+    print(row);
+  }
+  return absl::OkStatus();
+}
+
+// fabric_bench's one-sided READ of a GET's neighbourhood on `provider`: its p50 in µs. It runs
+// on the store's and the clients' CPUs together (its initiator and target, like a client thread
+// and a shard node).
+absl::StatusOr<double> MeasureReadReference(const std::string& provider, const Options& o) {
+  const uint64_t bytes = uint64_t{o.farm.kv.neighbourhood} * o.farm.kv.bucket_bytes;
+  std::string cpus;
+  if (!o.store_cpus.empty() && !o.client_cpus.empty()) {
+    cpus = absl::StrCat(o.store_cpus, ",", o.client_cpus);
+  }
+  absl::StatusOr<std::vector<std::string>> lines =
+      RunTool("tools/fabric_bench",
+              {absl::StrCat("--provider=", provider), absl::StrCat("--sizes=", bytes),
+               "--duration_ms=0", "--json", absl::StrCat("--poll=", o.farm.poll),
+               absl::StrCat("--iters=", absl::GetFlag(FLAGS_read_ref_iters))},
+              cpus);
+  if (!lines.ok()) return lines.status();
+  for (const std::string& line : *lines) {
+    if (line.find("\"op\":\"read\"") == std::string::npos) continue;
+    return JsonNumber(line, "p50_us");
+  }
+  return absl::InternalError("fabric_bench printed no READ line");
+}
+
+// Every wanted target on `provider`: farm's, then the peers on the matching transport.
+bool RunProvider(const std::string& provider, const Options& o,
+                 const std::function<void(const Row&)>& print) {
+  bool ok = true;
+  double read_ref = 0;
+  if (absl::GetFlag(FLAGS_read_ref_iters) > 0 && o.Wants("farm")) {
+    absl::StatusOr<double> r = MeasureReadReference(provider, o);
+    if (r.ok()) {
+      read_ref = *r;
+    } else {
+      spdlog::warn("READ reference on {}: {}", provider, r.status().ToString());
+    }
+  }
+  std::map<Distribution, std::unique_ptr<KeyPicker>> pickers;
+  for (Distribution d : o.dists) pickers[d] = std::make_unique<KeyPicker>(d, o.space.keys, o.theta);
+  auto fail = [&](const std::string& what, const absl::Status& s) {
+    spdlog::error("{} on {}: {}", what, provider, s.ToString());
+    ok = false;
+  };
+  if (o.Wants("farm") || o.Wants("farm-rpc")) {
+    FarmOptions f = o.farm;
+    f.provider = provider;
+    absl::StatusOr<std::unique_ptr<FarmCluster>> cluster = FarmCluster::Start(f, o.space);
+    if (!cluster.ok()) {
+      fail("farm", cluster.status());
+    } else {
+      bool loaded = false;
+      for (bool rpc : {false, true}) {
+        std::unique_ptr<KvTarget> t = (*cluster)->Target(rpc);
+        if (!o.Wants(t->name())) continue;
+        absl::Status s = RunTarget(*t, !loaded, provider, read_ref, o, pickers, print);
+        loaded = true;
+        if (!s.ok()) fail(t->name(), s);
+      }
+    }
+  }
+  absl::StatusOr<std::string> script = PeersScript(absl::GetFlag(FLAGS_peers_script));
+  PeerOptions po;
+  po.transport = TransportFor(provider);
+  po.cpus = o.store_cpus;
+  po.memcached_threads = o.memcached_threads;
+  po.memcached_mb = MemcachedMegabytes(o.space);
+  for (const char* peer : {"memcached", "redis"}) {
+    if (!o.Wants(peer)) continue;
+    if (!script.ok()) {
+      fail(peer, script.status());
+      continue;
+    }
+    po.script = *script;
+    absl::StatusOr<std::unique_ptr<KvTarget>> t =
+        std::string(peer) == "memcached" ? StartMemcached(o.space, po) : StartRedis(o.space, po);
+    absl::Status s = t.ok() ? RunTarget(**t, true, provider, 0, o, pickers, print) : t.status();
+    if (!s.ok()) fail(peer, s);
+  }
+  return ok;
+}
+
+int DriverMain() {
+  if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "kvbench"); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return kExitUsage;
+  }
+  absl::StatusOr<Options> o = OptionsFromFlags();
+  if (!o.ok()) {
+    spdlog::error("{}", std::string(o.status().message()));
+    return kExitUsage;
+  }
+  if (!o->client_cpus.empty()) {
+    if (absl::Status s = PinTo(o->client_cpus); !s.ok()) {
+      spdlog::error("--client_cpus: {}", std::string(s.message()));
+      return kExitUsage;
+    }
+  }
+  if (absl::GetFlag(FLAGS_private_dev_shm)) {
+    if (absl::Status s = UsePrivateDevShm(); !s.ok()) {
+      spdlog::error("{}", std::string(s.message()));
+      return kExitUsage;
+    }
+  }
+  std::vector<Row> rows;
+  bool failed = false;
+  for (const std::string& provider : o->providers) {
+    if (!o->json) {
+      std::printf(
+          "\nkvbench: provider %s (peers over %s), %llu keys of %d B, values of %d B, %d ms per "
+          "point (+%d ms warm-up); store on CPUs %s (%d farm nodes, poll %s, %llu buckets of %u B "
+          "each; memcached -t %d; redis-server), clients on CPUs %s\n",
+          provider.c_str(), TransportName(TransportFor(provider)).c_str(),
+          static_cast<unsigned long long>(o->space.keys), o->space.key_size, o->space.value_size,
+          o->duration_ms, o->warmup_ms, o->store_cpus.empty() ? "any" : o->store_cpus.c_str(),
+          o->farm.nodes, o->farm.poll.c_str(), static_cast<unsigned long long>(o->farm.kv.buckets),
+          o->farm.kv.bucket_bytes, o->memcached_threads,
+          o->client_cpus.empty() ? "any" : AffinityText().c_str());
+      PrintTableHeader();
+    }
+    auto print = [&](const Row& r) {
+      rows.push_back(r);
+      if (o->json) {
+        std::printf("%s\n", JsonRow(r, *o).c_str());
+        std::fflush(stdout);
+      } else {
+        PrintTableRow(r);
+      }
+    };
+    if (!RunProvider(provider, *o, print)) failed = true;
+    if (!o->json) {
+      std::printf("memory per item:\n");
+      std::map<std::string, double> seen;
+      for (const Row& r : rows) {
+        if (r.provider == provider)
+          seen[absl::StrCat(r.target, " (", r.transport, ")")] = r.bytes_per_item;
+      }
+      for (const auto& [what, bytes] : seen) std::printf("  %-22s %8.1f B\n", what.c_str(), bytes);
+      std::printf("targets (issue):\n");
+      PrintTargets(rows, provider);
+    }
+  }
+  return failed ? kExitRuntime : 0;
+}
+
+}  // namespace
+}  // namespace kvbench
+}  // namespace farm
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Measures farm's key-value store (GETs by one-sided READ and by RPC) against memcached and "
+      "Redis with YCSB workloads, in one run: throughput and p50/p99/p99.9 latency per point.\n"
+      "  kvbench [--provider=shm,tcp;ofi_rxm] [--targets=farm,farm-rpc,memcached,redis] "
+      "[--workloads=a,b,c,w] [--dists=uniform,zipf] [--keys=1000000] [--threads=1,2] "
+      "[--in_flight=1,8] [--store_cpus=1 --client_cpus=0] [--json]\n"
+      "--provider takes a comma-separated list here (default shm); the peers run over Unix "
+      "sockets against shm and TCP on 127.0.0.1 against the others. Exit status: 0 ok, 1 a "
+      "target failed, 2 bad flags.");
+  if (!farm::FlagsAreValid("kvbench", argc, argv)) return farm::kvbench::kExitUsage;
+  absl::ParseCommandLine(argc, argv);
+  return farm::kvbench::DriverMain();
+}

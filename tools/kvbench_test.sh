@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# kvbench end to end with tiny sizes and durations: farm (one-sided GETs) and farm-rpc on a
+# 3-node cluster on shm, memcached and Redis on Unix sockets (when installed), with JSON output
+# checked for its keys and sanity (every point measured something, memory per item known); one
+# point on tcp;ofi_rxm against the peers over TCP; the table; bad flags (exit 2) and a peer that
+# cannot be reached (exit 1), each with a message. Never asserts on timings. Every process the
+# bench starts (nodes, memcached, redis-server) is its own to stop; the test checks that none is
+# left.
+set -u
+BENCH=${1:-bazel-bin/tools/kvbench}
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+export TMPDIR=$TMP
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+tiny=(--keys=300 --threads=1,2 --in_flight=1,4 --duration_ms=40 --warmup_ms=10
+      --read_ref_iters=200 --timeout_s=60 --load_threads=2)
+keys=(target provider transport workload distribution threads in_flight ops_per_s p50_us p99_us
+      p999_us bytes_per_item read_ref_p50_us)
+
+# A bench killed half-way (e.g. by this test's timeout) cannot stop the servers it started: on
+# exit, stop any that a directory created during this test still names.
+dirs_before=$(ls -d /tmp/bench_redis.* /tmp/bench_memcached.* 2>/dev/null)
+cleanup() {
+  local d pid
+  for d in /tmp/bench_redis.* /tmp/bench_memcached.*; do
+    grep -qxF "$d" <<<"$dirs_before" && continue
+    for pid in "$d"/*.pid; do [ -f "$pid" ] && kill "$(cat "$pid")" 2>/dev/null; done
+    rm -rf "$d"
+  done
+}
+trap cleanup EXIT
+
+# check_json OUT WANT_LINES TARGET...: every line has every key, positive throughput and memory
+# per item, and each TARGET has lines.
+check_json() {
+  local out=$1 want=$2
+  shift 2
+  local lines n key t
+  lines=$(grep -c '^{' <<<"$out")
+  [ "$lines" = "$want" ] || fail "expected $want JSON lines, got $lines:"$'\n'"$out"
+  for key in "${keys[@]}"; do
+    n=$(grep -c "\"$key\":" <<<"$out")
+    [ "$n" = "$want" ] || fail "key $key is in $n of $want lines:"$'\n'"$out"
+  done
+  grep -q '"ops_per_s":0\.0,' <<<"$out" && fail "a point measured nothing:"$'\n'"$out"
+  grep -q '"bytes_per_item":0\.0,' <<<"$out" && fail "a target reports no memory:"$'\n'"$out"
+  grep -q '"p50_us":0\.000,' <<<"$out" && fail "a point has no latency:"$'\n'"$out"
+  for t in "$@"; do
+    grep -q "\"target\":\"$t\"" <<<"$out" || fail "no $t lines:"$'\n'"$out"
+  done
+}
+
+have_peers=1
+command -v memcached >/dev/null && command -v redis-server >/dev/null || have_peers=0
+
+echo "== shm: farm, farm-rpc, memcached, redis; JSON"
+targets=farm,farm-rpc
+want_targets=(farm farm-rpc)
+if [ $have_peers = 1 ]; then
+  targets=farm,farm-rpc,memcached,redis
+  want_targets=(farm farm-rpc memcached redis)
+else
+  echo "memcached or redis-server is not installed: farm only"
+fi
+out=$(timeout 240 "$BENCH" "${tiny[@]}" --provider=shm --targets=$targets --workloads=b,c,w \
+      --dists=uniform,zipf --json 2>"$TMP/shm.err")
+rc=$?
+[ $rc = 0 ] || fail "kvbench exited $rc: $(tail -20 "$TMP/shm.err")"
+# 3 workloads x 2 distributions x 2 thread counts x 2 in-flight counts per target.
+check_json "$out" $((24 * ${#want_targets[@]})) "${want_targets[@]}"
+grep -q '"target":"farm","provider":"shm","transport":"shm","workload":"ycsb-b"' <<<"$out" ||
+  fail "no farm/shm ycsb-b line"
+grep -q '"target":"farm".*"read_ref_p50_us":0\.000' <<<"$out" &&
+  fail "farm lines lack fabric_bench's READ reference:"$'\n'"$out"
+if [ $have_peers = 1 ]; then
+  grep -q '"target":"memcached","provider":"shm","transport":"unix"' <<<"$out" ||
+    fail "memcached did not run over a Unix socket"
+  grep -q '"target":"redis","provider":"shm","transport":"unix"' <<<"$out" ||
+    fail "redis did not run over a Unix socket"
+fi
+echo "ok: ${#want_targets[@]} targets x 24 points, keys present, every point measured"
+
+echo "== tcp;ofi_rxm against TCP, table"
+out=$(timeout 240 "$BENCH" "${tiny[@]}" --provider='tcp;ofi_rxm' --targets=$targets \
+      --workloads=b --dists=zipf --threads=1 --in_flight=4 2>&1)
+rc=$?
+[ $rc = 0 ] || fail "kvbench on tcp;ofi_rxm exited $rc: $out"
+grep -qE '^target +transport +workload' <<<"$out" || fail "no table header: $out"
+grep -qE '^farm +tcp;ofi_rxm +ycsb-b +zipf +1 +4 ' <<<"$out" || fail "no farm row: $out"
+grep -qE '^  farm \(tcp;ofi_rxm\) +[0-9.]+ B' <<<"$out" || fail "no farm memory per item: $out"
+if [ $have_peers = 1 ]; then
+  grep -qE '^memcached +tcp +ycsb-b' <<<"$out" || fail "no memcached row over TCP: $out"
+  grep -qE '^redis +tcp +ycsb-b' <<<"$out" || fail "no redis row over TCP: $out"
+  grep -qE 'ycsb-b zipf +1 thr +4 in flight: farm [0-9]+ ops/s = [0-9.]+x memcached' <<<"$out" ||
+    fail "no target line against memcached: $out"
+fi
+echo "ok: tcp;ofi_rxm"
+
+echo "== bad flags exit 2 with a message"
+for bad in --targets=mysql --workloads=d --dists=normal --threads=0 --in_flight=0 \
+           --in_flight=65 --keys=0 "--keys=5000 --key_size=3" --value_size=0 --zipf_theta=1.5 \
+           --store_cpus=999 --client_cpus=x --provider=nope --no_such_flag --duration_ms=abc \
+           --kv_bucket_bytes=100 --nodes=0; do
+  # shellcheck disable=SC2086  # "--keys=5000 --key_size=3" is two flags
+  timeout 30 "$BENCH" $bad >"$TMP/bad.out" 2>&1
+  rc=$?
+  [ $rc = 2 ] || fail "$bad: exit $rc, not 2: $(cat "$TMP/bad.out")"
+  [ -s "$TMP/bad.out" ] || fail "$bad: no message"
+done
+grep -q "unknown target 'mysql'" < <(timeout 30 "$BENCH" --targets=mysql 2>&1) ||
+  fail "--targets=mysql does not name the target"
+echo "ok: bad flags"
+
+echo "== a peer that cannot be reached: exit 1, the reason named"
+fake="$TMP/fake_peers.sh"
+cat >"$fake" <<'EOF'
+#!/usr/bin/env bash
+# Claims to start the server, starts nothing: the socket is not there.
+case "$1" in
+  start) d=$(mktemp -d); echo "DIR $d" ;;
+  stop) rm -rf "$3" ;;
+esac
+EOF
+for peer in memcached redis; do
+  out=$(timeout 60 "$BENCH" --targets=$peer --peers_script="$fake" --keys=10 --workloads=c \
+        --dists=uniform --threads=1 --in_flight=1 --duration_ms=10 2>&1)
+  rc=$?
+  [ $rc = 1 ] || fail "$peer unreachable: exit $rc, not 1: $out"
+  grep -qiE "$peer.*(connect|unavailable)" <<<"$out" || fail "$peer unreachable: no reason: $out"
+done
+echo "ok: unreachable peers"
+
+timeout 30 "$BENCH" --help >"$TMP/help.out" 2>&1
+grep -q -- "--in_flight" "$TMP/help.out" || fail "--help does not list --in_flight"
+grep -q -- "--store_cpus" "$TMP/help.out" || fail "--help does not list --store_cpus"
+
+sleep 0.5
+left=$(pgrep -af -- "$TMP/kvbench\." | grep -v pgrep || true)
+[ -z "$left" ] || fail "farm nodes left behind: $left"
+for d in /tmp/bench_redis.* /tmp/bench_memcached.*; do
+  [ -e "$d" ] || continue
+  grep -qxF "$d" <<<"$dirs_before" || fail "the bench left $d behind"
+done
+echo PASS
