@@ -13,9 +13,15 @@ set -euo pipefail
 cd "$(dirname "$0")"
 no_shell=0
 args=()
+provider="tcp;ofi_rxm"  # the key-value part's (kvbench needs to know it), unless --provider says
 for a in "$@"; do
-  if [ "$a" = --no-shell ]; then no_shell=1; else args+=("$a"); fi
+  case "$a" in
+    --no-shell) no_shell=1 ;;
+    --provider=*) provider=${a#--provider=}; args+=("$a") ;;
+    *) args+=("$a") ;;
+  esac
 done
+[ "$provider" = auto ] && provider="tcp;ofi_rxm"
 third_party/install_deps.sh
 bazel build //tools:cluster //tools:node //tools:kvbench //tools:kvsh //examples:all
 bazel run //tools:cluster -- --nodes=3 --exit_after_check "${args[@]}"
@@ -38,8 +44,8 @@ trap stop_cluster EXIT
 echo
 echo "== the key-value store: a 3-node cluster holding its shards"
 bazel-bin/tools/cluster --nodes=3 --late_nodes=2 --write_config="$work/cluster.textproto" \
-  --self_check=false --region_size=$((16 << 20)) "${args[@]}" -- --kv --kv_buckets=16384 \
-  >"$work/cluster.log" 2>&1 &
+  --self_check=false --region_size=$((16 << 20)) "${args[@]}" --provider="$provider" \
+  -- --kv --kv_buckets=16384 >"$work/cluster.log" 2>&1 &
 cluster_pid=$!
 for _ in $(seq 600); do
   grep -q "^cluster ready" "$work/cluster.log" && break
@@ -51,7 +57,8 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 grep "^cluster ready" "$work/cluster.log" || { cat "$work/cluster.log" >&2; exit 1; }
-bazel-bin/tools/kvbench --cluster_config="$work/cluster.textproto" --keys=$keys --progress \
+bazel-bin/tools/kvbench --cluster_config="$work/cluster.textproto" --provider="$provider" \
+  --keys=$keys --progress \
   --targets=farm,farm-rpc,memcached,redis --workloads=b,c --dists=uniform,zipf --threads=1 \
   --in_flight=1,8 --warmup_ms=200 --duration_ms=1000
 [ "$no_shell" = 1 ] && exit 0

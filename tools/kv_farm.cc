@@ -159,6 +159,27 @@ absl::StatusOr<std::unique_ptr<FarmCluster>> FarmCluster::Start(const FarmOption
   std::unique_ptr<FarmCluster> c(new FarmCluster());
   c->options_ = o;
   c->space_ = &space;
+  if (!o.attach_config.empty()) {
+    RuntimeOptions ro;
+    ro.config_path = o.attach_config;
+    ro.provider = o.provider;
+    ro.poll = o.poll;
+    ro.workers = o.workers;
+    absl::StatusOr<std::unique_ptr<Runtime>> rt = Runtime::Start(ro);
+    if (!rt.ok()) {
+      return absl::Status(rt.status().code(),
+                          absl::StrCat("joining the cluster of ", o.attach_config, ": ",
+                                       rt.status().message()));
+    }
+    c->runtime_ = std::move(*rt);
+    kv::Options client = o.kv;
+    client.hold_shard = false;
+    absl::StatusOr<std::unique_ptr<kv::Store>> store = kv::Store::Create(*c->runtime_, client);
+    if (!store.ok()) return store.status();
+    c->store_ = std::move(*store);
+    c->runtime_->Serve();
+    return c;
+  }
   const std::string node_bin = FindRunfile("tools/node", "node");
   if (node_bin.empty()) return absl::NotFoundError("//tools:node is not built");
   absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("kvbench");
