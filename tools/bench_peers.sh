@@ -62,7 +62,9 @@ start_memcached() {
   command -v memcping >/dev/null || { echo "memcping is not installed (apt-get install libmemcached-tools)"; exit 3; }
   dir=$(mktemp -d /tmp/bench_memcached.XXXXXX)
   local user=() listen=(-s "$dir/memcached.sock" -a 0700) server="$dir/memcached.sock"
-  if [ "$(id -u)" = 0 ]; then user=(-u nobody); chown nobody "$dir"; fi
+  # memcached refuses to run as root without -u; -u root keeps it the owner of its socket (a
+  # chown to another user fails inside Bazel's sandbox, whose user namespace maps only root).
+  if [ "$(id -u)" = 0 ]; then user=(-u root); fi
   [ "$transport" = tcp ] && listen=(-l 127.0.0.1 -p "$port" -U 0) && server="127.0.0.1:$port"
   memcached "${user[@]}" "${listen[@]}" -t "$threads" -m "$memory" -c 1024 \
     </dev/null >"$dir/memcached.log" 2>&1 &
