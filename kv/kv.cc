@@ -5,12 +5,14 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "api/runtime_impl.h"
 #include "kv/bucket.h"
 #include "messaging/ring.h"
+#include "platform/config.pb.h"
 #include "spdlog/spdlog.h"
 #include "txn/object.h"
 #include "txn/transaction.h"
@@ -58,18 +60,12 @@ struct ShardInfo {
   uint64_t Home(uint64_t h) const { return Mix64(h ^ 0x9e3779b97f4a7c15ull) % buckets; }
 };
 
-// The Describe RPC's answer on the wire: the node's own shard, then the shard list it uses (if it
-// has one yet: a node that asks after some shard node left learns the list from the others).
+// The Describe RPC's answer on the wire: the node's shard.
 struct DescribeReply {
   uint32_t has_shard = 0;
   uint32_t bucket_bytes = 0;
   uint32_t neighbourhood = 0;
-  uint32_t list_count = 0;  // DescribeShard entries that follow
-  uint64_t first = 0;
-  uint64_t buckets = 0;
-};
-struct DescribeShard {
-  uint64_t node = 0;
+  uint32_t reserved = 0;
   uint64_t first = 0;
   uint64_t buckets = 0;
 };
@@ -84,14 +80,15 @@ struct StatsReply {
 // GetRpc's answer: a status byte, then the value.
 enum RpcGetOutcome : char { kRpcFound = 'F', kRpcMissing = 'M', kRpcRetry = 'R' };
 
-// The shard of a key: rendezvous hashing over the shard nodes.
-const ShardInfo* ShardOf(const std::vector<ShardInfo>& shards, uint64_t h) {
-  const ShardInfo* best = nullptr;
+// The shard node of a key: rendezvous hashing over the shard nodes (the configuration's nodes
+// that form the cluster, the same list on every node).
+size_t ShardOf(const std::vector<uint32_t>& nodes, uint64_t h) {
+  size_t best = 0;
   uint64_t best_score = 0;
-  for (const ShardInfo& s : shards) {
-    const uint64_t score = Mix64(h ^ Mix64(0xc2b2ae3d27d4eb4full + s.node));
-    if (best == nullptr || score > best_score) {
-      best = &s;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const uint64_t score = Mix64(h ^ Mix64(0xc2b2ae3d27d4eb4full + nodes[i]));
+    if (i == 0 || score > best_score) {
+      best = i;
       best_score = score;
     }
   }
@@ -723,8 +720,11 @@ struct Store::Impl {
   uint64_t chunk_bytes = 0;     // of a chunked value
   uint64_t max_rpc_answer = 0;  // GetRpc's answer
 
+  // The shard nodes: the configuration's nodes that form the cluster (not `late`), the same
+  // list on every node, whoever is a member now.
+  std::vector<uint32_t> shard_nodes;
   std::mutex mu;
-  std::vector<ShardInfo> shards;  // once loaded: every shard node's, by node id
+  absl::flat_hash_map<uint32_t, ShardInfo> described;  // shard nodes asked so far
 
   uint16_t describe_method() const { return options.first_method; }
   uint16_t get_method() const { return static_cast<uint16_t>(options.first_method + 1); }
@@ -828,18 +828,7 @@ struct Store::Impl {
       d.first = local->first.Pack();
       d.buckets = local->buckets;
     }
-    std::vector<ShardInfo> list;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      list = shards;
-    }
-    d.list_count = static_cast<uint32_t>(list.size());
-    std::string out(reinterpret_cast<const char*>(&d), sizeof(d));
-    for (const ShardInfo& s : list) {
-      DescribeShard e{s.node, s.first.Pack(), s.buckets};
-      out.append(reinterpret_cast<const char*>(&e), sizeof(e));
-    }
-    return out;
+    return std::string(reinterpret_cast<const char*>(&d), sizeof(d));
   }
 
   ShardInfo MakeShard(uint64_t node, uint64_t first, uint64_t buckets) const {
@@ -855,67 +844,40 @@ struct Store::Impl {
     return s;
   }
 
-  // The shard nodes: every member is asked once what it holds. Every node must hash keys over
-  // the same list, so a node takes the list another member already uses when there is one, and
-  // fails with Unavailable when it cannot ask a member and nobody has a list yet.
-  absl::StatusOr<std::vector<ShardInfo>> Shards(Worker& w) {
+  // Shard node `node`'s shard, asked once (Describe RPC) and then kept. Unavailable while it
+  // cannot be asked (it left: its keys are unreachable).
+  absl::StatusOr<ShardInfo> DescribeNode(Worker& w, uint32_t node) {
     {
       std::lock_guard<std::mutex> l(mu);
-      if (!shards.empty()) return shards;
+      auto it = described.find(node);
+      if (it != described.end()) return it->second;
     }
-    std::vector<ShardInfo> found;
-    std::vector<ShardInfo> known;  // a list some member uses already
-    absl::Status missing;
-    for (uint32_t node : rt->members()) {
-      absl::StatusOr<std::string> r = w.Call(node, describe_method(), "");
-      if (!r.ok()) {
-        missing = absl::Status(r.status().code(), absl::StrCat("kv: asking node ", node,
-                                                               " for its shard: ",
-                                                               r.status().message()));
-        continue;
-      }
-      DescribeReply d;
-      if (r->size() < sizeof(d)) {
-        return absl::DataLossError(absl::StrCat("kv: node ", node, " described its shard in ",
-                                                r->size(), " bytes"));
-      }
-      std::memcpy(&d, r->data(), sizeof(d));
-      if (r->size() != sizeof(d) + d.list_count * sizeof(DescribeShard)) {
-        return absl::DataLossError(absl::StrCat("kv: node ", node, "'s shard list has ",
-                                                r->size(), " bytes for ", d.list_count,
-                                                " shards"));
-      }
-      if (d.bucket_bytes != options.bucket_bytes || d.neighbourhood != options.neighbourhood) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "kv: node ", node, " uses ", d.bucket_bytes, "-byte buckets and neighbourhood ",
-            d.neighbourhood, "; this node uses ", options.bucket_bytes, " and ",
-            options.neighbourhood, " (every node must use the same options)"));
-      }
-      if (d.has_shard != 0) found.push_back(MakeShard(node, d.first, d.buckets));
-      if (d.list_count > 0 && known.empty()) {
-        for (uint32_t i = 0; i < d.list_count; ++i) {
-          DescribeShard e;
-          std::memcpy(&e, r->data() + sizeof(d) + i * sizeof(e), sizeof(e));
-          known.push_back(MakeShard(e.node, e.first, e.buckets));
-        }
-      }
+    absl::StatusOr<std::string> r = w.Call(node, describe_method(), "");
+    if (!r.ok()) {
+      return absl::UnavailableError(absl::StrCat("kv: the shard on node ", node,
+                                                 " cannot be reached: ", r.status().message()));
     }
-    // A list some member uses wins: by induction every node then uses the first list built.
-    // (Left open: two nodes building their first lists while a shard node leaves can differ;
-    // fixing that takes the configuration manager, a later issue.)
-    if (!known.empty()) {
-      found = std::move(known);
-    } else if (!missing.ok()) {
-      return missing;
+    DescribeReply d;
+    if (r->size() != sizeof(d)) {
+      return absl::DataLossError(absl::StrCat("kv: node ", node, " described its shard in ",
+                                              r->size(), " bytes, not ", sizeof(d)));
     }
-    if (found.empty()) {
-      return absl::FailedPreconditionError(
-          "kv: no member holds a shard (start the nodes with --kv, or create their Store with "
-          "hold_shard)");
+    std::memcpy(&d, r->data(), sizeof(d));
+    if (d.bucket_bytes != options.bucket_bytes || d.neighbourhood != options.neighbourhood) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "kv: node ", node, " uses ", d.bucket_bytes, "-byte buckets and neighbourhood ",
+          d.neighbourhood, "; this node uses ", options.bucket_bytes, " and ",
+          options.neighbourhood, " (every node must use the same options)"));
     }
+    if (d.has_shard == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "kv: node ", node, " forms the cluster but holds no shard (start the nodes with --kv, "
+          "or create their Store with hold_shard; client-only nodes must be late nodes)"));
+    }
+    const ShardInfo s = MakeShard(node, d.first, d.buckets);
     std::lock_guard<std::mutex> l(mu);
-    if (shards.empty()) shards = std::move(found);
-    return shards;
+    described[node] = s;
+    return s;
   }
 };
 
@@ -941,6 +903,20 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Opt
   impl->rt = &runtime;
   impl->options = options;
   Runtime::Impl& rti = RuntimeAccess::Of(runtime);
+  bool late = false;
+  for (const config::NodeConfig& n : rti.node->config().node()) {
+    if (!n.late()) impl->shard_nodes.push_back(n.id());
+    if (n.id() == runtime.node_id()) late = n.late();
+  }
+  std::sort(impl->shard_nodes.begin(), impl->shard_nodes.end());
+  if (options.hold_shard == late) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv: node ", runtime.node_id(),
+        late ? " is a late node and cannot hold a shard (the shards are on the nodes that form "
+               "the cluster)"
+             : " forms the cluster (it is not `late` in the configuration), so it holds a shard; "
+               "a node that only uses the store must be a late node"));
+  }
   const uint64_t max_object = runtime.max_object_size();
   if (max_object < kMaxKeySize + 64) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -1005,7 +981,7 @@ struct Client::Impl {
   Store::Impl* store = nullptr;
   Worker* worker = nullptr;
   txn::ThreadContext* ctx = nullptr;
-  std::vector<ShardInfo> shards;  // loaded on first use
+  std::vector<std::optional<ShardInfo>> shards;  // by position in store->shard_nodes, once asked
   std::vector<std::string> scratch;  // GET's copies (their memory is reused)
 
   absl::Status CheckKey(absl::string_view key) const {
@@ -1026,13 +1002,17 @@ struct Client::Impl {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<const ShardInfo*> Shard(uint64_t h) {
-    if (shards.empty()) {
-      absl::StatusOr<std::vector<ShardInfo>> s = store->Shards(*worker);
+  absl::StatusOr<const ShardInfo*> ShardAt(size_t i) {
+    if (shards.empty()) shards.resize(store->shard_nodes.size());
+    if (!shards[i].has_value()) {
+      absl::StatusOr<ShardInfo> s = store->DescribeNode(*worker, store->shard_nodes[i]);
       if (!s.ok()) return s.status();
-      shards = std::move(*s);
+      shards[i] = *s;
     }
-    return ShardOf(shards, h);
+    return &*shards[i];
+  }
+  absl::StatusOr<const ShardInfo*> Shard(uint64_t h) {
+    return ShardAt(ShardOf(store->shard_nodes, h));
   }
 
   // An error of an operation on shard `s`, said in the store's terms.
@@ -1226,10 +1206,11 @@ absl::StatusOr<bool> Client::Delete(Txn& t, absl::string_view key) {
 }
 
 absl::StatusOr<std::vector<ShardStats>> Client::Stats() {
-  absl::StatusOr<const ShardInfo*> any = impl_->Shard(0);
-  if (!any.ok()) return any.status();
   std::vector<ShardStats> out;
-  for (const ShardInfo& s : impl_->shards) {
+  for (size_t i = 0; i < impl_->store->shard_nodes.size(); ++i) {
+    absl::StatusOr<const ShardInfo*> shard = impl_->ShardAt(i);
+    if (!shard.ok()) return shard.status();
+    const ShardInfo& s = **shard;
     absl::StatusOr<std::string> r = impl_->worker->Call(s.node, impl_->store->stats_method(), "");
     if (!r.ok()) return impl_->Annotate(r.status(), s);
     StatsReply rep;

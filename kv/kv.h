@@ -20,7 +20,10 @@
 //
 // The table (FaRM's chained associative hopscotch hashing). Each shard is an array of buckets;
 // a bucket is one object of the transaction layer (txn/object.h: lock word, check, payload) and
-// holds several entries. A key hashes to a shard (rendezvous hashing over the shard nodes) and to
+// holds several entries. The shard nodes are the configuration's nodes that form the cluster
+// (every node but the `late` ones, which only use the store: the same list on every node, so all
+// agree where a key lives even while some are gone). A key hashes to a shard (rendezvous hashing
+// over the shard nodes) and to
 // a home bucket there, and lives in one of the `neighbourhood` (H) buckets from its home bucket
 // on, so a GET fetches the whole neighbourhood with ONE one-sided READ of H consecutive buckets.
 // An insert that finds no room in the neighbourhood moves entries of other keys further out
@@ -71,7 +74,7 @@ struct Options {
   uint32_t bucket_bytes = 256;
   // H: a key lives in one of the H buckets from its home bucket; a GET reads H * bucket_bytes.
   uint32_t neighbourhood = 8;
-  // False on a node that only uses the store (e.g. a shell joining a cluster of servers).
+  // False on a node that only uses the store (a late node, e.g. a shell joining a cluster).
   bool hold_shard = true;
   // Method ids of the store's RPCs (shard descriptions, GET by RPC, statistics): three ids from
   // this one up. Change them only if the application uses these ids itself.
@@ -95,8 +98,9 @@ class Store {
  public:
   // Call from App::setup, before the node serves: formats this node's shard (unless
   // !options.hold_shard) and registers the store's RPC handlers. Every node of the cluster that
-  // uses the store calls it with the same options. InvalidArgument for bad options,
-  // ResourceExhausted when the shard does not fit this node's memory.
+  // uses the store calls it with the same options; the nodes that form the cluster hold shards,
+  // late nodes (clients) must not. InvalidArgument for bad options (or hold_shard not matching
+  // the node's kind), ResourceExhausted when the shard does not fit this node's memory.
   static absl::StatusOr<std::unique_ptr<Store>> Create(Runtime& runtime,
                                                        const Options& options = {});
   Store(const Store&) = delete;

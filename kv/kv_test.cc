@@ -411,6 +411,11 @@ TEST_CASE("bad input gets an error, never a crash", "[kv]") {
   bad.neighbourhood = 0;
   CHECK(absl::IsInvalidArgument(Store::Create(*c.rts[0], bad).status()));
   bad = Options{};
+  bad.hold_shard = false;  // node 0 forms the cluster: it must hold a shard
+  absl::Status client = Store::Create(*c.rts[0], bad).status();
+  CHECK(absl::IsInvalidArgument(client));
+  CHECK(client.message().find("late node") != absl::string_view::npos);
+  bad = Options{};
   bad.buckets = uint64_t{1} << 30;  // 256 GiB
   absl::Status big = Store::Create(*c.rts[0], bad).status();
   CHECK(absl::IsResourceExhausted(big));

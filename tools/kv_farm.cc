@@ -188,6 +188,8 @@ absl::StatusOr<std::unique_ptr<FarmCluster>> FarmCluster::Start(const FarmOption
   // Nodes 0 .. nodes-1 hold the shards; node `nodes` is this process.
   absl::StatusOr<config::ClusterConfig> cfg = LocalClusterConfig(o.nodes + 1, o.provider, o.host);
   if (!cfg.ok()) return cfg.status();
+  // This process holds no shard: it is a late node (the shard nodes are those that form it).
+  cfg->mutable_node(o.nodes)->set_late(true);
   // The shard's buckets are one array in one region, with room beside it for overflow blocks
   // and out-of-line values (a quarter more, at least 4 MiB).
   const uint64_t shard = ShardBytes(o.kv);
