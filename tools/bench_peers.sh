@@ -11,8 +11,9 @@
 # synchronous_commit and full_page_writes off (farm keeps nothing on disk either). memcached runs
 # THREADS worker threads (-t, default 4) with MEMORY_MB of item memory (-m, default 64; size it so
 # that nothing is evicted). DIR is a fresh directory under /tmp (short: Unix socket paths are
-# limited to 107 bytes). PostgreSQL and memcached refuse to run as root: as root, they run as the
-# `postgres` user (Debian's postgresql package creates it) and `nobody`.
+# limited to 107 bytes). PostgreSQL refuses to run as root: as root, initdb and the server run as
+# the `postgres` user (Debian's postgresql package creates it) through runuser; memcached runs as
+# root only when told so (-u root).
 # Servers inherit the caller's CPU affinity (txn_bench --cpus pins itself before calling this;
 # kvbench runs this script under `taskset -c STORE_CPUS`).
 # Exit status: 0 ok, 3 the server's package is not installed, 1 anything else.
@@ -62,7 +63,9 @@ start_memcached() {
   command -v memcping >/dev/null || { echo "memcping is not installed (apt-get install libmemcached-tools)"; exit 3; }
   dir=$(mktemp -d /tmp/bench_memcached.XXXXXX)
   local user=() listen=(-s "$dir/memcached.sock" -a 0700) server="$dir/memcached.sock"
-  if [ "$(id -u)" = 0 ]; then user=(-u nobody); chown nobody "$dir"; fi
+  # As root memcached insists on -u; root itself keeps the socket in DIR reachable and works in
+  # a sandbox's user namespace, where `nobody` may not be mapped.
+  if [ "$(id -u)" = 0 ]; then user=(-u root); fi
   [ "$transport" = tcp ] && listen=(-l 127.0.0.1 -p "$port" -U 0) && server="127.0.0.1:$port"
   memcached "${user[@]}" "${listen[@]}" -t "$threads" -m "$memory" -c 1024 \
     </dev/null >"$dir/memcached.log" 2>&1 &
