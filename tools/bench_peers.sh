@@ -50,12 +50,15 @@ start_redis() {
   die "redis-server did not answer within 10 s"
 }
 
-stop_redis() {
-  local dir=$1 pid
-  [ -f "$dir/redis.pid" ] && pid=$(cat "$dir/redis.pid") && kill "$pid" 2>/dev/null &&
+# stop_pid DIR NAME: stops the server whose pid is in DIR/NAME.pid (waiting up to 10 s), removes DIR.
+stop_pid() {
+  local dir=$1 name=$2 pid
+  [ -f "$dir/$name.pid" ] && pid=$(cat "$dir/$name.pid") && kill "$pid" 2>/dev/null &&
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   rm -rf "$dir"
 }
+
+stop_redis() { stop_pid "$1" redis; }
 
 start_memcached() {
   local transport=$1 port=$2 threads=${3:-4} memory=${4:-64} dir
@@ -80,12 +83,7 @@ start_memcached() {
   die "memcached did not answer within 10 s"
 }
 
-stop_memcached() {
-  local dir=$1 pid
-  [ -f "$dir/memcached.pid" ] && pid=$(cat "$dir/memcached.pid") && kill "$pid" 2>/dev/null &&
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  rm -rf "$dir"
-}
+stop_memcached() { stop_pid "$1" memcached; }
 
 start_postgres() {
   local transport=$1 port=$2 dir
