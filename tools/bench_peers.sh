@@ -11,8 +11,9 @@
 # synchronous_commit and full_page_writes off (farm keeps nothing on disk either). memcached runs
 # THREADS worker threads (-t, default 4) with MEMORY_MB of item memory (-m, default 64; size it so
 # that nothing is evicted). DIR is a fresh directory under /tmp (short: Unix socket paths are
-# limited to 107 bytes). PostgreSQL and memcached refuse to run as root: as root, they run as the
-# `postgres` user (Debian's postgresql package creates it) and `nobody`.
+# limited to 107 bytes). PostgreSQL refuses to run as root: as root, initdb and the server run as
+# the `postgres` user (Debian's postgresql package creates it) through runuser; memcached runs as
+# root only when told so (-u root).
 # Servers inherit the caller's CPU affinity (txn_bench --cpus pins itself before calling this;
 # kvbench runs this script under `taskset -c STORE_CPUS`).
 # Exit status: 0 ok, 3 the server's package is not installed, 1 anything else.
@@ -49,12 +50,15 @@ start_redis() {
   die "redis-server did not answer within 10 s"
 }
 
-stop_redis() {
-  local dir=$1 pid
-  [ -f "$dir/redis.pid" ] && pid=$(cat "$dir/redis.pid") && kill "$pid" 2>/dev/null &&
+# stop_pid DIR NAME: stops the server whose pid is in DIR/NAME.pid (waiting up to 10 s), removes DIR.
+stop_pid() {
+  local dir=$1 name=$2 pid
+  [ -f "$dir/$name.pid" ] && pid=$(cat "$dir/$name.pid") && kill "$pid" 2>/dev/null &&
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   rm -rf "$dir"
 }
+
+stop_redis() { stop_pid "$1" redis; }
 
 start_memcached() {
   local transport=$1 port=$2 threads=${3:-4} memory=${4:-64} dir
@@ -62,8 +66,8 @@ start_memcached() {
   command -v memcping >/dev/null || { echo "memcping is not installed (apt-get install libmemcached-tools)"; exit 3; }
   dir=$(mktemp -d /tmp/bench_memcached.XXXXXX)
   local user=() listen=(-s "$dir/memcached.sock" -a 0700) server="$dir/memcached.sock"
-  # memcached refuses to run as root without -u; -u root keeps it the owner of its socket (a
-  # chown to another user fails inside Bazel's sandbox, whose user namespace maps only root).
+  # As root memcached insists on -u; root itself keeps the socket in DIR reachable and works in
+  # a sandbox's user namespace, where `nobody` may not be mapped.
   if [ "$(id -u)" = 0 ]; then user=(-u root); fi
   [ "$transport" = tcp ] && listen=(-l 127.0.0.1 -p "$port" -U 0) && server="127.0.0.1:$port"
   memcached "${user[@]}" "${listen[@]}" -t "$threads" -m "$memory" -c 1024 \
@@ -79,12 +83,7 @@ start_memcached() {
   die "memcached did not answer within 10 s"
 }
 
-stop_memcached() {
-  local dir=$1 pid
-  [ -f "$dir/memcached.pid" ] && pid=$(cat "$dir/memcached.pid") && kill "$pid" 2>/dev/null &&
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  rm -rf "$dir"
-}
+stop_memcached() { stop_pid "$1" memcached; }
 
 start_postgres() {
   local transport=$1 port=$2 dir

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -16,6 +17,32 @@ namespace kvbench {
 namespace {
 
 constexpr uint64_t kLoadPipeline = 1000;
+
+// Calls `store` with keys [first, first + count) at version 0 as updates, kLoadPipeline at a time.
+absl::Status LoadInBatches(uint64_t first, uint64_t count,
+                           const std::function<absl::Status(absl::Span<const Op>)>& store) {
+  std::vector<Op> ops;
+  for (uint64_t begin = first; begin < first + count; begin += kLoadPipeline) {
+    const uint64_t end = std::min(first + count, begin + kLoadPipeline);
+    ops.clear();
+    for (uint64_t i = begin; i < end; ++i) ops.push_back(Op{false, i, 0});
+    if (absl::Status s = store(ops); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// What both peers' targets hold: the server, how clients reach it, and the key space.
+class PeerTarget : public KvTarget {
+ public:
+  PeerTarget(std::unique_ptr<ScriptedServer> server, Transport t, const KeySpace& space)
+      : server_(std::move(server)), transport_(t), space_(space) {}
+  std::string transport() const override { return TransportName(transport_); }
+
+ protected:
+  std::unique_ptr<ScriptedServer> server_;
+  Transport transport_;
+  const KeySpace& space_;
+};
 
 // ---------------------------------------------------------------------------------------------
 // memcached
@@ -56,17 +83,13 @@ class MemcachedConnection : public KvConnection {
     return MultiGet(reads_);
   }
 
+  // Noreply sets, confirmed by a get of the batch's last key.
   absl::Status Load(uint64_t first, uint64_t count) override {
-    std::vector<Op> ops;
-    for (uint64_t begin = first; begin < first + count; begin += kLoadPipeline) {
-      const uint64_t end = std::min(first + count, begin + kLoadPipeline);
-      ops.clear();
-      for (uint64_t i = begin; i < end; ++i) ops.push_back(Op{false, i, 0});
+    return LoadInBatches(first, count, [this](absl::Span<const Op> ops) {
       const Op* last = nullptr;
       if (absl::Status s = SendSetsNoReply(ops, &last); !s.ok()) return s;
-      if (absl::Status s = GetOne(last->key); !s.ok()) return s;
-    }
-    return absl::OkStatus();
+      return GetOne(last->key);
+    });
   }
 
   memcached_st* handle() { return m_; }
@@ -176,12 +199,10 @@ memcached_return_t CollectStat(const memcached_instance_st*, const char* key, si
   return MEMCACHED_SUCCESS;
 }
 
-class MemcachedTarget : public KvTarget {
+class MemcachedTarget : public PeerTarget {
  public:
-  MemcachedTarget(std::unique_ptr<ScriptedServer> server, Transport t, const KeySpace& space)
-      : server_(std::move(server)), transport_(t), space_(space) {}
+  using PeerTarget::PeerTarget;
   std::string name() const override { return "memcached"; }
-  std::string transport() const override { return TransportName(transport_); }
   absl::StatusOr<std::unique_ptr<KvConnection>> Connect() override {
     absl::StatusOr<std::unique_ptr<MemcachedConnection>> c =
         MemcachedConnection::Open(*server_, transport_, space_);
@@ -225,11 +246,6 @@ class MemcachedTarget : public KvTarget {
         items == 0 ? 0 : bytes / items, " B/item)");
     return r;
   }
-
- private:
-  std::unique_ptr<ScriptedServer> server_;
-  Transport transport_;
-  const KeySpace& space_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -261,15 +277,9 @@ class RedisConnection : public KvConnection {
     return absl::OkStatus();
   }
 
+  // One pipeline of SETs per batch.
   absl::Status Load(uint64_t first, uint64_t count) override {
-    std::vector<Op> ops;
-    for (uint64_t begin = first; begin < first + count; begin += kLoadPipeline) {
-      const uint64_t end = std::min(first + count, begin + kLoadPipeline);
-      ops.clear();
-      for (uint64_t i = begin; i < end; ++i) ops.push_back(Op{false, i, 0});
-      if (absl::Status s = Round(ops); !s.ok()) return s;
-    }
-    return absl::OkStatus();
+    return LoadInBatches(first, count, [this](absl::Span<const Op> ops) { return Round(ops); });
   }
 
   RedisLink& link() { return *link_; }
@@ -291,12 +301,10 @@ class RedisConnection : public KvConnection {
   std::string key_, value_;
 };
 
-class RedisTarget : public KvTarget {
+class RedisTarget : public PeerTarget {
  public:
-  RedisTarget(std::unique_ptr<ScriptedServer> server, Transport t, const KeySpace& space)
-      : server_(std::move(server)), transport_(t), space_(space) {}
+  using PeerTarget::PeerTarget;
   std::string name() const override { return "redis"; }
-  std::string transport() const override { return TransportName(transport_); }
   absl::StatusOr<std::unique_ptr<KvConnection>> Connect() override {
     absl::StatusOr<std::unique_ptr<RedisConnection>> c = Open();
     if (!c.ok()) return c.status();
@@ -339,10 +347,6 @@ class RedisTarget : public KvTarget {
     if (!link.ok()) return link.status();
     return std::make_unique<RedisConnection>(std::move(*link), space_);
   }
-
-  std::unique_ptr<ScriptedServer> server_;
-  Transport transport_;
-  const KeySpace& space_;
 };
 
 }  // namespace

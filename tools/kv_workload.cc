@@ -188,9 +188,11 @@ absl::Status RunClient(OpGenerator& gen, int in_flight, const Window& window, co
   std::vector<Op> ops;
   ops.reserve(static_cast<size_t>(in_flight));
   for (;;) {
+    // The generator runs before the clock starts: a latency is the store's (and the client
+    // library's), not the generator's.
+    gen.NextRound(in_flight, &ops);
     const Clock::time_point t0 = Clock::now();
     if (t0 >= window.end) return absl::OkStatus();
-    gen.NextRound(in_flight, &ops);
     if (absl::Status s = round(ops); !s.ok()) return s;
     const Clock::time_point t1 = Clock::now();
     if (!window.Counts(t1)) continue;

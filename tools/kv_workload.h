@@ -20,7 +20,9 @@
 // over N items (Gray et al.'s generator), and the key is FNV-1a-64(r) mod N, so the popular keys
 // are spread over the key space (and over the shards) instead of being keys 0, 1, 2, ...
 // Operations in flight: a round is `in_flight` operations issued together, and it ends when all
-// of them have completed; each operation's latency is its round's (issue to last completion).
+// of them have completed; each operation's latency is its round's (issue to last completion,
+// the operations' keys formatted and the values read checked on the way; drawing them from the
+// generator comes before).
 // In flight 1 is one operation at a time (no pipelining).
 //
 // Thread safety: KeySpace and KeyPicker are immutable (safe for concurrent use); an OpGenerator

@@ -141,6 +141,7 @@ struct Options {
   std::vector<Distribution> dists;
   std::vector<int> threads, in_flight;
   double theta = 0.99;
+  uint64_t seed = 1;
   int warmup_ms = 0, duration_ms = 0, load_threads = 0;
   std::string store_cpus, client_cpus;
   int memcached_threads = 1;
@@ -206,6 +207,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   if (!k.ok()) return Prefixed("in_flight", k.status());
   o.in_flight = *k;
   o.theta = absl::GetFlag(FLAGS_zipf_theta);
+  o.seed = absl::GetFlag(FLAGS_seed);
   if (!(o.theta > 0 && o.theta < 1)) {
     return absl::InvalidArgumentError("--zipf_theta must be in (0, 1)");
   }
@@ -455,7 +457,7 @@ absl::StatusOr<ClientResult> RunPoint(std::vector<std::unique_ptr<KvConnection>>
   std::vector<std::thread> threads;
   for (int i = 0; i < p.threads; ++i) {
     threads.emplace_back([&, i] {
-      OpGenerator gen(picker, p.workload, ThreadSeed(absl::GetFlag(FLAGS_seed), index, i));
+      OpGenerator gen(picker, p.workload, ThreadSeed(o.seed, index, i));
       KvConnection& c = *conns[static_cast<size_t>(i)];
       status[static_cast<size_t>(i)] = RunClient(
           gen, p.in_flight, window, [&c](absl::Span<const Op> ops) { return c.Round(ops); },

@@ -6,7 +6,7 @@
 
 (It runs on Debian's /usr/bin/python3 with python3-matplotlib, which install_deps.sh installs.)
 
-With --markdown it prints the comparison as Markdown tables (the README's) instead.
+With --markdown it prints the comparison as a Markdown table (the README's) instead.
 
 One row of panels per farm provider (shm; tcp;ofi_rxm), each with the peers that ran over the
 matching transport. Left: operations per second (log scale), one group of bars per workload,
@@ -76,6 +76,8 @@ def plot(rows, threads, out):
         for ax, title, unit in ((row_axes[0], "throughput", "operations per second"),
                                 (row_axes[1], "latency: p50 (bars), p99 (dots)", "µs")):
             ax.set_yscale("log")
+            bottom, top = ax.get_ylim()
+            ax.set_ylim(bottom, top * 6)  # room for the legend above the bars
             ax.set_xticks(range(len(groups)))
             ax.set_xticklabels([group_label(g) for g in groups], fontsize=7)
             ax.set_ylabel(unit)
@@ -83,7 +85,7 @@ def plot(rows, threads, out):
                          % (provider, "Unix sockets" if provider == "shm" else "TCP", threads,
                             "" if threads == 1 else "s", title), fontsize=9)
             ax.grid(axis="y", which="both", alpha=0.3)
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, ncol=3, loc="upper left")
     keys = rows[0].get("keys", "?")
     fig.suptitle("kvbench: %s keys of %s B, values of %s B; store on CPUs %s, clients on CPUs %s"
                  % (keys, rows[0].get("key_size", "?"), rows[0].get("value_size", "?"),
@@ -97,36 +99,35 @@ def fmt_ops(v):
 
 
 def markdown(rows):
-    """One table per provider: every point, the four targets' ops/s and p50, farm's ratios."""
+    """One table of every point: the four targets' ops/s, farm's ratios, p50 / p99."""
     providers = sorted({r["provider"] for r in rows}, key=lambda p: (p != "shm", p))
+    names = [t for t in TARGETS if any(r["target"] == t for r in rows)]
+    peers = [t for t in ("memcached", "redis") if t in names and "farm" in names]
+    head = ["farm on (peers over)", "workload", "distribution", "threads", "in flight"]
+    head += ["%s ops/s" % t for t in names]
+    head += ["farm / %s" % t for t in peers]
+    head += ["%s p50 / p99 µs" % t for t in names]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|")
     for provider in providers:
         mine = [r for r in rows if r["provider"] == provider]
-        peers = {r["target"]: r["transport"] for r in mine}
+        transport = next((r["transport"] for r in mine if r["target"] in ("memcached", "redis")),
+                         "unix" if provider == "shm" else "tcp")
         points = sorted({(r["workload"], r["distribution"], r["threads"], r["in_flight"])
                          for r in mine})
-        by = {(r["target"],) + (r["workload"], r["distribution"], r["threads"], r["in_flight"]): r
+        by = {(r["target"], r["workload"], r["distribution"], r["threads"], r["in_flight"]): r
               for r in mine}
-        names = [t for t in TARGETS if t in peers]
-        head = ["workload", "distribution", "threads", "in flight"]
-        head += ["%s (%s) ops/s" % (t, peers[t]) for t in names]
-        head += ["farm / %s" % t for t in ("memcached", "redis") if t in peers and "farm" in peers]
-        head += ["%s p50 / p99 µs" % t for t in names]
-        print("| " + " | ".join(head) + " |")
-        print("|" + "|".join(["---"] * 4 + ["---:"] * (len(head) - 4)) + "|")
         for pt in points:
             got = {t: by.get((t,) + pt) for t in names}
-            cells = [pt[0], pt[1], str(pt[2]), str(pt[3])]
+            cells = ["%s (%s)" % (provider, transport), pt[0], pt[1], str(pt[2]), str(pt[3])]
             cells += [fmt_ops(got[t]["ops_per_s"] if got[t] else None) for t in names]
-            for peer in ("memcached", "redis"):
-                if peer not in peers or "farm" not in peers:
-                    continue
+            for peer in peers:
                 f, p = got["farm"], got[peer]
                 cells.append("%.2f" % (f["ops_per_s"] / p["ops_per_s"])
                              if f and p and p["ops_per_s"] > 0 else "-")
             cells += ["%.1f / %.0f" % (got[t]["p50_us"], got[t]["p99_us"]) if got[t] else "-"
                       for t in names]
             print("| " + " | ".join(cells) + " |")
-        print()
 
 
 def main():
@@ -136,7 +137,7 @@ def main():
     parser.add_argument("--threads", type=int, default=0,
                         help="client threads to plot (default: the smallest in the data)")
     parser.add_argument("--markdown", action="store_true",
-                        help="print Markdown tables of every point instead of plotting")
+                        help="print a Markdown table of every point instead of plotting")
     parser.add_argument("--workloads", default="",
                         help="comma-separated workloads to plot (default: all in the data)")
     args = parser.parse_args()
