@@ -17,6 +17,7 @@
 # Servers inherit the caller's CPU affinity (txn_bench --cpus pins itself before calling this;
 # kvbench runs this script under `taskset -c STORE_CPUS`).
 # Exit status: 0 ok, 3 the server's package is not installed, 1 anything else.
+# BENCH_PEERS_TMP: the parent of the server directories (default /tmp; keep it short).
 set -euo pipefail
 
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
@@ -33,7 +34,7 @@ as_pg() {
 start_redis() {
   local transport=$1 port=$2 dir
   command -v redis-server >/dev/null || { echo "redis-server is not installed (apt-get install redis-server)"; exit 3; }
-  dir=$(mktemp -d /tmp/bench_redis.XXXXXX)
+  dir=$(mktemp -d "${BENCH_PEERS_TMP:-/tmp}/bench_redis.XXXXXX")
   local listen=(--port 0 --unixsocket "$dir/redis.sock" --unixsocketperm 700)
   [ "$transport" = tcp ] && listen=(--port "$port" --bind 127.0.0.1)
   redis-server --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir" \
@@ -64,7 +65,7 @@ start_memcached() {
   local transport=$1 port=$2 threads=${3:-4} memory=${4:-64} dir
   command -v memcached >/dev/null || { echo "memcached is not installed (apt-get install memcached)"; exit 3; }
   command -v memcping >/dev/null || { echo "memcping is not installed (apt-get install libmemcached-tools)"; exit 3; }
-  dir=$(mktemp -d /tmp/bench_memcached.XXXXXX)
+  dir=$(mktemp -d "${BENCH_PEERS_TMP:-/tmp}/bench_memcached.XXXXXX")
   local user=() listen=(-s "$dir/memcached.sock" -a 0700) server="$dir/memcached.sock"
   # As root memcached insists on -u; root itself keeps the socket in DIR reachable and works in
   # a sandbox's user namespace, where `nobody` may not be mapped.
@@ -88,7 +89,7 @@ stop_memcached() { stop_pid "$1" memcached; }
 start_postgres() {
   local transport=$1 port=$2 dir
   [ -n "$PG_BIN" ] || { echo "PostgreSQL is not installed (apt-get install postgresql)"; exit 3; }
-  dir=$(mktemp -d /tmp/bench_pg.XXXXXX)
+  dir=$(mktemp -d "${BENCH_PEERS_TMP:-/tmp}/bench_pg.XXXXXX")
   if [ "$(id -u)" = 0 ]; then chown postgres: "$dir"; fi
   chmod 700 "$dir"
   as_pg "$PG_BIN/initdb" -D "$dir/data" -A trust -U bench --no-sync -E UTF8 >"$dir/initdb.log" 2>&1 ||

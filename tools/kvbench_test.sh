@@ -23,14 +23,17 @@ keys=(target provider transport workload distribution threads in_flight ops_per_
 
 # A bench killed half-way (e.g. by this test's timeout) cannot stop the servers it started: on
 # exit, stop any that a directory created during this test still names.
-dirs_before=$(ls -d /tmp/bench_redis.* /tmp/bench_memcached.* 2>/dev/null)
+# The servers' directories go to a private short directory (Unix socket paths are limited), so
+# another bench running at the same time cannot be mistaken for ours.
+export BENCH_PEERS_TMP=$(mktemp -d /tmp/kvbt.XXXXXX)
 cleanup() {
   local d pid
-  for d in /tmp/bench_redis.* /tmp/bench_memcached.*; do
-    grep -qxF "$d" <<<"$dirs_before" && continue
+  for d in "$BENCH_PEERS_TMP"/bench_redis.* "$BENCH_PEERS_TMP"/bench_memcached.*; do
+    [ -e "$d" ] || continue
     for pid in "$d"/*.pid; do [ -f "$pid" ] && kill "$(cat "$pid")" 2>/dev/null; done
     rm -rf "$d"
   done
+  rm -rf "$BENCH_PEERS_TMP"
 }
 trap cleanup EXIT
 
@@ -142,8 +145,8 @@ grep -q -- "--store_cpus" "$TMP/help.out" || fail "--help does not list --store_
 sleep 0.5
 left=$(pgrep -af -- "$TMP/kvbench\." | grep -v pgrep || true)
 [ -z "$left" ] || fail "farm nodes left behind: $left"
-for d in /tmp/bench_redis.* /tmp/bench_memcached.*; do
+for d in "$BENCH_PEERS_TMP"/bench_redis.* "$BENCH_PEERS_TMP"/bench_memcached.*; do
   [ -e "$d" ] || continue
-  grep -qxF "$d" <<<"$dirs_before" || fail "the bench left $d behind"
+  fail "the bench left $d behind"
 done
 echo PASS
