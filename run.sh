@@ -1,13 +1,67 @@
 #!/usr/bin/env bash
-# The main job: installs whatever is missing, builds, starts a local cluster of 3 symmetric node
-# processes connected all-to-all, prints the one-sided READ/WRITE self-check table for every
-# ordered pair and stops the cluster; then runs the example applications (examples/hello.cc, then
-# examples/bank.cc: transactions) on 3 nodes. Extra arguments go to //tools:cluster (see --help) in
-# every run, e.g.
+# The main job. Installs whatever is missing and builds; then
+#  1. starts a local cluster of 3 symmetric node processes connected all-to-all and prints the
+#     one-sided READ/WRITE self-check for every ordered pair;
+#  2. runs the example applications on 3 nodes (examples/hello.cc; examples/bank.cc: transactions);
+#  3. the key-value store: starts a local 3-node cluster holding the store's shards, loads keys
+#     into it (with a progress bar), runs a short //tools:kvbench of the store against memcached
+#     and Redis on the same load and prints the table, and leaves you in //tools:kvsh on that
+#     cluster (type `help`; `quit` or Ctrl-D stops the cluster). --no-shell stops instead.
+# Extra arguments go to every cluster (//tools:cluster, see --help), e.g.
 #   ./run.sh --provider=shm
 set -euo pipefail
 cd "$(dirname "$0")"
+no_shell=0
+args=()
+provider="tcp;ofi_rxm"  # the key-value part's (kvbench needs to know it), unless --provider says
+for a in "$@"; do
+  case "$a" in
+    --no-shell) no_shell=1 ;;
+    --provider=*) provider=${a#--provider=}; args+=("$a") ;;
+    *) args+=("$a") ;;
+  esac
+done
+[ "$provider" = auto ] && provider="tcp;ofi_rxm"
 third_party/install_deps.sh
-bazel run //tools:cluster -- --nodes=3 --exit_after_check "$@"
-bazel run //examples:hello_cluster -- --nodes=3 "$@"
-exec bazel run //examples:bank_cluster -- --nodes=3 "$@"
+bazel build //tools:cluster //tools:node //tools:kvbench //tools:kvsh //examples:all
+bazel run //tools:cluster -- --nodes=3 --exit_after_check "${args[@]}"
+bazel run //examples:hello_cluster -- --nodes=3 "${args[@]}"
+bazel run //examples:bank_cluster -- --nodes=3 "${args[@]}"
+
+# The key-value store: a cluster with two spare client slots (late nodes) that kvbench and kvsh
+# attach to, one after the other.
+keys=100000
+work=$(mktemp -d /tmp/farm-run.XXXXXX)
+cluster_pid=
+stop_cluster() {
+  if [ -n "$cluster_pid" ]; then
+    kill "$cluster_pid" 2>/dev/null || true
+    wait "$cluster_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap stop_cluster EXIT
+echo
+echo "== the key-value store: a 3-node cluster holding its shards"
+bazel-bin/tools/cluster --nodes=3 --late_nodes=2 --write_config="$work/cluster.textproto" \
+  --self_check=false --region_size=$((16 << 20)) "${args[@]}" --provider="$provider" \
+  -- --kv --kv_buckets=16384 >"$work/cluster.log" 2>&1 &
+cluster_pid=$!
+for _ in $(seq 600); do
+  grep -q "^cluster ready" "$work/cluster.log" && break
+  if ! kill -0 "$cluster_pid" 2>/dev/null; then
+    cat "$work/cluster.log" >&2
+    echo "the key-value cluster did not start (its log is above)" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+grep "^cluster ready" "$work/cluster.log" || { cat "$work/cluster.log" >&2; exit 1; }
+bazel-bin/tools/kvbench --cluster_config="$work/cluster.textproto" --provider="$provider" \
+  --keys=$keys --progress \
+  --targets=farm,farm-rpc,memcached,redis --workloads=b,c --dists=uniform,zipf --threads=1 \
+  --in_flight=1,8 --warmup_ms=200 --duration_ms=1000
+[ "$no_shell" = 1 ] && exit 0
+echo
+echo "== kvsh on that cluster ($keys keys loaded: try 'get user000000000042', 'stats', 'help')"
+bazel-bin/tools/kvsh --config="$work/cluster.textproto"

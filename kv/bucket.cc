@@ -52,7 +52,7 @@ absl::Status ScanEntries(absl::string_view payload, absl::FunctionRef<bool(const
     e.offset = at;
     if (e.kind == kInline) {
       e.bytes = InlineEntryBytes(e.key_len, e.value_len);
-    } else if (e.kind == kOutOfLine) {
+    } else if (e.kind == kOutOfLine || e.kind == kChunked) {
       e.bytes = kOutOfLineEntryBytes;
     } else {
       return absl::DataLossError(
@@ -86,8 +86,8 @@ std::string EncodeInline(uint8_t delta, absl::string_view key, absl::string_view
 }
 
 std::string EncodeOutOfLine(uint8_t delta, uint32_t key_len, uint32_t value_len, uint64_t hash,
-                            GlobalAddress object) {
-  std::string e = Header(kOutOfLine, delta, key_len, value_len);
+                            GlobalAddress object, EntryKind kind) {
+  std::string e = Header(kind, delta, key_len, value_len);
   e.resize(kOutOfLineEntryBytes);
   Store64(&e[kEntryHeaderBytes], hash);
   Store64(&e[kEntryHeaderBytes + 8], object.Pack());

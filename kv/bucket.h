@@ -9,11 +9,13 @@
 //   +8   entries   packed one after another; a kind byte of 0 (or the end) ends them; the
 //                  rest of the payload is zeros
 //
-// An entry starts with 8 bytes: kind (1 inline, 2 out of line), delta (how many buckets after
+// An entry starts with 8 bytes: kind (1 inline, 2 out of line, 3 chunked), delta (how many buckets after
 // its key's home bucket it sits: 0 .. H-1; 0 in overflow blocks), key length (16 bits), value
 // length (32 bits), all little-endian. An inline entry continues with the key and the value,
 // padded with zeros to a multiple of 8; an out-of-line entry with the key's 64-bit hash and the
-// packed address of an object whose payload is the key followed by the value.
+// packed address of an object whose payload is the key followed by the value. A chunked entry
+// (a value too large for one object) has the same layout; its object is the value's index (see
+// kv/kv.cc: a tag, the key and the addresses of the chunk objects holding the value).
 //
 // Thread safety: none needed (values only).
 #ifndef FARM_KV_BUCKET_H_
@@ -34,7 +36,7 @@ namespace kv {
 inline constexpr uint64_t kBucketLinkBytes = 8;
 inline constexpr uint64_t kEntryHeaderBytes = 8;
 inline constexpr uint64_t kOutOfLineEntryBytes = kEntryHeaderBytes + 16;
-enum EntryKind : uint8_t { kEnd = 0, kInline = 1, kOutOfLine = 2 };
+enum EntryKind : uint8_t { kEnd = 0, kInline = 1, kOutOfLine = 2, kChunked = 3 };
 
 constexpr uint64_t RoundUpTo8(uint64_t n) { return (n + 7) & ~uint64_t{7}; }
 // Bytes an inline entry of this key and value takes.
@@ -52,8 +54,8 @@ struct Entry {
   uint32_t value_len = 0;
   absl::string_view key;    // inline only
   absl::string_view value;  // inline only
-  uint64_t hash = 0;        // out of line only
-  GlobalAddress object;     // out of line only
+  uint64_t hash = 0;        // out of line and chunked only
+  GlobalAddress object;     // out of line and chunked only
 };
 
 // The entries of `payload`. DataLoss when they run past its end or have an unknown kind (a
@@ -68,7 +70,7 @@ absl::Status ScanEntries(absl::string_view payload,
 // The bytes of entries: inline, or out of line.
 std::string EncodeInline(uint8_t delta, absl::string_view key, absl::string_view value);
 std::string EncodeOutOfLine(uint8_t delta, uint32_t key_len, uint32_t value_len, uint64_t hash,
-                            GlobalAddress object);
+                            GlobalAddress object, EntryKind kind = kOutOfLine);
 // The same entry with another delta.
 void SetDelta(std::string* entry_bytes, uint8_t delta);
 

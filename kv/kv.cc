@@ -5,12 +5,14 @@
 #include <mutex>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "api/runtime_impl.h"
 #include "kv/bucket.h"
 #include "messaging/ring.h"
+#include "platform/config.pb.h"
 #include "spdlog/spdlog.h"
 #include "txn/object.h"
 #include "txn/transaction.h"
@@ -46,6 +48,10 @@ struct ShardInfo {
   uint64_t total = 0;       // buckets + neighbourhood - 1: a neighbourhood never wraps
   uint32_t bucket_bytes = 0;
   uint32_t neighbourhood = 0;
+  // Store-wide (every node has the same messaging rings): the largest object, and the bytes of
+  // a chunk of a value too large for one object.
+  uint64_t max_object = 0;
+  uint64_t chunk_bytes = 0;
 
   uint64_t payload() const { return bucket_bytes - txn::kObjectHeaderSize; }
   GlobalAddress Bucket(uint64_t i) const {
@@ -54,18 +60,12 @@ struct ShardInfo {
   uint64_t Home(uint64_t h) const { return Mix64(h ^ 0x9e3779b97f4a7c15ull) % buckets; }
 };
 
-// The Describe RPC's answer on the wire: the node's own shard, then the shard list it uses (if it
-// has one yet: a node that asks after some shard node left learns the list from the others).
+// The Describe RPC's answer on the wire: the node's shard.
 struct DescribeReply {
   uint32_t has_shard = 0;
   uint32_t bucket_bytes = 0;
   uint32_t neighbourhood = 0;
-  uint32_t list_count = 0;  // DescribeShard entries that follow
-  uint64_t first = 0;
-  uint64_t buckets = 0;
-};
-struct DescribeShard {
-  uint64_t node = 0;
+  uint32_t reserved = 0;
   uint64_t first = 0;
   uint64_t buckets = 0;
 };
@@ -80,14 +80,15 @@ struct StatsReply {
 // GetRpc's answer: a status byte, then the value.
 enum RpcGetOutcome : char { kRpcFound = 'F', kRpcMissing = 'M', kRpcRetry = 'R' };
 
-// The shard of a key: rendezvous hashing over the shard nodes.
-const ShardInfo* ShardOf(const std::vector<ShardInfo>& shards, uint64_t h) {
-  const ShardInfo* best = nullptr;
+// The shard node of a key: rendezvous hashing over the shard nodes (the configuration's nodes
+// that form the cluster, the same list on every node).
+size_t ShardOf(const std::vector<uint32_t>& nodes, uint64_t h) {
+  size_t best = 0;
   uint64_t best_score = 0;
-  for (const ShardInfo& s : shards) {
-    const uint64_t score = Mix64(h ^ Mix64(0xc2b2ae3d27d4eb4full + s.node));
-    if (best == nullptr || score > best_score) {
-      best = &s;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const uint64_t score = Mix64(h ^ Mix64(0xc2b2ae3d27d4eb4full + nodes[i]));
+    if (i == 0 || score > best_score) {
+      best = i;
       best_score = score;
     }
   }
@@ -100,11 +101,132 @@ uint64_t SlotBytes(uint64_t payload) {
   return slot;
 }
 
+// A value too large for one object (kChunked entries): chunk objects of ShardInfo::chunk_bytes
+// each (the last one shorter), payload [tag, chunk number (32 bits), length (32 bits), data],
+// and an index object, payload [tag, chunk count, key padded to 8 bytes, chunk addresses]. The
+// tag is drawn anew for every PUT, and chunks are never written after their PUT, so a reader
+// that finds a chunk with the index's tag and number has that PUT's bytes: a chunk freed and
+// reused since the index was read has another tag (or is free), and the reader retries.
+constexpr uint64_t kChunkHeader = 16;
+
+uint64_t ChunkCount(uint64_t value_len, uint64_t chunk_bytes) {
+  return (value_len + chunk_bytes - 1) / chunk_bytes;
+}
+uint64_t ChunkLen(uint64_t value_len, uint64_t chunk_bytes, uint64_t i) {
+  return std::min(chunk_bytes, value_len - i * chunk_bytes);
+}
+uint64_t IndexSize(uint64_t key_len, uint64_t value_len, uint64_t chunk_bytes) {
+  return 16 + RoundUpTo8(key_len) + 8 * ChunkCount(value_len, chunk_bytes);
+}
+
+uint64_t NewTag() {
+  static std::atomic<uint64_t> counter{0};
+  return Mix64(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) ^
+               Mix64(counter.fetch_add(1, std::memory_order_relaxed)));
+}
+
+std::string EncodeChunk(uint64_t tag, uint32_t i, absl::string_view data) {
+  std::string c(kChunkHeader, '\0');
+  const uint32_t len = static_cast<uint32_t>(data.size());
+  std::memcpy(&c[0], &tag, 8);
+  std::memcpy(&c[8], &i, 4);
+  std::memcpy(&c[12], &len, 4);
+  c.append(data.data(), data.size());
+  return c;
+}
+
+// The data of chunk `i` of the PUT tagged `tag`, or false if the payload is another one's.
+bool ChunkData(absl::string_view payload, uint64_t tag, uint32_t i, absl::string_view* data) {
+  if (payload.size() < kChunkHeader) return false;
+  uint64_t t;
+  uint32_t n, len;
+  std::memcpy(&t, payload.data(), 8);
+  std::memcpy(&n, payload.data() + 8, 4);
+  std::memcpy(&len, payload.data() + 12, 4);
+  if (t != tag || n != i || kChunkHeader + len != payload.size()) return false;
+  *data = payload.substr(kChunkHeader);
+  return true;
+}
+
+struct IndexView {
+  uint64_t tag = 0;
+  absl::string_view key;
+  std::vector<GlobalAddress> chunks;
+};
+
+std::string EncodeIndex(uint64_t tag, absl::string_view key,
+                        const std::vector<GlobalAddress>& chunks) {
+  std::string x(16, '\0');
+  const uint64_t n = chunks.size();
+  std::memcpy(&x[0], &tag, 8);
+  std::memcpy(&x[8], &n, 8);
+  x.append(key.data(), key.size());
+  x.resize(16 + RoundUpTo8(key.size()), '\0');
+  for (const GlobalAddress& a : chunks) {
+    const uint64_t w = a.Pack();
+    x.append(reinterpret_cast<const char*>(&w), 8);
+  }
+  return x;
+}
+
+bool DecodeIndex(absl::string_view payload, const Entry& e, uint64_t chunk_bytes, IndexView* out) {
+  const uint64_t n = ChunkCount(e.value_len, chunk_bytes);
+  if (payload.size() != IndexSize(e.key_len, e.value_len, chunk_bytes)) return false;
+  uint64_t count;
+  std::memcpy(&out->tag, payload.data(), 8);
+  std::memcpy(&count, payload.data() + 8, 8);
+  if (count != n) return false;
+  out->key = payload.substr(16, e.key_len);
+  out->chunks.resize(n);
+  const char* a = payload.data() + 16 + RoundUpTo8(e.key_len);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t w;
+    std::memcpy(&w, a + 8 * i, 8);
+    out->chunks[i] = GlobalAddress::Unpack(w);
+  }
+  return true;
+}
+
 // Copies ranges of the shared address space: remote READs, or local copies (CopyRanges' contract).
 using CopyFn = absl::FunctionRef<absl::Status(absl::Span<const txn::Range>,
                                               std::vector<std::string>*)>;
 
 enum class Lookup { kFound, kMissing, kRetry };
+
+// The value of a chunked entry: its index, then every chunk with READs posted together. kMissing
+// if the index is another key's.
+absl::StatusOr<Lookup> FetchChunked(const ShardInfo& s, const Entry& e, absl::string_view key,
+                                    CopyFn copy, std::string* value) {
+  const uint64_t isize = IndexSize(e.key_len, e.value_len, s.chunk_bytes);
+  const txn::Range r{e.object, txn::ObjectSpan(isize)};
+  std::vector<std::string> c;
+  if (absl::Status st = copy(absl::MakeConstSpan(&r, 1), &c); !st.ok()) return st;
+  txn::ObjectView v;
+  IndexView idx;
+  if (txn::DecodeObject(c[0].data(), isize, &v) != txn::ObjectState::kOk ||
+      !DecodeIndex(v.payload, e, s.chunk_bytes, &idx)) {
+    return Lookup::kRetry;
+  }
+  if (idx.key != key) return Lookup::kMissing;
+  std::vector<txn::Range> ranges;
+  for (uint64_t i = 0; i < idx.chunks.size(); ++i) {
+    ranges.push_back(txn::Range{
+        idx.chunks[i], txn::ObjectSpan(kChunkHeader + ChunkLen(e.value_len, s.chunk_bytes, i))});
+  }
+  if (absl::Status st = copy(ranges, &c); !st.ok()) return st;
+  value->clear();
+  value->reserve(e.value_len);
+  for (uint64_t i = 0; i < idx.chunks.size(); ++i) {
+    absl::string_view data;
+    const uint64_t size = kChunkHeader + ChunkLen(e.value_len, s.chunk_bytes, i);
+    if (txn::DecodeObject(c[i].data(), size, &v) != txn::ObjectState::kOk ||
+        !ChunkData(v.payload, idx.tag, static_cast<uint32_t>(i), &data)) {
+      return Lookup::kRetry;  // replaced since the index was read
+    }
+    value->append(data.data(), data.size());
+  }
+  return Lookup::kFound;
+}
 
 // One lock-free lookup of `key` in shard `s` (see kv.h, "Consistency"). `first_copy`, if given,
 // is a copy of the neighbourhood made already (MultiGet); otherwise it is copied into `scratch`
@@ -126,6 +248,7 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
   bool has_link = false;
   // Fetches an out-of-line item; kMissing if it is not `key`'s.
   auto fetch = [&](const Entry& e) -> absl::StatusOr<Lookup> {
+    if (e.kind == kChunked) return FetchChunked(s, e, key, copy, value);
     const uint64_t size = uint64_t{e.key_len} + e.value_len;
     const txn::Range r{e.object, txn::ObjectSpan(size)};
     std::vector<std::string> c;
@@ -260,13 +383,27 @@ class TableTxn {
     return absl::OkStatus();
   }
 
+  // Reads an object an entry points to. The entry may be stale (a bucket this transaction read
+  // before a concurrent commit replaced the item): a freed or resized object then means "changed",
+  // and the transaction, which could not have committed, runs again.
+  absl::Status ReadItem(GlobalAddress addr, uint64_t size, std::string* out) {
+    absl::Status st = t_.Read(addr, size, out);
+    if (absl::IsNotFound(st) || absl::IsInvalidArgument(st)) {
+      return absl::AbortedError(absl::StrCat("kv: an item changed while it was read (",
+                                             st.message(), ")"));
+    }
+    return st;
+  }
+
   struct Loc {
     size_t buf = 0;
     Entry entry;
-    std::string value;  // the current value
+    std::string value;   // the current value (chunked: after LoadValue)
+    bool loaded = true;  // false for a chunked value not read yet
+    IndexView index;     // chunked only (its key view is not kept)
   };
 
-  // Where the key is, with its value; nullopt if absent.
+  // Where the key is (with its value, unless chunked); nullopt if absent.
   absl::StatusOr<std::optional<Loc>> Find() {
     const uint64_t H = s_.neighbourhood;
     for (size_t b = 0; b < bufs_.size(); ++b) {
@@ -280,8 +417,20 @@ class TableTxn {
           return std::optional<Loc>(Loc{b, e, std::string(e.value)});
         }
         if (e.hash != h_) continue;
+        if (e.kind == kChunked) {
+          std::string obj;
+          const uint64_t isize = IndexSize(e.key_len, e.value_len, s_.chunk_bytes);
+          if (absl::Status st = ReadItem(e.object, isize, &obj); !st.ok()) return st;
+          Loc loc{b, e, std::string(), false};
+          if (!DecodeIndex(obj, e, s_.chunk_bytes, &loc.index)) {
+            return absl::AbortedError("kv: an item changed while it was read");  // reused
+          }
+          if (loc.index.key != key_) continue;
+          loc.index.key = absl::string_view();
+          return std::optional<Loc>(std::move(loc));
+        }
         std::string obj;
-        if (absl::Status st = t_.Read(e.object, uint64_t{e.key_len} + e.value_len, &obj);
+        if (absl::Status st = ReadItem(e.object, uint64_t{e.key_len} + e.value_len, &obj);
             !st.ok()) {
           return st;
         }
@@ -292,12 +441,32 @@ class TableTxn {
     return std::optional<Loc>();
   }
 
+  // Reads a chunked value's chunks (one READ each, inside the transaction).
+  absl::Status LoadValue(Loc& at) {
+    if (at.loaded) return absl::OkStatus();
+    at.value.clear();
+    for (uint64_t i = 0; i < at.index.chunks.size(); ++i) {
+      std::string c;
+      const uint64_t size = kChunkHeader + ChunkLen(at.entry.value_len, s_.chunk_bytes, i);
+      if (absl::Status st = ReadItem(at.index.chunks[i], size, &c); !st.ok()) return st;
+      absl::string_view data;
+      if (!ChunkData(c, at.index.tag, static_cast<uint32_t>(i), &data)) {
+        // Only possible if the index changed since this transaction read it: it will not commit.
+        return absl::AbortedError("kv: a value changed while it was read");
+      }
+      at.value.append(data.data(), data.size());
+    }
+    at.loaded = true;
+    return absl::OkStatus();
+  }
+
   // Sets the key's value (`at`: where it is now, if it is).
   absl::Status Put(const std::optional<Loc>& at, absl::string_view value) {
     const bool want_inline = InlineEntryBytes(key_.size(), value.size()) <= inline_max_;
+    const bool want_chunked = !want_inline && key_.size() + value.size() > s_.max_object;
     if (at.has_value()) {
       const Entry& e = at->entry;
-      if (!want_inline && e.kind == kOutOfLine && e.value_len == value.size()) {
+      if (!want_inline && !want_chunked && e.kind == kOutOfLine && e.value_len == value.size()) {
         return t_.Write(e.object, absl::StrCat(key_, value));  // in place
       }
       if (want_inline && e.kind == kInline && e.value_len == value.size()) {
@@ -310,8 +479,29 @@ class TableTxn {
       if (absl::Status st = Remove(*at); !st.ok()) return st;
     }
     std::string entry;
+    const txn::AllocHint near{txn::AllocHint::Kind::kNear, 0, s_.Bucket(home_), 0};
     if (want_inline) {
       entry = EncodeInline(0, key_, value);
+    } else if (want_chunked) {
+      const uint64_t tag = NewTag();
+      std::vector<GlobalAddress> chunks;
+      for (uint64_t i = 0; i < ChunkCount(value.size(), s_.chunk_bytes); ++i) {
+        const absl::string_view data =
+            value.substr(i * s_.chunk_bytes, ChunkLen(value.size(), s_.chunk_bytes, i));
+        absl::StatusOr<GlobalAddress> c = t_.Alloc(kChunkHeader + data.size(), near);
+        if (!c.ok()) return c.status();
+        if (absl::Status st = t_.Write(*c, EncodeChunk(tag, static_cast<uint32_t>(i), data));
+            !st.ok()) {
+          return st;
+        }
+        chunks.push_back(*c);
+      }
+      absl::StatusOr<GlobalAddress> index =
+          t_.Alloc(IndexSize(key_.size(), value.size(), s_.chunk_bytes), near);
+      if (!index.ok()) return index.status();
+      if (absl::Status st = t_.Write(*index, EncodeIndex(tag, key_, chunks)); !st.ok()) return st;
+      entry = EncodeOutOfLine(0, static_cast<uint32_t>(key_.size()),
+                              static_cast<uint32_t>(value.size()), h_, *index, kChunked);
     } else {
       absl::StatusOr<GlobalAddress> obj =
           t_.Alloc(key_.size() + value.size(), txn::AllocHint{txn::AllocHint::Kind::kNear, 0,
@@ -344,8 +534,13 @@ class TableTxn {
     Buf& b = bufs_[at.buf];
     RemoveEntry(&b.payload, at.entry);
     b.dirty = true;
-    if (at.entry.kind == kOutOfLine) {
+    if (at.entry.kind == kOutOfLine || at.entry.kind == kChunked) {
       if (absl::Status st = t_.Free(at.entry.object); !st.ok()) return st;
+    }
+    if (at.entry.kind == kChunked) {
+      for (const GlobalAddress& c : at.index.chunks) {
+        if (absl::Status st = t_.Free(c); !st.ok()) return st;
+      }
     }
     if (at.buf < s_.neighbourhood) return absl::OkStatus();
     absl::StatusOr<std::vector<Entry>> left = ParseEntries(b.payload);
@@ -487,6 +682,32 @@ class TableTxn {
   std::vector<size_t> chain_;  // indices into bufs_, in chain order
 };
 
+// The operations on a key's part of the table inside one transaction (the standalone calls
+// run them in transactions of their own, the Txn& ones in the caller's).
+absl::Status PutIn(TableTxn& table, absl::string_view value) {
+  absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+  if (!at.ok()) return at.status();
+  return table.Put(*at, value);
+}
+
+absl::Status DeleteIn(TableTxn& table, bool* deleted) {
+  absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+  if (!at.ok()) return at.status();
+  *deleted = at->has_value();
+  if (!*deleted) return absl::OkStatus();
+  return table.Delete(**at);
+}
+
+absl::Status GetIn(TableTxn& table, bool* found, std::string* value) {
+  absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
+  if (!at.ok()) return at.status();
+  *found = at->has_value();
+  if (!*found) return absl::OkStatus();
+  if (absl::Status st = table.LoadValue(**at); !st.ok()) return st;
+  *value = std::move((*at)->value);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct Store::Impl {
@@ -495,9 +716,15 @@ struct Store::Impl {
   std::optional<ShardInfo> local;  // this node's shard
   uint64_t max_value = 0;
   uint64_t inline_max = 0;
+  uint64_t max_object = 0;      // every node's (the rings are the same everywhere)
+  uint64_t chunk_bytes = 0;     // of a chunked value
+  uint64_t max_rpc_answer = 0;  // GetRpc's answer
 
+  // The shard nodes: the configuration's nodes that form the cluster (not `late`), the same
+  // list on every node, whoever is a member now.
+  std::vector<uint32_t> shard_nodes;
   std::mutex mu;
-  std::vector<ShardInfo> shards;  // once loaded: every shard node's, by node id
+  absl::flat_hash_map<uint32_t, ShardInfo> described;  // shard nodes asked so far
 
   uint16_t describe_method() const { return options.first_method; }
   uint16_t get_method() const { return static_cast<uint16_t>(options.first_method + 1); }
@@ -529,6 +756,11 @@ struct Store::Impl {
     // The handler must not wait for a commit (this thread applies it): the caller retries.
     if (*l == Lookup::kRetry) return std::string(1, kRpcRetry);
     if (*l == Lookup::kMissing) return std::string(1, kRpcMissing);
+    if (value.size() + 1 > max_rpc_answer) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "kv: a value of ", value.size(), " bytes does not fit one RPC answer (", max_rpc_answer,
+          " bytes); read it with a one-sided GET"));
+    }
     return absl::StrCat(std::string(1, kRpcFound), value);
   }
 
@@ -546,13 +778,19 @@ struct Store::Impl {
       for (const Entry& e : *entries) {
         ++r.items;
         if (e.delta > 0) ++r.displaced_items;
+        uint64_t slots = 0;
         if (e.kind == kInline) {
           ++r.inline_items;
+        } else if (e.kind == kOutOfLine) {
+          slots = SlotBytes(uint64_t{e.key_len} + e.value_len);
         } else {
-          const uint64_t slot = SlotBytes(uint64_t{e.key_len} + e.value_len);
-          r.out_of_line_bytes += slot;
-          r.memory_bytes += slot;
+          slots = SlotBytes(IndexSize(e.key_len, e.value_len, s.chunk_bytes));
+          for (uint64_t i = 0; i < ChunkCount(e.value_len, s.chunk_bytes); ++i) {
+            slots += SlotBytes(kChunkHeader + ChunkLen(e.value_len, s.chunk_bytes, i));
+          }
         }
+        r.out_of_line_bytes += slots;
+        r.memory_bytes += slots;
       }
       return absl::OkStatus();
     };
@@ -590,18 +828,7 @@ struct Store::Impl {
       d.first = local->first.Pack();
       d.buckets = local->buckets;
     }
-    std::vector<ShardInfo> list;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      list = shards;
-    }
-    d.list_count = static_cast<uint32_t>(list.size());
-    std::string out(reinterpret_cast<const char*>(&d), sizeof(d));
-    for (const ShardInfo& s : list) {
-      DescribeShard e{s.node, s.first.Pack(), s.buckets};
-      out.append(reinterpret_cast<const char*>(&e), sizeof(e));
-    }
-    return out;
+    return std::string(reinterpret_cast<const char*>(&d), sizeof(d));
   }
 
   ShardInfo MakeShard(uint64_t node, uint64_t first, uint64_t buckets) const {
@@ -612,70 +839,45 @@ struct Store::Impl {
     s.total = buckets + options.neighbourhood - 1;
     s.bucket_bytes = options.bucket_bytes;
     s.neighbourhood = options.neighbourhood;
+    s.max_object = max_object;
+    s.chunk_bytes = chunk_bytes;
     return s;
   }
 
-  // The shard nodes: every member is asked once what it holds. Every node must hash keys over
-  // the same list, so a node takes the list another member already uses when there is one, and
-  // fails with Unavailable when it cannot ask a member and nobody has a list yet.
-  absl::StatusOr<std::vector<ShardInfo>> Shards(Worker& w) {
+  // Shard node `node`'s shard, asked once (Describe RPC) and then kept. Unavailable while it
+  // cannot be asked (it left: its keys are unreachable).
+  absl::StatusOr<ShardInfo> DescribeNode(Worker& w, uint32_t node) {
     {
       std::lock_guard<std::mutex> l(mu);
-      if (!shards.empty()) return shards;
+      auto it = described.find(node);
+      if (it != described.end()) return it->second;
     }
-    std::vector<ShardInfo> found;
-    std::vector<ShardInfo> known;  // a list some member uses already
-    absl::Status missing;
-    for (uint32_t node : rt->members()) {
-      absl::StatusOr<std::string> r = w.Call(node, describe_method(), "");
-      if (!r.ok()) {
-        missing = absl::Status(r.status().code(), absl::StrCat("kv: asking node ", node,
-                                                               " for its shard: ",
-                                                               r.status().message()));
-        continue;
-      }
-      DescribeReply d;
-      if (r->size() < sizeof(d)) {
-        return absl::DataLossError(absl::StrCat("kv: node ", node, " described its shard in ",
-                                                r->size(), " bytes"));
-      }
-      std::memcpy(&d, r->data(), sizeof(d));
-      if (r->size() != sizeof(d) + d.list_count * sizeof(DescribeShard)) {
-        return absl::DataLossError(absl::StrCat("kv: node ", node, "'s shard list has ",
-                                                r->size(), " bytes for ", d.list_count,
-                                                " shards"));
-      }
-      if (d.bucket_bytes != options.bucket_bytes || d.neighbourhood != options.neighbourhood) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "kv: node ", node, " uses ", d.bucket_bytes, "-byte buckets and neighbourhood ",
-            d.neighbourhood, "; this node uses ", options.bucket_bytes, " and ",
-            options.neighbourhood, " (every node must use the same options)"));
-      }
-      if (d.has_shard != 0) found.push_back(MakeShard(node, d.first, d.buckets));
-      if (d.list_count > 0 && known.empty()) {
-        for (uint32_t i = 0; i < d.list_count; ++i) {
-          DescribeShard e;
-          std::memcpy(&e, r->data() + sizeof(d) + i * sizeof(e), sizeof(e));
-          known.push_back(MakeShard(e.node, e.first, e.buckets));
-        }
-      }
+    absl::StatusOr<std::string> r = w.Call(node, describe_method(), "");
+    if (!r.ok()) {
+      return absl::UnavailableError(absl::StrCat("kv: the shard on node ", node,
+                                                 " cannot be reached: ", r.status().message()));
     }
-    // A list some member uses wins: by induction every node then uses the first list built.
-    // (Left open: two nodes building their first lists while a shard node leaves can differ;
-    // fixing that takes the configuration manager, a later issue.)
-    if (!known.empty()) {
-      found = std::move(known);
-    } else if (!missing.ok()) {
-      return missing;
+    DescribeReply d;
+    if (r->size() != sizeof(d)) {
+      return absl::DataLossError(absl::StrCat("kv: node ", node, " described its shard in ",
+                                              r->size(), " bytes, not ", sizeof(d)));
     }
-    if (found.empty()) {
-      return absl::FailedPreconditionError(
-          "kv: no member holds a shard (start the nodes with --kv, or create their Store with "
-          "hold_shard)");
+    std::memcpy(&d, r->data(), sizeof(d));
+    if (d.bucket_bytes != options.bucket_bytes || d.neighbourhood != options.neighbourhood) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "kv: node ", node, " uses ", d.bucket_bytes, "-byte buckets and neighbourhood ",
+          d.neighbourhood, "; this node uses ", options.bucket_bytes, " and ",
+          options.neighbourhood, " (every node must use the same options)"));
     }
+    if (d.has_shard == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "kv: node ", node, " forms the cluster but holds no shard (start the nodes with --kv, "
+          "or create their Store with hold_shard; client-only nodes must be late nodes)"));
+    }
+    const ShardInfo s = MakeShard(node, d.first, d.buckets);
     std::lock_guard<std::mutex> l(mu);
-    if (shards.empty()) shards = std::move(found);
-    return shards;
+    described[node] = s;
+    return s;
   }
 };
 
@@ -701,12 +903,31 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Opt
   impl->rt = &runtime;
   impl->options = options;
   Runtime::Impl& rti = RuntimeAccess::Of(runtime);
+  bool late = false;
+  for (const config::NodeConfig& n : rti.node->config().node()) {
+    if (!n.late()) impl->shard_nodes.push_back(n.id());
+    if (n.id() == runtime.node_id()) late = n.late();
+  }
+  std::sort(impl->shard_nodes.begin(), impl->shard_nodes.end());
+  if (options.hold_shard == late) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "kv: node ", runtime.node_id(),
+        late ? " is a late node and cannot hold a shard (the shards are on the nodes that form "
+               "the cluster)"
+             : " forms the cluster (it is not `late` in the configuration), so it holds a shard; "
+               "a node that only uses the store must be a late node"));
+  }
   const uint64_t max_object = runtime.max_object_size();
-  if (max_object <= kMaxKeySize) {
+  if (max_object < kMaxKeySize + 64) {
     return absl::InvalidArgumentError(absl::StrCat(
         "kv: objects of at most ", max_object, " bytes leave no room for values (larger rings)"));
   }
-  impl->max_value = max_object - kMaxKeySize;
+  impl->max_object = max_object;
+  impl->chunk_bytes = std::min<uint64_t>(8192, (max_object - kChunkHeader) & ~uint64_t{7});
+  // A chunked value's index holds the key and 8 bytes per chunk, in one object.
+  const uint64_t max_chunks = (max_object - 16 - kMaxKeySize) / 8;
+  impl->max_value = std::min<uint64_t>(kMaxValueSize, max_chunks * impl->chunk_bytes);
+  impl->max_rpc_answer = rti.txn->max_message();
   const uint64_t payload = bb - txn::kObjectHeaderSize;
   impl->inline_max = ((payload - kBucketLinkBytes) / 2) & ~uint64_t{7};
   if (options.hold_shard) {
@@ -725,6 +946,8 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Opt
     s.total = total;
     s.bucket_bytes = bb;
     s.neighbourhood = options.neighbourhood;
+    s.max_object = impl->max_object;
+    s.chunk_bytes = impl->chunk_bytes;
     impl->local = s;
   }
   Impl* p = impl.get();
@@ -758,7 +981,7 @@ struct Client::Impl {
   Store::Impl* store = nullptr;
   Worker* worker = nullptr;
   txn::ThreadContext* ctx = nullptr;
-  std::vector<ShardInfo> shards;  // loaded on first use
+  std::vector<std::optional<ShardInfo>> shards;  // by position in store->shard_nodes, once asked
   std::vector<std::string> scratch;  // GET's copies (their memory is reused)
 
   absl::Status CheckKey(absl::string_view key) const {
@@ -779,13 +1002,17 @@ struct Client::Impl {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<const ShardInfo*> Shard(uint64_t h) {
-    if (shards.empty()) {
-      absl::StatusOr<std::vector<ShardInfo>> s = store->Shards(*worker);
+  absl::StatusOr<const ShardInfo*> ShardAt(size_t i) {
+    if (shards.empty()) shards.resize(store->shard_nodes.size());
+    if (!shards[i].has_value()) {
+      absl::StatusOr<ShardInfo> s = store->DescribeNode(*worker, store->shard_nodes[i]);
       if (!s.ok()) return s.status();
-      shards = std::move(*s);
+      shards[i] = *s;
     }
-    return ShardOf(shards, h);
+    return &*shards[i];
+  }
+  absl::StatusOr<const ShardInfo*> Shard(uint64_t h) {
+    return ShardAt(ShardOf(store->shard_nodes, h));
   }
 
   // An error of an operation on shard `s`, said in the store's terms.
@@ -841,6 +1068,12 @@ struct Client::Impl {
     TableTxn table(t, **s, key, h, store->inline_max);
     absl::Status st = table.Load();
     if (st.ok()) st = fn(table);
+    if (absl::IsNotFound(st) || absl::IsInvalidArgument(st)) {
+      // An object the table pointed to (an item, a chunk, an overflow block) was freed or reused
+      // by a commit after this transaction read the pointer: it cannot commit; run it again.
+      return absl::AbortedError(absl::StrCat("kv: the table changed while it was read (",
+                                             st.message(), ")"));
+    }
     return Annotate(st, **s);
   }
 
@@ -913,22 +1146,13 @@ std::vector<absl::StatusOr<std::string>> Client::MultiGet(absl::Span<const std::
 
 absl::Status Client::Put(absl::string_view key, absl::string_view value) {
   if (absl::Status st = impl_->CheckValue(value); !st.ok()) return st;
-  return impl_->Run(key, [&](TableTxn& table) -> absl::Status {
-    absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-    if (!at.ok()) return at.status();
-    return table.Put(*at, value);
-  });
+  return impl_->Run(key, [&](TableTxn& table) { return PutIn(table, value); });
 }
 
 absl::StatusOr<bool> Client::Delete(absl::string_view key) {
   bool deleted = false;
-  absl::Status st = impl_->Run(key, [&](TableTxn& table) -> absl::Status {
-    absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-    if (!at.ok()) return at.status();
-    deleted = at->has_value();
-    if (!deleted) return absl::OkStatus();
-    return table.Delete(**at);
-  });
+  absl::Status st =
+      impl_->Run(key, [&](TableTxn& table) { return DeleteIn(table, &deleted); });
   if (!st.ok()) return st;
   return deleted;
 }
@@ -941,6 +1165,9 @@ absl::StatusOr<bool> Client::CompareAndSet(absl::string_view key,
   absl::Status st = impl_->Run(key, [&](TableTxn& table) -> absl::Status {
     absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
     if (!at.ok()) return at.status();
+    if (at->has_value() && expected.has_value()) {
+      if (absl::Status st = table.LoadValue(**at); !st.ok()) return st;
+    }
     const bool matches = expected.has_value()
                              ? (at->has_value() && (*at)->value == *expected)
                              : !at->has_value();
@@ -955,14 +1182,9 @@ absl::StatusOr<bool> Client::CompareAndSet(absl::string_view key,
 absl::StatusOr<std::string> Client::Get(Txn& t, absl::string_view key) {
   std::string value;
   bool found = false;
-  absl::Status st =
-      impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) -> absl::Status {
-        absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-        if (!at.ok()) return at.status();
-        found = at->has_value();
-        if (found) value = (*at)->value;
-        return absl::OkStatus();
-      });
+  absl::Status st = impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) {
+    return GetIn(table, &found, &value);
+  });
   if (!st.ok()) return st;
   if (!found) return absl::NotFoundError("kv: no such key");
   return value;
@@ -970,32 +1192,25 @@ absl::StatusOr<std::string> Client::Get(Txn& t, absl::string_view key) {
 
 absl::Status Client::Put(Txn& t, absl::string_view key, absl::string_view value) {
   if (absl::Status st = impl_->CheckValue(value); !st.ok()) return st;
-  return impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) -> absl::Status {
-    absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-    if (!at.ok()) return at.status();
-    return table.Put(*at, value);
-  });
+  return impl_->WithTable(RuntimeAccess::Of(t).t, key,
+                          [&](TableTxn& table) { return PutIn(table, value); });
 }
 
 absl::StatusOr<bool> Client::Delete(Txn& t, absl::string_view key) {
   bool deleted = false;
-  absl::Status st =
-      impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) -> absl::Status {
-        absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-        if (!at.ok()) return at.status();
-        deleted = at->has_value();
-        if (!deleted) return absl::OkStatus();
-        return table.Delete(**at);
-      });
+  absl::Status st = impl_->WithTable(RuntimeAccess::Of(t).t, key, [&](TableTxn& table) {
+    return DeleteIn(table, &deleted);
+  });
   if (!st.ok()) return st;
   return deleted;
 }
 
 absl::StatusOr<std::vector<ShardStats>> Client::Stats() {
-  absl::StatusOr<const ShardInfo*> any = impl_->Shard(0);
-  if (!any.ok()) return any.status();
   std::vector<ShardStats> out;
-  for (const ShardInfo& s : impl_->shards) {
+  for (size_t i = 0; i < impl_->store->shard_nodes.size(); ++i) {
+    absl::StatusOr<const ShardInfo*> shard = impl_->ShardAt(i);
+    if (!shard.ok()) return shard.status();
+    const ShardInfo& s = **shard;
     absl::StatusOr<std::string> r = impl_->worker->Call(s.node, impl_->store->stats_method(), "");
     if (!r.ok()) return impl_->Annotate(r.status(), s);
     StatsReply rep;

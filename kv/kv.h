@@ -20,13 +20,17 @@
 //
 // The table (FaRM's chained associative hopscotch hashing). Each shard is an array of buckets;
 // a bucket is one object of the transaction layer (txn/object.h: lock word, check, payload) and
-// holds several entries. A key hashes to a shard (rendezvous hashing over the shard nodes) and to
+// holds several entries. The shard nodes are the configuration's nodes that form the cluster
+// (every node but the `late` ones, which only use the store: the same list on every node, so all
+// agree where a key lives even while some are gone). A key hashes to a shard (rendezvous hashing
+// over the shard nodes) and to
 // a home bucket there, and lives in one of the `neighbourhood` (H) buckets from its home bucket
 // on, so a GET fetches the whole neighbourhood with ONE one-sided READ of H consecutive buckets.
 // An insert that finds no room in the neighbourhood moves entries of other keys further out
 // (hopscotch displacement); when that fails too, the key goes to a chain of overflow objects
 // hanging off its home bucket. Small items are stored inline in the bucket; a larger one lives in
-// an object of its own (a second READ). Every change is a transaction (txn/), so it composes with
+// an object of its own (a second READ); a value too large for one object is split into chunk
+// objects behind an index object (their READs posted together). Every change is a transaction (txn/), so it composes with
 // other transactional work (the Txn& overloads).
 //
 // Consistency: operations are linearizable. A GET that finds its key in a bucket that is neither
@@ -58,6 +62,8 @@ namespace farm {
 namespace kv {
 
 inline constexpr uint64_t kMaxKeySize = 1024;
+// Largest value (less with very small messaging rings: Store::max_value_size()).
+inline constexpr uint64_t kMaxValueSize = 1 << 20;
 
 struct Options {
   // Buckets in this node's shard (the table's capacity grows with the number of nodes). The
@@ -68,7 +74,7 @@ struct Options {
   uint32_t bucket_bytes = 256;
   // H: a key lives in one of the H buckets from its home bucket; a GET reads H * bucket_bytes.
   uint32_t neighbourhood = 8;
-  // False on a node that only uses the store (e.g. a shell joining a cluster of servers).
+  // False on a node that only uses the store (a late node, e.g. a shell joining a cluster).
   bool hold_shard = true;
   // Method ids of the store's RPCs (shard descriptions, GET by RPC, statistics): three ids from
   // this one up. Change them only if the application uses these ids itself.
@@ -92,8 +98,9 @@ class Store {
  public:
   // Call from App::setup, before the node serves: formats this node's shard (unless
   // !options.hold_shard) and registers the store's RPC handlers. Every node of the cluster that
-  // uses the store calls it with the same options. InvalidArgument for bad options,
-  // ResourceExhausted when the shard does not fit this node's memory.
+  // uses the store calls it with the same options; the nodes that form the cluster hold shards,
+  // late nodes (clients) must not. InvalidArgument for bad options (or hold_shard not matching
+  // the node's kind), ResourceExhausted when the shard does not fit this node's memory.
   static absl::StatusOr<std::unique_ptr<Store>> Create(Runtime& runtime,
                                                        const Options& options = {});
   Store(const Store&) = delete;
@@ -102,7 +109,7 @@ class Store {
 
   Runtime& runtime() const;
   const Options& options() const;
-  // Largest key and value (a value also needs to fit one object with its key).
+  // Largest key and value: kMaxKeySize and kMaxValueSize (less with tiny messaging rings).
   uint64_t max_key_size() const;
   uint64_t max_value_size() const;
 

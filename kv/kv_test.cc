@@ -137,6 +137,64 @@ TEST_CASE("put, get, delete, compare-and-set and multi-get on every shard", "[kv
   CHECK(items == 303);  // small, binary, c, and the 300
 }
 
+TEST_CASE("values too large for one object are chunked", "[kv]") {
+  Cluster c = Start(2, Options{}, 8 << 20);
+  std::unique_ptr<Worker> w0 = NewWorker(*c.rts[0]);
+  std::unique_ptr<Worker> w1 = NewWorker(*c.rts[1]);
+  Client a(*c.stores[0], *w0);
+  Client b(*c.stores[1], *w1);
+  REQUIRE(c.stores[0]->max_value_size() == kMaxValueSize);
+  auto pattern = [](size_t n, int seed) {
+    std::string v(n, '\0');
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<char>((i * 131 + seed * 7) % 251);
+    return v;
+  };
+  const uint64_t baseline = Total(a).memory_bytes;
+  std::vector<std::string> keys;
+  for (int i = 0; i < 6; ++i) keys.push_back(absl::StrCat("large-", i));  // both shards
+  const size_t sizes[] = {20000, 100 << 10, kMaxValueSize, 8193 * 3, 50000, 16385};
+  for (int i = 0; i < 6; ++i) REQUIRE(a.Put(keys[i], pattern(sizes[i], i)).ok());
+  for (int i = 0; i < 6; ++i) {
+    INFO(keys[i]);
+    absl::StatusOr<std::string> v = b.Get(keys[i]);
+    REQUIRE(v.ok());
+    CHECK(*v == pattern(sizes[i], i));
+  }
+  std::vector<absl::StatusOr<std::string>> many = b.MultiGet(keys);
+  for (int i = 0; i < 6; ++i) CHECK(*many[i] == pattern(sizes[i], i));
+  // Too large for one RPC answer: a clear error, not a truncated value.
+  absl::Status rpc = b.GetRpc(keys[2]).status();
+  CHECK(absl::IsResourceExhausted(rpc));
+  CHECK(rpc.message().find("one-sided GET") != absl::string_view::npos);
+  // Replaced: chunked -> chunked of another size, -> inline, inline -> chunked.
+  REQUIRE(b.Put(keys[0], pattern(30000, 9)).ok());
+  CHECK(*a.Get(keys[0]) == pattern(30000, 9));
+  REQUIRE(b.Put(keys[1], "small now").ok());
+  CHECK(*a.Get(keys[1]) == "small now");
+  REQUIRE(b.Put(keys[1], pattern(70000, 3)).ok());
+  CHECK(*a.Get(keys[1]) == pattern(70000, 3));
+  // Compare-and-set and transactions see chunked values whole.
+  CHECK(*a.CompareAndSet(keys[3], pattern(8193 * 3, 4), "x") == false);
+  CHECK(*a.CompareAndSet(keys[3], pattern(8193 * 3, 3), pattern(9000, 1)) == true);
+  CHECK(*b.Get(keys[3]) == pattern(9000, 1));
+  REQUIRE(w0->Run([&](Txn& t) -> absl::Status {
+               absl::StatusOr<std::string> v = a.Get(t, keys[4]);
+               if (!v.ok()) return v.status();
+               if (*v != pattern(50000, 4)) return absl::InternalError("wrong value in txn");
+               return a.Put(t, keys[5], *v);
+             })
+              .ok());
+  CHECK(*b.Get(keys[5]) == pattern(50000, 4));
+  // Over the limit.
+  CHECK(absl::IsInvalidArgument(a.Put("too-large", std::string(kMaxValueSize + 1, 'x'))));
+  // Deleting frees every chunk: the memory is back where it started.
+  for (const std::string& k : keys) REQUIRE(*a.Delete(k));
+  ShardStats t = Total(a);
+  CHECK(t.items == 0);
+  CHECK(t.memory_bytes == baseline);
+  for (const std::string& k : keys) CHECK(absl::IsNotFound(b.Get(k).status()));
+}
+
 TEST_CASE("a small table displaces entries and chains overflow blocks", "[kv]") {
   // 16 home buckets of 128 bytes (3 entries of a 6-byte key and 16-byte value each), H = 4.
   Options o;
@@ -194,7 +252,8 @@ TEST_CASE("concurrent GETs never see a torn value nor miss a key that moves", "[
   Cluster c = Start(2, o);
   constexpr int kStable = 24;
   auto stable_value = [](int i, char fill) {
-    return std::string(i % 2 == 0 ? 40 : 300, fill);  // inline / out of line
+    // inline / out of line / chunked (3 chunks)
+    return std::string(i % 3 == 0 ? 40 : i % 3 == 1 ? 300 : 20000, fill);
   };
   {
     std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
@@ -234,7 +293,9 @@ TEST_CASE("concurrent GETs never see a torn value nor miss a key that moves", "[
       std::mt19937 rng(t);
       while (!stop.load()) {
         const int i = rng() % kStable;
-        absl::StatusOr<std::string> v = (rng() % 4 == 0) ? kv.GetRpc(Key(i)) : kv.Get(Key(i));
+        // (GET by RPC answers values that fit one message: not the chunked ones.)
+        absl::StatusOr<std::string> v =
+            (rng() % 4 == 0 && i % 3 != 2) ? kv.GetRpc(Key(i)) : kv.Get(Key(i));
         std::string why;
         if (!v.ok()) {
           why = v.status().ToString();
@@ -349,6 +410,11 @@ TEST_CASE("bad input gets an error, never a crash", "[kv]") {
   bad = Options{};
   bad.neighbourhood = 0;
   CHECK(absl::IsInvalidArgument(Store::Create(*c.rts[0], bad).status()));
+  bad = Options{};
+  bad.hold_shard = false;  // node 0 forms the cluster: it must hold a shard
+  absl::Status client = Store::Create(*c.rts[0], bad).status();
+  CHECK(absl::IsInvalidArgument(client));
+  CHECK(client.message().find("late node") != absl::string_view::npos);
   bad = Options{};
   bad.buckets = uint64_t{1} << 30;  // 256 GiB
   absl::Status big = Store::Create(*c.rts[0], bad).status();

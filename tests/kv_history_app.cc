@@ -4,7 +4,8 @@
 // and each return the moment it happens (kv/history.h, HistoryRecorder::StartJournal) to
 // <--history_dir>/node<N>.jsonl, so the journal of a process that dies keeps every event up to
 // its death. Node --dying_node exits abruptly (_Exit, no clean-up, like a kill) once its threads
-// have started --die_after_ops operations, while its other threads are in the middle of theirs;
+// have started --die_after_ops operations (or half of --duration_ms has passed), while its other
+// threads are in the middle of theirs;
 // its shard's keys become unreachable. An operation that ends in an error has an unknown outcome
 // (it may or may not have taken effect); a thread stops using a key after an error, so that a
 // history holds few of those.
@@ -78,7 +79,8 @@ int main(int argc, char** argv) {
         std::set<int> unreachable;  // keys whose shard went away: not used again
         for (int seq = 0; seq < ops && absl::Now() < end; ++seq) {
           if (static_cast<int>(unreachable.size()) == keys) break;
-          if (dying && started.fetch_add(1) == die_after) {
+          // Dies after --die_after_ops operations, or half-way through the run on a slow machine.
+          if (dying && (started.fetch_add(1) == die_after || absl::Now() > start + (end - start) / 2)) {
             std::printf("[node %u] dying now\n", rt.node_id());
             std::fflush(stdout);
             std::_Exit(17);

@@ -73,6 +73,9 @@ ABSL_FLAG(std::string, node_binary, "",
           "application built with farm_app (//:defs.bzl), which then runs on every node");
 ABSL_FLAG(int, app_timeout_s, 600, "seconds an application may run before the cluster is stopped");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+ABSL_FLAG(int, lease_ms, 0,
+          "the nodes' lease with the configuration manager (0: the configuration's default, "
+          "3000); longer on slow or overloaded machines, where healthy nodes can miss it");
 ABSL_FLAG(int, late_nodes, 0,
           "extra node ids after the launched ones, marked `late` in the configuration: not "
           "launched, not needed to form; clients (//tools:kvsh, //tools:kvbench) attach as them");
@@ -145,6 +148,7 @@ class Cluster {
     c.set_region_size(static_cast<uint64_t>(absl::GetFlag(FLAGS_region_size)));
     c.set_region_count(static_cast<uint32_t>(absl::GetFlag(FLAGS_region_count)));
     c.set_lock_memory(absl::GetFlag(FLAGS_lock_memory));
+    if (absl::GetFlag(FLAGS_lease_ms) != 0) c.set_lease_ms(absl::GetFlag(FLAGS_lease_ms));
     const int base_port = absl::GetFlag(FLAGS_base_port);
     std::vector<int> held;  // sockets holding the free ports until all are chosen
     absl::Cleanup close_held = [&held] {

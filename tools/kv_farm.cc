@@ -159,6 +159,27 @@ absl::StatusOr<std::unique_ptr<FarmCluster>> FarmCluster::Start(const FarmOption
   std::unique_ptr<FarmCluster> c(new FarmCluster());
   c->options_ = o;
   c->space_ = &space;
+  if (!o.attach_config.empty()) {
+    RuntimeOptions ro;
+    ro.config_path = o.attach_config;
+    ro.provider = o.provider;
+    ro.poll = o.poll;
+    ro.workers = o.workers;
+    absl::StatusOr<std::unique_ptr<Runtime>> rt = Runtime::Start(ro);
+    if (!rt.ok()) {
+      return absl::Status(rt.status().code(),
+                          absl::StrCat("joining the cluster of ", o.attach_config, ": ",
+                                       rt.status().message()));
+    }
+    c->runtime_ = std::move(*rt);
+    kv::Options client = o.kv;
+    client.hold_shard = false;
+    absl::StatusOr<std::unique_ptr<kv::Store>> store = kv::Store::Create(*c->runtime_, client);
+    if (!store.ok()) return store.status();
+    c->store_ = std::move(*store);
+    c->runtime_->Serve();
+    return c;
+  }
   const std::string node_bin = FindRunfile("tools/node", "node");
   if (node_bin.empty()) return absl::NotFoundError("//tools:node is not built");
   absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("kvbench");
@@ -167,6 +188,8 @@ absl::StatusOr<std::unique_ptr<FarmCluster>> FarmCluster::Start(const FarmOption
   // Nodes 0 .. nodes-1 hold the shards; node `nodes` is this process.
   absl::StatusOr<config::ClusterConfig> cfg = LocalClusterConfig(o.nodes + 1, o.provider, o.host);
   if (!cfg.ok()) return cfg.status();
+  // This process holds no shard: it is a late node (the shard nodes are those that form it).
+  cfg->mutable_node(o.nodes)->set_late(true);
   // The shard's buckets are one array in one region, with room beside it for overflow blocks
   // and out-of-line values (a quarter more, at least 4 MiB).
   const uint64_t shard = ShardBytes(o.kv);

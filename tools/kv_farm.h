@@ -47,6 +47,10 @@ struct FarmOptions {
   int workers = 16;     // Workers this process may hold (client threads + preload threads)
   int load_batch = 16;  // keys per preload transaction
   int timeout_s = 60;   // cluster formation and node start-up
+  // Not empty: the configuration of a running cluster whose nodes hold the shards (with the same
+  // kv options); this process joins it as a free late node instead of starting nodes, and leaves
+  // the keys behind.
+  std::string attach_config;
 };
 
 class FarmCluster {

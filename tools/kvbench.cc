@@ -108,6 +108,11 @@ ABSL_FLAG(bool, private_dev_shm, false,
           "run in a private mount namespace with an empty /dev/shm (root only; see txn_bench)");
 ABSL_FLAG(std::string, peers_script, "", "tools/bench_peers.sh (found in the runfiles when empty)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address the farm nodes bind to");
+ABSL_FLAG(std::string, cluster_config, "",
+          "measure farm on a running cluster instead of starting one: its configuration (e.g. "
+          "from //tools:cluster --late_nodes=1 --write_config=F -- --kv); kvbench joins as a free "
+          "late node, with the nodes' default --workers (8), and leaves its keys there. Give the "
+          "cluster's provider as --provider.");
 
 namespace farm {
 namespace kvbench {
@@ -262,6 +267,18 @@ absl::StatusOr<Options> OptionsFromFlags() {
   f.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   if (f.timeout_s < 1) return absl::InvalidArgumentError("--timeout_s must be at least 1");
   f.workers = o.max_threads() + o.load_threads + 2;
+  f.attach_config = absl::GetFlag(FLAGS_cluster_config);
+  if (!f.attach_config.empty()) {
+    if (o.providers.size() != 1) {
+      return absl::InvalidArgumentError(
+          "--cluster_config: give the cluster's one provider as --provider");
+    }
+    f.workers = RuntimeOptions{}.workers;  // every node's lanes must match the running nodes'
+    if (o.max_threads() + o.load_threads > f.workers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--cluster_config: at most ", f.workers, " client and preload threads together"));
+    }
+  }
   f.load_batch = absl::GetFlag(FLAGS_farm_load_batch);
   if (f.load_batch < 1 || f.load_batch > 256) {
     return absl::InvalidArgumentError("--farm_load_batch must be 1..256");

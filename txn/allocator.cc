@@ -51,7 +51,7 @@ bool Allocator::CarveBlock(int c) {
   return false;
 }
 
-absl::StatusOr<GlobalAddress> Allocator::Reserve(uint64_t size) {
+absl::StatusOr<int> Allocator::ClassOf(uint64_t size) const {
   if (size == 0) return absl::InvalidArgumentError("cannot allocate an object of 0 bytes");
   if (size > max_object_size()) {
     return absl::InvalidArgumentError(absl::StrCat("an object of ", size,
@@ -60,6 +60,13 @@ absl::StatusOr<GlobalAddress> Allocator::Reserve(uint64_t size) {
   }
   int c = 0;
   while (SlotSize(c) < ObjectSpan(size)) ++c;
+  return c;
+}
+
+absl::StatusOr<GlobalAddress> Allocator::Reserve(uint64_t size) {
+  absl::StatusOr<int> cls = ClassOf(size);
+  if (!cls.ok()) return cls.status();
+  const int c = *cls;
   std::lock_guard<std::mutex> l(mu_);
   if (free_[c].empty() && !CarveBlock(c)) {
     return absl::ResourceExhaustedError(
@@ -74,16 +81,10 @@ absl::StatusOr<GlobalAddress> Allocator::Reserve(uint64_t size) {
 }
 
 absl::StatusOr<GlobalAddress> Allocator::ReserveArray(uint64_t size, uint64_t count) {
-  if (size == 0 || count == 0) {
-    return absl::InvalidArgumentError("an object array needs at least one object of 1 byte");
-  }
-  if (size > max_object_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("an object of ", size,
-                                                   " bytes is larger than the largest object (",
-                                                   max_object_size(), " bytes)"));
-  }
-  int c = 0;
-  while (SlotSize(c) < ObjectSpan(size)) ++c;
+  if (count == 0) return absl::InvalidArgumentError("an object array needs at least one object");
+  absl::StatusOr<int> cls = ClassOf(size);
+  if (!cls.ok()) return cls.status();
+  const int c = *cls;
   const uint64_t slot = SlotSize(c);
   std::lock_guard<std::mutex> l(mu_);
   for (Region& r : regions_) {

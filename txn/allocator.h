@@ -87,6 +87,8 @@ class Allocator {
   };
   // Slot size of class `c`.
   static uint64_t SlotSize(int c) { return kMinSlot << c; }
+  // The slot class of an object of `size` payload bytes; InvalidArgument for 0 or too many.
+  absl::StatusOr<int> ClassOf(uint64_t size) const;
   // Carves a new block for class `c`; false when none is left. Caller holds mu_.
   bool CarveBlock(int c);
   // Puts a slot back on its class's free list. Caller holds mu_.

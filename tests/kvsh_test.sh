@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# //tools:kvsh, the key-value shell, on real node processes, per provider (FARM_TEST_PROVIDERS,
+# default shm and tcp;ofi_rxm): --local=3 starts 3 //tools:node --kv processes and joins them;
+# -c, script mode through a pipe (put, get, mget, del, cas, stats, binary values), --raw; errors
+# (a value over the limit, an unknown command, bad quoting) with their messages and exit status
+# 1; a second and a third shell attaching to a running cluster through --write_config's file
+# (late nodes, a slot used twice); the interactive shell on a pseudo-terminal (script(1)) with
+# its history file; bad flags and configurations (exit status 2). No process is left behind.
+source "$(dirname "$0")/lib.sh"
+KVSH=$(bin kvsh) || exit 1
+export TMPDIR="$TMP"  # the shells' node logs and configurations (TempDir), when run by hand
+
+IFS=' ' read -r -a providers <<<"${FARM_TEST_PROVIDERS:-shm tcp;ofi_rxm}"
+host=${FARM_TEST_HOST:-127.0.0.1}
+# Locking is not what this test is about, and Bazel's sandbox has the default 8 MiB limit.
+common=(--host="$host" --lock_memory=false)
+
+# kvsh ARGS...: runs kvsh (bounded); stdout in $TMP/out, stderr in $TMP/err, status in $rc.
+kvsh() {
+  timeout 120 "$KVSH" "$@" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  [ "$rc" != 124 ] || { cat "$TMP/err"; fail "kvsh timed out (a hang): $*"; }
+}
+expect_rc() {
+  [ "$rc" = "$1" ] || { echo "--- stdout"; cat "$TMP/out"; echo "--- stderr"; cat "$TMP/err";
+                        fail "expected exit status $1, got $rc: $2"; }
+}
+# expect_out FILE EXPECTED: the file's content, exactly.
+expect_out() {
+  local got
+  got=$(cat "$1")
+  [ "$got" = "$2" ] || fail "$(basename "$1") is not as expected:"$'\n'"--- got"$'\n'"$got"$'\n'"--- expected"$'\n'"$2"$'\n'"--- stderr"$'\n'"$(cat "$TMP/err")"
+}
+has_err() { grep -qE -- "$1" "$TMP/err" || fail "stderr lacks /$1/:"$'\n'"$(cat "$TMP/err")"; }
+no_nodes_left() { expect_no_process "$TMP/kvsh\."; }
+
+for provider in "${providers[@]}"; do
+  p=(--provider="$provider" "${common[@]}")
+  echo "== $provider: -c"
+  kvsh --local=3 "${p[@]}" -c "put a 1"
+  expect_rc 0 "put a 1"
+  expect_out "$TMP/out" "OK"
+  no_nodes_left
+
+  echo "== $provider: script mode through a pipe"
+  printf '%s\n' \
+    'put greeting "hello world"' \
+    'get greeting' \
+    '# a comment, and a blank line' \
+    '' \
+    'get missing' \
+    'put bin "\x00\x01\xff\n\"q\""' \
+    'get bin' \
+    'mget greeting missing bin' \
+    'cas lock (nil) me; cas lock (nil) you; get lock' \
+    'cas lock me "you too"; cas lock me again; get lock' \
+    'cas q "(nil)" x; get q' \
+    'del greeting missing lock' \
+    'mget greeting lock' \
+    "put it's 'single quoted'" \
+    "get it's" \
+    'stats' >"$TMP/script"
+  timeout 120 "$KVSH" --local=3 "${p[@]}" <"$TMP/script" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  expect_rc 0 "script"
+  head -n 22 "$TMP/out" >"$TMP/replies"
+  expect_out "$TMP/replies" 'OK
+"hello world"
+(nil)
+OK
+"\x00\x01\xff\n\"q\""
+1) "hello world"
+2) (nil)
+3) "\x00\x01\xff\n\"q\""
+(integer) 1
+(integer) 0
+"me"
+(integer) 1
+(integer) 0
+"you too"
+(integer) 0
+(nil)
+(integer) 2
+1) (nil)
+2) (nil)
+OK
+"single quoted"
+node        items     inline  displaced  overflow        buckets      memory   per item'
+  # stats: 3 shards holding the 2 keys left (bin and it's).
+  grep -qE '^3 shards, 2 items, ' "$TMP/out" || fail "stats: $(cat "$TMP/out")"
+  [ "$(grep -cE '^[0-2] ' "$TMP/out")" = 3 ] || fail "stats has no line per shard"
+  no_nodes_left
+
+  echo "== $provider: --raw"
+  kvsh --local=3 "${p[@]}" --raw -c 'put k "two words"; get k; get nope; mget k nope; del k; cas k (nil) v; stats'
+  expect_rc 0 "--raw"
+  head -n 8 "$TMP/out" >"$TMP/replies"
+  expect_out "$TMP/replies" 'OK
+two words
+
+two words
+
+1
+1
+node	items	inline_items	displaced_items	overflow_blocks	buckets	bucket_bytes	out_of_line_bytes	memory_bytes'
+  [ "$(grep -cE '^[0-2]	' "$TMP/out")" = 3 ] || fail "--raw stats has no line per shard"
+
+  echo "== $provider: errors: a value over the limit, an unknown command, bad quoting"
+  big=$(head -c 1048577 /dev/zero | tr '\0' v)
+  printf 'put ok 1\nput big %s\nfrob a\nput k "unclosed\nget ok\n' "$big" >"$TMP/script"
+  timeout 120 "$KVSH" --local=3 "${p[@]}" <"$TMP/script" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  expect_rc 1 "errors in a script"
+  expect_out "$TMP/out" 'OK
+"1"'
+  has_err '^line 2: \(error\) ERR value too large: 1048577 bytes; the limit is 1048576 bytes \(1\.0 MiB\)$'
+  has_err "^line 3: \(error\) ERR unknown command 'frob'; commands: get, put, del, cas, mget, stats, help, quit; 'help' explains them$"
+  has_err '^line 4: \(error\) ERR unbalanced quotes: the double quote at column 7 is not closed$'
+  kvsh --local=3 "${p[@]}" -c "gte a"
+  expect_rc 1 "unknown command"
+  has_err "unknown command 'gte' \(did you mean 'get'\?\)"
+  kvsh --local=3 "${p[@]}" -c "put k hello world"
+  expect_rc 1 "too many arguments"
+  has_err "wrong number of arguments for 'put' \(usage: put KEY VALUE; quote a value with spaces"
+  no_nodes_left
+
+  echo "== $provider: other shells attach to a running cluster (late nodes)"
+  cfg="$TMP/attach.textproto"
+  rm -f "$cfg"
+  mkfifo "$TMP/hold"
+  # The first shell starts the cluster and waits on a fifo that stays open until we close it.
+  timeout 120 "$KVSH" --local=2 --late_nodes=1 --write_config="$cfg" "${p[@]}" \
+    <"$TMP/hold" >"$TMP/first.out" 2>"$TMP/first.err" &
+  first=$!
+  exec 9>"$TMP/hold"
+  echo "put from-first 1" >&9
+  for _ in $(seq 600); do [ -f "$cfg" ] && break; sleep 0.1; done
+  [ -f "$cfg" ] || { cat "$TMP/first.err"; fail "no configuration written to $cfg"; }
+  grep -q "late: true" "$cfg" || fail "the written configuration has no late node"
+  kvsh --config="$cfg" -c 'put from-second 2; get from-second'
+  expect_rc 0 "second shell"
+  expect_out "$TMP/out" 'OK
+"2"'
+  # The slot the second shell left is free again.
+  kvsh --config="$cfg" --node_id=3 -c 'mget from-first from-second'
+  expect_rc 0 "third shell, same slot"
+  expect_out "$TMP/out" '1) "1"
+2) "2"'
+  kvsh --config="$cfg" --kv_bucket_bytes=512 -c 'get a'
+  expect_rc 2 "a shell with other KV options"
+  has_err "node [01] uses 256-byte buckets .* this node uses 512"
+  kvsh --config="$cfg" --node_id=9 -c 'get a'
+  expect_rc 2 "--node_id not in the configuration"
+  has_err "--node_id=9 is not listed in"
+  # Both slots taken: the first shell's (2) and a third shell's (3), which waits on its input.
+  mkfifo "$TMP/hold3"
+  timeout 60 "$KVSH" --config="$cfg" <"$TMP/hold3" >"$TMP/third.out" 2>"$TMP/third.err" &
+  third=$!
+  exec 7>"$TMP/hold3"
+  echo "put third-holds 1" >&7
+  for _ in $(seq 300); do grep -q "^OK" "$TMP/third.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q "^OK" "$TMP/third.out" || fail "the third shell did not join: $(cat "$TMP/third.err")"
+  kvsh --config="$cfg" -c 'get a'
+  expect_rc 2 "no free slot"
+  has_err "every late node of .* \(2, 3\) is taken by another client"
+  exec 7>&-  # end of the third shell's input
+  wait "$third"
+  rc=$?
+  expect_rc 0 "third shell"
+  exec 9>&-  # end of the first shell's input
+  wait "$first"
+  rc=$?
+  expect_rc 0 "first shell, at the end of its input"
+  grep -q "^OK" "$TMP/first.out" || fail "the first shell's put: $(cat "$TMP/first.out" "$TMP/first.err")"
+  rm -f "$TMP/hold" "$TMP/hold3"
+  no_nodes_left
+done
+
+provider=${providers[0]}
+echo "== interactive, on a pseudo-terminal ($provider)"
+if ! command -v script >/dev/null; then
+  fail "script(1) (util-linux) is missing"
+fi
+mkdir -p "$TMP/home"
+printf '%s\n' 'put a "x y"' 'get a' 'frob' 'help get' 'quit' |
+  HOME="$TMP/home" timeout 120 script -qfec \
+    "$KVSH --local=2 --provider='$provider' --host=$host --lock_memory=false" /dev/null \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc 1 "interactive session with one bad command"
+tr -d '\r' <"$TMP/out" >"$TMP/tty"
+for want in '^kvsh: node 2 of a cluster with shards on node\(s\) 0, 1' '^kvsh> get a$' '^"x y"$' \
+  "^\(error\) ERR unknown command 'frob'" '^usage: get KEY$'; do
+  grep -qE -- "$want" "$TMP/tty" || fail "the terminal lacks /$want/:"$'\n'"$(cat "$TMP/tty")"
+done
+grep -q '^get\\040a$' "$TMP/home/.kvsh_history" || fail "history: $(cat "$TMP/home/.kvsh_history")"
+no_nodes_left
+
+echo "== signals: SIGTERM stops the shell and its nodes"
+mkfifo "$TMP/idle"
+timeout 120 "$KVSH" --local=2 --provider="$provider" "${common[@]}" <"$TMP/idle" \
+  >"$TMP/out" 2>"$TMP/err" &
+shell=$!
+exec 8>"$TMP/idle"
+echo "put s 1" >&8
+for _ in $(seq 600); do grep -q "^OK" "$TMP/out" 2>/dev/null && break; sleep 0.1; done
+grep -q "^OK" "$TMP/out" || fail "the shell did not start: $(cat "$TMP/err")"
+kill -TERM "$shell"
+wait "$shell"
+rc=$?
+exec 8>&-
+rm -f "$TMP/idle"
+expect_rc 143 "SIGTERM"
+no_nodes_left
+
+echo "== bad flags and configurations: exit status 2"
+expect_fail 2 "kvsh needs a cluster: --local=N starts one" -- "$KVSH"
+expect_fail 2 "unknown flag --bogus" -- "$KVSH" --bogus=1
+expect_fail 2 "Illegal value 'three'" -- "$KVSH" --local=three
+expect_fail 2 "give either --local=N .* or --config=FILE" -- "$KVSH" --local=2 --config=x
+expect_fail 2 "unexpected argument 'get'" -- "$KVSH" --local=2 get a
+expect_fail 2 "unknown provider 'carrier-pigeon'" -- "$KVSH" --local=2 --provider=carrier-pigeon
+expect_fail 2 "kv_bucket_bytes must be a power of two" -- "$KVSH" --local=2 --kv_bucket_bytes=100
+expect_fail 2 "--late_nodes goes with --local" -- "$KVSH" --config=x --late_nodes=1
+expect_fail 2 "cannot read configuration file" -- "$KVSH" --config="$TMP/missing.textproto"
+echo 'node { id: 0 host: "127.0.0.1" control_port: 1 }' >"$TMP/nolate.textproto"
+expect_fail 2 "lists no late node for the shell to join as" -- "$KVSH" --config="$TMP/nolate.textproto"
+# A cluster that is not running: a bounded wait, then a clear message.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+printf 'provider: "%s" lock_memory: false node { id: 0 host: "127.0.0.1" control_port: %s }\nnode { id: 1 host: "127.0.0.1" control_port: %s late: true }\n' \
+  "$provider" "$port" "$((port + 1))" >"$TMP/dead.textproto"
+expect_fail 2 "could not join the cluster as node 1 within 2s" -- \
+  "$KVSH" --config="$TMP/dead.textproto" --join_timeout_s=2 -c 'get a'
+# A node that cannot hold its shard: its log says why.
+expect_fail 2 "use fewer buckets or larger regions" -- \
+  "$KVSH" --local=2 --provider="$provider" "${common[@]}" --region_size=1048576 -c 'get a'
+rm -rf "$TMP"/kvsh.*  # the logs a failed start keeps
+"$KVSH" --help >"$TMP/help" 2>&1
+grep -q -- "--local" "$TMP/help" || fail "--help does not list --local"
+grep -q "Exit status: 0" "$TMP/help" || fail "--help does not explain the exit status"
+no_nodes_left
+echo "PASS"

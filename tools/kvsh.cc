@@ -1,0 +1,1292 @@
+// kvsh: a shell for the key-value store (kv/kv.h), in the manner of redis-cli.
+//
+//   kvsh --local=3                              start 3 node processes holding shards, and a shell
+//   kvsh --config=cluster.textproto             attach to a running cluster (as a `late` node)
+//   kvsh --local=3 -c 'put a 1; get a'          run commands and exit
+//   printf 'put a 1\nget a\n' | kvsh --local=3  script mode: one command per line of stdin
+//
+// The shell is itself a node of the cluster (the platform is symmetric): it joins through the
+// configuration manager under a node id the configuration reserves for it, creates the store
+// without a shard of its own (kv::Options::hold_shard = false) and leaves when it exits. With
+// --local=N it first writes a configuration of N serving nodes plus itself (and --late_nodes more
+// slots for other clients) and starts N //tools:node --kv processes, supervised as
+// //tools:cluster supervises its nodes (they die with the shell, even on SIGKILL); they stop
+// when the shell leaves.
+//
+// Exit status: 0 when every command succeeded (a get of a missing key is not an error: (nil));
+// 1 when a command failed (an error reply: bad arguments, a value too large, an unreachable
+// shard) or the shell lost the cluster; 2 for bad flags, a bad configuration, or a cluster the
+// shell could not start or join; 128+N when stopped by signal N (SIGTERM, SIGHUP; SIGINT outside
+// the interactive shell).
+#include <editline/readline.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "api/runtime_impl.h"
+#include "farm/farm.h"
+#include "farm/kv/kv.h"
+#include "platform/config.h"
+#include "platform/fabric.h"
+#include "platform/logging.h"
+#include "platform/poller.h"
+#include "spdlog/spdlog.h"
+#include "tools/child_process.h"
+#include "tools/kvsh_lib.h"
+
+// The standard node flags (api/node_main.cc, part of //:farm): the shell is a node too.
+ABSL_DECLARE_FLAG(std::string, config);
+ABSL_DECLARE_FLAG(int, node_id);
+ABSL_DECLARE_FLAG(std::string, provider);
+ABSL_DECLARE_FLAG(std::string, endpoint);
+ABSL_DECLARE_FLAG(std::string, poll);
+ABSL_DECLARE_FLAG(int64_t, ring_size);
+ABSL_DECLARE_FLAG(int, workers);
+ABSL_DECLARE_FLAG(bool, control_stdin);
+ABSL_DECLARE_FLAG(bool, fill_pattern);
+ABSL_DECLARE_FLAG(std::string, log_level);
+
+ABSL_FLAG(int, local, 0,
+          "start a local cluster of this many node processes holding KV shards (1-63), and join "
+          "it; they stop when the shell exits");
+ABSL_FLAG(std::string, c, "",
+          "run these commands (';' separates them) and exit, instead of reading standard input");
+ABSL_FLAG(bool, raw, false,
+          "print bare values (no quotes, escapes, (nil) or (integer)), one per line, as "
+          "redis-cli --raw");
+ABSL_FLAG(int, join_timeout_s, 20,
+          "seconds to wait for joining the cluster (for --local: once its nodes are ready)");
+ABSL_FLAG(std::string, history_file, "~/.kvsh_history",
+          "history of the interactive shell; empty: none");
+// --local only.
+ABSL_FLAG(int, late_nodes, 0,
+          "--local: extra node ids marked late in the configuration, for other clients "
+          "(another kvsh, kvbench) to attach as with --config (see --write_config)");
+ABSL_FLAG(std::string, write_config, "",
+          "--local: write the cluster's configuration here once it is ready, for clients that "
+          "attach");
+ABSL_FLAG(std::string, host, "127.0.0.1", "--local: the address every node binds to");
+ABSL_FLAG(int64_t, region_size, 16 << 20,
+          "--local: bytes per region (a shard takes kv_buckets * kv_bucket_bytes of one)");
+ABSL_FLAG(int, region_count, 2, "--local: regions per node");
+ABSL_FLAG(bool, lock_memory, true, "--local: lock the nodes' regions in RAM");
+ABSL_FLAG(std::string, node_binary, "",
+          "--local: the node executable (default: //tools:node beside this binary)");
+ABSL_FLAG(int, ready_timeout_s, 60, "--local: seconds to wait for the nodes to be ready");
+// The store's options: the same on every node of the cluster (//tools:node's --kv_* flags).
+ABSL_FLAG(uint64_t, kv_buckets, 8192, "buckets in each serving node's shard (--local)");
+ABSL_FLAG(uint32_t, kv_bucket_bytes, 256,
+          "bytes per KV bucket: a power of two, 128..4096 (the cluster's nodes' value)");
+ABSL_FLAG(uint32_t, kv_neighbourhood, 8,
+          "KV hopscotch neighbourhood H (the cluster's nodes' value)");
+
+namespace farm {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+// Writes everything (stdout may be a pipe); false if the reader went away.
+bool WriteAll(int fd, absl::string_view s) {
+  while (!s.empty()) {
+    const ssize_t n = write(fd, s.data(), s.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    s.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+// The last `lines` lines of a file, each indented.
+std::string Tail(const std::string& path, int lines) {
+  std::ifstream f(path);
+  std::vector<std::string> all;
+  for (std::string line; std::getline(f, line);) all.push_back(line);
+  std::string out;
+  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - lines : 0;
+       i < all.size(); ++i) {
+    absl::StrAppend(&out, "    ", all[i], "\n");
+  }
+  return out.empty() ? "    (empty)\n" : out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// --local: the serving node processes.
+
+class LocalCluster {
+ public:
+  ~LocalCluster() { Stop(); }
+
+  // Writes the configuration: nodes 0..n-1 serve, node n is this shell, n+1.. are late slots.
+  absl::Status Configure(int n, int late_slots) {
+    const char* base = std::getenv("TEST_TMPDIR");
+    if (base == nullptr || *base == '\0') base = std::getenv("TMPDIR");
+    if (base == nullptr || *base == '\0') base = "/tmp";
+    std::string pattern = absl::StrCat(base, "/kvsh.XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return absl::UnavailableError(absl::StrCat("cannot create a temporary directory ", pattern,
+                                                 ": ", std::strerror(errno)));
+    }
+    dir_ = pattern;
+    const std::string provider =
+        absl::GetFlag(FLAGS_provider).empty() ? "auto" : absl::GetFlag(FLAGS_provider);
+    absl::StatusOr<config::ClusterConfig> c =
+        LocalClusterConfig(n + 1 + late_slots, provider, absl::GetFlag(FLAGS_host));
+    if (!c.ok()) return c.status();
+    c->set_region_size(static_cast<uint64_t>(absl::GetFlag(FLAGS_region_size)));
+    c->set_region_count(static_cast<uint32_t>(absl::GetFlag(FLAGS_region_count)));
+    c->set_lock_memory(absl::GetFlag(FLAGS_lock_memory));
+    if (!absl::GetFlag(FLAGS_endpoint).empty()) c->set_endpoint(absl::GetFlag(FLAGS_endpoint));
+    for (config::NodeConfig& node : *c->mutable_node()) {
+      node.set_late(node.id() >= static_cast<uint32_t>(n));
+    }
+    if (absl::Status s = ValidateAndComplete(&*c); !s.ok()) return s;
+    config_ = *c;
+    serving_ = n;
+    config_path_ = absl::StrCat(dir_, "/cluster.textproto");
+    std::ofstream f(config_path_);
+    f << ToText(config_);
+    f.close();
+    if (!f.good()) return absl::UnavailableError(absl::StrCat("cannot write ", config_path_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Launch(const std::string& node_binary, const std::vector<std::string>& extra) {
+    std::string level = absl::GetFlag(FLAGS_log_level);
+    if (level != "trace" && level != "debug") level = "info";  // the nodes' logs go to files
+    for (int id = 0; id < serving_; ++id) {
+      std::vector<std::string> args = {
+          node_binary,
+          absl::StrCat("--config=", config_path_),
+          absl::StrCat("--node_id=", id),
+          "--control_stdin",
+          "--kv",
+          absl::StrCat("--kv_buckets=", absl::GetFlag(FLAGS_kv_buckets)),
+          absl::StrCat("--kv_bucket_bytes=", absl::GetFlag(FLAGS_kv_bucket_bytes)),
+          absl::StrCat("--kv_neighbourhood=", absl::GetFlag(FLAGS_kv_neighbourhood)),
+          absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
+          absl::StrCat("--ring_size=", absl::GetFlag(FLAGS_ring_size)),
+          absl::StrCat("--workers=", absl::GetFlag(FLAGS_workers)),
+          absl::StrCat("--log_level=", level)};
+      args.insert(args.end(), extra.begin(), extra.end());
+      if (absl::Status s = Spawn(id, args); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits until every node printed READY. Fails when one exits first (with its log), on a signal
+  // (Cancelled, the message names it) or at the deadline.
+  absl::Status WaitReady(int signal_fd, absl::Time deadline) {
+    for (;;) {
+      bool all = true;
+      for (const Child& c : children_) all &= c.ready;
+      if (all) return absl::OkStatus();
+      std::vector<pollfd> fds = {{signal_fd, POLLIN, 0}};
+      for (const Child& c : children_) fds.push_back({c.ready ? -1 : c.out, POLLIN, 0});
+      poll(fds.data(), fds.size(), 100);
+      if (fds[0].revents & POLLIN) {
+        signalfd_siginfo info{};
+        (void)!read(signal_fd, &info, sizeof(info));
+        return absl::CancelledError(absl::StrCat("signal ", info.ssi_signo));
+      }
+      for (size_t i = 0; i < children_.size(); ++i) {
+        Child& c = children_[i];
+        if (c.ready || !(fds[i + 1].revents & (POLLIN | POLLHUP))) continue;
+        char buf[4096];
+        const ssize_t got = read(c.out, buf, sizeof(buf));
+        if (got > 0) c.buffer.append(buf, static_cast<size_t>(got));
+        for (size_t nl; (nl = c.buffer.find('\n')) != std::string::npos;) {
+          if (absl::StartsWith(c.buffer, "READY ")) c.ready = true;
+          c.buffer.erase(0, nl + 1);
+        }
+      }
+      std::string logs;
+      if (std::optional<std::string> dead = CheckChildren(&logs); dead.has_value()) {
+        return absl::AbortedError(absl::StrCat(*dead, "\n", logs));
+      }
+      if (absl::Now() > deadline) {
+        std::vector<std::string> waiting;
+        for (const Child& c : children_) {
+          if (!c.ready) waiting.push_back(absl::StrCat(c.id));
+        }
+        failed_ = true;
+        return absl::DeadlineExceededError(absl::StrCat(
+            "node(s) ", absl::StrJoin(waiting, ", "), " did not become ready within ",
+            absl::GetFlag(FLAGS_ready_timeout_s), " s (--ready_timeout_s)\nthe log of node ",
+            waiting[0], " (", LogPath(std::stoi(waiting[0])), ") ends with:\n",
+            Tail(LogPath(std::stoi(waiting[0])), 10)));
+      }
+    }
+  }
+
+  // Which nodes exited since the last call ("node 1 was killed by signal 9"), or nothing; the
+  // end of each one's log goes to `logs`.
+  std::optional<std::string> CheckChildren(std::string* logs) {
+    std::vector<std::string> gone;
+    for (Child& c : children_) {
+      if (c.exited) continue;
+      int status = 0;
+      if (waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      c.exited = true;
+      failed_ = true;
+      gone.push_back(absl::StrCat("node ", c.id, " ", DescribeWaitStatus(status),
+                                  c.ready ? "" : " before it was ready"));
+      absl::StrAppend(logs, "the log of node ", c.id, " (", LogPath(c.id), ") ends with:\n",
+                      Tail(LogPath(c.id), 10));
+    }
+    if (gone.empty()) return std::nullopt;
+    if (!logs->empty() && logs->back() == '\n') logs->pop_back();
+    return absl::StrJoin(gone, "; ");
+  }
+
+  // Stops every node: closes its input, so that it leaves the cluster; SIGTERM after a grace
+  // period (at once for a node that is not ready: it is still joining and reads no input);
+  // SIGKILL after another. Removes the temporary directory (configuration and logs).
+  void Stop() {
+    const absl::Time now = absl::Now();
+    for (Child& c : children_) {
+      if (c.in >= 0) close(c.in);
+      c.in = -1;
+      c.term_at = c.ready ? now + absl::Seconds(5) : now;
+    }
+    for (;;) {
+      bool all = true;
+      for (Child& c : children_) {
+        if (c.exited) continue;
+        int status = 0;
+        const pid_t r = waitpid(c.pid, &status, WNOHANG);
+        if (r == c.pid || (r < 0 && errno == ECHILD)) {
+          c.exited = true;
+          continue;
+        }
+        all = false;
+        if (!c.termed && absl::Now() >= c.term_at) {
+          if (c.ready) spdlog::warn("node {} did not leave within 5 s; sending SIGTERM", c.id);
+          kill(c.pid, SIGTERM);
+          c.termed = true;
+        } else if (c.termed && absl::Now() >= c.term_at + absl::Seconds(3)) {
+          spdlog::warn("node {} did not stop; killing it", c.id);
+          kill(c.pid, SIGKILL);
+          waitpid(c.pid, nullptr, 0);
+          c.exited = true;
+        }
+      }
+      if (all) break;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    for (Child& c : children_) {
+      if (c.out >= 0) close(c.out);
+      c.out = -1;
+    }
+    children_.clear();
+    if (!dir_.empty()) {
+      if (failed_) {
+        // The logs of a node that failed outlive the shell.
+        spdlog::warn("the nodes' logs are kept in {}", dir_);
+      } else {
+        std::error_code ec;
+        std::filesystem::remove_all(dir_, ec);
+      }
+      dir_.clear();
+    }
+  }
+
+  const config::ClusterConfig& config() const { return config_; }
+  const std::string& config_path() const { return config_path_; }
+  std::string LogPath(uint32_t id) const {
+    return absl::StrCat(dir_, "/node-", id, ".log");
+  }
+
+ private:
+  struct Child {
+    uint32_t id = 0;
+    pid_t pid = -1;
+    int in = -1;   // its standard input: closing it makes the node leave
+    int out = -1;  // its standard output: the READY line
+    std::string buffer;
+    bool ready = false;
+    bool exited = false;
+    bool termed = false;  // sent SIGTERM
+    absl::Time term_at;
+  };
+
+  absl::Status Spawn(uint32_t id, std::vector<std::string> args) {
+    const std::string log = LogPath(id);
+    const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log_fd < 0) {
+      return absl::UnavailableError(absl::StrCat("cannot create ", log, ": ", std::strerror(errno)));
+    }
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0) {
+      close(log_fd);
+      return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
+    }
+    if (pipe2(out, O_CLOEXEC) != 0) {
+      close(log_fd);
+      close(in[0]);
+      close(in[1]);
+      return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
+    }
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) {
+      const std::string why = std::strerror(errno);
+      for (int fd : {log_fd, in[0], in[1], out[0], out[1]}) close(fd);
+      return absl::UnavailableError(absl::StrCat("fork: ", why));
+    }
+    if (pid == 0) {
+      // Never outlive the shell, even one killed with SIGKILL (SIGTERM lets the shm provider
+      // remove its files). A process group of its own: Ctrl-C at the shell's terminal is the
+      // shell's, not the nodes'.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(127);
+      setpgid(0, 0);
+      dup2(in[0], STDIN_FILENO);
+      dup2(out[1], STDOUT_FILENO);
+      dup2(log_fd, STDERR_FILENO);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      signal(SIGPIPE, SIG_DFL);
+      execv(argv[0], argv.data());
+      std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+      _exit(127);
+    }
+    close(log_fd);
+    close(in[0]);
+    close(out[1]);
+    Child c;
+    c.id = id;
+    c.pid = pid;
+    c.in = in[1];
+    c.out = out[0];
+    children_.push_back(std::move(c));
+    return absl::OkStatus();
+  }
+
+  std::string dir_;  // configuration and node logs; removed by Stop unless a node failed
+  config::ClusterConfig config_;
+  std::string config_path_;
+  int serving_ = 0;
+  std::vector<Child> children_;
+  bool failed_ = false;  // a node exited on its own: keep the logs
+};
+
+// ---------------------------------------------------------------------------------------------
+// Joining.
+
+// Starts this node's Runtime on a thread while the calling thread watches signals and the local
+// nodes, so that neither a dead cluster nor Ctrl-C leaves the shell waiting. A wait that is given
+// up exits the process (the joining thread cannot be stopped).
+class Joiner {
+ public:
+  Joiner(int signal_fd, LocalCluster* local) : signal_fd_(signal_fd), local_(local) {}
+
+  absl::StatusOr<std::unique_ptr<Runtime>> Join(const RuntimeOptions& options,
+                                                absl::Duration timeout) {
+    struct Shared {
+      std::mutex mu;
+      bool done = false;
+      absl::StatusOr<std::unique_ptr<Runtime>> result = absl::UnknownError("not started");
+    };
+    auto shared = std::make_shared<Shared>();
+    std::thread t([shared, options] {
+      absl::StatusOr<std::unique_ptr<Runtime>> rt = Runtime::Start(options);
+      std::lock_guard<std::mutex> l(shared->mu);
+      shared->result = std::move(rt);
+      shared->done = true;
+    });
+    const absl::Time start = absl::Now();
+    bool told = false;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l(shared->mu);
+        if (shared->done) break;
+      }
+      pollfd p{signal_fd_, POLLIN, 0};
+      if (poll(&p, 1, 20) > 0) {
+        signalfd_siginfo info{};
+        (void)!read(signal_fd_, &info, sizeof(info));
+        Abandon(t, 128 + static_cast<int>(info.ssi_signo),
+                absl::StrCat("stopped by signal ", info.ssi_signo, " while joining the cluster"));
+      }
+      if (local_ != nullptr) {
+        std::string logs;
+        if (std::optional<std::string> dead = local_->CheckChildren(&logs); dead.has_value()) {
+          Abandon(t, kExitUsage,
+                  absl::StrCat("the cluster failed while the shell joined: ", *dead, "\n", logs));
+        }
+      }
+      const absl::Duration waited = absl::Now() - start;
+      if (!told && waited > absl::Seconds(3)) {
+        spdlog::warn("still waiting to join the cluster as node {} (up to {})", options.node_id,
+                     absl::FormatDuration(timeout));
+        told = true;
+      }
+      if (waited > timeout) {
+        Abandon(t, kExitUsage,
+                absl::StrCat("could not join the cluster as node ", options.node_id, " within ",
+                             absl::FormatDuration(timeout),
+                             " (--join_timeout_s): is the cluster running, and is its "
+                             "configuration manager reachable?"));
+      }
+    }
+    t.join();
+    std::lock_guard<std::mutex> l(shared->mu);
+    return std::move(shared->result);
+  }
+
+ private:
+  [[noreturn]] void Abandon(std::thread& t, int code, const std::string& why) {
+    spdlog::error("{}", why);
+    if (local_ != nullptr) local_->Stop();
+    t.detach();
+    // The joining runtime's fabric stays open: libfabric's shm provider would leave its files,
+    // named after this process (/dev/shm/PID:N:M), for a later process with the same id to trip
+    // over ("fi_enable failed: Device or resource busy").
+    const std::string mine = absl::StrCat(getpid(), ":");
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      if (absl::StartsWith(e.path().filename().string(), mine)) {
+        std::filesystem::remove(e.path(), ec);
+      }
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(code);
+  }
+
+  const int signal_fd_;
+  LocalCluster* const local_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The shell.
+
+class Shell {
+ public:
+  Shell(std::unique_ptr<Runtime> rt, std::unique_ptr<kv::Store> store,
+        std::unique_ptr<Worker> worker, bool raw, bool interactive, LocalCluster* local)
+      : rt_(std::move(rt)),
+        store_(std::move(store)),
+        worker_(std::move(worker)),
+        client_(std::make_unique<kv::Client>(*store_, *worker_)),
+        raw_(raw),
+        interactive_(interactive),
+        local_(local) {
+    limits_.max_key_size = store_->max_key_size();
+    limits_.max_value_size = store_->max_value_size();
+  }
+
+  ~Shell() {
+    client_.reset();
+    worker_.reset();
+    rt_.reset();  // leaves the cluster; the store's handlers go with it
+    store_.reset();
+  }
+
+  // Runs every command of `line`; false once the shell should stop (quit, lost cluster, broken
+  // output).
+  bool RunLine(absl::string_view line) {
+    absl::StatusOr<std::vector<std::vector<kvsh::Token>>> commands = kvsh::SplitLine(line);
+    if (!commands.ok()) {
+      return Print(kvsh::Reply::Error(absl::StrCat("ERR ", commands.status().message())));
+    }
+    for (const std::vector<kvsh::Token>& tokens : *commands) {
+      if (!RunCommand(tokens)) return false;
+    }
+    return true;
+  }
+
+  // Reports nodes of a --local cluster that died; false when this shell is no longer a member.
+  bool CheckCluster() {
+    if (local_ != nullptr) {
+      std::string logs;
+      if (std::optional<std::string> dead = local_->CheckChildren(&logs); dead.has_value()) {
+        if (interactive_) WriteAll(STDOUT_FILENO, "\n");  // off the line being typed
+        spdlog::warn("{}: the keys of its shard cannot be reached now\n{}", *dead, logs);
+        noticed_ = true;
+      }
+    }
+    const absl::Status evicted = RuntimeAccess::Of(*rt_).node->evicted();
+    if (!evicted.ok()) {
+      ++failures_;
+      Print(kvsh::Reply::Error(absl::StrCat(
+          "UNAVAILABLE this shell is no longer a member of the cluster (", evicted.message(),
+          "); start kvsh again to rejoin")));
+      return false;
+    }
+    return true;
+  }
+
+  // True once after CheckCluster printed a notice (the interactive shell redraws its line).
+  bool TakeNotice() { return std::exchange(noticed_, false); }
+  // Script mode: the number of the input line being run, for error messages (0: none).
+  void set_line(int line) { line_ = line; }
+  int failures() const { return failures_; }
+  const kvsh::Limits& limits() const { return limits_; }
+  uint32_t node_id() const { return rt_->node_id(); }
+  std::string provider() const { return rt_->provider(); }
+
+  absl::StatusOr<std::vector<kv::ShardStats>> Stats() { return client_->Stats(); }
+
+ private:
+  bool RunCommand(const std::vector<kvsh::Token>& tokens) {
+    if (!CheckCluster()) return false;
+    absl::StatusOr<kvsh::Command> c = kvsh::ParseCommand(tokens, limits_);
+    if (!c.ok()) return Print(kvsh::Reply::Error(absl::StrCat("ERR ", c.status().message())));
+    if (c->op == kvsh::Op::kQuit) return false;
+    return Print(Execute(*c));
+  }
+
+  kvsh::Reply Execute(const kvsh::Command& c) {
+    using kvsh::Reply;
+    switch (c.op) {
+      case kvsh::Op::kGet: {
+        absl::StatusOr<std::string> v = client_->Get(c.args[0]);
+        if (absl::IsNotFound(v.status())) return Reply::Nil();
+        if (!v.ok()) return kvsh::ErrorReply(v.status());
+        return Reply::String(std::move(*v));
+      }
+      case kvsh::Op::kPut: {
+        absl::Status s = client_->Put(c.args[0], c.args[1]);
+        return s.ok() ? Reply::Status("OK") : kvsh::ErrorReply(s);
+      }
+      case kvsh::Op::kDel: {
+        int64_t deleted = 0;
+        for (size_t i = 0; i < c.args.size(); ++i) {
+          absl::StatusOr<bool> d = client_->Delete(c.args[i]);
+          if (!d.ok()) {
+            Reply r = kvsh::ErrorReply(d.status());
+            if (i > 0) absl::StrAppend(&r.text, " (", i, " key(s) before it were processed, ",
+                                       deleted, " deleted)");
+            return r;
+          }
+          deleted += *d ? 1 : 0;
+        }
+        return Reply::Integer(deleted);
+      }
+      case kvsh::Op::kCas: {
+        std::optional<std::string> expected;
+        if (!c.expect_absent) expected = c.args[1];
+        absl::StatusOr<bool> done = client_->CompareAndSet(c.args[0], expected, c.args[2]);
+        if (!done.ok()) return kvsh::ErrorReply(done.status());
+        return Reply::Integer(*done ? 1 : 0);
+      }
+      case kvsh::Op::kMget: {
+        std::vector<absl::StatusOr<std::string>> values = client_->MultiGet(c.args);
+        std::vector<Reply> out;
+        for (absl::StatusOr<std::string>& v : values) {
+          if (absl::IsNotFound(v.status())) {
+            out.push_back(Reply::Nil());
+          } else if (!v.ok()) {
+            out.push_back(kvsh::ErrorReply(v.status()));
+          } else {
+            out.push_back(Reply::String(std::move(*v)));
+          }
+        }
+        return Reply::Array(std::move(out));
+      }
+      case kvsh::Op::kStats: {
+        absl::StatusOr<std::vector<kv::ShardStats>> stats = client_->Stats();
+        if (!stats.ok()) return kvsh::ErrorReply(stats.status());
+        std::vector<kvsh::StatsRow> rows;
+        for (const kv::ShardStats& s : *stats) {
+          kvsh::StatsRow r;
+          r.node = s.node;
+          r.buckets = s.buckets;
+          r.bucket_bytes = s.bucket_bytes;
+          r.items = s.items;
+          r.inline_items = s.inline_items;
+          r.displaced_items = s.displaced_items;
+          r.overflow_blocks = s.overflow_blocks;
+          r.out_of_line_bytes = s.out_of_line_bytes;
+          r.memory_bytes = s.memory_bytes;
+          rows.push_back(r);
+        }
+        return Reply::Text(kvsh::FormatStats(rows, raw_));
+      }
+      case kvsh::Op::kHelp: {
+        absl::StatusOr<std::string> text =
+            kvsh::HelpText(c.args.empty() ? "" : c.args[0], limits_);
+        if (!text.ok()) return Reply::Error(absl::StrCat("ERR ", text.status().message()));
+        return Reply::Text(*text);
+      }
+      case kvsh::Op::kQuit: break;
+    }
+    return Reply::Error("ERR internal: unhandled command");
+  }
+
+  // Prints a reply: on standard output, except that outside the interactive shell an error
+  // goes to standard error (as redis-cli does), so that scripts can tell them apart. False when
+  // standard output is gone.
+  bool Print(const kvsh::Reply& r) {
+    if (r.failed()) ++failures_;
+    const bool to_stderr = !interactive_ && r.kind == kvsh::Reply::Kind::kError;
+    const std::string text = absl::StrCat(to_stderr && line_ > 0 ? absl::StrCat("line ", line_, ": ")
+                                                                 : std::string(),
+                                          kvsh::Format(r, raw_));
+    if (!WriteAll(to_stderr ? STDERR_FILENO : STDOUT_FILENO, text)) {
+      ++failures_;
+      return false;
+    }
+    return true;
+  }
+
+  std::unique_ptr<Runtime> rt_;
+  std::unique_ptr<kv::Store> store_;
+  std::unique_ptr<Worker> worker_;
+  std::unique_ptr<kv::Client> client_;
+  const bool raw_;
+  const bool interactive_;
+  LocalCluster* const local_;
+  kvsh::Limits limits_;
+  int failures_ = 0;
+  int line_ = 0;
+  bool noticed_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Input.
+
+// Waits for `fd` to be readable or a signal; returns the signal number (0: `fd` is readable).
+// Checks the cluster every half second meanwhile (and calls `after_notice` when that printed
+// something).
+int WaitInput(int fd, int signal_fd, Shell& shell, bool* lost,
+              void (*after_notice)() = nullptr) {
+  for (;;) {
+    pollfd fds[2] = {{fd, POLLIN, 0}, {signal_fd, POLLIN, 0}};
+    const int n = poll(fds, 2, 500);
+    if (n > 0 && (fds[1].revents & POLLIN)) {
+      signalfd_siginfo info{};
+      if (read(signal_fd, &info, sizeof(info)) > 0) return static_cast<int>(info.ssi_signo);
+    }
+    if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) return 0;
+    if (!shell.CheckCluster()) {
+      *lost = true;
+      return 0;
+    }
+    if (shell.TakeNotice() && after_notice != nullptr) after_notice();
+  }
+}
+
+// Script mode: one command line per line of standard input, no prompt. Returns the signal that
+// stopped it, or 0.
+int RunScript(Shell& shell, int signal_fd) {
+  std::string pending;
+  int line = 0;
+  for (bool eof = false; !eof;) {
+    bool lost = false;
+    const int sig = WaitInput(STDIN_FILENO, signal_fd, shell, &lost);
+    if (lost) return 0;
+    if (sig != 0) return sig;
+    char buf[65536];
+    const ssize_t got = read(STDIN_FILENO, buf, sizeof(buf));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      eof = true;
+    } else {
+      pending.append(buf, static_cast<size_t>(got));
+    }
+    size_t start = 0;
+    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      shell.set_line(++line);
+      if (!shell.RunLine(absl::string_view(pending).substr(start, nl - start))) return 0;
+    }
+    pending.erase(0, start);
+    if (eof && !pending.empty()) {
+      shell.set_line(++line);
+      if (!shell.RunLine(pending)) return 0;
+    }
+  }
+  return 0;
+}
+
+// The interactive shell: libedit's line editing (its callback interface, so that signals and a
+// dying cluster are noticed while the user types) and a history file.
+struct Interactive {
+  static Interactive* current;
+  Shell* shell = nullptr;
+  bool stop = false;
+  bool line_done = false;  // libedit handed over a line: install the handler again
+  std::string history;
+
+  static void OnLine(char* line) {
+    Interactive& self = *current;
+    self.line_done = true;
+    if (line == nullptr) {  // Ctrl-D
+      WriteAll(STDOUT_FILENO, "\n");
+      self.stop = true;
+      return;
+    }
+    const std::string text(line);
+    std::free(line);
+    if (!absl::StripAsciiWhitespace(text).empty()) add_history(text.c_str());
+    if (!self.shell->RunLine(text)) self.stop = true;
+  }
+
+  static char* NextCommandName(const char* text, int state) {
+    static size_t index;
+    static std::vector<std::string> names;
+    if (state == 0) {
+      index = 0;
+      names = kvsh::CommandNames();
+    }
+    while (index < names.size()) {
+      const std::string& n = names[index++];
+      if (absl::StartsWith(n, text)) return strdup(n.c_str());
+    }
+    return nullptr;
+  }
+
+  // Completes command names at the start of a command; nothing else (keys are not listed).
+  static char** Complete(const char* text, int start, int) {
+    rl_attempted_completion_over = 1;
+    const absl::string_view before(rl_line_buffer, static_cast<size_t>(start));
+    const size_t semi = before.rfind(';');
+    const absl::string_view command =
+        semi == absl::string_view::npos ? before : before.substr(semi + 1);
+    if (!absl::StripAsciiWhitespace(command).empty()) return nullptr;
+    return rl_completion_matches(text, NextCommandName);
+  }
+
+  // Returns the signal that ended the shell (SIGTERM, SIGHUP), or 0.
+  int Run(int signal_fd) {
+    current = this;
+    rl_readline_name = const_cast<char*>("kvsh");
+    rl_attempted_completion_function = Complete;
+    stifle_history(1000);
+    if (!history.empty()) read_history(history.c_str());
+    const char* prompt = "kvsh> ";
+    rl_callback_handler_install(prompt, OnLine);
+    int result = 0;
+    while (!stop) {
+      bool lost = false;
+      // A warning printed meanwhile ran over the line being typed: draw it again.
+      const int sig = WaitInput(STDIN_FILENO, signal_fd, *shell, &lost,
+                                [] { rl_forced_update_display(); });
+      if (lost) break;
+      if (sig == SIGINT) {
+        // Ctrl-C drops the line being typed, as a shell does; Ctrl-D or quit leaves.
+        rl_replace_line("", 0);
+        WriteAll(STDOUT_FILENO, "^C\n");
+        rl_callback_handler_remove();
+        rl_callback_handler_install(prompt, OnLine);
+        continue;
+      }
+      if (sig != 0) {
+        result = sig;
+        break;
+      }
+      rl_callback_read_char();
+      if (line_done && !stop) {
+        // libedit leaves its callback mode after each line; this shows the prompt again.
+        line_done = false;
+        rl_callback_handler_install(prompt, OnLine);
+      }
+    }
+    rl_callback_handler_remove();
+    if (!history.empty()) {
+      if (write_history(history.c_str()) == 0) {
+        chmod(history.c_str(), 0600);
+      } else {
+        spdlog::debug("cannot write the history to {}", history);
+      }
+    }
+    return result;
+  }
+};
+Interactive* Interactive::current = nullptr;
+
+std::string HistoryPath() {
+  std::string path = absl::GetFlag(FLAGS_history_file);
+  if (absl::StartsWith(path, "~/")) {
+    const char* home = std::getenv("HOME");
+    if (home == nullptr || *home == '\0') return "";
+    path = absl::StrCat(home, path.substr(1));
+  }
+  return path;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flags and start-up.
+
+std::string DefaultNodeBinary() {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (self.parent_path() / "node").string();
+}
+
+// Resolves a path the user gave relative to where they ran `bazel run`.
+std::string UserPath(const std::string& path) {
+  const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (user_dir != nullptr && !path.empty() && path[0] != '/') {
+    return absl::StrCat(user_dir, "/", path);
+  }
+  return path;
+}
+
+absl::Status CheckFlags() {
+  const int local = absl::GetFlag(FLAGS_local);
+  const bool attach = !absl::GetFlag(FLAGS_config).empty();
+  if (absl::GetFlag(FLAGS_control_stdin) || absl::GetFlag(FLAGS_fill_pattern)) {
+    return absl::InvalidArgumentError(
+        "--control_stdin and --fill_pattern are flags of //tools:node, not of kvsh");
+  }
+  if (local < 0 || local > 63) {
+    return absl::InvalidArgumentError(absl::StrCat("--local must be 1 to 63 nodes, not ", local));
+  }
+  if (local > 0 && attach) {
+    return absl::InvalidArgumentError(
+        "give either --local=N (start a cluster) or --config=FILE (join one), not both");
+  }
+  if (local == 0 && !attach) {
+    return absl::InvalidArgumentError(
+        "kvsh needs a cluster: --local=N starts one of N nodes, --config=FILE [--node_id=N] "
+        "joins a running one; see --help");
+  }
+  if (local == 0) {
+    for (const char* f : {"late_nodes", "write_config"}) {
+      const bool set = std::string(f) == "late_nodes" ? absl::GetFlag(FLAGS_late_nodes) != 0
+                                                       : !absl::GetFlag(FLAGS_write_config).empty();
+      if (set) return absl::InvalidArgumentError(absl::StrCat("--", f, " goes with --local"));
+    }
+  }
+  const int late = absl::GetFlag(FLAGS_late_nodes);
+  if (late < 0 || local + 1 + late > 64) {
+    return absl::InvalidArgumentError(
+        "--late_nodes must be 0 or more, with at most 64 nodes in all (--local + 1 + "
+        "--late_nodes)");
+  }
+  if (!absl::GetFlag(FLAGS_provider).empty()) {
+    if (absl::Status s = CheckProvider(absl::GetFlag(FLAGS_provider)); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--provider: ", s.message()));
+    }
+  }
+  if (!absl::GetFlag(FLAGS_endpoint).empty()) {
+    if (absl::Status s = ParseEndpointType(absl::GetFlag(FLAGS_endpoint)).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--endpoint: ", s.message()));
+    }
+  }
+  if (absl::Status s = ParsePollMode(absl::GetFlag(FLAGS_poll)).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--poll: ", s.message()));
+  }
+  if (absl::GetFlag(FLAGS_ring_size) <= 0) {
+    return absl::InvalidArgumentError("--ring_size must be positive");
+  }
+  if (absl::GetFlag(FLAGS_join_timeout_s) <= 0 || absl::GetFlag(FLAGS_ready_timeout_s) <= 0) {
+    return absl::InvalidArgumentError("--join_timeout_s and --ready_timeout_s must be positive");
+  }
+  const uint32_t bb = absl::GetFlag(FLAGS_kv_bucket_bytes);
+  if (bb < 128 || bb > 4096 || (bb & (bb - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_bucket_bytes must be a power of two from 128 to 4096, not ", bb));
+  }
+  const uint32_t h = absl::GetFlag(FLAGS_kv_neighbourhood);
+  if (h < 1 || h > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_neighbourhood must be 1 to 64 buckets, not ", h));
+  }
+  if (local > 0 && absl::GetFlag(FLAGS_kv_buckets) == 0) {
+    return absl::InvalidArgumentError("--kv_buckets must be at least 1");
+  }
+  if (local > 0) {
+    const int64_t region = absl::GetFlag(FLAGS_region_size);
+    if (region <= 0 || region % 4096 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--region_size must be a positive multiple of 4096, not ", region));
+    }
+    if (absl::GetFlag(FLAGS_region_count) < 1) {
+      return absl::InvalidArgumentError("--region_count must be at least 1");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The node ids the shell may join as: --node_id, or every late node of the configuration.
+absl::StatusOr<std::vector<int>> CandidateIds(const std::string& config_path) {
+  absl::StatusOr<config::ClusterConfig> cfg = LoadClusterConfig(config_path);
+  if (!cfg.ok()) return cfg.status();
+  const int id = absl::GetFlag(FLAGS_node_id);
+  if (id >= 0) {
+    const config::NodeConfig* n = FindNode(*cfg, static_cast<uint32_t>(id));
+    if (n == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--node_id=", id, " is not listed in ", config_path));
+    }
+    if (!n->late()) {
+      spdlog::warn(
+          "node {} is not marked late in {}: the cluster counts on it to form (and the shell "
+          "holds no shard)",
+          id, config_path);
+    }
+    return std::vector<int>{id};
+  }
+  std::vector<int> ids;
+  for (const config::NodeConfig& n : cfg->node()) {
+    if (n.late()) ids.push_back(static_cast<int>(n.id()));
+  }
+  if (ids.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        config_path,
+        " lists no late node for the shell to join as: pass --node_id=N, or give the cluster "
+        "client slots (`late: true` nodes; //tools:cluster --late_nodes=1 --write_config=FILE)"));
+  }
+  return ids;
+}
+
+// Joins as the first of `ids` that is free. Exits the process when the wait is given up.
+absl::StatusOr<std::unique_ptr<Runtime>> JoinCluster(const std::string& config_path,
+                                                     const std::vector<int>& ids, int signal_fd,
+                                                     LocalCluster* local) {
+  RuntimeOptions o;
+  o.config_path = config_path;
+  if (local == nullptr) o.provider = absl::GetFlag(FLAGS_provider);
+  if (local == nullptr) o.endpoint = absl::GetFlag(FLAGS_endpoint);
+  o.poll = absl::GetFlag(FLAGS_poll);
+  // Every node of a cluster has the same messaging lanes (one per Worker) and ring size.
+  o.workers = absl::GetFlag(FLAGS_workers);
+  o.ring_size = static_cast<uint64_t>(absl::GetFlag(FLAGS_ring_size));
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_join_timeout_s));
+  Joiner joiner(signal_fd, local);
+  absl::Status last;
+  for (int id : ids) {
+    o.node_id = id;
+    spdlog::info("joining the cluster of {} as node {}", config_path, id);
+    absl::StatusOr<std::unique_ptr<Runtime>> rt = joiner.Join(o, timeout);
+    if (rt.ok()) return rt;
+    last = rt.status();
+    // Taken by another client: try the next slot.
+    if (ids.size() > 1 && absl::StrContains(rt.status().message(), "is already a member")) {
+      spdlog::info("node {} is taken: {}", id, std::string(rt.status().message()));
+      continue;
+    }
+    return rt.status();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("every late node of ", config_path, " (", absl::StrJoin(ids, ", "),
+                   ") is taken by another client: ", last.message()));
+}
+
+// absl's parser exits with status 1 on an unknown flag or a bad value; kvsh promises 2 for bad
+// flags, so it checks them first: every -name[=value] / --name [value] must be a flag (or
+// --noname of a bool flag) and its value must parse.
+absl::Status CheckArgv(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (a == "--") break;
+    if (a.size() < 2 || a[0] != '-') continue;  // not a flag (absl's parser complains later)
+    absl::ConsumePrefix(&a, "-");
+    absl::ConsumePrefix(&a, "-");
+    const size_t eq = a.find('=');
+    const absl::string_view name = a.substr(0, eq);
+    // absl's own: usage (its parser handles them) and flag files.
+    if (name == "help" || name == "helpfull" || name == "helpshort" || name == "helppackage" ||
+        name == "helpon" || name == "helpmatch" || name == "version" ||
+        name == "only_check_args" || name == "flagfile" || name == "fromenv" ||
+        name == "tryfromenv" || name == "undefok") {
+      break;
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      absl::CommandLineFlag* positive = absl::FindCommandLineFlag(name.substr(2));
+      if (positive != nullptr && positive->IsOfType<bool>() && eq == absl::string_view::npos) {
+        continue;
+      }
+    }
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name, " (--help lists kvsh's flags)"));
+    }
+    std::string value;
+    if (eq != absl::string_view::npos) {
+      value = std::string(a.substr(eq + 1));
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", error));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool GivenOnCommandLine(int argc, char** argv, absl::string_view name) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view a = argv[i];
+    if (a == "--") break;
+    if (!absl::ConsumePrefix(&a, "--")) {
+      if (!absl::ConsumePrefix(&a, "-")) continue;
+    }
+    if (a == name || absl::StartsWith(a, absl::StrCat(name, "="))) return true;
+  }
+  return false;
+}
+
+int Main(int argc, char** argv, const std::vector<std::string>& node_args) {
+  const bool command_given = GivenOnCommandLine(argc, argv, "c");
+  if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "kvsh"); !s.ok()) {
+    spdlog::error("--log_level: {}", std::string(s.message()));
+    return kExitUsage;
+  }
+  spdlog::default_logger()->set_pattern("kvsh %l: %v");
+  if (absl::Status s = CheckFlags(); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return kExitUsage;
+  }
+  const int local_nodes = absl::GetFlag(FLAGS_local);
+  if (!node_args.empty() && local_nodes == 0) {
+    spdlog::error("arguments after -- go to the nodes of --local; there are none to give them");
+    return kExitUsage;
+  }
+
+  // Signals are taken through a signalfd; block them before any thread starts.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  const int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::unique_ptr<LocalCluster> local;
+  std::string config_path;
+  std::vector<int> ids;
+  if (local_nodes > 0) {
+    std::string node_binary = UserPath(absl::GetFlag(FLAGS_node_binary));
+    if (node_binary.empty()) node_binary = DefaultNodeBinary();
+    if (access(node_binary.c_str(), X_OK) != 0) {
+      spdlog::error("node binary {} is not executable; build //tools:node or pass --node_binary",
+                    node_binary);
+      return kExitUsage;
+    }
+    local = std::make_unique<LocalCluster>();
+    if (absl::Status s = local->Configure(local_nodes, absl::GetFlag(FLAGS_late_nodes));
+        !s.ok()) {
+      spdlog::error("cannot configure the local cluster: {}", std::string(s.message()));
+      return kExitUsage;
+    }
+    spdlog::info("starting {} node(s), provider {}, configuration {}", local_nodes,
+                 local->config().provider(), local->config_path());
+    absl::Status s = local->Launch(node_binary, node_args);
+    if (s.ok()) {
+      s = local->WaitReady(signal_fd,
+                           absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_ready_timeout_s)));
+    }
+    if (!s.ok()) {
+      if (absl::IsCancelled(s)) {
+        spdlog::error("stopped by {} while the cluster started", std::string(s.message()));
+        local->Stop();
+        return 128 + std::stoi(std::string(absl::StripPrefix(s.message(), "signal ")));
+      }
+      spdlog::error("the local cluster did not start: {}", std::string(s.message()));
+      local->Stop();
+      return kExitUsage;
+    }
+    config_path = local->config_path();
+    ids = {local_nodes};
+  } else {
+    config_path = UserPath(absl::GetFlag(FLAGS_config));
+    absl::StatusOr<std::vector<int>> c = CandidateIds(config_path);
+    if (!c.ok()) {
+      spdlog::error("{}", std::string(c.status().message()));
+      return kExitUsage;
+    }
+    ids = *c;
+  }
+
+  absl::StatusOr<std::unique_ptr<Runtime>> rt = JoinCluster(config_path, ids, signal_fd,
+                                                            local.get());
+  if (!rt.ok()) {
+    const std::string why(rt.status().message());
+    std::string hint;
+    if (absl::StrContains(why, "messaging area")) {
+      hint = " (kvsh's --workers and --ring_size must be the cluster's nodes')";
+    } else if (absl::StrContains(why, "Device or resource busy") &&
+               std::filesystem::exists(absl::StrCat("/dev/shm/", getpid(), ":0:0"))) {
+      hint = absl::StrCat(" (the shm provider's file /dev/shm/", getpid(),
+                          ":0:0 exists already: a process that died with this process id left "
+                          "it; remove it if no process ",
+                          getpid(), " uses shm)");
+    }
+    spdlog::error("could not join the cluster: {}{}", why, hint);
+    return kExitUsage;
+  }
+  kv::Options options;
+  options.hold_shard = false;
+  options.buckets = absl::GetFlag(FLAGS_kv_buckets);
+  options.bucket_bytes = absl::GetFlag(FLAGS_kv_bucket_bytes);
+  options.neighbourhood = absl::GetFlag(FLAGS_kv_neighbourhood);
+  absl::StatusOr<std::unique_ptr<kv::Store>> store = kv::Store::Create(**rt, options);
+  if (!store.ok()) {
+    spdlog::error("cannot use the key-value store: {}", std::string(store.status().message()));
+    return kExitUsage;
+  }
+  (*rt)->Serve();
+  absl::StatusOr<std::unique_ptr<Worker>> worker = (*rt)->NewWorker();
+  if (!worker.ok()) {
+    spdlog::error("cannot make a worker: {}", std::string(worker.status().message()));
+    return kExitUsage;
+  }
+  const bool interactive = !command_given && isatty(STDIN_FILENO);
+  Shell shell(std::move(*rt), std::move(*store), std::move(*worker), absl::GetFlag(FLAGS_raw),
+              interactive, local.get());
+  // The store must answer before the first command: this finds the shard nodes (and a cluster
+  // whose nodes hold no shard, or use other --kv_* options, is said so here).
+  absl::StatusOr<std::vector<kv::ShardStats>> shards = shell.Stats();
+  if (!shards.ok()) {
+    std::string hint;
+    if (absl::IsFailedPrecondition(shards.status())) {
+      hint = " (kvsh's --kv_bucket_bytes and --kv_neighbourhood must be the cluster's)";
+    }
+    spdlog::error("the key-value store does not answer: {}{}",
+                  std::string(shards.status().message()), hint);
+    return kExitUsage;
+  }
+  std::vector<std::string> shard_nodes;
+  for (const kv::ShardStats& s : *shards) shard_nodes.push_back(absl::StrCat(s.node));
+  if (local != nullptr && !absl::GetFlag(FLAGS_write_config).empty()) {
+    const std::string out = UserPath(absl::GetFlag(FLAGS_write_config));
+    const std::string tmp = absl::StrCat(out, ".tmp");
+    {
+      std::ofstream f(tmp);
+      f << ToText(local->config());
+      f.close();
+      if (!f.good() || std::rename(tmp.c_str(), out.c_str()) != 0) {
+        spdlog::error("--write_config: cannot write {}", out);
+        return kExitUsage;
+      }
+    }
+    spdlog::info("wrote the cluster's configuration to {}", out);
+  }
+
+  int signal_seen = 0;
+  if (command_given) {
+    shell.RunLine(absl::GetFlag(FLAGS_c));
+  } else if (interactive) {
+    std::string banner = absl::StrCat(
+        "kvsh: node ", shell.node_id(), " of a cluster with shards on node(s) ",
+        absl::StrJoin(shard_nodes, ", "), ", provider ", shell.provider(),
+        local != nullptr ? " (started by kvsh; it stops when you leave)" : "", "\n");
+    if (local != nullptr && absl::GetFlag(FLAGS_late_nodes) > 0 &&
+        !absl::GetFlag(FLAGS_write_config).empty()) {
+      absl::StrAppend(&banner, "Other clients attach with --config=",
+                      UserPath(absl::GetFlag(FLAGS_write_config)), "\n");
+    }
+    absl::StrAppend(&banner, "Type 'help' for the commands, 'quit' or Ctrl-D to leave.\n");
+    WriteAll(STDOUT_FILENO, banner);
+    Interactive i;
+    i.shell = &shell;
+    i.history = HistoryPath();
+    signal_seen = i.Run(signal_fd);
+  } else {
+    signal_seen = RunScript(shell, signal_fd);
+  }
+  const int failures = shell.failures();
+  if (signal_seen != 0) spdlog::info("stopping on signal {}", signal_seen);
+  return signal_seen != 0 ? 128 + signal_seen : failures > 0 ? kExitFailed : kExitOk;
+}
+
+}  // namespace
+}  // namespace farm
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "a shell for the farm key-value store, in the manner of redis-cli.\n"
+      "\n"
+      "  kvsh --local=3                          start 3 KV nodes on this host and a shell on them\n"
+      "  kvsh --config=FILE [--node_id=N]        join a running cluster (as a `late` node: the\n"
+      "                                          first free one unless --node_id says which)\n"
+      "  kvsh ... -c 'put a 1; get a'            run commands and exit\n"
+      "  printf 'put a 1\\nget a\\n' | kvsh ...   script mode: one command line per input line\n"
+      "\n"
+      "Commands: get KEY; put KEY VALUE; del KEY...; cas KEY EXPECTED NEW (EXPECTED (nil): the\n"
+      "key must be absent); mget KEY...; stats; help [COMMAND]; quit. Arguments are words,\n"
+      "\"double quoted\" (\\n \\t \\xHH escapes) or 'single quoted'; ';' separates commands.\n"
+      "Replies print as redis-cli prints them (\"value\", (nil), (integer) 1, OK, (error) ...);\n"
+      "--raw prints bare values. Outside the interactive shell, errors go to standard error.\n"
+      "The interactive shell (standard input a terminal) has line editing, completion of\n"
+      "command names and a history (--history_file).\n"
+      "\n"
+      "Exit status: 0 every command succeeded (a missing key is (nil), not an error); 1 a command\n"
+      "failed or the shell lost the cluster; 2 bad flags or configuration, or the cluster could\n"
+      "not be started or joined; 128+N stopped by signal N.\n"
+      "\n"
+      "The shell is a node of the cluster: --provider, --endpoint, --poll, --ring_size, --workers\n"
+      "and --log_level (default warn for kvsh) are the node flags (--ring_size and --workers\n"
+      "must be the cluster's). With --local, arguments after --\n"
+      "go to every node process.");
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "kvsh.cc") || absl::StrContains(file, "node_main.cc");
+  };
+  absl::SetFlagsUsageConfig(usage);
+  // A shell keeps quiet about its node's routine work unless asked (--log_level).
+  absl::SetFlag(&FLAGS_log_level, "warn");
+  std::vector<std::string> node_args;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) {
+      node_args.assign(argv + i + 1, argv + argc);
+      break;
+    }
+  }
+  if (absl::Status s = farm::CheckArgv(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "kvsh: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() != 1 + node_args.size()) {
+    std::fprintf(stderr,
+                 "kvsh: unexpected argument '%s': commands go in -c '...' or on standard input "
+                 "(arguments for the nodes of --local go after --)\n",
+                 positional[1]);
+    return 2;
+  }
+  return farm::Main(argc, argv, node_args);
+}

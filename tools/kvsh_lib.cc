@@ -1,0 +1,493 @@
+#include "tools/kvsh_lib.h"
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace farm {
+namespace kvsh {
+namespace {
+
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+struct Spec {
+  Op op;
+  const char* name;
+  std::vector<const char*> aliases;
+  int min_args;
+  int max_args;  // -1: any number
+  const char* usage;
+  const char* summary;
+  const char* details;
+};
+
+const std::vector<Spec>& Specs() {
+  static const std::vector<Spec>* specs = new std::vector<Spec>{
+      {Op::kGet, "get", {}, 1, 1, "get KEY", "the value of KEY, or (nil) if there is none",
+       "Prints the value of KEY in quotes (bytes that are not printable as \\xHH), or (nil) when\n"
+       "the key does not exist (not an error). One one-sided READ of the key's neighbourhood.\n"},
+      {Op::kPut, "put", {"set"}, 2, 2, "put KEY VALUE", "set KEY to VALUE (alias: set)",
+       "Sets KEY to VALUE, inserting or replacing it, and prints OK. A transaction.\n"
+       "Quote a value with spaces: put greeting \"hello world\".\n"},
+      {Op::kDel, "del", {"delete"}, 1, -1, "del KEY [KEY ...]",
+       "delete keys; prints how many existed (alias: delete)",
+       "Deletes each KEY (one transaction per key, in order) and prints (integer) N, the number\n"
+       "of keys that existed.\n"},
+      {Op::kCas, "cas", {}, 3, 3, "cas KEY EXPECTED NEW",
+       "set KEY to NEW if its value is EXPECTED ((nil): if absent)",
+       "Sets KEY to NEW only if its current value is EXPECTED, atomically, and prints\n"
+       "(integer) 1 if it did, (integer) 0 if not. An unquoted (nil) as EXPECTED means \"only if\n"
+       "KEY does not exist\" (what get prints for a missing key); \"(nil)\" in quotes is the\n"
+       "5-byte string. Examples:\n"
+       "  cas lock (nil) me        take the lock if nobody holds it\n"
+       "  cas counter 41 42        increment 41 to 42 unless someone else changed it\n"},
+      {Op::kMget, "mget", {}, 1, -1, "mget KEY [KEY ...]",
+       "the values of several keys (their READs posted together)",
+       "Prints a numbered list with the value of each KEY, or (nil) for a missing one.\n"},
+      {Op::kStats, "stats", {}, 0, 0, "stats", "per shard: items, buckets, memory",
+       "Prints one line per shard node: items stored (inline in their bucket, displaced from\n"
+       "their home bucket), overflow blocks, buckets, memory used and memory per item, and the\n"
+       "total. With --raw: tab-separated, with a header line.\n"},
+      {Op::kHelp, "help", {}, 0, 1, "help [COMMAND]", "this list, or one command's details", ""},
+      {Op::kQuit, "quit", {"exit"}, 0, 0, "quit", "leave the shell (also: exit, Ctrl-D)",
+       "Leaves the shell. With --local, also stops the cluster it started.\n"},
+  };
+  return *specs;
+}
+
+const Spec* FindSpec(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  for (const Spec& s : Specs()) {
+    if (lower == s.name) return &s;
+    for (const char* a : s.aliases) {
+      if (lower == a) return &s;
+    }
+  }
+  return nullptr;
+}
+
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string CommandList() { return absl::StrJoin(CommandNames(), ", "); }
+
+std::string UnknownCommand(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  std::string best;
+  size_t best_distance = 3;  // suggest only close names
+  for (const Spec& s : Specs()) {
+    std::vector<const char*> names = {s.name};
+    names.insert(names.end(), s.aliases.begin(), s.aliases.end());
+    for (const char* n : names) {
+      const size_t d = EditDistance(lower, n);
+      if (d < best_distance) {
+        best_distance = d;
+        best = s.name;
+      }
+    }
+  }
+  // Show the name as typed, but never raw control bytes.
+  std::string shown = Quote(name);
+  shown = shown.substr(1, shown.size() - 2);
+  return absl::StrCat("unknown command '", shown, "'",
+                      best.empty() ? "" : absl::StrCat(" (did you mean '", best, "'?)"),
+                      "; commands: ", CommandList(), "; 'help' explains them");
+}
+
+absl::Status CheckKey(absl::string_view key, const Limits& limits) {
+  if (key.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("empty key: keys are 1 to ", limits.max_key_size, " bytes"));
+  }
+  if (key.size() > limits.max_key_size) {
+    return absl::InvalidArgumentError(absl::StrCat("key too long: ", key.size(),
+                                                   " bytes; keys are 1 to ", limits.max_key_size,
+                                                   " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckValue(absl::string_view value, const Limits& limits) {
+  if (value.size() > limits.max_value_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "value too large: ", value.size(), " bytes; the limit is ", limits.max_value_size,
+        " bytes (", HumanBytes(limits.max_value_size), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<Token>>> SplitLine(absl::string_view line) {
+  std::vector<std::vector<Token>> commands;
+  std::vector<Token> current;
+  auto end_command = [&] {
+    if (!current.empty()) commands.push_back(std::move(current));
+    current.clear();
+  };
+  size_t i = 0;
+  const size_t n = line.size();
+  // A comment: the whole line.
+  while (i < n && IsSpace(line[i])) ++i;
+  if (i < n && line[i] == '#') return commands;
+  while (i < n) {
+    while (i < n && IsSpace(line[i])) ++i;
+    if (i >= n) break;
+    if (line[i] == ';') {
+      end_command();
+      ++i;
+      continue;
+    }
+    Token t;
+    const char q = line[i];
+    if (q == '"' || q == '\'') {
+      t.quoted = true;
+      const size_t start = i;
+      ++i;
+      bool closed = false;
+      while (i < n) {
+        const char c = line[i];
+        if (c == q) {
+          closed = true;
+          ++i;
+          break;
+        }
+        if (c == '\\' && i + 1 < n) {
+          const char e = line[i + 1];
+          if (q == '\'') {
+            // In single quotes only \' is an escape.
+            if (e == '\'') {
+              t.text.push_back('\'');
+              i += 2;
+            } else {
+              t.text.push_back('\\');
+              ++i;
+            }
+            continue;
+          }
+          switch (e) {
+            case 'n': t.text.push_back('\n'); break;
+            case 'r': t.text.push_back('\r'); break;
+            case 't': t.text.push_back('\t'); break;
+            case 'a': t.text.push_back('\a'); break;
+            case 'b': t.text.push_back('\b'); break;
+            case 'x': {
+              const int hi = i + 2 < n ? HexDigit(line[i + 2]) : -1;
+              const int lo = i + 3 < n ? HexDigit(line[i + 3]) : -1;
+              if (hi < 0 || lo < 0) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "bad escape at column ", i + 1, ": \\x takes two hex digits, e.g. \\x00"));
+              }
+              t.text.push_back(static_cast<char>(hi * 16 + lo));
+              i += 4;
+              continue;
+            }
+            default: t.text.push_back(e); break;  // \" \\ and any other \c: c
+          }
+          i += 2;
+          continue;
+        }
+        t.text.push_back(c);
+        ++i;
+      }
+      if (!closed) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "unbalanced quotes: the ", q == '"' ? "double" : "single", " quote at column ",
+            start + 1, " is not closed"));
+      }
+      if (i < n && !IsSpace(line[i]) && line[i] != ';') {
+        return absl::InvalidArgumentError(
+            absl::StrCat("a closing quote must be followed by a space, ';' or the end of the "
+                         "line (column ",
+                         i + 1, ")"));
+      }
+    } else {
+      while (i < n && !IsSpace(line[i]) && line[i] != ';') t.text.push_back(line[i++]);
+    }
+    current.push_back(std::move(t));
+  }
+  end_command();
+  return commands;
+}
+
+std::string Quote(absl::string_view bytes) {
+  std::string out = "\"";
+  for (const char ch : bytes) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\a': out += "\\a"; break;
+      case '\b': out += "\\b"; break;
+      default:
+        if (c >= 0x20 && c < 0x7f) {
+          out.push_back(static_cast<char>(c));
+        } else {
+          absl::StrAppendFormat(&out, "\\x%02x", c);
+        }
+    }
+  }
+  out += "\"";
+  return out;
+}
+
+std::vector<std::string> CommandNames() {
+  std::vector<std::string> names;
+  for (const Spec& s : Specs()) names.push_back(s.name);
+  return names;
+}
+
+absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limits& limits) {
+  if (tokens.empty()) return absl::InvalidArgumentError("empty command");
+  const Spec* spec = FindSpec(tokens[0].text);
+  if (spec == nullptr) return absl::InvalidArgumentError(UnknownCommand(tokens[0].text));
+  Command c;
+  c.op = spec->op;
+  c.name = spec->name;
+  const int args = static_cast<int>(tokens.size()) - 1;
+  if (args < spec->min_args || (spec->max_args >= 0 && args > spec->max_args)) {
+    std::string hint;
+    if (spec->op == Op::kPut && args > 2) {
+      hint = "; quote a value with spaces: put KEY \"two words\"";
+    } else if (spec->op == Op::kCas && args < 3) {
+      hint = "; EXPECTED (nil) means the key must be absent";
+    }
+    return absl::InvalidArgumentError(absl::StrCat("wrong number of arguments for '", spec->name,
+                                                   "' (usage: ", spec->usage, hint, ")"));
+  }
+  for (size_t i = 1; i < tokens.size(); ++i) c.args.push_back(tokens[i].text);
+  absl::Status s;
+  switch (c.op) {
+    case Op::kGet:
+    case Op::kDel:
+    case Op::kMget:
+      for (const std::string& k : c.args) {
+        if (s = CheckKey(k, limits); !s.ok()) return s;
+      }
+      break;
+    case Op::kPut:
+      if (s = CheckKey(c.args[0], limits); !s.ok()) return s;
+      if (s = CheckValue(c.args[1], limits); !s.ok()) return s;
+      break;
+    case Op::kCas:
+      if (s = CheckKey(c.args[0], limits); !s.ok()) return s;
+      if (!tokens[2].quoted && tokens[2].text == "(nil)") {
+        c.expect_absent = true;
+        c.args[1].clear();
+      }
+      if (s = CheckValue(c.args[2], limits); !s.ok()) return s;
+      break;
+    case Op::kHelp:
+      if (!c.args.empty() && FindSpec(c.args[0]) == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("no command '", c.args[0], "'; commands: ", CommandList()));
+      }
+      break;
+    case Op::kStats:
+    case Op::kQuit:
+      break;
+  }
+  return c;
+}
+
+absl::StatusOr<std::string> HelpText(absl::string_view command, const Limits& limits) {
+  if (!command.empty()) {
+    const Spec* spec = FindSpec(command);
+    if (spec == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("no command '", command, "'; commands: ", CommandList()));
+    }
+    if (spec->op == Op::kHelp) return HelpText("", limits);
+    std::string out = absl::StrCat("usage: ", spec->usage, "\n", spec->details);
+    if (spec->op == Op::kGet || spec->op == Op::kPut || spec->op == Op::kCas) {
+      absl::StrAppend(&out, "Keys are 1 to ", limits.max_key_size, " bytes, values 0 to ",
+                      limits.max_value_size, " bytes.\n");
+    }
+    return out;
+  }
+  std::string out = "Commands (names are case-insensitive; ';' separates commands on a line):\n";
+  for (const Spec& s : Specs()) absl::StrAppendFormat(&out, "  %-22s %s\n", s.usage, s.summary);
+  absl::StrAppend(
+      &out,
+      "Arguments are words, \"double quoted\" (escapes \\\" \\\\ \\n \\r \\t \\xHH) or 'single "
+      "quoted'.\n",
+      "Keys are 1 to ", limits.max_key_size, " bytes, values 0 to ", limits.max_value_size,
+      " bytes (", HumanBytes(limits.max_value_size), ").\n",
+      "'help COMMAND' says more about one command.\n");
+  return out;
+}
+
+Reply Reply::Status(std::string s) {
+  Reply r;
+  r.kind = Kind::kStatus;
+  r.text = std::move(s);
+  return r;
+}
+Reply Reply::Error(std::string message) {
+  Reply r;
+  r.kind = Kind::kError;
+  r.text = std::move(message);
+  return r;
+}
+Reply Reply::Nil() { return Reply(); }
+Reply Reply::String(std::string bytes) {
+  Reply r;
+  r.kind = Kind::kString;
+  r.text = std::move(bytes);
+  return r;
+}
+Reply Reply::Integer(int64_t i) {
+  Reply r;
+  r.kind = Kind::kInteger;
+  r.integer = i;
+  return r;
+}
+Reply Reply::Array(std::vector<Reply> elements) {
+  Reply r;
+  r.kind = Kind::kArray;
+  r.elements = std::move(elements);
+  return r;
+}
+Reply Reply::Text(std::string text) {
+  Reply r;
+  r.kind = Kind::kText;
+  r.text = std::move(text);
+  return r;
+}
+
+bool Reply::failed() const {
+  if (kind == Kind::kError) return true;
+  for (const Reply& e : elements) {
+    if (e.failed()) return true;
+  }
+  return false;
+}
+
+namespace {
+
+// One reply without its final newline.
+std::string FormatBody(const Reply& r, bool raw) {
+  switch (r.kind) {
+    case Reply::Kind::kStatus: return r.text;
+    case Reply::Kind::kError: return raw ? r.text : absl::StrCat("(error) ", r.text);
+    case Reply::Kind::kNil: return raw ? "" : "(nil)";
+    case Reply::Kind::kString: return raw ? r.text : Quote(r.text);
+    case Reply::Kind::kInteger:
+      return raw ? absl::StrCat(r.integer) : absl::StrCat("(integer) ", r.integer);
+    case Reply::Kind::kText: {
+      std::string t = r.text;
+      if (!t.empty() && t.back() == '\n') t.pop_back();
+      return t;
+    }
+    case Reply::Kind::kArray: {
+      if (r.elements.empty()) return raw ? "" : "(empty array)";
+      std::string out;
+      const int width = static_cast<int>(absl::StrCat(r.elements.size()).size());
+      for (size_t i = 0; i < r.elements.size(); ++i) {
+        if (i > 0) out += "\n";
+        if (!raw) absl::StrAppendFormat(&out, "%*d) ", width, static_cast<int>(i + 1));
+        out += FormatBody(r.elements[i], raw);
+      }
+      return out;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string Format(const Reply& reply, bool raw) { return FormatBody(reply, raw) + "\n"; }
+
+Reply ErrorReply(const absl::Status& status) {
+  if (absl::IsInvalidArgument(status)) return Reply::Error(absl::StrCat("ERR ", status.message()));
+  return Reply::Error(
+      absl::StrCat(absl::StatusCodeToString(status.code()), " ", status.message()));
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes) / 1024;
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return absl::StrFormat("%.1f %s", v, units[u]);
+}
+
+std::string FormatStats(absl::Span<const StatsRow> rows, bool raw) {
+  std::string out;
+  if (raw) {
+    out =
+        "node\titems\tinline_items\tdisplaced_items\toverflow_blocks\tbuckets\tbucket_bytes\t"
+        "out_of_line_bytes\tmemory_bytes\n";
+    for (const StatsRow& r : rows) {
+      absl::StrAppend(&out, r.node, "\t", r.items, "\t", r.inline_items, "\t", r.displaced_items,
+                      "\t", r.overflow_blocks, "\t", r.buckets, "\t", r.bucket_bytes, "\t",
+                      r.out_of_line_bytes, "\t", r.memory_bytes, "\n");
+    }
+    return out;
+  }
+  if (rows.empty()) return "(no shards)\n";
+  const char* kRow = "%-6s %10s %10s %10s %9s %14s %11s %10s\n";
+  absl::StrAppendFormat(&out, kRow, "node", "items", "inline", "displaced", "overflow", "buckets",
+                        "memory", "per item");
+  auto per_item = [](uint64_t memory, uint64_t items) {
+    return items == 0 ? std::string("-") : HumanBytes(memory / items);
+  };
+  StatsRow total;
+  for (const StatsRow& r : rows) {
+    absl::StrAppendFormat(&out, kRow, absl::StrCat(r.node), absl::StrCat(r.items),
+                          absl::StrCat(r.inline_items), absl::StrCat(r.displaced_items),
+                          absl::StrCat(r.overflow_blocks),
+                          absl::StrCat(r.buckets, " x ", r.bucket_bytes, " B"),
+                          HumanBytes(r.memory_bytes), per_item(r.memory_bytes, r.items));
+    total.items += r.items;
+    total.inline_items += r.inline_items;
+    total.displaced_items += r.displaced_items;
+    total.overflow_blocks += r.overflow_blocks;
+    total.buckets += r.buckets;
+    total.memory_bytes += r.memory_bytes;
+  }
+  absl::StrAppendFormat(&out, kRow, "total", absl::StrCat(total.items),
+                        absl::StrCat(total.inline_items), absl::StrCat(total.displaced_items),
+                        absl::StrCat(total.overflow_blocks), absl::StrCat(total.buckets),
+                        HumanBytes(total.memory_bytes),
+                        per_item(total.memory_bytes, total.items));
+  absl::StrAppend(&out, rows.size(), rows.size() == 1 ? " shard" : " shards", ", ", total.items,
+                  total.items == 1 ? " item" : " items", ", ", HumanBytes(total.memory_bytes),
+                  "\n");
+  return out;
+}
+
+}  // namespace kvsh
+}  // namespace farm

@@ -1,0 +1,118 @@
+// The parts of //tools:kvsh (the key-value shell) that do not touch a cluster: splitting a line
+// into commands and arguments with redis-cli's quoting, checking a command's arguments, the
+// replies and how they are printed, and the help text. kvsh.cc runs the commands.
+//
+// Quoting (as redis-cli): an argument is a word without spaces, "double quoted" (escapes \" \\ \n
+// \r \t \a \b and \xHH; any other \c is c) or 'single quoted' (only \' is an escape). A
+// closing quote must be followed by a space, a ';' or the end of the line. A quote inside a word
+// is an ordinary character (it's). An unquoted ';' ends a command, so one line can hold several
+// (put a 1; get a). A line whose first non-blank character is '#' is a comment.
+//
+// Replies print as redis-cli prints them: "value" (quoted, binary bytes as \xHH), (nil),
+// (integer) 1, OK, (error) ERR ..., numbered arrays; --raw prints bare values instead.
+#ifndef FARM_TOOLS_KVSH_LIB_H_
+#define FARM_TOOLS_KVSH_LIB_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace farm {
+namespace kvsh {
+
+struct Token {
+  std::string text;
+  bool quoted = false;  // written in quotes ("(nil)" is a value, (nil) means "absent")
+};
+
+// The commands of one line: each a list of arguments, the command name first. Empty commands
+// (blank lines, comments, ";;") are left out. InvalidArgument for unbalanced quotes, a bad \x
+// escape, or a closing quote followed by something other than a space.
+absl::StatusOr<std::vector<std::vector<Token>>> SplitLine(absl::string_view line);
+
+// `bytes` as redis-cli shows a string: in double quotes, printable ASCII as is, \" \\ \n \r \t
+// \a \b escaped, every other byte as \xHH. SplitLine reads it back as the same bytes.
+std::string Quote(absl::string_view bytes);
+
+enum class Op { kGet, kPut, kDel, kCas, kMget, kStats, kHelp, kQuit };
+
+// A command whose arguments have been checked.
+struct Command {
+  Op op = Op::kHelp;
+  std::string name;               // as canonically spelled: "get", "put", ...
+  std::vector<std::string> args;  // the arguments after the name
+  // cas only: the expected value is (nil), i.e. the key must be absent (args[1] is then empty).
+  bool expect_absent = false;
+};
+
+struct Limits {
+  uint64_t max_key_size = 1024;
+  uint64_t max_value_size = 1 << 20;
+};
+
+// Checks a command (name case-insensitive; aliases: set = put, delete = del, exit = quit) and its
+// arguments: count, key sizes (1 .. max_key_size bytes), value sizes. InvalidArgument with a
+// message that says what is wrong and how to write it (usage, nearest command name).
+absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limits& limits);
+
+// The help text: every command when `command` is empty, else that command's usage and details.
+// NotFound (with the list of commands) for an unknown command.
+absl::StatusOr<std::string> HelpText(absl::string_view command, const Limits& limits);
+
+// The names of the commands, for completion.
+std::vector<std::string> CommandNames();
+
+// A reply, as a redis server would give it.
+struct Reply {
+  enum class Kind { kStatus, kError, kNil, kString, kInteger, kArray, kText };
+  Kind kind = Kind::kNil;
+  std::string text;  // status, error message, string bytes, or preformatted text (ends in \n)
+  int64_t integer = 0;
+  std::vector<Reply> elements;
+
+  static Reply Status(std::string s);
+  static Reply Error(std::string message);  // e.g. "ERR wrong number of arguments ..."
+  static Reply Nil();
+  static Reply String(std::string bytes);
+  static Reply Integer(int64_t i);
+  static Reply Array(std::vector<Reply> elements);
+  static Reply Text(std::string text);
+  // True for an error, or an array holding one.
+  bool failed() const;
+};
+
+// How redis-cli prints `reply` on a terminal (raw = false) or with --raw. Ends with a newline.
+std::string Format(const Reply& reply, bool raw);
+
+// The error reply for a failed store operation: "ERR message" for bad arguments, else the status
+// code's name, e.g. "UNAVAILABLE kv: the key's shard on node 1 cannot be reached: ...".
+Reply ErrorReply(const absl::Status& status);
+
+// One shard's statistics, as Client::Stats reports them (farm/kv/kv.h ShardStats).
+struct StatsRow {
+  uint32_t node = 0;
+  uint64_t buckets = 0;
+  uint64_t bucket_bytes = 0;
+  uint64_t items = 0;
+  uint64_t inline_items = 0;
+  uint64_t displaced_items = 0;
+  uint64_t overflow_blocks = 0;
+  uint64_t out_of_line_bytes = 0;
+  uint64_t memory_bytes = 0;
+};
+
+// A table with one line per shard and a total (raw: tab-separated, with a header line).
+std::string FormatStats(absl::Span<const StatsRow> rows, bool raw);
+
+// "512 B", "2.0 KiB", "1.5 MiB", ...
+std::string HumanBytes(uint64_t bytes);
+
+}  // namespace kvsh
+}  // namespace farm
+
+#endif  // FARM_TOOLS_KVSH_LIB_H_

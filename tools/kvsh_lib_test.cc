@@ -1,0 +1,250 @@
+#include "tools/kvsh_lib.h"
+
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+namespace farm {
+namespace kvsh {
+namespace {
+
+// The texts of the tokens of each command of `line` (which must split).
+std::vector<std::vector<std::string>> Split(const std::string& line) {
+  absl::StatusOr<std::vector<std::vector<Token>>> r = SplitLine(line);
+  INFO(line << ": " << r.status().ToString());
+  REQUIRE(r.ok());
+  std::vector<std::vector<std::string>> out;
+  for (const std::vector<Token>& c : *r) {
+    out.emplace_back();
+    for (const Token& t : c) out.back().push_back(t.text);
+  }
+  return out;
+}
+
+std::string SplitError(const std::string& line) {
+  absl::StatusOr<std::vector<std::vector<Token>>> r = SplitLine(line);
+  REQUIRE_FALSE(r.ok());
+  CHECK(absl::IsInvalidArgument(r.status()));
+  return std::string(r.status().message());
+}
+
+absl::StatusOr<Command> Parse(const std::string& line, Limits limits = {}) {
+  absl::StatusOr<std::vector<std::vector<Token>>> r = SplitLine(line);
+  REQUIRE(r.ok());
+  REQUIRE(r->size() == 1);
+  return ParseCommand((*r)[0], limits);
+}
+
+std::string ParseError(const std::string& line, Limits limits = {}) {
+  absl::StatusOr<Command> c = Parse(line, limits);
+  INFO(line);
+  REQUIRE_FALSE(c.ok());
+  CHECK(absl::IsInvalidArgument(c.status()));
+  return std::string(c.status().message());
+}
+
+using Lines = std::vector<std::vector<std::string>>;
+
+TEST_CASE("words, quotes and escapes split as redis-cli splits them", "[kvsh]") {
+  CHECK(Split("get a") == Lines{{"get", "a"}});
+  CHECK(Split("  put   k\tv  ") == Lines{{"put", "k", "v"}});
+  CHECK(Split("put k \"hello world\"") == Lines{{"put", "k", "hello world"}});
+  CHECK(Split("put k 'hello world'") == Lines{{"put", "k", "hello world"}});
+  CHECK(Split(R"(put k "a\nb\tc\r\\\"")") == Lines{{"put", "k", "a\nb\tc\r\\\""}});
+  CHECK(Split(R"(put k "\x00\xff\x41")") == Lines{{"put", "k", std::string("\0\xff" "A", 3)}});
+  CHECK(Split(R"(put k "\q")") == Lines{{"put", "k", "q"}});  // any other \c is c
+  CHECK(Split(R"(put k 'it\'s \n')") == Lines{{"put", "k", "it's \\n"}});
+  CHECK(Split("put k it's") == Lines{{"put", "k", "it's"}});  // a quote inside a word
+  CHECK(Split("put k \"\"") == Lines{{"put", "k", ""}});       // the empty value
+  CHECK(Split("put k ''") == Lines{{"put", "k", ""}});
+}
+
+TEST_CASE("';' separates commands; blank lines and comments are no commands", "[kvsh]") {
+  CHECK(Split("put a 1; get a") == Lines{{"put", "a", "1"}, {"get", "a"}});
+  CHECK(Split("put a 1;get a;") == Lines{{"put", "a", "1"}, {"get", "a"}});
+  CHECK(Split("put a \"1;2\"; get a") == Lines{{"put", "a", "1;2"}, {"get", "a"}});
+  CHECK(Split("put a '1;2'") == Lines{{"put", "a", "1;2"}});
+  CHECK(Split(";;  ;") == Lines{});
+  CHECK(Split("") == Lines{});
+  CHECK(Split("   \t ") == Lines{});
+  CHECK(Split("  # a comment; get a") == Lines{});
+  CHECK(Split("put a #1") == Lines{{"put", "a", "#1"}});
+}
+
+TEST_CASE("quoted tokens are marked, so (nil) and \"(nil)\" differ", "[kvsh]") {
+  absl::StatusOr<std::vector<std::vector<Token>>> r = SplitLine("cas k (nil) \"(nil)\" '(nil)'");
+  REQUIRE(r.ok());
+  REQUIRE((*r)[0].size() == 5);
+  CHECK_FALSE((*r)[0][2].quoted);
+  CHECK((*r)[0][3].quoted);
+  CHECK((*r)[0][4].quoted);
+}
+
+TEST_CASE("bad quoting is refused with the column", "[kvsh]") {
+  CHECK_THAT(SplitError("put k \"abc"),
+             Catch::Contains("the double quote at column 7 is not closed"));
+  CHECK_THAT(SplitError("put k 'abc"), Catch::Contains("single quote at column 7"));
+  CHECK_THAT(SplitError("put k \"abc\"def"),
+             Catch::Contains("a closing quote must be followed by a space"));
+  CHECK_THAT(SplitError(R"(put k "\x4")"), Catch::Contains("\\x takes two hex digits"));
+  CHECK_THAT(SplitError(R"(put k "\xzz")"), Catch::Contains("\\x takes two hex digits"));
+  CHECK_THAT(SplitError("put k \"ends in a backslash\\"), Catch::Contains("is not closed"));
+}
+
+TEST_CASE("Quote shows bytes as redis-cli does, and reads back the same", "[kvsh]") {
+  CHECK(Quote("hello") == "\"hello\"");
+  CHECK(Quote("") == "\"\"");
+  CHECK(Quote("a\"b\\c") == R"("a\"b\\c")");
+  CHECK(Quote("l1\nl2\r\t\a\b") == R"("l1\nl2\r\t\a\b")");
+  CHECK(Quote(std::string("\0\x01\x7f\x80\xff", 5)) == R"("\x00\x01\x7f\x80\xff")");
+  CHECK(Quote("h\xc3\xa9llo") == R"("h\xc3\xa9llo")");  // UTF-8 as bytes, like redis-cli
+  std::string all;
+  for (int c = 0; c < 256; ++c) all.push_back(static_cast<char>(c));
+  CHECK(Split("put k " + Quote(all)) == Lines{{"put", "k", all}});
+}
+
+TEST_CASE("commands are checked: names, aliases, argument counts", "[kvsh]") {
+  absl::StatusOr<Command> c = Parse("GET a");
+  REQUIRE(c.ok());
+  CHECK(c->op == Op::kGet);
+  CHECK(c->args == std::vector<std::string>{"a"});
+  c = Parse("set k v");
+  REQUIRE(c.ok());
+  CHECK(c->op == Op::kPut);
+  CHECK(c->name == "put");
+  CHECK(Parse("delete a b c")->op == Op::kDel);
+  CHECK(Parse("exit")->op == Op::kQuit);
+  CHECK(Parse("mget a b")->args.size() == 2);
+  CHECK(Parse("stats")->op == Op::kStats);
+  CHECK(Parse("help")->op == Op::kHelp);
+  CHECK(Parse("help cas")->op == Op::kHelp);
+
+  CHECK(ParseError("get") == "wrong number of arguments for 'get' (usage: get KEY)");
+  CHECK(ParseError("get a b") == "wrong number of arguments for 'get' (usage: get KEY)");
+  CHECK_THAT(ParseError("put k hello world"),
+             Catch::Contains("usage: put KEY VALUE; quote a value with spaces"));
+  CHECK_THAT(ParseError("del"), Catch::Contains("usage: del KEY [KEY ...]"));
+  CHECK_THAT(ParseError("mget"), Catch::Contains("usage: mget KEY [KEY ...]"));
+  CHECK_THAT(ParseError("cas k v"), Catch::Contains("EXPECTED (nil) means the key must be absent"));
+  CHECK_THAT(ParseError("stats now"), Catch::Contains("usage: stats"));
+  CHECK_THAT(ParseError("help get put"), Catch::Contains("usage: help [COMMAND]"));
+  CHECK_THAT(ParseError("help frobnicate"), Catch::Contains("no command 'frobnicate'"));
+}
+
+TEST_CASE("an unknown command names the commands and the nearest one", "[kvsh]") {
+  const std::string e = ParseError("gte a");
+  CHECK_THAT(e, Catch::StartsWith("unknown command 'gte' (did you mean 'get'?)"));
+  CHECK_THAT(e, Catch::Contains("commands: get, put, del, cas, mget, stats, help, quit"));
+  CHECK_THAT(ParseError("mgett a"), Catch::Contains("did you mean 'mget'?"));
+  CHECK_THAT(ParseError("frobnicate"), !Catch::Contains("did you mean"));
+  // Control bytes in the name are shown escaped, not written to the terminal.
+  CHECK_THAT(ParseError("\"\x1b[2J\""), Catch::Contains("unknown command '\\x1b[2J'"));
+}
+
+TEST_CASE("keys and values are checked against the limits", "[kvsh]") {
+  Limits l;
+  l.max_key_size = 8;
+  l.max_value_size = 16;
+  CHECK(Parse("put 12345678 0123456789abcdef", l).ok());
+  CHECK(ParseError("put 123456789 v", l) == "key too long: 9 bytes; keys are 1 to 8 bytes");
+  CHECK(ParseError("put k 0123456789abcdefg", l) ==
+        "value too large: 17 bytes; the limit is 16 bytes (16 B)");
+  CHECK(ParseError("get \"\"", l) == "empty key: keys are 1 to 8 bytes");
+  CHECK_THAT(ParseError("mget a b 123456789", l), Catch::Contains("key too long"));
+  CHECK_THAT(ParseError("del a '' c", l), Catch::Contains("empty key"));
+  CHECK_THAT(ParseError("cas k (nil) 0123456789abcdefg", l), Catch::Contains("value too large"));
+  CHECK(Parse("put k \"\"", l).ok());  // an empty value is a value
+  Limits big;
+  big.max_value_size = 1 << 20;
+  CHECK_THAT(ParseError("put k " + std::string((1 << 20) + 1, 'x'), big),
+             Catch::Contains("the limit is 1048576 bytes (1.0 MiB)"));
+}
+
+TEST_CASE("cas: an unquoted (nil) means absent, a quoted one is a value", "[kvsh]") {
+  absl::StatusOr<Command> c = Parse("cas k (nil) v");
+  REQUIRE(c.ok());
+  CHECK(c->expect_absent);
+  c = Parse("cas k \"(nil)\" v");
+  REQUIRE(c.ok());
+  CHECK_FALSE(c->expect_absent);
+  CHECK(c->args[1] == "(nil)");
+  c = Parse("cas k old new");
+  REQUIRE(c.ok());
+  CHECK_FALSE(c->expect_absent);
+  CHECK(c->args == std::vector<std::string>{"k", "old", "new"});
+}
+
+TEST_CASE("replies print as redis-cli prints them, and bare with --raw", "[kvsh]") {
+  CHECK(Format(Reply::Status("OK"), false) == "OK\n");
+  CHECK(Format(Reply::Nil(), false) == "(nil)\n");
+  CHECK(Format(Reply::Nil(), true) == "\n");
+  CHECK(Format(Reply::String("a b\n"), false) == "\"a b\\n\"\n");
+  CHECK(Format(Reply::String("a b\n"), true) == "a b\n\n");
+  CHECK(Format(Reply::Integer(3), false) == "(integer) 3\n");
+  CHECK(Format(Reply::Integer(3), true) == "3\n");
+  CHECK(Format(Reply::Error("ERR nope"), false) == "(error) ERR nope\n");
+  CHECK(Format(Reply::Error("ERR nope"), true) == "ERR nope\n");
+  const Reply list = Reply::Array({Reply::String("1"), Reply::Nil(), Reply::String("\x01")});
+  CHECK(Format(list, false) == "1) \"1\"\n2) (nil)\n3) \"\\x01\"\n");
+  CHECK(Format(list, true) == "1\n\n\x01\n");
+  std::vector<Reply> ten(10, Reply::Integer(0));
+  const std::string t = Format(Reply::Array(ten), false);
+  CHECK_THAT(t, Catch::StartsWith(" 1) (integer) 0\n"));
+  CHECK_THAT(t, Catch::EndsWith("\n10) (integer) 0\n"));
+  CHECK(Format(Reply::Array({}), false) == "(empty array)\n");
+  CHECK(Format(Reply::Text("a\nb\n"), false) == "a\nb\n");
+  CHECK_FALSE(list.failed());
+  CHECK(Reply::Array({Reply::Nil(), Reply::Error("ERR x")}).failed());
+}
+
+TEST_CASE("store errors become error replies with their code", "[kvsh]") {
+  CHECK(ErrorReply(absl::InvalidArgumentError("kv: bad")).text == "ERR kv: bad");
+  CHECK(ErrorReply(absl::UnavailableError("kv: gone")).text == "UNAVAILABLE kv: gone");
+  CHECK(ErrorReply(absl::ResourceExhaustedError("full")).text == "RESOURCE_EXHAUSTED full");
+}
+
+TEST_CASE("help lists every command and explains one", "[kvsh]") {
+  absl::StatusOr<std::string> all = HelpText("", Limits{});
+  REQUIRE(all.ok());
+  for (const std::string& name : CommandNames()) CHECK_THAT(*all, Catch::Contains(name));
+  CHECK_THAT(*all, Catch::Contains("values 0 to 1048576 bytes (1.0 MiB)"));
+  absl::StatusOr<std::string> cas = HelpText("CAS", Limits{});
+  REQUIRE(cas.ok());
+  CHECK_THAT(*cas, Catch::StartsWith("usage: cas KEY EXPECTED NEW\n"));
+  CHECK_THAT(*cas, Catch::Contains("(nil)"));
+  CHECK(absl::IsNotFound(HelpText("nope", Limits{}).status()));
+}
+
+TEST_CASE("stats: a table with a total, or tab-separated with --raw", "[kvsh]") {
+  std::vector<StatsRow> rows(2);
+  rows[0].node = 0;
+  rows[0].buckets = 8192;
+  rows[0].bucket_bytes = 256;
+  rows[0].items = 10;
+  rows[0].inline_items = 9;
+  rows[0].memory_bytes = 2 << 20;
+  rows[1].node = 1;
+  rows[1].buckets = 8192;
+  rows[1].bucket_bytes = 256;
+  rows[1].memory_bytes = 2 << 20;
+  const std::string table = FormatStats(rows, false);
+  CHECK_THAT(table, Catch::StartsWith("node "));
+  CHECK_THAT(table, Catch::Contains("8192 x 256 B"));
+  CHECK_THAT(table, Catch::Contains("204.8 KiB"));  // 2 MiB / 10 items
+  CHECK_THAT(table, Catch::Contains("\ntotal "));
+  CHECK_THAT(table, Catch::EndsWith("2 shards, 10 items, 4.0 MiB\n"));
+  CHECK(FormatStats(rows, true) ==
+        "node\titems\tinline_items\tdisplaced_items\toverflow_blocks\tbuckets\tbucket_bytes\t"
+        "out_of_line_bytes\tmemory_bytes\n"
+        "0\t10\t9\t0\t0\t8192\t256\t0\t2097152\n"
+        "1\t0\t0\t0\t0\t8192\t256\t0\t2097152\n");
+  CHECK(HumanBytes(0) == "0 B");
+  CHECK(HumanBytes(1023) == "1023 B");
+  CHECK(HumanBytes(1536) == "1.5 KiB");
+  CHECK(HumanBytes(uint64_t{3} << 30) == "3.0 GiB");
+}
+
+}  // namespace
+}  // namespace kvsh
+}  // namespace farm
