@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -361,6 +362,9 @@ class TableTxn {
       : t_(t), s_(s), key_(key), h_(h), home_(s.Home(h)), inline_max_(inline_max) {}
 
   absl::Status Load() {
+    for (uint64_t i = 0; i < s_.neighbourhood; ++i) {
+      if (t_.Touched(s_.Bucket(home_ + i))) touched_before_.insert(s_.Bucket(home_ + i).Pack());
+    }
     std::vector<std::string> payloads;
     if (absl::Status st =
             t_.ReadRun(s_.Bucket(home_), s_.bucket_bytes, s_.payload(), s_.neighbourhood, &payloads);
@@ -375,6 +379,7 @@ class TableTxn {
     for (int n = 0; has; ++n) {
       if (n > 1 << 20) return absl::DataLossError("an overflow chain does not end");
       Buf b{link, std::string()};
+      if (t_.Touched(link)) touched_before_.insert(link.Pack());
       if (absl::Status st = t_.Read(link, s_.payload(), &b.payload); !st.ok()) return st;
       has = ReadLink(b.payload, &link);
       chain_.push_back(bufs_.size());
@@ -520,11 +525,26 @@ class TableTxn {
     return Flush();
   }
 
+  // After a change to a key that was found at `at`: the buckets and blocks this lookup read
+  // only to find the key do not decide the outcome, so Commit need not validate them (on the
+  // software providers that saves a READ per bucket). The key is in one place only, and whoever
+  // moves or removes it writes that place, so the bucket or block that holds it stays in the
+  // read set (or is written); what this transaction had read before the lookup stays too. A
+  // lookup that did not find the key keeps everything: "absent" depends on every bucket.
+  void ReleaseLookupReads(const Loc& at) {
+    for (size_t b = 0; b < bufs_.size(); ++b) {
+      if (b == at.buf || bufs_[b].written || bufs_[b].freed) continue;
+      if (touched_before_.count(bufs_[b].addr.Pack()) > 0) continue;
+      t_.ReleaseRead(bufs_[b].addr);
+    }
+  }
+
  private:
   struct Buf {
     GlobalAddress addr;
     std::string payload;
     bool dirty = false;
+    bool written = false;  // by Flush
     bool freed = false;
   };
 
@@ -666,6 +686,7 @@ class TableTxn {
       if (!b.dirty || b.freed) continue;
       if (absl::Status st = t_.Write(b.addr, b.payload); !st.ok()) return st;
       b.dirty = false;
+      b.written = true;
     }
     return absl::OkStatus();
   }
@@ -680,6 +701,7 @@ class TableTxn {
   // buckets in the order they were loaded or created.
   std::vector<Buf> bufs_;
   std::vector<size_t> chain_;  // indices into bufs_, in chain order
+  absl::flat_hash_set<uint64_t> touched_before_;  // read or written before Load (packed)
 };
 
 // The operations on a key's part of the table inside one transaction (the standalone calls
@@ -687,7 +709,9 @@ class TableTxn {
 absl::Status PutIn(TableTxn& table, absl::string_view value) {
   absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
   if (!at.ok()) return at.status();
-  return table.Put(*at, value);
+  if (absl::Status st = table.Put(*at, value); !st.ok()) return st;
+  if (at->has_value()) table.ReleaseLookupReads(**at);
+  return absl::OkStatus();
 }
 
 absl::Status DeleteIn(TableTxn& table, bool* deleted) {
@@ -695,7 +719,9 @@ absl::Status DeleteIn(TableTxn& table, bool* deleted) {
   if (!at.ok()) return at.status();
   *deleted = at->has_value();
   if (!*deleted) return absl::OkStatus();
-  return table.Delete(**at);
+  if (absl::Status st = table.Delete(**at); !st.ok()) return st;
+  table.ReleaseLookupReads(**at);
+  return absl::OkStatus();
 }
 
 absl::Status GetIn(TableTxn& table, bool* found, std::string* value) {
@@ -1173,7 +1199,9 @@ absl::StatusOr<bool> Client::CompareAndSet(absl::string_view key,
                              : !at->has_value();
     set = matches;
     if (!matches) return absl::OkStatus();  // commits read-only: validated like any read
-    return table.Put(*at, value);
+    if (absl::Status st = table.Put(*at, value); !st.ok()) return st;
+    if (at->has_value()) table.ReleaseLookupReads(**at);
+    return absl::OkStatus();
   });
   if (!st.ok()) return st;
   return set;

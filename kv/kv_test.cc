@@ -386,6 +386,67 @@ TEST_CASE("keys take part in larger transactions", "[kv]") {
   CHECK(absl::IsNotFound(kv.Get("carol").status()));
 }
 
+TEST_CASE("an update validates the bucket that holds its key; absence and the caller's reads "
+          "stay validated",
+          "[kv]") {
+  // One home bucket, H = 4: every key's neighbourhood is the same 4 buckets of 3 entries each.
+  Options o;
+  o.buckets = 1;
+  o.bucket_bytes = 128;
+  o.neighbourhood = 4;
+  Cluster c = Start(2, o);
+  std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+  std::unique_ptr<Worker> other = NewWorker(*c.rts[1]);
+  Client kv(*c.stores[0], *w);
+  Client kv_other(*c.stores[1], *other);
+  // Values of one length: every update below rewrites its entry in place, in its bucket only.
+  const std::string v0(16, '0'), vt(16, 't'), vo(16, 'o');
+  constexpr int kKeys = 8;  // 3 entries per bucket: spread over 3 buckets at least
+  for (int i = 0; i < kKeys; ++i) REQUIRE(kv.Put(Key(i), v0).ok());
+  int committed = 0;
+  for (int a = 0; a < kKeys; ++a) {
+    for (int b = 0; b < kKeys; ++b) {
+      if (a == b) continue;
+      INFO("a = " << Key(a) << ", b = " << Key(b));
+      {  // An update of a depends on a's bucket only: b changing elsewhere does not abort it.
+        std::unique_ptr<Txn> t = w->Begin();
+        REQUIRE(kv.Put(*t, Key(a), vt).ok());
+        REQUIRE(kv_other.Put(Key(b), vo).ok());
+        absl::Status s = t->Commit();
+        CHECK((s.ok() || absl::IsAborted(s)));  // aborted only if b shares a's bucket
+        if (s.ok()) ++committed;
+        CHECK(*kv.Get(Key(a)) == (s.ok() ? vt : v0));
+        CHECK(*kv.Get(Key(b)) == vo);
+        REQUIRE(kv.Put(Key(a), v0).ok());
+        REQUIRE(kv.Put(Key(b), v0).ok());
+      }
+      {  // The caller's transaction read b before updating a: a change of b aborts it.
+        std::unique_ptr<Txn> t = w->Begin();
+        REQUIRE(*kv.Get(*t, Key(b)) == v0);
+        REQUIRE(kv.Put(*t, Key(a), vt).ok());
+        REQUIRE(kv_other.Put(Key(b), vo).ok());
+        CHECK(absl::IsAborted(t->Commit()));
+        CHECK(*kv.Get(Key(a)) == v0);
+        REQUIRE(kv.Put(Key(b), v0).ok());
+      }
+    }
+  }
+  CHECK(committed > 0);
+  // An insert depends on the key's absence from every bucket: two transactions inserting the
+  // same key cannot both commit (whichever bucket each chose).
+  for (int i = 0; i < 3; ++i) {
+    const std::string k = absl::StrCat("new-", i);
+    std::unique_ptr<Txn> t = w->Begin();
+    REQUIRE(kv.Put(*t, k, vt).ok());
+    REQUIRE(kv_other.Put(k, vo).ok());
+    CHECK(absl::IsAborted(t->Commit()));
+    CHECK(*kv.Get(k) == vo);
+    REQUIRE(*kv.Delete(k));
+    CHECK(absl::IsNotFound(kv.Get(k).status()));  // no second copy left behind
+  }
+  CHECK(Total(kv).items == kKeys);
+}
+
 TEST_CASE("bad input gets an error, never a crash", "[kv]") {
   Cluster c = Start(1, Options{});
   std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);

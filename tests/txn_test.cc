@@ -2,6 +2,7 @@
 // Runtimes: allocation on every node, lock-free reads, conflicts, a bank whose total never
 // changes under concurrent transfers, counters that lose no increment, version-based reuse of
 // freed memory, aborts that leak nothing, and bad input.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "api/runtime_impl.h"
 #include "farm/farm.h"
 #include "tests/runtime_cluster.h"
 
@@ -164,6 +166,51 @@ TEST_CASE("a conflicting transaction aborts and changes nothing", "[txn]") {
     b->Abort();
     CHECK(absl::IsFailedPrecondition(b->Alloc(8).status()));
     CHECK(absl::IsFailedPrecondition(b->Commit()));
+  }
+}
+
+TEST_CASE("validation reads nearby lock words with one READ and still sees every change",
+          "[txn]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  std::unique_ptr<Worker> w1 = NewWorker(*rts[1]);
+  // Six counters allocated one after another on node 2 (one size class: adjacent slots) and one
+  // on node 1.
+  std::vector<GlobalAddress> xs;
+  for (int i = 0; i < 6; ++i) xs.push_back(NewCounter(*w0, 2, i));
+  for (const GlobalAddress& x : xs) {
+    REQUIRE(x.region == xs[0].region);
+    REQUIRE(x.offset - std::min(x.offset, xs[0].offset) < txn::Transaction::kMaxCoalescedRead);
+  }
+  const GlobalAddress far = NewCounter(*w0, 1, 0);
+  const GlobalAddress out = NewCounter(*w0, 1, 0);
+  // Reads all of them, writes `out` (so the reads are validated after LOCK).
+  auto reader = [&]() {
+    std::unique_ptr<Txn> t = w0->Begin();
+    for (const GlobalAddress& x : xs) REQUIRE(t->Get<int64_t>(x).ok());
+    REQUIRE(t->Get<int64_t>(far).ok());
+    REQUIRE(t->Put(out, int64_t{1}).ok());
+    return t;
+  };
+  {  // nothing changed: one READ for the six on node 2, one for node 1's
+    std::unique_ptr<Txn> t = reader();
+    REQUIRE(t->Commit().ok());
+    CHECK(RuntimeAccess::Of(*t).t.validation_reads() == 2);
+  }
+  for (size_t changed : {size_t{0}, size_t{3}, size_t{5}}) {  // first, middle and last of the span
+    INFO("changed object " << changed);
+    std::unique_ptr<Txn> t = reader();
+    REQUIRE(w1->Run([&](Txn& u) { return u.Put(xs[changed], int64_t{100}); }).ok());
+    absl::Status s = t->Commit();
+    CHECK(absl::IsAborted(s));
+    CHECK_THAT(std::string(s.message()), Catch::Contains(xs[changed].ToString()));
+  }
+  {  // a freed one
+    std::unique_ptr<Txn> t = reader();
+    REQUIRE(w1->Run([&](Txn& u) { return u.Free(xs[4]); }).ok());
+    absl::Status s = t->Commit();
+    CHECK(absl::IsAborted(s));
+    CHECK_THAT(std::string(s.message()), Catch::Contains("freed"));
   }
 }
 

@@ -116,8 +116,22 @@ class Transaction {
   // Frees the object at commit.
   absl::Status Free(GlobalAddress addr);
 
+  // Drops `addr` from the objects whose versions Commit validates; a no-op if this transaction
+  // did not read it or writes it. For callers that read more than their outcome depends on: the
+  // KV store reads a key's whole neighbourhood to find it, but an update of a key it found
+  // depends only on the bucket that holds it (which it writes, so LOCK checks it).
+  void ReleaseRead(GlobalAddress addr);
+  // Whether this transaction has read or written `addr` so far.
+  bool Touched(GlobalAddress addr) const {
+    return reads_.count(addr.Pack()) > 0 || writes_.count(addr.Pack()) > 0;
+  }
+
   absl::Status Commit();
   void Abort();
+
+  // Validation reads lock words that lie within this many bytes of each other in one region
+  // with one READ.
+  static constexpr uint64_t kMaxCoalescedRead = 4096;
 
   // Message rounds the last Commit used (LOCK, COMMIT-PRIMARY: one each when there were
   // writes; 0 for a read-only transaction), and the one-sided READs of its validation.
