@@ -12,10 +12,14 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <signal.h>
+#include <sys/random.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -23,7 +27,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "absl/strings/str_join.h"
 #include "platform/clock.h"
 #include "platform/fault_injection_hook.h"
@@ -485,6 +492,40 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
   return f;
 }
 
+std::string ShmEndpointName() {
+  static std::atomic<uint32_t> next{0};
+  uint64_t nonce = 0;
+  if (getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != sizeof(nonce)) {
+    nonce = static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  }
+  return absl::StrCat(kShmNamePrefix, getpid(), "-", next.fetch_add(1), "-",
+                      absl::Hex(nonce & 0xffffffffffff));
+}
+
+int RemoveStaleShmFiles(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  int removed = 0;
+  while (dirent* e = readdir(d)) {
+    absl::string_view n(e->d_name);
+    if (!absl::ConsumePrefix(&n, kShmNamePrefix)) continue;
+    const size_t dash = n.find('-');
+    int pid = 0;
+    if (dash == absl::string_view::npos || !absl::SimpleAtoi(n.substr(0, dash), &pid) || pid <= 0) {
+      continue;
+    }
+    // Only files whose process is gone (a process that exists, whoever it is now, keeps them).
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    const std::string path = absl::StrCat(dir, "/", e->d_name);
+    if (unlink(path.c_str()) == 0) {
+      ++removed;
+      spdlog::info("removed {}: left by process {}, which is gone", path, pid);
+    }
+  }
+  closedir(d);
+  return removed;
+}
+
 absl::Status Fabric::OpenEndpoint() {
   Handles& h = *h_;
   int ret;
@@ -519,6 +560,17 @@ absl::Status Fabric::OpenEndpoint() {
   if (h.remote_cntr != nullptr &&
       (ret = fi_ep_bind(h.ep, &h.remote_cntr->fid, FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0) {
     return absl::UnavailableError(FiError("fi_ep_bind(counter)", ret));
+  }
+  if (provider_ == "shm") {
+    // shm names its shared-memory file after the process (/dev/shm/PID:N:M) unless told a name.
+    // A process killed with SIGKILL leaves that file behind, and a later process that gets the
+    // same id cannot enable its endpoint ("Device or resource busy"). Our own names carry a
+    // random part, and files of ours whose process is gone are removed first.
+    RemoveStaleShmFiles();
+    const std::string own = ShmEndpointName();
+    if ((ret = fi_setname(&h.ep->fid, const_cast<char*>(own.c_str()), own.size() + 1)) != 0) {
+      return absl::UnavailableError(FiError("fi_setname", ret));
+    }
   }
   if ((ret = fi_enable(h.ep)) != 0) return absl::UnavailableError(FiError("fi_enable", ret));
   if ((ret = fi_getname(&h.ep->fid, name, &name_len)) != 0) {

@@ -101,6 +101,16 @@ std::string ResolveProvider(absl::string_view provider);
 // True if the machine has an RDMA device that libfabric's verbs provider can open.
 bool HasRdmaDevice();
 
+// The shm provider's shared-memory files (in /dev/shm) of this project's endpoints are named
+// kShmNamePrefix + "PID-N-RANDOM".
+inline constexpr char kShmNamePrefix[] = "farm-";
+// A fresh name for this process's next shm endpoint.
+std::string ShmEndpointName();
+// Removes the files in `dir` named by ShmEndpointName() whose process no longer exists (a node
+// killed with SIGKILL cannot remove its own); returns how many. Every shm endpoint calls it
+// before it creates its own file.
+int RemoveStaleShmFiles(const std::string& dir = "/dev/shm");
+
 class Fabric;
 
 // A registered piece of local memory. Remote peers may READ and WRITE it when they know

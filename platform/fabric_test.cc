@@ -1,5 +1,8 @@
 #include "platform/fabric.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -45,6 +48,63 @@ TEST_CASE("auto resolves to a concrete provider", "[fabric]") {
   std::string p = ResolveProvider("auto");
   CHECK((p == "verbs" || p == "tcp;ofi_rxm"));
   CHECK(ResolveProvider("shm") == "shm");
+}
+
+TEST_CASE("shm files of processes that are gone are removed, no others", "[fabric]") {
+  char tmpl[] = "/tmp/fabric_test_shm.XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) _exit(0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);  // gone: its id names no process now
+  const std::vector<std::string> names = {
+      absl::StrCat(kShmNamePrefix, child, "-0-1a2b"),     // stale
+      absl::StrCat(kShmNamePrefix, getpid(), "-0-1a2b"),  // this process's
+      absl::StrCat(kShmNamePrefix, "x-0"),                // not ours
+      absl::StrCat(child, ":0:0"),                        // not ours
+  };
+  for (const std::string& n : names) {
+    FILE* f = std::fopen(absl::StrCat(dir, "/", n).c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fclose(f);
+  }
+  CHECK(RemoveStaleShmFiles(dir) == 1);
+  CHECK(access(absl::StrCat(dir, "/", names[0]).c_str(), F_OK) != 0);
+  for (size_t i = 1; i < names.size(); ++i) {
+    CHECK(access(absl::StrCat(dir, "/", names[i]).c_str(), F_OK) == 0);
+    unlink(absl::StrCat(dir, "/", names[i]).c_str());
+  }
+  rmdir(dir.c_str());
+  CHECK(ShmEndpointName() != ShmEndpointName());
+}
+
+TEST_CASE("an shm endpoint opens even where a dead process with this id left its files",
+          "[fabric]") {
+  if (TestProviders({"shm"}).empty()) return;
+  // libfabric's shm would name this process's endpoints /dev/shm/PID:0:N; a process that died
+  // with this id and left them made fi_enable fail ("Device or resource busy").
+  std::vector<std::string> planted;
+  for (int n = 0; n < 8; ++n) {
+    const std::string path = absl::StrCat("/dev/shm/", getpid(), ":0:", n);
+    if (access(path.c_str(), F_OK) == 0) continue;
+    FILE* f = std::fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fclose(f);
+    planted.push_back(path);
+  }
+  {
+    Pair p("shm");
+    std::memset(p.abuf.data(), 'x', 64);
+    OpBatch batch(p.a.get());
+    REQUIRE(batch.Write(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data(), 64}).ok());
+    absl::Status ws = batch.Wait(absl::Seconds(10));
+    INFO(ws.ToString());
+    CHECK(ws.ok());
+    CHECK(p.bbuf[63] == 'x');
+  }
+  for (const std::string& path : planted) unlink(path.c_str());
 }
 
 TEST_CASE("one-sided WRITE then READ round-trips bytes", "[fabric]") {

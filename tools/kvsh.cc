@@ -481,10 +481,9 @@ class Joiner {
     spdlog::error("{}", why);
     if (local_ != nullptr) local_->Stop();
     t.detach();
-    // The joining runtime's fabric stays open: libfabric's shm provider would leave its files,
-    // named after this process (/dev/shm/PID:N:M), for a later process with the same id to trip
-    // over ("fi_enable failed: Device or resource busy").
-    const std::string mine = absl::StrCat(getpid(), ":");
+    // The joining runtime's fabric stays open: its shm files (platform/fabric.h
+    // ShmEndpointName) would stay in /dev/shm until the next node on this machine starts.
+    const std::string mine = absl::StrCat(kShmNamePrefix, getpid(), "-");
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
       if (absl::StartsWith(e.path().filename().string(), mine)) {
@@ -1148,12 +1147,6 @@ int Main(int argc, char** argv, const std::vector<std::string>& node_args) {
     std::string hint;
     if (absl::StrContains(why, "messaging area")) {
       hint = " (kvsh's --workers and --ring_size must be the cluster's nodes')";
-    } else if (absl::StrContains(why, "Device or resource busy") &&
-               std::filesystem::exists(absl::StrCat("/dev/shm/", getpid(), ":0:0"))) {
-      hint = absl::StrCat(" (the shm provider's file /dev/shm/", getpid(),
-                          ":0:0 exists already: a process that died with this process id left "
-                          "it; remove it if no process ",
-                          getpid(), " uses shm)");
     }
     spdlog::error("could not join the cluster: {}{}", why, hint);
     return kExitUsage;
