@@ -432,6 +432,7 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
   f->provider_ = info->fabric_attr->prov_name;
   f->virt_addr_ = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
   f->max_rma_size_ = std::min<size_t>(info->ep_attr->max_msg_size, kMaxRma);
+  if (f->provider_ == "shm") f->post_mu_ = std::make_unique<std::mutex[]>(kPostStripes);
   if (f->provider_ == "shm" && info->tx_attr->inject_size > 0) {
     f->write_piece_ = info->tx_attr->inject_size;
     f->write_split_limit_ = kShmSplitPieces * f->write_piece_;
@@ -903,10 +904,13 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
   // endpoint's default op_flags.
   CoarseClock::time_point deadline = CoarseClock::time_point::max();  // set on the first EAGAIN
   for (;;) {
+    std::unique_lock<std::mutex> turn;
+    if (post_mu_ != nullptr) turn = std::unique_lock<std::mutex>(post_mu_[peer % kPostStripes]);
     ssize_t ret = ProviderCall([&] {
       return is_read ? fi_readmsg(ep, &msg, FI_COMPLETION)
                      : fi_writemsg(ep, &msg, FI_COMPLETION | write_completion_);
     });
+    if (turn.owns_lock()) turn.unlock();
     if (ret == 0) return absl::OkStatus();
     if (ret != -FI_EAGAIN) {
       return absl::UnavailableError(FiError(is_read ? "fi_read" : "fi_write", ret));
