@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 no_shell=0
 args=()
-provider="tcp;ofi_rxm"  # the key-value part's (kvbench needs to know it), unless --provider says
+provider="tcp;ofi_rxm"  # the key-value cluster's, unless --provider says
 for a in "$@"; do
   case "$a" in
     --no-shell) no_shell=1 ;;
@@ -57,7 +57,7 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 grep "^cluster ready" "$work/cluster.log" || { cat "$work/cluster.log" >&2; exit 1; }
-bazel-bin/tools/kvbench --cluster_config="$work/cluster.textproto" --provider="$provider" \
+bazel-bin/tools/kvbench --cluster_config="$work/cluster.textproto" \
   --keys=$keys --progress \
   --targets=farm,farm-rpc,memcached,redis --workloads=b,c --dists=uniform,zipf --threads=1 \
   --in_flight=1,8 --warmup_ms=200 --duration_ms=1000

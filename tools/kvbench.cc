@@ -21,7 +21,7 @@
 //   {"target":"farm","provider":"shm","transport":"shm","workload":"ycsb-b",
 //    "distribution":"zipf","threads":2,"in_flight":8,"ops_per_s":..,"p50_us":..,"p99_us":..,
 //    "p999_us":..,"keys":..,"key_size":16,"value_size":32,"bytes_per_item":..,
-//    "read_ref_p50_us":..,"store_cpus":"1","client_cpus":"0","nodes":3,"poll":"busy",
+//    "read_ref_p50_us":..,"store_cpus":"1","client_cpus":"0","nodes":1,"poll":"busy",
 //    "load_avg":..}
 // tools/kvbench_plot.py draws throughput and latency per target from these lines.
 // Exit status: 0 success, 1 a target failed (the others still ran), 2 bad flags.
@@ -48,6 +48,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "farm/kv/kv.h"
+#include "platform/config.h"
 #include "platform/fabric.h"
 #include "platform/logging.h"
 #include "spdlog/spdlog.h"
@@ -89,7 +90,10 @@ ABSL_FLAG(std::string, store_cpus, "",
 ABSL_FLAG(std::string, client_cpus, "",
           "CPUs of this process, which runs every target's client threads, e.g. 0; empty: not "
           "pinned");
-ABSL_FLAG(int, nodes, 3, "farm shard nodes (1..8); kvbench joins as one more, without a shard");
+ABSL_FLAG(int, nodes, 1,
+          "farm shard nodes (1..8), each a process with one poller: 1 per store core is how "
+          "memcached (-t per store CPU) and single-threaded Redis run; kvbench joins as one "
+          "more, without a shard");
 ABSL_FLAG(uint64_t, kv_buckets, 0,
           "buckets per farm shard; 0: enough for --keys at --kv_fill of the buckets' bytes");
 ABSL_FLAG(double, kv_fill, 0.8, "with --kv_buckets=0: the share of bucket bytes the keys fill");
@@ -111,8 +115,8 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "address the farm nodes bind to");
 ABSL_FLAG(std::string, cluster_config, "",
           "measure farm on a running cluster instead of starting one: its configuration (e.g. "
           "from //tools:cluster --late_nodes=1 --write_config=F -- --kv); kvbench joins as a free "
-          "late node, with the nodes' default --workers (8), and leaves its keys there. Give the "
-          "cluster's provider as --provider.");
+          "late node, with the nodes' default --workers (8), on the cluster's provider, and "
+          "leaves its keys there.");
 
 namespace farm {
 namespace kvbench {
@@ -182,6 +186,18 @@ uint64_t AutoBuckets(const KeySpace& space, int nodes, uint32_t bucket_bytes, do
 absl::StatusOr<Options> OptionsFromFlags() {
   Options o;
   std::string providers = absl::GetFlag(FLAGS_provider);
+  if (const std::string attach = absl::GetFlag(FLAGS_cluster_config); !attach.empty()) {
+    // The cluster's own provider, unless --provider names it.
+    absl::StatusOr<config::ClusterConfig> c = LoadClusterConfig(attach);
+    if (!c.ok()) return Prefixed("cluster_config", c.status());
+    const std::string theirs = ResolveProvider(c->provider().empty() ? "auto" : c->provider());
+    if (providers.empty()) providers = theirs;
+    if (ResolveProvider(providers) != theirs) {
+      return absl::InvalidArgumentError(absl::StrCat("--provider=", providers,
+                                                     " but the cluster of --cluster_config runs ",
+                                                     theirs));
+    }
+  }
   if (providers.empty()) providers = "shm";
   for (const std::string& p : SplitList(providers)) {
     if (absl::Status s = CheckProvider(p); !s.ok()) return Prefixed("provider", s);
@@ -269,10 +285,6 @@ absl::StatusOr<Options> OptionsFromFlags() {
   f.workers = o.max_threads() + o.load_threads + 2;
   f.attach_config = absl::GetFlag(FLAGS_cluster_config);
   if (!f.attach_config.empty()) {
-    if (o.providers.size() != 1) {
-      return absl::InvalidArgumentError(
-          "--cluster_config: give the cluster's one provider as --provider");
-    }
     f.workers = RuntimeOptions{}.workers;  // every node's lanes must match the running nodes'
     if (o.max_threads() + o.load_threads > f.workers) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -8,6 +8,7 @@
 # left.
 set -u
 BENCH=${1:-bazel-bin/tools/kvbench}
+CLUSTER=${2:-}  # //tools:cluster, for the attached run
 TMP=${TEST_TMPDIR:-$(mktemp -d)}
 export TMPDIR=$TMP
 
@@ -70,8 +71,8 @@ if [ $have_peers = 1 ]; then
 else
   echo "memcached or redis-server is not installed: farm only"
 fi
-out=$(timeout 240 "$BENCH" "${tiny[@]}" --provider=shm --targets=$targets --workloads=b,c,w \
-      --dists=uniform,zipf --json 2>"$TMP/shm.err")
+out=$(timeout 240 "$BENCH" "${tiny[@]}" --provider=shm --nodes=3 --targets=$targets \
+      --workloads=b,c,w --dists=uniform,zipf --json 2>"$TMP/shm.err")
 rc=$?
 [ $rc = 0 ] || fail "kvbench exited $rc: $(tail -20 "$TMP/shm.err")"
 # 3 workloads x 2 distributions x 2 thread counts x 2 in-flight counts per target.
@@ -103,6 +104,35 @@ if [ $have_peers = 1 ]; then
     fail "no target line against memcached: $out"
 fi
 echo "ok: tcp;ofi_rxm"
+
+echo "== attached to a running cluster (--cluster_config): its provider, without --provider"
+if [ -n "$CLUSTER" ]; then
+  "$CLUSTER" --nodes=2 --late_nodes=1 --provider='tcp;ofi_rxm' --self_check=false \
+    --lock_memory=false --write_config="$TMP/attach.textproto" -- --kv --kv_buckets=256 \
+    >"$TMP/attach.out" 2>&1 &
+  cluster_pid=$!
+  for _ in $(seq 1 300); do
+    grep -q "^cluster ready" "$TMP/attach.out" 2>/dev/null && break
+    kill -0 $cluster_pid 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q "^cluster ready" "$TMP/attach.out" || fail "the cluster did not start: $(cat "$TMP/attach.out")"
+  out=$(timeout 120 "$BENCH" --cluster_config="$TMP/attach.textproto" --targets=farm \
+        --keys=200 --workloads=c --dists=uniform --threads=1 --in_flight=1 --duration_ms=100 \
+        --warmup_ms=10 --read_ref_iters=50 --json 2>"$TMP/attach_bench.err")
+  rc=$?
+  [ $rc = 0 ] || fail "kvbench attached exited $rc: $(tail -20 "$TMP/attach_bench.err")"
+  check_json "$out" 1 farm
+  grep -q '"provider":"tcp;ofi_rxm"' <<<"$out" || fail "not the cluster's provider: $out"
+  out=$(timeout 60 "$BENCH" --cluster_config="$TMP/attach.textproto" --provider=shm \
+        --targets=farm --keys=10 2>&1)
+  rc=$?
+  [ $rc = 2 ] || fail "--provider=shm against a tcp;ofi_rxm cluster: exit $rc, not 2: $out"
+  grep -q "runs tcp;ofi_rxm" <<<"$out" || fail "the mismatch is not explained: $out"
+  kill -TERM $cluster_pid
+  wait $cluster_pid
+  echo "ok: attached"
+fi
 
 echo "== bad flags exit 2 with a message"
 for bad in --targets=mysql --workloads=d --dists=normal --threads=0 --in_flight=0 \
