@@ -1,21 +1,9 @@
 #include "platform/poller.h"
 
-#include <sched.h>
-
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "platform/idle_yield.h"
 
 namespace farm {
-namespace {
-
-// Busy polling: idle rounds before a poller gives the core away, at most.
-constexpr int kMaxIdleRoundsBeforeYield = 64;
-// A sched_yield that took longer than this ran another thread meanwhile.
-constexpr int64_t kLateYieldNanos = 2000;
-
-}  // namespace
 
 absl::StatusOr<PollMode> ParsePollMode(absl::string_view s) {
   if (s == "busy") return PollMode::kBusy;
@@ -53,29 +41,18 @@ int Poller::RunTasks() {
 void Poller::Run() {
   absl::Time last_activity = absl::Now();
   absl::Duration sleep = absl::Microseconds(1);
-  int idle_rounds = 0;
-  int yield_after = kMaxIdleRoundsBeforeYield;
+  IdleYield idle;
   while (!stop_.load(std::memory_order_relaxed)) {
     iterations_.fetch_add(1, std::memory_order_relaxed);
     int work = fabric_->Progress() + RunTasks();
     if (options_.mode == PollMode::kBusy) {
-      // Give the core away now and then while idle: with more spinning threads than cores (a
-      // few nodes and their clients on one machine), a poller that never yields keeps the
-      // thread it is waiting for off the CPU for whole time slices. With a core to itself, the
-      // yield returns at once. A yield that came back late means others wanted the core: yield
-      // after every idle round then (3 shard nodes' pollers on one core: an RPC's p50 went from
-      // 39 to 8 us), and spin longer again as yields come back at once.
+      // Give the core away now and then while idle (platform/idle_yield.h): with more spinning
+      // threads than cores (a few nodes and their clients on one machine), a poller that never
+      // yields keeps the thread it is waiting for off the CPU for whole time slices.
       if (work > 0) {
-        idle_rounds = 0;
-      } else if (++idle_rounds >= yield_after) {
-        idle_rounds = 0;
-        const int64_t before = absl::GetCurrentTimeNanos();
-        sched_yield();
-        if (absl::GetCurrentTimeNanos() - before > kLateYieldNanos) {
-          yield_after = 1;
-        } else {
-          yield_after = std::min(2 * yield_after, kMaxIdleRoundsBeforeYield);
-        }
+        idle.Worked();
+      } else {
+        idle.Idle();
       }
       continue;
     }
