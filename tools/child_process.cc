@@ -1,6 +1,7 @@
 #include "tools/child_process.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -9,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -30,24 +32,42 @@ std::string DescribeWaitStatus(int status) {
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::SpawnSelf(
     const std::vector<std::string>& args) {
-  return Start("/proc/self/exe", "self", args);
+  return Start("/proc/self/exe", "self", args, Options{});
 }
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(
     const std::string& program, const std::vector<std::string>& args) {
-  return Start(program, program, args);
+  return Start(program, program, args, Options{});
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(
+    const std::string& program, const std::vector<std::string>& args, const Options& options) {
+  return Start(program, program, args, options);
 }
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
-    const std::string& program, const std::string& argv0, const std::vector<std::string>& args) {
+    const std::string& program, const std::string& argv0, const std::vector<std::string>& args,
+    const Options& options) {
+  int err_fd = -1;
+  if (!options.stderr_path.empty()) {
+    err_fd = open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (err_fd < 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot create ", options.stderr_path, ": ", std::strerror(errno)));
+    }
+  }
   int in[2], out[2];
   if (pipe2(in, O_CLOEXEC) != 0) {
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+    const std::string why = std::strerror(errno);
+    if (err_fd >= 0) close(err_fd);
+    return absl::InternalError(absl::StrCat("pipe: ", why));
   }
   if (pipe2(out, O_CLOEXEC) != 0) {
-    close(in[0]);
-    close(in[1]);
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+    const std::string why = std::strerror(errno);
+    for (int fd : {in[0], in[1], err_fd}) {
+      if (fd >= 0) close(fd);
+    }
+    return absl::InternalError(absl::StrCat("pipe: ", why));
   }
   std::vector<std::string> argv_storage = {argv0};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
@@ -55,28 +75,71 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
   for (std::string& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t parent = getpid();
+  // Signals stay blocked from fork until the child has reset its handlers: a signal sent to a
+  // child that has not yet run exec would otherwise run the parent's handler in the child.
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &before);
   const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid != 0) pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (pid < 0) {
+    const std::string why = std::strerror(errno);
+    for (int fd : {in[0], in[1], out[0], out[1], err_fd}) {
+      if (fd >= 0) close(fd);
+    }
+    return absl::InternalError(absl::StrCat("fork: ", why));
+  }
   if (pid == 0) {
     // Never outlive the parent, even one killed with SIGKILL. SIGTERM (not SIGKILL) lets the shm
     // provider remove its shared-memory files.
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(127);
+    if (options.own_process_group) setpgid(0, 0);
     dup2(in[0], STDIN_FILENO);
     dup2(out[1], STDOUT_FILENO);
+    if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
+    for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);  // SIGKILL, SIGSTOP: refused
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     execvp(program.c_str(), argv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", program.c_str(), std::strerror(errno));
     _exit(127);
   }
   close(in[0]);
   close(out[1]);
+  if (err_fd >= 0) close(err_fd);
   std::unique_ptr<ChildProcess> c(new ChildProcess());
   c->pid_ = pid;
   c->stdin_fd_ = in[1];
   c->stdout_fd_ = out[0];
   return c;
+}
+
+bool ChildProcess::ReadLines(std::vector<std::string>* lines) {
+  if (stdout_fd_ < 0) return false;
+  char buf[4096];
+  const ssize_t n = read(stdout_fd_, buf, sizeof(buf));
+  if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+    close(stdout_fd_);
+    stdout_fd_ = -1;
+    return false;
+  }
+  if (n > 0) buffer_.append(buf, static_cast<size_t>(n));
+  for (size_t nl; (nl = buffer_.find('\n')) != std::string::npos;) {
+    lines->push_back(buffer_.substr(0, nl));
+    buffer_.erase(0, nl + 1);
+  }
+  return true;
+}
+
+void ChildProcess::CloseStdin() {
+  if (stdin_fd_ >= 0) close(stdin_fd_);
+  stdin_fd_ = -1;
+}
+
+void ChildProcess::Kill(int signal) {
+  if (pid_ > 0) kill(pid_, signal);
 }
 
 absl::StatusOr<std::string> ChildProcess::WaitForLine(absl::string_view prefix,

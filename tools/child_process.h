@@ -9,7 +9,7 @@
 //   std::string how = child->Stop();   // closes its stdin, then SIGTERM, then SIGKILL
 //
 // The child's standard input and output are pipes to the parent; its standard error is the
-// parent's. It dies with the parent even if the parent is killed with SIGKILL
+// parent's or a file (Options). It dies with the parent even if the parent is killed with SIGKILL
 // (PR_SET_PDEATHSIG), and it leaves when its standard input closes (the roles here all do).
 // Stop() always reaps it, so no process outlives its ChildProcess.
 //
@@ -40,6 +40,15 @@ class ChildProcess {
   // A program that cannot be executed exits with status 127.
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::string& program,
                                                              const std::vector<std::string>& args);
+  struct Options {
+    // Where its standard error goes (created or truncated); empty: the parent's.
+    std::string stderr_path;
+    // A process group of its own: a Ctrl-C at the parent's terminal is not the child's.
+    bool own_process_group = false;
+  };
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::string& program,
+                                                             const std::vector<std::string>& args,
+                                                             const Options& options);
 
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -53,6 +62,15 @@ class ChildProcess {
   absl::StatusOr<std::string> WaitForLine(absl::string_view prefix, absl::Time deadline);
   // Writes to the child's standard input.
   absl::Status Send(absl::string_view text);
+  // For callers that watch several children with poll(): the child's standard output (-1 once
+  // it ended), and the complete lines that one read() of it brings (appended to `lines`). False
+  // once the output ended.
+  int stdout_fd() const { return stdout_fd_; }
+  bool ReadLines(std::vector<std::string>* lines);
+  // Closes its standard input (the roles and nodes here leave on that).
+  void CloseStdin();
+  // Sends `signal` unless it was reaped.
+  void Kill(int signal);
   // Non-blocking: true (and how) once the child has exited; reaps it.
   bool Exited(std::string* how);
   // Closes its standard input, waits up to `grace` for it to leave, then SIGTERM, then SIGKILL.
@@ -63,7 +81,8 @@ class ChildProcess {
   ChildProcess() = default;
   static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(const std::string& program,
                                                              const std::string& argv0,
-                                                             const std::vector<std::string>& args);
+                                                             const std::vector<std::string>& args,
+                                                             const Options& options);
   bool WaitExit(absl::Duration timeout, std::string* how);
 
   pid_t pid_ = 0;

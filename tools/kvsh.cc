@@ -19,13 +19,10 @@
 // shell could not start or join; 128+N when stopped by signal N (SIGTERM, SIGHUP; SIGINT outside
 // the interactive shell).
 #include <editline/readline.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -219,7 +216,9 @@ class LocalCluster {
       for (const Child& c : children_) all &= c.ready;
       if (all) return absl::OkStatus();
       std::vector<pollfd> fds = {{signal_fd, POLLIN, 0}};
-      for (const Child& c : children_) fds.push_back({c.ready ? -1 : c.out, POLLIN, 0});
+      for (const Child& c : children_) {
+        fds.push_back({c.ready ? -1 : c.proc->stdout_fd(), POLLIN, 0});
+      }
       poll(fds.data(), fds.size(), 100);
       if (fds[0].revents & POLLIN) {
         signalfd_siginfo info{};
@@ -229,13 +228,9 @@ class LocalCluster {
       for (size_t i = 0; i < children_.size(); ++i) {
         Child& c = children_[i];
         if (c.ready || !(fds[i + 1].revents & (POLLIN | POLLHUP))) continue;
-        char buf[4096];
-        const ssize_t got = read(c.out, buf, sizeof(buf));
-        if (got > 0) c.buffer.append(buf, static_cast<size_t>(got));
-        for (size_t nl; (nl = c.buffer.find('\n')) != std::string::npos;) {
-          if (absl::StartsWith(c.buffer, "READY ")) c.ready = true;
-          c.buffer.erase(0, nl + 1);
-        }
+        std::vector<std::string> lines;
+        c.proc->ReadLines(&lines);
+        for (const std::string& line : lines) c.ready |= absl::StartsWith(line, "READY ");
       }
       std::string logs;
       if (std::optional<std::string> dead = CheckChildren(&logs); dead.has_value()) {
@@ -261,13 +256,11 @@ class LocalCluster {
   std::optional<std::string> CheckChildren(std::string* logs) {
     std::vector<std::string> gone;
     for (Child& c : children_) {
-      if (c.exited) continue;
-      int status = 0;
-      if (waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      std::string how;
+      if (c.exited || !c.proc->Exited(&how)) continue;
       c.exited = true;
       failed_ = true;
-      gone.push_back(absl::StrCat("node ", c.id, " ", DescribeWaitStatus(status),
-                                  c.ready ? "" : " before it was ready"));
+      gone.push_back(absl::StrCat("node ", c.id, " ", how, c.ready ? "" : " before it was ready"));
       absl::StrAppend(logs, "the log of node ", c.id, " (", LogPath(c.id), ") ends with:\n",
                       Tail(LogPath(c.id), 10));
     }
@@ -282,40 +275,33 @@ class LocalCluster {
   void Stop() {
     const absl::Time now = absl::Now();
     for (Child& c : children_) {
-      if (c.in >= 0) close(c.in);
-      c.in = -1;
+      c.proc->CloseStdin();
       c.term_at = c.ready ? now + absl::Seconds(5) : now;
     }
     for (;;) {
       bool all = true;
       for (Child& c : children_) {
-        if (c.exited) continue;
-        int status = 0;
-        const pid_t r = waitpid(c.pid, &status, WNOHANG);
-        if (r == c.pid || (r < 0 && errno == ECHILD)) {
+        std::string how;
+        if (c.exited || c.proc->Exited(&how)) {
           c.exited = true;
           continue;
         }
         all = false;
         if (!c.termed && absl::Now() >= c.term_at) {
           if (c.ready) spdlog::warn("node {} did not leave within 5 s; sending SIGTERM", c.id);
-          kill(c.pid, SIGTERM);
+          c.proc->Kill(SIGTERM);
           c.termed = true;
         } else if (c.termed && absl::Now() >= c.term_at + absl::Seconds(3)) {
           spdlog::warn("node {} did not stop; killing it", c.id);
-          kill(c.pid, SIGKILL);
-          waitpid(c.pid, nullptr, 0);
+          c.proc->Kill(SIGKILL);
+          c.proc->Stop(absl::ZeroDuration());  // reaps it
           c.exited = true;
         }
       }
       if (all) break;
       absl::SleepFor(absl::Milliseconds(10));
     }
-    for (Child& c : children_) {
-      if (c.out >= 0) close(c.out);
-      c.out = -1;
-    }
-    children_.clear();
+    children_.clear();  // every one reaped: their ChildProcess closes what is left
     if (!dir_.empty()) {
       if (failed_) {
         // The logs of a node that failed outlive the shell.
@@ -337,69 +323,29 @@ class LocalCluster {
  private:
   struct Child {
     uint32_t id = 0;
-    pid_t pid = -1;
-    int in = -1;   // its standard input: closing it makes the node leave
-    int out = -1;  // its standard output: the READY line
-    std::string buffer;
+    std::unique_ptr<ChildProcess> proc;  // its input: closing it makes the node leave
     bool ready = false;
     bool exited = false;
     bool termed = false;  // sent SIGTERM
     absl::Time term_at;
   };
 
+  // Starts node `id` (args[0] is the binary). Its standard error goes to its log file. Never
+  // outlives the shell (ChildProcess: PR_SET_PDEATHSIG with SIGTERM, which lets the shm provider
+  // remove its files); a process group of its own, so that Ctrl-C at the shell's terminal is the
+  // shell's, not the nodes'.
   absl::Status Spawn(uint32_t id, std::vector<std::string> args) {
-    const std::string log = LogPath(id);
-    const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (log_fd < 0) {
-      return absl::UnavailableError(absl::StrCat("cannot create ", log, ": ", std::strerror(errno)));
-    }
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0) {
-      close(log_fd);
-      return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
-    }
-    if (pipe2(out, O_CLOEXEC) != 0) {
-      close(log_fd);
-      close(in[0]);
-      close(in[1]);
-      return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
-    }
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) {
-      const std::string why = std::strerror(errno);
-      for (int fd : {log_fd, in[0], in[1], out[0], out[1]}) close(fd);
-      return absl::UnavailableError(absl::StrCat("fork: ", why));
-    }
-    if (pid == 0) {
-      // Never outlive the shell, even one killed with SIGKILL (SIGTERM lets the shm provider
-      // remove its files). A process group of its own: Ctrl-C at the shell's terminal is the
-      // shell's, not the nodes'.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(127);
-      setpgid(0, 0);
-      dup2(in[0], STDIN_FILENO);
-      dup2(out[1], STDOUT_FILENO);
-      dup2(log_fd, STDERR_FILENO);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      signal(SIGPIPE, SIG_DFL);
-      execv(argv[0], argv.data());
-      std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-      _exit(127);
-    }
-    close(log_fd);
-    close(in[0]);
-    close(out[1]);
+    ChildProcess::Options options;
+    options.stderr_path = LogPath(id);
+    options.own_process_group = true;
+    const std::string binary = args[0];
+    args.erase(args.begin());
+    absl::StatusOr<std::unique_ptr<ChildProcess>> proc =
+        ChildProcess::Spawn(binary, args, options);
+    if (!proc.ok()) return absl::UnavailableError(proc.status().message());
     Child c;
     c.id = id;
-    c.pid = pid;
-    c.in = in[1];
-    c.out = out[0];
+    c.proc = std::move(*proc);
     children_.push_back(std::move(c));
     return absl::OkStatus();
   }
@@ -592,17 +538,25 @@ class Shell {
         return s.ok() ? Reply::Status("OK") : kvsh::ErrorReply(s);
       }
       case kvsh::Op::kDel: {
+        // One transaction for all the keys: they go together or not at all (as Redis's DEL).
         int64_t deleted = 0;
-        for (size_t i = 0; i < c.args.size(); ++i) {
-          absl::StatusOr<bool> d = client_->Delete(c.args[i]);
-          if (!d.ok()) {
-            Reply r = kvsh::ErrorReply(d.status());
-            if (i > 0) absl::StrAppend(&r.text, " (", i, " key(s) before it were processed, ",
-                                       deleted, " deleted)");
-            return r;
-          }
-          deleted += *d ? 1 : 0;
+        absl::Status s;
+        if (c.args.size() == 1) {
+          absl::StatusOr<bool> d = client_->Delete(c.args[0]);
+          s = d.status();
+          deleted = d.ok() && *d ? 1 : 0;
+        } else {
+          s = worker_->Run([&](Txn& t) -> absl::Status {
+            deleted = 0;  // a retried attempt counts again
+            for (const std::string& key : c.args) {
+              absl::StatusOr<bool> d = client_->Delete(t, key);
+              if (!d.ok()) return d.status();
+              deleted += *d ? 1 : 0;
+            }
+            return absl::OkStatus();
+          });
         }
+        if (!s.ok()) return kvsh::ErrorReply(s);  // an aborted transaction deleted nothing
         return Reply::Integer(deleted);
       }
       case kvsh::Op::kCas: {

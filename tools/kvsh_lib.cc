@@ -44,7 +44,7 @@ const std::vector<Spec>& Specs() {
        "Sets KEY to VALUE, inserting or replacing it, and prints OK. A transaction.\n"
        "Quote a value with spaces: put greeting \"hello world\".\n"},
       {Op::kDel, "del", {"delete"}, 1, -1, "del KEY [KEY ...]",
-       "delete keys; prints how many existed (alias: delete)",
+       "delete keys, all in one transaction; prints how many existed (alias: delete)",
        "Deletes each KEY (one transaction per key, in order) and prints (integer) N, the number\n"
        "of keys that existed.\n"},
       {Op::kCas, "cas", {}, 3, 3, "cas KEY EXPECTED NEW",
