@@ -193,6 +193,7 @@ bool ChildProcess::Exited(std::string* how) {
   if (pid_ <= 0) return false;
   int status = 0;
   if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+  wait_status_ = status;
   *how = DescribeWaitStatus(status);
   pid_ = -pid_;  // keep the number for messages; negative: reaped
   return true;
@@ -219,6 +220,7 @@ std::string ChildProcess::Stop(absl::Duration grace) {
       kill(pid_, SIGKILL);
       int status = 0;
       waitpid(pid_, &status, 0);
+      wait_status_ = status;
       how = DescribeWaitStatus(status);
       pid_ = -pid_;
     }

@@ -71,6 +71,8 @@ class ChildProcess {
   void CloseStdin();
   // Sends `signal` unless it was reaped.
   void Kill(int signal);
+  // Its wait status (waitpid) once Exited or Stop reaped it; 0 before.
+  int wait_status() const { return wait_status_; }
   // Non-blocking: true (and how) once the child has exited; reaps it.
   bool Exited(std::string* how);
   // Closes its standard input, waits up to `grace` for it to leave, then SIGTERM, then SIGKILL.
@@ -88,6 +90,7 @@ class ChildProcess {
   pid_t pid_ = 0;
   int stdin_fd_ = -1;
   int stdout_fd_ = -1;
+  int wait_status_ = 0;
   std::string buffer_;  // output not yet returned as lines
 };
 

@@ -14,11 +14,9 @@
 // The supervisor talks to its nodes through their standard input and output (see tools/node.cc):
 // it waits for every READY line, then asks one node at a time to run the self-check (so that no
 // two checkers write the same bytes) and prints the results as a table or as JSON lines.
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -51,6 +49,7 @@
 #include "platform/fabric.h"
 #include "platform/logging.h"
 #include "spdlog/spdlog.h"
+#include "tools/child_process.h"
 
 ABSL_FLAG(int, nodes, 3, "number of node processes");
 ABSL_FLAG(std::string, provider, "auto", "fabric provider: auto, verbs, tcp;ofi_rxm, tcp, shm");
@@ -87,10 +86,7 @@ namespace {
 
 struct Child {
   uint32_t id = 0;
-  pid_t pid = -1;
-  int in = -1;   // its standard input
-  int out = -1;  // its standard output
-  std::string buffer;
+  std::unique_ptr<ChildProcess> proc;  // its standard input takes commands; output: READY etc.
   bool ready = false;
   bool exited = false;
   int status = 0;
@@ -99,12 +95,6 @@ struct Child {
   bool app_ok = false;
   std::string app_error;
 };
-
-std::string DescribeExit(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status));
-  return "stopped";
-}
 
 // A port that is free now. The socket bound to it stays open in `held` (the caller closes them
 // all once every node has its port): a socket closed before the next one binds may hand its port
@@ -231,7 +221,7 @@ class Cluster {
     std::vector<std::string> results;
     for (Child& c : children_) {
       const std::string cmd = "selfcheck\n";
-      if (write(c.in, cmd.data(), cmd.size()) != static_cast<ssize_t>(cmd.size())) {
+      if (!c.proc->Send(cmd).ok()) {
         return absl::UnavailableError(absl::StrCat("node ", c.id, " does not take commands"));
       }
       const absl::Time deadline = absl::Now() + timeout;
@@ -269,9 +259,9 @@ class Cluster {
         ++failed;
         spdlog::error("node {}: {}", c.id,
                       !c.app_done ? absl::StrCat("exited before its application finished (",
-                                                 DescribeExit(c.status), ")")
+                                                 DescribeWaitStatus(c.status), ")")
                       : !c.app_ok ? absl::StrCat("application failed: ", c.app_error)
-                                  : DescribeExit(c.status));
+                                  : DescribeWaitStatus(c.status));
       }
     }
     return failed;
@@ -291,29 +281,27 @@ class Cluster {
   // Stops every node: SIGTERM, then SIGKILL after a grace period. Removes the temp directory.
   void Stop() {
     for (Child& c : children_) {
-      if (c.in >= 0) close(c.in);
-      c.in = -1;
-      if (!c.exited && c.pid > 0) kill(c.pid, SIGTERM);
+      c.proc->CloseStdin();
+      if (!c.exited) c.proc->Kill(SIGTERM);
     }
     const absl::Time deadline = absl::Now() + absl::Seconds(5);
     for (Child& c : children_) {
-      while (!c.exited && c.pid > 0) {
-        pid_t r = waitpid(c.pid, &c.status, WNOHANG);
-        if (r == c.pid || (r < 0 && errno == ECHILD)) {
+      std::string how;
+      while (!c.exited) {
+        if (c.proc->Exited(&how)) {
           c.exited = true;
         } else if (absl::Now() > deadline) {
           spdlog::warn("node {} did not stop within 5 s; killing it", c.id);
-          kill(c.pid, SIGKILL);
-          waitpid(c.pid, &c.status, 0);
+          c.proc->Kill(SIGKILL);
+          c.proc->Stop(absl::ZeroDuration());  // reaps it
           c.exited = true;
         } else {
           absl::SleepFor(absl::Milliseconds(10));
         }
       }
-      if (c.out >= 0) close(c.out);
-      c.out = -1;
+      c.status = c.proc->wait_status();
     }
-    children_.clear();
+    children_.clear();  // every one reaped: their ChildProcess closes what is left
     if (!dir_.empty()) {
       std::error_code ec;
       std::filesystem::remove_all(dir_, ec);
@@ -328,10 +316,6 @@ class Cluster {
  private:
   absl::Status Spawn(const std::string& node_binary, const std::vector<std::string>& node_args,
                      uint32_t id) {
-    int in[2], out[2];
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
-      return absl::UnavailableError(absl::StrCat("pipe: ", std::strerror(errno)));
-    }
     std::vector<std::string> args;
     if (!netns_.empty()) args = {"ip", "netns", "exec", netns_[id]};
     for (std::string a :
@@ -342,32 +326,14 @@ class Cluster {
       args.push_back(a);
     }
     args.insert(args.end(), node_args.begin(), node_args.end());
-    const pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) return absl::UnavailableError(absl::StrCat("fork: ", std::strerror(errno)));
-    if (pid == 0) {
-      // A node must never outlive its supervisor, even one killed with SIGKILL.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(1);
-      dup2(in[0], STDIN_FILENO);
-      dup2(out[1], STDOUT_FILENO);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execvp(argv[0], argv.data());
-      std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-      _exit(127);
-    }
-    close(in[0]);
-    close(out[1]);
+    // A node never outlives its supervisor, even one killed with SIGKILL (ChildProcess).
+    const std::string program = args[0];
+    args.erase(args.begin());
+    absl::StatusOr<std::unique_ptr<ChildProcess>> proc = ChildProcess::Spawn(program, args);
+    if (!proc.ok()) return absl::UnavailableError(proc.status().message());
     Child c;
     c.id = id;
-    c.pid = pid;
-    c.in = in[1];
-    c.out = out[0];
+    c.proc = std::move(*proc);
     children_.push_back(std::move(c));
     return absl::OkStatus();
   }
@@ -383,7 +349,7 @@ class Cluster {
   absl::Status Pump(absl::Time deadline, std::vector<std::pair<uint32_t, std::string>>* lines) {
     std::vector<pollfd> fds;
     fds.push_back({signal_fd_, POLLIN, 0});
-    for (const Child& c : children_) fds.push_back({c.out, POLLIN, 0});
+    for (const Child& c : children_) fds.push_back({c.proc->stdout_fd(), POLLIN, 0});
     int timeout_ms = -1;
     if (deadline != absl::InfiniteFuture()) {
       timeout_ms =
@@ -400,30 +366,23 @@ class Cluster {
     for (size_t i = 0; i < children_.size(); ++i) {
       Child& c = children_[i];
       if (!(fds[i + 1].revents & (POLLIN | POLLHUP))) continue;
-      char buf[4096];
-      ssize_t got = read(c.out, buf, sizeof(buf));
-      if (got == 0) {  // the node closed its output (it is exiting): stop polling it
-        close(c.out);
-        c.out = -1;
-      }
-      if (got > 0) {
-        c.buffer.append(buf, static_cast<size_t>(got));
-        size_t nl;
-        while ((nl = c.buffer.find('\n')) != std::string::npos) {
-          std::string line = c.buffer.substr(0, nl);
-          c.buffer.erase(0, nl + 1);
-          OnLine(c, line);
-          if (lines != nullptr) lines->emplace_back(c.id, line);
-        }
+      // At the end of its output (the node is exiting) its descriptor becomes -1: not polled.
+      std::vector<std::string> got;
+      c.proc->ReadLines(&got);
+      for (const std::string& line : got) {
+        OnLine(c, line);
+        if (lines != nullptr) lines->emplace_back(c.id, line);
       }
     }
     for (Child& c : children_) {
+      std::string how;
       if (c.exited) continue;
-      if (waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+      if (c.proc->Exited(&how)) {
         c.exited = true;
+        c.status = c.proc->wait_status();
         if (expect_exits_) continue;
         return absl::AbortedError(
-            absl::StrCat("node ", c.id, " ", DescribeExit(c.status), " (its log above says why)"));
+            absl::StrCat("node ", c.id, " ", DescribeWaitStatus(c.status), " (its log above says why)"));
       }
     }
     if (n == 0 && absl::Now() >= deadline) {
