@@ -47,15 +47,12 @@
 // up, an operation failed or timed out), 2 bad flags, 3 data mismatch.
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -95,6 +92,7 @@
 #include "platform/poller.h"
 #include "spdlog/spdlog.h"
 #include "tools/bench_util.h"
+#include "tools/child_process.h"
 
 ABSL_FLAG(std::string, provider, "auto",
           "fabric provider: auto, verbs, tcp;ofi_rxm, tcp, shm or sockets");
@@ -229,132 +227,53 @@ void OnFatalSignal(int sig) {
   raise(sig);
 }
 
-std::string DescribeWaitStatus(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status));
-  return absl::StrCat("ended with wait status ", status);
-}
-
+// The target node: a ChildProcess of this program in --role=target, whose pid the signal handler
+// knows.
 class TargetProcess {
  public:
   ~TargetProcess() { Stop(); }
 
   absl::Status Spawn(const std::vector<std::string>& args) {
-    int in_pipe[2], out_pipe[2];
-    if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0) {
-      return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-    }
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    const pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-    if (pid == 0) {
-      // Child: die with the bench, even if it is killed with SIGKILL. SIGTERM (not SIGKILL) lets
-      // the shm provider remove its shared-memory files.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(127);
-      dup2(in_pipe[0], STDIN_FILENO);
-      dup2(out_pipe[1], STDOUT_FILENO);
-      execv("/proc/self/exe", argv.data());
-      _exit(127);
-    }
-    close(in_pipe[0]);
-    close(out_pipe[1]);
-    pid_ = pid;
-    g_child_pid = pid;
-    stdin_fd_ = in_pipe[1];
-    stdout_fd_ = out_pipe[0];
+    absl::StatusOr<std::unique_ptr<ChildProcess>> c = ChildProcess::SpawnSelf(args);
+    if (!c.ok()) return c.status();
+    proc_ = std::move(*c);
+    g_child_pid = proc_->pid();
     return absl::OkStatus();
   }
 
-  pid_t pid() const { return pid_; }
-  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return proc_ == nullptr ? 0 : std::abs(proc_->pid()); }
 
   // Non-blocking: true (and the description) if the child has exited; reaps it.
   bool Exited(std::string* how) {
-    if (pid_ <= 0) return false;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
-    *how = DescribeWaitStatus(status);
-    pid_ = 0;
+    if (proc_ == nullptr || !proc_->Exited(how)) return false;
     g_child_pid = 0;
     return true;
   }
 
   // Waits up to `timeout` for a line on the child's standard output that starts with `prefix`.
-  // Returns true when seen; false on timeout or end of output.
   bool PollLine(absl::string_view prefix, absl::Duration timeout) {
-    pollfd p{stdout_fd_, POLLIN, 0};
-    int ms = static_cast<int>(absl::ToInt64Milliseconds(timeout));
-    if (poll(&p, 1, ms) <= 0) return false;
-    char buf[512];
-    ssize_t n = read(stdout_fd_, buf, sizeof(buf));
-    if (n <= 0) return false;
-    output_.append(buf, static_cast<size_t>(n));
-    for (absl::string_view line : absl::StrSplit(output_, '\n')) {
-      if (absl::StartsWith(line, prefix)) return true;
-    }
-    return false;
+    return proc_ != nullptr && proc_->WaitForLine(prefix, absl::Now() + timeout).ok();
   }
 
   // Asks the child to leave (closes its standard input), waits, then escalates to SIGTERM and
   // SIGKILL. Always reaps. Returns how it ended, or empty if it was not running.
   std::string Stop() {
-    if (stdin_fd_ >= 0) {
-      close(stdin_fd_);
-      stdin_fd_ = -1;
-    }
-    std::string how;
-    if (pid_ > 0) {
-      if (!WaitExit(kTargetExitGrace, &how)) {
-        spdlog::warn("target node (pid {}) did not leave within {}; sending SIGTERM", pid_,
-                     absl::FormatDuration(kTargetExitGrace));
-        kill(pid_, SIGTERM);
-        if (!WaitExit(absl::Seconds(2), &how)) {
-          kill(pid_, SIGKILL);
-          int status = 0;
-          waitpid(pid_, &status, 0);
-          how = DescribeWaitStatus(status);
-          pid_ = 0;
-          g_child_pid = 0;
-        }
-      }
-    }
-    if (stdout_fd_ >= 0) {
-      close(stdout_fd_);
-      stdout_fd_ = -1;
-    }
+    if (proc_ == nullptr) return "";
+    std::string how = proc_->Stop(kTargetExitGrace);
+    g_child_pid = 0;
     return how;
   }
 
   // Kills at once (error paths).
   void Kill() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      int status = 0;
-      waitpid(pid_, &status, 0);
-      pid_ = 0;
-      g_child_pid = 0;
-    }
-    Stop();
+    if (proc_ == nullptr) return;
+    proc_->Kill(SIGKILL);
+    proc_->Stop(absl::ZeroDuration());
+    g_child_pid = 0;
   }
 
  private:
-  bool WaitExit(absl::Duration timeout, std::string* how) {
-    const absl::Time deadline = absl::Now() + timeout;
-    for (;;) {
-      if (Exited(how)) return true;
-      if (absl::Now() > deadline) return false;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-  }
-
-  pid_t pid_ = 0;
-  int stdin_fd_ = -1;
-  int stdout_fd_ = -1;
-  std::string output_;
+  std::unique_ptr<ChildProcess> proc_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -674,40 +593,28 @@ absl::Status MeasureThreads(Node* node, bool use_channel, GlobalAddress target,
 // passed through. Kills it after `timeout`.
 absl::StatusOr<std::string> RunCapture(const std::vector<std::string>& args,
                                        absl::Duration timeout) {
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError(std::strerror(errno));
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    dup2(out[1], STDOUT_FILENO);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(out[1]);
+  absl::StatusOr<std::unique_ptr<ChildProcess>> c =
+      ChildProcess::Spawn(args[0], std::vector<std::string>(args.begin() + 1, args.end()));
+  if (!c.ok()) return c.status();
   std::string output;
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
-    pollfd p{out[0], POLLIN, 0};
+    pollfd p{(*c)->stdout_fd(), POLLIN, 0};
     const int ms =
         static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
     if (ms == 0 || poll(&p, 1, ms) <= 0) break;
-    char buf[1024];
-    ssize_t n = read(out[0], buf, sizeof(buf));
-    if (n <= 0) break;
-    output.append(buf, static_cast<size_t>(n));
+    std::vector<std::string> lines;
+    const bool more = (*c)->ReadLines(&lines);
+    for (const std::string& line : lines) absl::StrAppend(&output, line, "\n");
+    if (!more) break;
   }
-  close(out[0]);
   // The output ended (or the time is up): give the program a moment to exit.
-  int st = 0;
+  std::string how;
   const absl::Time exit_deadline = std::max(deadline, absl::Now() + absl::Seconds(2));
-  while (waitpid(pid, &st, WNOHANG) != pid) {
+  while (!(*c)->Exited(&how)) {
     if (absl::Now() > exit_deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &st, 0);
+      (*c)->Kill(SIGKILL);
+      (*c)->Stop(absl::ZeroDuration());
       return absl::DeadlineExceededError(
           absl::StrCat(args[0], " did not finish within ", absl::FormatDuration(timeout)));
     }
@@ -741,33 +648,14 @@ absl::StatusOr<double> RunReferenceBlock(const std::string& program, const std::
       "--bw_secs=0"};
   std::vector<std::string> server = {program, "--role=server"};
   server.insert(server.end(), common.begin(), common.end());
-  std::vector<char*> argv;
-  for (const std::string& a : server) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t spid = fork();
-  if (spid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    int devnull = open("/dev/null", O_WRONLY);
-    dup2(devnull, STDOUT_FILENO);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  // Its output is not read (a few lines); it leaves once the client wrote its .done file.
+  absl::StatusOr<std::unique_ptr<ChildProcess>> server_proc =
+      ChildProcess::Spawn(program, std::vector<std::string>(server.begin() + 1, server.end()));
   std::vector<std::string> client = {program, "--role=client"};
   client.insert(client.end(), common.begin(), common.end());
-  absl::StatusOr<std::string> out = RunCapture(client, absl::Seconds(120));
-  // The server leaves once the client wrote its .done file; make sure it does.
-  if (spid > 0) {
-    int st = 0;
-    const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    while (waitpid(spid, &st, WNOHANG) != spid) {
-      if (absl::Now() > deadline) {
-        kill(spid, SIGKILL);
-        waitpid(spid, &st, 0);
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-  }
+  absl::StatusOr<std::string> out = server_proc.ok() ? RunCapture(client, absl::Seconds(120))
+                                                     : server_proc.status();
+  if (server_proc.ok()) (*server_proc)->Stop(absl::Seconds(5));  // SIGTERM, SIGKILL if it stays
   for (const char* suffix : {".info", ".done", ".tmp"}) unlink((oob + suffix).c_str());
   rmdir(dir.c_str());
   if (!out.ok()) return out.status();
@@ -1056,7 +944,7 @@ int BenchMain() {
   const std::string target_name =
       absl::StrCat("target node ", kTargetId, " (", host, ":", target_port, ")");
   if (absl::Status s =
-          target.Spawn({"fabric_bench", "--role=target", absl::StrCat("--config=", g_config_path),
+          target.Spawn({"--role=target", absl::StrCat("--config=", g_config_path),
                         absl::StrCat("--poll=", PollModeName(*mode)),
                         absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))});
       !s.ok()) {
