@@ -186,11 +186,13 @@ uint64_t AutoBuckets(const KeySpace& space, int nodes, uint32_t bucket_bytes, do
 absl::StatusOr<Options> OptionsFromFlags() {
   Options o;
   std::string providers = absl::GetFlag(FLAGS_provider);
+  int attach_shards = 0;  // --cluster_config: the cluster's shard (not late) nodes
   if (const std::string attach = absl::GetFlag(FLAGS_cluster_config); !attach.empty()) {
     // The cluster's own provider, unless --provider names it.
     absl::StatusOr<config::ClusterConfig> c = LoadClusterConfig(attach);
     if (!c.ok()) return Prefixed("cluster_config", c.status());
     const std::string theirs = ResolveProvider(c->provider().empty() ? "auto" : c->provider());
+    for (const config::NodeConfig& n : c->node()) attach_shards += n.late() ? 0 : 1;
     if (providers.empty()) providers = theirs;
     if (ResolveProvider(providers) != theirs) {
       return absl::InvalidArgumentError(absl::StrCat("--provider=", providers,
@@ -285,6 +287,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   f.workers = o.max_threads() + o.load_threads + 2;
   f.attach_config = absl::GetFlag(FLAGS_cluster_config);
   if (!f.attach_config.empty()) {
+    f.nodes = attach_shards;
     f.workers = RuntimeOptions{}.workers;  // every node's lanes must match the running nodes'
     if (o.max_threads() + o.load_threads > f.workers) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -644,14 +647,21 @@ int DriverMain() {
     if (!o->json) {
       std::printf(
           "\nkvbench: provider %s (peers over %s), %llu keys of %d B, values of %d B, %d ms per "
-          "point (+%d ms warm-up); store on CPUs %s (%d farm nodes, poll %s, %llu buckets of %u B "
-          "each; memcached -t %d; redis-server), clients on CPUs %s\n",
+          "point (+%d ms warm-up); store on CPUs %s (%s; memcached -t %d; redis-server), clients "
+          "on CPUs %s, their node polling %s\n",
           provider.c_str(), TransportName(TransportFor(provider)).c_str(),
           static_cast<unsigned long long>(o->space.keys), o->space.key_size, o->space.value_size,
           o->duration_ms, o->warmup_ms, o->store_cpus.empty() ? "any" : o->store_cpus.c_str(),
-          o->farm.nodes, o->farm.poll.c_str(), static_cast<unsigned long long>(o->farm.kv.buckets),
-          o->farm.kv.bucket_bytes, o->memcached_threads,
-          o->client_cpus.empty() ? "any" : AffinityText().c_str());
+          o->farm.attach_config.empty()
+              ? absl::StrFormat("%d farm nodes, poll %s, %llu buckets of %u B each", o->farm.nodes,
+                                o->farm.poll, static_cast<unsigned long long>(o->farm.kv.buckets),
+                                o->farm.kv.bucket_bytes)
+                    .c_str()
+              : absl::StrFormat("farm: the running cluster of %s, %d shard nodes",
+                                o->farm.attach_config, o->farm.nodes)
+                    .c_str(),
+          o->memcached_threads, o->client_cpus.empty() ? "any" : AffinityText().c_str(),
+          o->farm.poll.c_str());
       PrintTableHeader();
     }
     auto print = [&](const Row& r) {
