@@ -29,9 +29,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "absl/strings/str_join.h"
 #include "platform/clock.h"
 #include "platform/fault_injection_hook.h"
 #include "spdlog/spdlog.h"
@@ -527,6 +527,24 @@ int RemoveStaleShmFiles(const std::string& dir) {
   return removed;
 }
 
+namespace {
+
+// shm names an endpoint's shared-memory file after the process (/dev/shm/PID:N:M) unless told a
+// name. A process killed with SIGKILL leaves that file behind, and a later process that gets the
+// same id cannot enable its endpoint ("Device or resource busy"). Our own names carry a random
+// part, and files of ours whose process is gone are removed first. A no-op on other providers.
+absl::Status NameShmEndpoint(const std::string& provider, fid_ep* ep) {
+  if (provider != "shm") return absl::OkStatus();
+  RemoveStaleShmFiles();
+  const std::string own = ShmEndpointName();
+  if (int ret = fi_setname(&ep->fid, const_cast<char*>(own.c_str()), own.size() + 1); ret != 0) {
+    return absl::UnavailableError(FiError("fi_setname", ret));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Fabric::OpenEndpoint() {
   Handles& h = *h_;
   int ret;
@@ -562,17 +580,7 @@ absl::Status Fabric::OpenEndpoint() {
       (ret = fi_ep_bind(h.ep, &h.remote_cntr->fid, FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0) {
     return absl::UnavailableError(FiError("fi_ep_bind(counter)", ret));
   }
-  if (provider_ == "shm") {
-    // shm names its shared-memory file after the process (/dev/shm/PID:N:M) unless told a name.
-    // A process killed with SIGKILL leaves that file behind, and a later process that gets the
-    // same id cannot enable its endpoint ("Device or resource busy"). Our own names carry a
-    // random part, and files of ours whose process is gone are removed first.
-    RemoveStaleShmFiles();
-    const std::string own = ShmEndpointName();
-    if ((ret = fi_setname(&h.ep->fid, const_cast<char*>(own.c_str()), own.size() + 1)) != 0) {
-      return absl::UnavailableError(FiError("fi_setname", ret));
-    }
-  }
+  if (absl::Status st = NameShmEndpoint(provider_, h.ep); !st.ok()) return st;
   if ((ret = fi_enable(h.ep)) != 0) return absl::UnavailableError(FiError("fi_enable", ret));
   if ((ret = fi_getname(&h.ep->fid, name, &name_len)) != 0) {
     return absl::UnavailableError(FiError("fi_getname", ret));
@@ -1091,6 +1099,7 @@ absl::Status FabricChannel::Open() {
   if ((ret = fi_ep_bind(h.ep, &h.cq->fid, FI_TRANSMIT | FI_RECV)) != 0) {
     return absl::UnavailableError(FiError("fi_ep_bind(cq)", ret));
   }
+  if (absl::Status st = NameShmEndpoint(fabric_->provider(), h.ep); !st.ok()) return st;
   if ((ret = fi_enable(h.ep)) != 0) return absl::UnavailableError(FiError("fi_enable", ret));
   return absl::OkStatus();
 }

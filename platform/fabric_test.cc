@@ -103,6 +103,16 @@ TEST_CASE("an shm endpoint opens even where a dead process with this id left its
     INFO(ws.ToString());
     CHECK(ws.ok());
     CHECK(p.bbuf[63] == 'x');
+    // A channel's endpoint is named the same way.
+    absl::StatusOr<std::unique_ptr<FabricChannel>> channel = p.a->OpenChannel();
+    INFO(channel.status().ToString());
+    REQUIRE(channel.ok());
+    OpBatch on_channel(channel->get());
+    REQUIRE(on_channel.Read(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data() + 64, 64}).ok());
+    absl::Status rs = on_channel.Wait(absl::Seconds(10));
+    INFO(rs.ToString());
+    CHECK(rs.ok());
+    CHECK(p.abuf[64 + 63] == 'x');
   }
   for (const std::string& path : planted) unlink(path.c_str());
 }
