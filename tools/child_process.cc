@@ -1,10 +1,11 @@
 #include "tools/child_process.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,89 @@
 #include "platform/control_channel.h"
 
 namespace farm {
+namespace {
+
+// What the child's standard input, output and error become, as the parent opened them (all
+// close-on-exec). -1: not opened (stdout: the pipe is used; stderr: the parent's).
+struct ChildStdio {
+  int in[2] = {-1, -1};   // in[0]: the child's stdin; in[1]: the parent writes
+  int out[2] = {-1, -1};  // out[1]: the child's stdout; out[0]: the parent reads (pipe only)
+  int err = -1;
+
+  void CloseAll() {
+    for (int* fd : {&in[0], &in[1], &out[0], &out[1], &err}) {
+      if (*fd >= 0) close(*fd);
+      *fd = -1;
+    }
+  }
+};
+
+absl::Status OpenOutput(const std::string& path, int* fd) {
+  *fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (*fd >= 0) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+}
+
+absl::Status OpenPipe(int fds[2]) {
+  if (pipe2(fds, O_CLOEXEC) == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("cannot make a pipe: ", std::strerror(errno)));
+}
+
+// Opens everything the child needs; on failure closes what it opened.
+absl::Status OpenStdio(const ChildProcess::Options& options, ChildStdio* io) {
+  absl::Status s = OpenPipe(io->in);
+  if (s.ok()) {
+    s = options.stdout_path.empty() ? OpenPipe(io->out)
+                                    : OpenOutput(options.stdout_path, &io->out[1]);
+  }
+  if (s.ok() && !options.stderr_path.empty()) s = OpenOutput(options.stderr_path, &io->err);
+  // The parent reads the child's output without blocking (ReadLines); the child's end blocks.
+  if (s.ok() && io->out[0] >= 0 && fcntl(io->out[0], F_SETFL, O_NONBLOCK) != 0) {
+    s = absl::InternalError(
+        absl::StrCat("cannot make a pipe non-blocking: ", std::strerror(errno)));
+  }
+  if (!s.ok()) io->CloseAll();
+  return s;
+}
+
+// Makes `fd` the child's descriptor `target` (kept open across exec).
+void Redirect(int fd, int target) {
+  if (fd == target) {
+    fcntl(fd, F_SETFD, 0);
+  } else {
+    dup2(fd, target);
+  }
+}
+
+void WriteStderr(const char* text) { (void)!write(STDERR_FILENO, text, std::strlen(text)); }
+
+// The child between fork and exec. Only async-signal-safe calls: another thread of the parent
+// may have held a lock (malloc's, stdio's) at the fork, and the child would wait for it forever.
+[[noreturn]] void ExecChild(const std::string& program, char* const argv[], const ChildStdio& io,
+                            pid_t parent, bool own_process_group, const std::string& cannot_run) {
+  // Never outlive the parent, even one killed with SIGKILL. SIGTERM (not SIGKILL) lets the shm
+  // provider remove its shared-memory files.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) _exit(127);  // the parent is gone already
+  if (own_process_group) setpgid(0, 0);
+  Redirect(io.in[0], STDIN_FILENO);
+  Redirect(io.out[1], STDOUT_FILENO);
+  if (io.err >= 0) Redirect(io.err, STDERR_FILENO);
+  // Every handler back to its default, SIGPIPE's "ignore" too (exec keeps ignored signals
+  // ignored); SIGKILL and SIGSTOP are refused, harmlessly. Then unblock everything.
+  for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execvp(program.c_str(), argv);
+  const char* why = strerrordesc_np(errno);  // unlike strerror: no locale, no allocation
+  WriteStderr(cannot_run.c_str());
+  WriteStderr(why != nullptr ? why : "unknown error");
+  WriteStderr("\n");
+  _exit(127);
+}
+
+}  // namespace
 
 std::string DescribeWaitStatus(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
@@ -45,35 +129,31 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(
   return Start(program, program, args, options);
 }
 
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::SpawnCommand(
+    const std::vector<std::string>& command) {
+  return SpawnCommand(command, Options{});
+}
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::SpawnCommand(
+    const std::vector<std::string>& command, const Options& options) {
+  if (command.empty()) return absl::InvalidArgumentError("no program to run");
+  return Start(command[0], command[0], {command.begin() + 1, command.end()}, options);
+}
+
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
     const std::string& program, const std::string& argv0, const std::vector<std::string>& args,
     const Options& options) {
-  int err_fd = -1;
-  if (!options.stderr_path.empty()) {
-    err_fd = open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (err_fd < 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot create ", options.stderr_path, ": ", std::strerror(errno)));
-    }
+  ChildStdio io;
+  if (absl::Status s = OpenStdio(options, &io); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("cannot start ", program, ": ", s.message()));
   }
-  int in[2], out[2];
-  if (pipe2(in, O_CLOEXEC) != 0) {
-    const std::string why = std::strerror(errno);
-    if (err_fd >= 0) close(err_fd);
-    return absl::InternalError(absl::StrCat("pipe: ", why));
-  }
-  if (pipe2(out, O_CLOEXEC) != 0) {
-    const std::string why = std::strerror(errno);
-    for (int fd : {in[0], in[1], err_fd}) {
-      if (fd >= 0) close(fd);
-    }
-    return absl::InternalError(absl::StrCat("pipe: ", why));
-  }
+  // Everything the child uses is made before the fork (ExecChild allocates nothing).
   std::vector<std::string> argv_storage = {argv0};
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
+  const std::string cannot_run = absl::StrCat("cannot run ", program, ": ");
   const pid_t parent = getpid();
   // Signals stay blocked from fork until the child has reset its handlers: a signal sent to a
   // child that has not yet run exec would otherwise run the parent's handler in the child.
@@ -81,56 +161,62 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &before);
   const pid_t pid = fork();
-  if (pid != 0) pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (pid == 0) ExecChild(program, argv.data(), io, parent, options.own_process_group, cannot_run);
+  const int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) {
-    const std::string why = std::strerror(errno);
-    for (int fd : {in[0], in[1], out[0], out[1], err_fd}) {
-      if (fd >= 0) close(fd);
-    }
-    return absl::InternalError(absl::StrCat("fork: ", why));
+    io.CloseAll();
+    return absl::InternalError(
+        absl::StrCat("cannot start ", program, ": fork: ", std::strerror(fork_errno)));
   }
-  if (pid == 0) {
-    // Never outlive the parent, even one killed with SIGKILL. SIGTERM (not SIGKILL) lets the shm
-    // provider remove its shared-memory files.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(127);
-    if (options.own_process_group) setpgid(0, 0);
-    dup2(in[0], STDIN_FILENO);
-    dup2(out[1], STDOUT_FILENO);
-    if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
-    for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);  // SIGKILL, SIGSTOP: refused
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execvp(program.c_str(), argv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", program.c_str(), std::strerror(errno));
-    _exit(127);
-  }
-  close(in[0]);
-  close(out[1]);
-  if (err_fd >= 0) close(err_fd);
   std::unique_ptr<ChildProcess> c(new ChildProcess());
   c->pid_ = pid;
-  c->stdin_fd_ = in[1];
-  c->stdout_fd_ = out[0];
+  c->stdin_fd_ = io.in[1];
+  c->stdout_fd_ = io.out[0];
+  io.in[1] = io.out[0] = -1;  // the child's now
+  io.CloseAll();              // the child's ends, in the parent
   return c;
 }
 
-bool ChildProcess::ReadLines(std::vector<std::string>* lines) {
+bool ChildProcess::ReadAvailable() {
   if (stdout_fd_ < 0) return false;
+  // At most a pipe's capacity per call: a child that writes without pause cannot keep the
+  // caller here.
   char buf[4096];
-  const ssize_t n = read(stdout_fd_, buf, sizeof(buf));
-  if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
-    close(stdout_fd_);
-    stdout_fd_ = -1;
-    return false;
-  }
-  if (n > 0) buffer_.append(buf, static_cast<size_t>(n));
-  for (size_t nl; (nl = buffer_.find('\n')) != std::string::npos;) {
-    lines->push_back(buffer_.substr(0, nl));
-    buffer_.erase(0, nl + 1);
+  for (int i = 0; i < 16; ++i) {
+    const ssize_t n = read(stdout_fd_, buf, sizeof(buf));
+    if (n > 0) {
+      buffer_.append(buf, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && errno == EAGAIN) {
+      return true;
+    } else {  // the end of its output (or an error: the same to us)
+      close(stdout_fd_);
+      stdout_fd_ = -1;
+      return false;
+    }
   }
   return true;
+}
+
+bool ChildProcess::NextLine(bool at_end, std::string* line) {
+  const size_t nl = buffer_.find('\n');
+  if (nl == std::string::npos) {
+    if (!at_end || buffer_.empty()) return false;
+    *line = std::move(buffer_);
+    buffer_.clear();
+    return true;
+  }
+  line->assign(buffer_, 0, nl);
+  buffer_.erase(0, nl + 1);
+  return true;
+}
+
+bool ChildProcess::ReadLines(std::vector<std::string>* lines) {
+  const bool open = ReadAvailable();
+  for (std::string line; NextLine(!open, &line);) lines->push_back(std::move(line));
+  return open;
 }
 
 void ChildProcess::CloseStdin() {
@@ -145,15 +231,20 @@ void ChildProcess::Kill(int signal) {
 absl::StatusOr<std::string> ChildProcess::WaitForLine(absl::string_view prefix,
                                                       absl::Time deadline) {
   for (;;) {
-    size_t nl;
-    while ((nl = buffer_.find('\n')) != std::string::npos) {
-      std::string line = buffer_.substr(0, nl);
-      buffer_.erase(0, nl + 1);
+    std::string how;
+    const bool exited = Exited(&how);  // checked first: all it wrote is in the pipe by then
+    const bool open = ReadAvailable();
+    for (std::string line; NextLine(!open, &line);) {
       if (absl::StartsWith(line, prefix)) return line;
     }
-    std::string how;
-    if (stdout_fd_ < 0 || Exited(&how)) {
-      return absl::AbortedError(absl::StrCat("process ", pid_, " ", how.empty() ? "ended" : how,
+    if (exited) {
+      return absl::AbortedError(
+          absl::StrCat("process ", -pid_, " ", how, " before printing ", prefix));
+    }
+    if (!open) {  // the end of its output: it is leaving
+      WaitExit(absl::Seconds(2), &how);
+      return absl::AbortedError(absl::StrCat("process ", std::abs(pid_), " closed its output",
+                                             how.empty() ? "" : absl::StrCat(" (", how, ")"),
                                              " before printing ", prefix));
     }
     const absl::Time now = absl::Now();
@@ -164,19 +255,32 @@ absl::StatusOr<std::string> ChildProcess::WaitForLine(absl::string_view prefix,
     pollfd p{stdout_fd_, POLLIN, 0};
     const int ms =
         static_cast<int>(std::min<int64_t>(100, absl::ToInt64Milliseconds(deadline - now) + 1));
-    if (poll(&p, 1, ms) <= 0) continue;
-    char buf[4096];
-    const ssize_t n = read(stdout_fd_, buf, sizeof(buf));
-    if (n > 0) {
-      buffer_.append(buf, static_cast<size_t>(n));
-    } else if (n == 0) {
-      close(stdout_fd_);  // end of output: the child is leaving
-      stdout_fd_ = -1;
-      WaitExit(absl::Seconds(2), &how);
-      return absl::AbortedError(absl::StrCat("process ", pid_, " closed its output (", how,
-                                             ") before printing ", prefix));
-    }
+    poll(&p, 1, ms);
   }
+}
+
+absl::StatusOr<int> WaitForChildOutput(const std::vector<ChildProcess*>& children, int signal_fd,
+                                       absl::Duration timeout,
+                                       std::vector<std::vector<std::string>>* lines) {
+  std::vector<pollfd> fds = {{signal_fd, POLLIN, 0}};
+  for (ChildProcess* c : children) fds.push_back({c == nullptr ? -1 : c->stdout_fd(), POLLIN, 0});
+  const int ms = timeout == absl::InfiniteDuration()
+                     ? -1
+                     : static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(timeout)));
+  if (poll(fds.data(), fds.size(), ms) < 0 && errno != EINTR) {
+    return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
+  }
+  lines->resize(children.size());
+  if (fds[0].revents & POLLIN) {  // the caller stops: the children's output can wait
+    signalfd_siginfo info{};
+    (void)!read(signal_fd, &info, sizeof(info));
+    return static_cast<int>(info.ssi_signo);
+  }
+  for (size_t i = 0; i < children.size(); ++i) {
+    // POLLHUP: the end of its output, which ReadLines takes (its descriptor becomes -1).
+    if (fds[i + 1].revents & (POLLIN | POLLHUP)) children[i]->ReadLines(&(*lines)[i]);
+  }
+  return 0;
 }
 
 absl::Status ChildProcess::Send(absl::string_view text) {

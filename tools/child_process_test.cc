@@ -1,9 +1,12 @@
-// ChildProcess: output lines, standard error to a file, a process group of its own, a program
-// that cannot be run, and stopping (closed input, then signals); every child is reaped.
+// ChildProcess: output lines, standard output and error to files, a process group of its own,
+// default signal handling, a program that cannot be run, several children watched at once, and
+// stopping (closed input, then signals); every child is reaped.
 #include "tools/child_process.h"
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -14,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace farm {
 namespace {
@@ -69,6 +73,12 @@ TEST_CASE("a program that cannot be run exits with 127 and says why", "[child_pr
   REQUIRE(c.ok());
   CHECK((*c)->Stop() == "exited with status 127");
   CHECK_THAT(ReadFile(o.stderr_path), Catch::Contains("cannot run /no/such/program"));
+  // The program and its arguments in one list.
+  absl::StatusOr<std::unique_ptr<ChildProcess>> e =
+      ChildProcess::SpawnCommand({"/bin/sh", "-c", "exit 5"});
+  REQUIRE(e.ok());
+  CHECK((*e)->Stop() == "exited with status 5");
+  CHECK(absl::IsInvalidArgument(ChildProcess::SpawnCommand({}).status()));
   // A log file that cannot be created is an error before anything starts.
   o.stderr_path = "/no/such/dir/err.log";
   absl::StatusOr<std::unique_ptr<ChildProcess>> d = ChildProcess::Spawn("/bin/true", {}, o);
@@ -104,6 +114,132 @@ TEST_CASE("closing its input makes it leave; a signal stops one that ignores it"
   CHECK(how == absl::StrCat("was killed by signal ", SIGTERM));
   CHECK(sleeper->Stop().empty());  // reaped already
   sleeper->Kill(SIGTERM);          // a no-op once reaped
+}
+
+TEST_CASE("an unfinished last line comes at the end; reading never blocks", "[child_process]") {
+  std::unique_ptr<ChildProcess> c = Shell("echo first; read wait; printf 'last'");
+  CHECK(c->WaitForLine("first", absl::Now() + absl::Seconds(10)).ok());
+  std::vector<std::string> lines;
+  const absl::Time start = absl::Now();
+  CHECK(c->ReadLines(&lines));  // nothing there: returns at once
+  CHECK(absl::Now() - start < absl::Seconds(1));
+  CHECK(lines.empty());
+  REQUIRE(c->Send("go\n").ok());
+  CHECK(AllLines(*c) == std::vector<std::string>{"last"});
+  CHECK(c->stdout_fd() == -1);
+  CHECK(c->Stop() == "exited with status 0");
+}
+
+TEST_CASE("a line printed just before exiting is not missed", "[child_process]") {
+  for (int i = 0; i < 20; ++i) {
+    std::unique_ptr<ChildProcess> c = Shell("echo READY 1");
+    absl::StatusOr<std::string> line = c->WaitForLine("READY", absl::Now() + absl::Seconds(10));
+    INFO(line.status().ToString());
+    CHECK(line.ok());
+    if (line.ok()) CHECK(*line == "READY 1");
+  }
+  // One that exits without the line: Aborted, saying how it ended.
+  std::unique_ptr<ChildProcess> c = Shell("echo other; exit 4");
+  absl::StatusOr<std::string> line = c->WaitForLine("READY", absl::Now() + absl::Seconds(10));
+  CHECK(absl::IsAborted(line.status()));
+  CHECK_THAT(std::string(line.status().message()), Catch::Contains("exited with status 4"));
+}
+
+TEST_CASE("standard output to a file", "[child_process]") {
+  absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("child_process_test");
+  REQUIRE(dir.ok());
+  ChildProcess::Options o;
+  o.stdout_path = absl::StrCat((*dir)->path(), "/out.log");
+  std::unique_ptr<ChildProcess> c = Shell("echo hello", o);
+  CHECK(c->stdout_fd() == -1);
+  std::vector<std::string> lines;
+  CHECK(!c->ReadLines(&lines));
+  CHECK(c->Stop() == "exited with status 0");
+  CHECK(ReadFile(o.stdout_path) == "hello\n");
+}
+
+TEST_CASE("the child starts with default signal handlers and no signal blocked",
+          "[child_process]") {
+  // The parent ignores SIGPIPE (as servers do) and blocks SIGUSR1 (as signalfd users do).
+  struct sigaction ignore {
+  }, before_pipe{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, &before_pipe);
+  sigset_t usr1, before_mask;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &usr1, &before_mask);
+  std::unique_ptr<ChildProcess> c = Shell("exec grep -E '^Sig(Blk|Ign)' /proc/self/status");
+  std::vector<std::string> lines = AllLines(*c);
+  sigaction(SIGPIPE, &before_pipe, nullptr);
+  pthread_sigmask(SIG_SETMASK, &before_mask, nullptr);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0] == "SigBlk:\t0000000000000000");
+  // Signals 1 to 31 (bits 0 to 30). glibc keeps 32 and 33 for itself (signal() refuses them); a
+  // sandbox that ignores them passes that on.
+  REQUIRE(absl::StartsWith(lines[1], "SigIgn:\t"));
+  CHECK((std::stoull(lines[1].substr(8), nullptr, 16) & 0x7fffffffu) == 0);
+  CHECK(c->Stop() == "exited with status 0");
+}
+
+TEST_CASE("Stop: SIGTERM after the grace, SIGKILL if that is ignored; always reaped",
+          "[child_process]") {
+  struct Case {
+    std::string script;
+    int signal;
+  };
+  for (const Case& k : {Case{"exec sleep 600", SIGTERM},
+                        // An ignored signal stays ignored across exec.
+                        Case{"trap '' TERM; exec sleep 600", SIGKILL}}) {
+    INFO(k.script);
+    std::unique_ptr<ChildProcess> c = Shell(k.script);
+    const pid_t pid = c->pid();
+    CHECK(!c->reaped());
+    CHECK(c->Stop(absl::Milliseconds(100)) == absl::StrCat("was killed by signal ", k.signal));
+    CHECK(c->reaped());
+    CHECK(c->pid() == -pid);
+    CHECK(WTERMSIG(c->wait_status()) == k.signal);
+    CHECK(waitpid(pid, nullptr, WNOHANG) == -1);  // no child of ours any more
+    CHECK(errno == ECHILD);
+  }
+}
+
+TEST_CASE("several children and a signal watched at once", "[child_process]") {
+  std::unique_ptr<ChildProcess> a = Shell("echo a1; echo a2; cat >/dev/null");
+  std::unique_ptr<ChildProcess> b = Shell("read wait; echo b1");
+  std::vector<ChildProcess*> children = {a.get(), nullptr, b.get()};
+  std::vector<std::string> from_a, from_b;
+  for (int i = 0; i < 100 && from_a.size() < 2; ++i) {
+    std::vector<std::vector<std::string>> lines;
+    absl::StatusOr<int> signal = WaitForChildOutput(children, -1, absl::Seconds(1), &lines);
+    REQUIRE(signal.ok());
+    CHECK(*signal == 0);
+    REQUIRE(lines.size() == 3);
+    CHECK(lines[1].empty());
+    from_a.insert(from_a.end(), lines[0].begin(), lines[0].end());
+    from_b.insert(from_b.end(), lines[2].begin(), lines[2].end());
+  }
+  CHECK(from_a == std::vector<std::string>{"a1", "a2"});
+  CHECK(from_b.empty());
+
+  // A signal waiting on the signalfd is returned before any output is read.
+  sigset_t usr2, before;
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &usr2, &before);
+  const int signal_fd = signalfd(-1, &usr2, SFD_CLOEXEC);
+  REQUIRE(signal_fd >= 0);
+  REQUIRE(b->Send("go\n").ok());
+  kill(getpid(), SIGUSR2);
+  std::vector<std::vector<std::string>> lines;
+  absl::StatusOr<int> signal = WaitForChildOutput(children, signal_fd, absl::Seconds(10), &lines);
+  close(signal_fd);
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  REQUIRE(signal.ok());
+  CHECK(*signal == SIGUSR2);
+  CHECK(AllLines(*b) == std::vector<std::string>{"b1"});
+  CHECK(a->Stop() == "exited with status 0");  // its input closed: cat ends, so does it
+  CHECK(b->Stop() == "exited with status 0");
 }
 
 }  // namespace farm
