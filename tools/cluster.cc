@@ -15,13 +15,13 @@
 // it waits for every READY line, then asks one node at a time to run the self-check (so that no
 // two checkers write the same bytes) and prints the results as a table or as JSON lines.
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -88,8 +88,6 @@ struct Child {
   uint32_t id = 0;
   std::unique_ptr<ChildProcess> proc;  // its standard input takes commands; output: READY etc.
   bool ready = false;
-  bool exited = false;
-  int status = 0;
   std::string app;        // the application it runs ("" for a plain node)
   bool app_done = false;  // it printed APP_DONE
   bool app_ok = false;
@@ -247,21 +245,22 @@ class Cluster {
     const absl::Time deadline = absl::Now() + timeout;
     for (;;) {
       bool all = true;
-      for (const Child& c : children_) all &= c.exited;
+      for (const Child& c : children_) all &= c.proc->reaped();
       if (all) break;
       absl::Status s = Pump(deadline, nullptr);
       if (!s.ok()) return s;
     }
     int failed = 0;
     for (const Child& c : children_) {
-      const bool ok = c.app_done && c.app_ok && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+      const int status = c.proc->wait_status();
+      const bool ok = c.app_done && c.app_ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
       if (!ok) {
         ++failed;
         spdlog::error("node {}: {}", c.id,
                       !c.app_done ? absl::StrCat("exited before its application finished (",
-                                                 DescribeWaitStatus(c.status), ")")
+                                                 DescribeWaitStatus(status), ")")
                       : !c.app_ok ? absl::StrCat("application failed: ", c.app_error)
-                                  : DescribeWaitStatus(c.status));
+                                  : DescribeWaitStatus(status));
       }
     }
     return failed;
@@ -282,24 +281,20 @@ class Cluster {
   void Stop() {
     for (Child& c : children_) {
       c.proc->CloseStdin();
-      if (!c.exited) c.proc->Kill(SIGTERM);
+      c.proc->Kill(SIGTERM);  // a no-op for one reaped already
     }
     const absl::Time deadline = absl::Now() + absl::Seconds(5);
     for (Child& c : children_) {
       std::string how;
-      while (!c.exited) {
-        if (c.proc->Exited(&how)) {
-          c.exited = true;
-        } else if (absl::Now() > deadline) {
+      while (!c.proc->reaped() && !c.proc->Exited(&how)) {
+        if (absl::Now() > deadline) {
           spdlog::warn("node {} did not stop within 5 s; killing it", c.id);
           c.proc->Kill(SIGKILL);
           c.proc->Stop(absl::ZeroDuration());  // reaps it
-          c.exited = true;
         } else {
           absl::SleepFor(absl::Milliseconds(10));
         }
       }
-      c.status = c.proc->wait_status();
     }
     children_.clear();  // every one reaped: their ChildProcess closes what is left
     if (!dir_.empty()) {
@@ -327,14 +322,9 @@ class Cluster {
     }
     args.insert(args.end(), node_args.begin(), node_args.end());
     // A node never outlives its supervisor, even one killed with SIGKILL (ChildProcess).
-    const std::string program = args[0];
-    args.erase(args.begin());
-    absl::StatusOr<std::unique_ptr<ChildProcess>> proc = ChildProcess::Spawn(program, args);
+    absl::StatusOr<std::unique_ptr<ChildProcess>> proc = ChildProcess::SpawnCommand(args);
     if (!proc.ok()) return absl::UnavailableError(proc.status().message());
-    Child c;
-    c.id = id;
-    c.proc = std::move(*proc);
-    children_.push_back(std::move(c));
+    children_.push_back(Child{id, std::move(*proc)});
     return absl::OkStatus();
   }
 
@@ -347,45 +337,30 @@ class Cluster {
 
   // Waits for output from any node (or a signal) until `deadline`; collects complete lines.
   absl::Status Pump(absl::Time deadline, std::vector<std::pair<uint32_t, std::string>>* lines) {
-    std::vector<pollfd> fds;
-    fds.push_back({signal_fd_, POLLIN, 0});
-    for (const Child& c : children_) fds.push_back({c.proc->stdout_fd(), POLLIN, 0});
-    int timeout_ms = -1;
-    if (deadline != absl::InfiniteFuture()) {
-      timeout_ms =
-          static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
-    }
-    int n = poll(fds.data(), fds.size(), std::min(timeout_ms < 0 ? 1000 : timeout_ms, 1000));
-    if (n < 0 && errno != EINTR)
-      return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
-    if (fds[0].revents & POLLIN) {
-      signalfd_siginfo info{};
-      (void)!read(signal_fd_, &info, sizeof(info));
-      return absl::CancelledError(absl::StrCat("stopping on signal ", info.ssi_signo));
-    }
+    std::vector<ChildProcess*> procs;
+    for (const Child& c : children_) procs.push_back(c.proc.get());
+    std::vector<std::vector<std::string>> got;
+    absl::StatusOr<int> signal = WaitForChildOutput(
+        procs, signal_fd_,
+        std::clamp(deadline - absl::Now(), absl::ZeroDuration(), absl::Seconds(1)), &got);
+    if (!signal.ok()) return signal.status();
+    if (*signal != 0) return absl::CancelledError(absl::StrCat("stopping on signal ", *signal));
+    bool any = false;
     for (size_t i = 0; i < children_.size(); ++i) {
-      Child& c = children_[i];
-      if (!(fds[i + 1].revents & (POLLIN | POLLHUP))) continue;
-      // At the end of its output (the node is exiting) its descriptor becomes -1: not polled.
-      std::vector<std::string> got;
-      c.proc->ReadLines(&got);
-      for (const std::string& line : got) {
-        OnLine(c, line);
-        if (lines != nullptr) lines->emplace_back(c.id, line);
+      for (const std::string& line : got[i]) {
+        any = true;
+        OnLine(children_[i], line);
+        if (lines != nullptr) lines->emplace_back(children_[i].id, line);
       }
     }
     for (Child& c : children_) {
       std::string how;
-      if (c.exited) continue;
-      if (c.proc->Exited(&how)) {
-        c.exited = true;
-        c.status = c.proc->wait_status();
-        if (expect_exits_) continue;
+      if (c.proc->Exited(&how) && !expect_exits_) {
         return absl::AbortedError(
-            absl::StrCat("node ", c.id, " ", DescribeWaitStatus(c.status), " (its log above says why)"));
+            absl::StrCat("node ", c.id, " ", how, " (its log above says why)"));
       }
     }
-    if (n == 0 && absl::Now() >= deadline) {
+    if (!any && absl::Now() >= deadline) {
       std::string missing;
       for (const Child& c : children_) {
         if (!c.ready) absl::StrAppend(&missing, missing.empty() ? "" : ", ", c.id);

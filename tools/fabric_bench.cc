@@ -593,8 +593,7 @@ absl::Status MeasureThreads(Node* node, bool use_channel, GlobalAddress target,
 // passed through. Kills it after `timeout`.
 absl::StatusOr<std::string> RunCapture(const std::vector<std::string>& args,
                                        absl::Duration timeout) {
-  absl::StatusOr<std::unique_ptr<ChildProcess>> c =
-      ChildProcess::Spawn(args[0], std::vector<std::string>(args.begin() + 1, args.end()));
+  absl::StatusOr<std::unique_ptr<ChildProcess>> c = ChildProcess::SpawnCommand(args);
   if (!c.ok()) return c.status();
   std::string output;
   const absl::Time deadline = absl::Now() + timeout;
@@ -648,9 +647,11 @@ absl::StatusOr<double> RunReferenceBlock(const std::string& program, const std::
       "--bw_secs=0"};
   std::vector<std::string> server = {program, "--role=server"};
   server.insert(server.end(), common.begin(), common.end());
-  // Its output is not read (a few lines); it leaves once the client wrote its .done file.
+  // Its output is not wanted; it leaves once the client wrote its .done file.
+  ChildProcess::Options quiet;
+  quiet.stdout_path = "/dev/null";
   absl::StatusOr<std::unique_ptr<ChildProcess>> server_proc =
-      ChildProcess::Spawn(program, std::vector<std::string>(server.begin() + 1, server.end()));
+      ChildProcess::SpawnCommand(server, quiet);
   std::vector<std::string> client = {program, "--role=client"};
   client.insert(client.end(), common.begin(), common.end());
   absl::StatusOr<std::string> out = server_proc.ok() ? RunCapture(client, absl::Seconds(120))

@@ -215,22 +215,17 @@ class LocalCluster {
       bool all = true;
       for (const Child& c : children_) all &= c.ready;
       if (all) return absl::OkStatus();
-      std::vector<pollfd> fds = {{signal_fd, POLLIN, 0}};
-      for (const Child& c : children_) {
-        fds.push_back({c.ready ? -1 : c.proc->stdout_fd(), POLLIN, 0});
-      }
-      poll(fds.data(), fds.size(), 100);
-      if (fds[0].revents & POLLIN) {
-        signalfd_siginfo info{};
-        (void)!read(signal_fd, &info, sizeof(info));
-        return absl::CancelledError(absl::StrCat("signal ", info.ssi_signo));
-      }
+      std::vector<ChildProcess*> waiting;  // for READY; the others' output is not read
+      for (const Child& c : children_) waiting.push_back(c.ready ? nullptr : c.proc.get());
+      std::vector<std::vector<std::string>> lines;
+      absl::StatusOr<int> signal =
+          WaitForChildOutput(waiting, signal_fd, absl::Milliseconds(100), &lines);
+      if (!signal.ok()) return signal.status();
+      if (*signal != 0) return absl::CancelledError(absl::StrCat("signal ", *signal));
       for (size_t i = 0; i < children_.size(); ++i) {
-        Child& c = children_[i];
-        if (c.ready || !(fds[i + 1].revents & (POLLIN | POLLHUP))) continue;
-        std::vector<std::string> lines;
-        c.proc->ReadLines(&lines);
-        for (const std::string& line : lines) c.ready |= absl::StartsWith(line, "READY ");
+        for (const std::string& line : lines[i]) {
+          children_[i].ready |= absl::StartsWith(line, "READY ");
+        }
       }
       std::string logs;
       if (std::optional<std::string> dead = CheckChildren(&logs); dead.has_value()) {
@@ -257,8 +252,7 @@ class LocalCluster {
     std::vector<std::string> gone;
     for (Child& c : children_) {
       std::string how;
-      if (c.exited || !c.proc->Exited(&how)) continue;
-      c.exited = true;
+      if (!c.proc->Exited(&how)) continue;  // running, or reaped and reported before
       failed_ = true;
       gone.push_back(absl::StrCat("node ", c.id, " ", how, c.ready ? "" : " before it was ready"));
       absl::StrAppend(logs, "the log of node ", c.id, " (", LogPath(c.id), ") ends with:\n",
@@ -282,10 +276,7 @@ class LocalCluster {
       bool all = true;
       for (Child& c : children_) {
         std::string how;
-        if (c.exited || c.proc->Exited(&how)) {
-          c.exited = true;
-          continue;
-        }
+        if (c.proc->reaped() || c.proc->Exited(&how)) continue;
         all = false;
         if (!c.termed && absl::Now() >= c.term_at) {
           if (c.ready) spdlog::warn("node {} did not leave within 5 s; sending SIGTERM", c.id);
@@ -295,7 +286,6 @@ class LocalCluster {
           spdlog::warn("node {} did not stop; killing it", c.id);
           c.proc->Kill(SIGKILL);
           c.proc->Stop(absl::ZeroDuration());  // reaps it
-          c.exited = true;
         }
       }
       if (all) break;
@@ -325,7 +315,6 @@ class LocalCluster {
     uint32_t id = 0;
     std::unique_ptr<ChildProcess> proc;  // its input: closing it makes the node leave
     bool ready = false;
-    bool exited = false;
     bool termed = false;  // sent SIGTERM
     absl::Time term_at;
   };
@@ -334,19 +323,13 @@ class LocalCluster {
   // outlives the shell (ChildProcess: PR_SET_PDEATHSIG with SIGTERM, which lets the shm provider
   // remove its files); a process group of its own, so that Ctrl-C at the shell's terminal is the
   // shell's, not the nodes'.
-  absl::Status Spawn(uint32_t id, std::vector<std::string> args) {
+  absl::Status Spawn(uint32_t id, const std::vector<std::string>& args) {
     ChildProcess::Options options;
     options.stderr_path = LogPath(id);
     options.own_process_group = true;
-    const std::string binary = args[0];
-    args.erase(args.begin());
-    absl::StatusOr<std::unique_ptr<ChildProcess>> proc =
-        ChildProcess::Spawn(binary, args, options);
+    absl::StatusOr<std::unique_ptr<ChildProcess>> proc = ChildProcess::SpawnCommand(args, options);
     if (!proc.ok()) return absl::UnavailableError(proc.status().message());
-    Child c;
-    c.id = id;
-    c.proc = std::move(*proc);
-    children_.push_back(std::move(c));
+    children_.push_back(Child{id, std::move(*proc)});
     return absl::OkStatus();
   }
 
