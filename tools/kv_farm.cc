@@ -150,6 +150,17 @@ class FarmTarget : public KvTarget {
   const bool rpc_;
 };
 
+absl::Status FarmCluster::Join(std::unique_ptr<Runtime> rt, const kv::Options& kv) {
+  runtime_ = std::move(rt);
+  kv::Options client = kv;
+  client.hold_shard = false;  // kvbench's own node is a late one: it holds no shard
+  absl::StatusOr<std::unique_ptr<kv::Store>> store = kv::Store::Create(*runtime_, client);
+  if (!store.ok()) return store.status();
+  store_ = std::move(*store);
+  runtime_->Serve();
+  return absl::OkStatus();
+}
+
 uint64_t FarmCluster::ShardBytes(const kv::Options& kv) {
   return (kv.buckets + kv.neighbourhood - 1) * uint64_t{kv.bucket_bytes};
 }
@@ -171,13 +182,7 @@ absl::StatusOr<std::unique_ptr<FarmCluster>> FarmCluster::Start(const FarmOption
                           absl::StrCat("joining the cluster of ", o.attach_config, ": ",
                                        rt.status().message()));
     }
-    c->runtime_ = std::move(*rt);
-    kv::Options client = o.kv;
-    client.hold_shard = false;
-    absl::StatusOr<std::unique_ptr<kv::Store>> store = kv::Store::Create(*c->runtime_, client);
-    if (!store.ok()) return store.status();
-    c->store_ = std::move(*store);
-    c->runtime_->Serve();
+    if (absl::Status st = c->Join(std::move(*rt), o.kv); !st.ok()) return st;
     return c;
   }
   const std::string node_bin = FindRunfile("tools/node", "node");
@@ -240,13 +245,7 @@ absl::StatusOr<std::unique_ptr<FarmCluster>> FarmCluster::Start(const FarmOption
                         absl::StrCat("farm cluster on ", o.provider,
                                      " did not form: ", rt.status().message(), " (", nodes, ")"));
   }
-  c->runtime_ = std::move(*rt);
-  kv::Options client = o.kv;
-  client.hold_shard = false;
-  absl::StatusOr<std::unique_ptr<kv::Store>> store = kv::Store::Create(*c->runtime_, client);
-  if (!store.ok()) return store.status();
-  c->store_ = std::move(*store);
-  c->runtime_->Serve();
+  if (absl::Status st = c->Join(std::move(*rt), o.kv); !st.ok()) return st;
   const absl::Time deadline = absl::Now() + absl::Seconds(o.timeout_s);
   for (size_t i = 0; i < c->nodes_.size(); ++i) {
     absl::StatusOr<std::string> ready = c->nodes_[i]->WaitForLine("READY", deadline);

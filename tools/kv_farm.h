@@ -70,6 +70,8 @@ class FarmCluster {
 
  private:
   FarmCluster() = default;
+  // Takes this process's joined runtime and opens the store on it as a client (no shard).
+  absl::Status Join(std::unique_ptr<Runtime> rt, const kv::Options& kv);
   friend class FarmTarget;
 
   FarmOptions options_;
