@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "platform/mutant.h"
 #include "platform/sync_point.h"
 #include "txn/object.h"
 
@@ -77,6 +78,10 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
       expected = MakeLockWord(VersionOf(word), false, false);
     } else {
       expected = MakeLockWord(w.version, true, false);
+      // Mutant: lock whatever version is there (a lost update when it changed since the read).
+      if (FARM_MUTANT("skip_lock_version_check") && !IsLocked(LoadLockWord(*object))) {
+        expected = LoadLockWord(*object);
+      }
     }
     uint64_t seen = 0;
     if (!TryLock(*object, expected, &seen)) {

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "messaging/ring.h"
+#include "platform/mutant.h"
 #include "platform/sync_point.h"
 #include "txn/object.h"
 
@@ -487,6 +488,7 @@ void Transaction::ReleaseRead(GlobalAddress addr) {
 }
 
 absl::Status Transaction::Validate() {
+  if (FARM_MUTANT("skip_validate")) return absl::OkStatus();
   std::vector<GlobalAddress> addrs;
   std::vector<uint64_t> versions;
   for (const auto& [key, r] : reads_) {
@@ -635,6 +637,9 @@ absl::Status Transaction::Commit() {
   // COMMIT-BACKUP: no backups yet (f = 0). COMMIT-PRIMARY.
   std::vector<std::pair<uint32_t, std::string>> commits;
   for (uint32_t o : owners) commits.emplace_back(o, EncodeDecision(DecisionRequest{id_, {}}));
+  // Mutant: COMMIT-PRIMARY reaches only the first owner (the others keep their locks until the
+  // coordinator leaves, then abort: a half-applied transaction).
+  if (FARM_MUTANT("commit_first_owner_only")) commits.resize(1);
   ++commit_rounds_;
   absl::Status s = SendAll(kCommitMethod, commits);
   state_ = State::kCommitted;
