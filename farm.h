@@ -121,7 +121,8 @@ struct RuntimeOptions {
   std::string endpoint;
   // "busy" (lowest latency, one core) or "adaptive".
   std::string poll = "adaptive";
-  // How many Workers may exist at once (each owns a messaging lane). 1..64.
+  // How many Workers may exist at once (each owns a messaging lane; the transaction engine has
+  // one more). 1..63.
   int workers = 8;
   // Bytes of each message ring; the largest RPC is a quarter of it. Same on every node.
   uint64_t ring_size = 64 << 10;
@@ -257,10 +258,14 @@ class Worker {
   // Starts a transaction on this worker (see "Objects and transactions"). It must not outlive
   // the Worker; one at a time per Worker is the usual use (several are allowed).
   std::unique_ptr<Txn> Begin();
-  // Runs `fn` in a new transaction and commits it; runs it again (with a short random pause) as
-  // long as it fails with Aborted, up to `max_attempts` times. Returns OK once a run committed,
-  // fn's own error (the transaction is then aborted), or the last Aborted.
-  absl::Status Run(const std::function<absl::Status(Txn&)>& fn, int max_attempts = 1000);
+  // Runs `fn` in a new transaction and commits it; runs it again (with a short random pause,
+  // growing to 1 ms) as long as it fails with Aborted, for up to `budget` of time. Returns OK
+  // once a run committed, fn's own error (the transaction is then aborted), or the last Aborted.
+  // The default budget (zero) is 10 leases of the cluster (ClusterConfig.lease_ms), at least
+  // 30 s: longer than it takes to detect a dead coordinator, whose locks are released only when
+  // the cluster learns that it left.
+  absl::Status Run(const std::function<absl::Status(Txn&)>& fn,
+                   absl::Duration budget = absl::ZeroDuration());
   // A consistent copy of the object at `addr` (exactly `len` bytes, the object's size) outside
   // any transaction: one READ, retried while a commit is writing the object. Errors: NotFound,
   // InvalidArgument (not an object of that size), Aborted (stayed locked), OutOfRange.
@@ -322,8 +327,11 @@ class Txn {
   absl::Status Free(GlobalAddress addr);
 
   // Commits: OK, or Aborted (a conflict: nothing was applied; run it again), Unavailable (a
-  // node involved left; nothing was applied unless the message says the transaction committed),
-  // FailedPrecondition (already committed or aborted).
+  // node involved left before the decision: nothing was applied; or, rarely, every owner left or
+  // this node was evicted after the decision and before any owner confirmed it: the message says
+  // the outcome is unknown), FailedPrecondition (already committed or aborted). Once the decision
+  // to commit is taken it is carried out at every owner that stays in the cluster, even if this
+  // node fails: a commit is never half-applied among the nodes that remain.
   absl::Status Commit();
   // Drops every buffered change; releases what the transaction holds. Idempotent.
   void Abort();

@@ -7,6 +7,7 @@
 #include "farm.h"
 #include "platform/config.h"
 #include "platform/poller.h"
+#include "platform/sync_point.h"
 #include "txn/object.h"
 
 namespace farm {
@@ -25,9 +26,9 @@ absl::StatusOr<config::ClusterConfig> LoadConfig(const RuntimeOptions& o) {
 }
 
 absl::Status CheckOptions(const RuntimeOptions& o) {
-  if (o.workers < 1 || o.workers > 64) {
+  if (o.workers < 1 || o.workers > 63) {
     return absl::InvalidArgumentError(
-        absl::StrCat("workers must be between 1 and 64, not ", o.workers));
+        absl::StrCat("workers must be between 1 and 63, not ", o.workers));
   }
   if (o.worker_buffer < 4096 || o.worker_buffer % 4096 != 0) {
     return absl::InvalidArgumentError(
@@ -48,8 +49,12 @@ absl::Status CheckOptions(const RuntimeOptions& o) {
 // Runtime
 
 Runtime::Impl::~Impl() {
-  txn.reset();
+  // Stop serving before the engine goes: the protocol's handlers hold its participant, and the
+  // poller runs them until the Rpc is gone.
+  if (txn != nullptr) txn->Stop();
+  FARM_SYNC_POINT("Runtime::Impl::~Impl:EngineStopped");
   rpc.reset();
+  txn.reset();
   messenger.reset();
   node.reset();
 }
@@ -66,7 +71,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& op
         absl::StrCat("node id ", options.node_id, " is not in the cluster configuration"));
   }
   MessengerOptions mo;
-  mo.lanes = options.workers;
+  mo.lanes = options.workers + 1;  // and one for the transaction engine's settlement
   mo.ring_size = options.ring_size;
   NodeOptions no;
   no.config = *cfg;
@@ -269,12 +274,21 @@ std::unique_ptr<Txn> Worker::Begin() {
   return std::unique_ptr<Txn>(new Txn(std::make_unique<Txn::Impl>(&impl_->txn_context)));
 }
 
-absl::Status Worker::Run(const std::function<absl::Status(Txn&)>& fn, int max_attempts) {
-  absl::Status last = absl::InvalidArgumentError("max_attempts must be at least 1");
+absl::Status Worker::Run(const std::function<absl::Status(Txn&)>& fn, absl::Duration budget) {
+  if (budget < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("a negative budget for Worker::Run");
+  }
+  if (budget == absl::ZeroDuration()) {
+    budget = std::max(absl::Seconds(30),
+                      10 * absl::Milliseconds(impl_->rt->node->config().lease_ms()));
+  }
+  const absl::Time deadline = absl::Now() + budget;
+  absl::Status last;
   // Random pauses after a conflict, growing, so that transactions that keep colliding spread.
   uint64_t seed = reinterpret_cast<uintptr_t>(this) ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   absl::Duration cap = absl::Microseconds(2);
-  for (int attempt = 0; attempt < max_attempts; ++attempt) {
+  // At least one attempt; then until the budget is spent.
+  for (int attempt = 0; attempt == 0 || absl::Now() < deadline; ++attempt) {
     std::unique_ptr<Txn> t = Begin();
     absl::Status s = fn(*t);
     if (s.ok()) s = t->Commit();

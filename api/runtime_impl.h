@@ -19,7 +19,8 @@ namespace farm {
 
 struct Runtime::Impl {
   RuntimeOptions options;
-  // Destroyed in reverse: txn, rpc, messenger, node.
+  // Destroyed (~Impl): the engine stops, then rpc (no handler runs after that), txn, messenger,
+  // node.
   std::unique_ptr<Node> node;
   std::unique_ptr<Messenger> messenger;
   std::unique_ptr<Rpc> rpc;

@@ -10,6 +10,11 @@
 //   TXN_FAULT=coordinator-validate  and exits after LOCK (or after validation) with the locks
 //                                held. Node 0 must be able to write x and y once membership says
 //                                node 1 is gone, and find them unchanged.
+//   TXN_FAULT=coordinator-commit node 1 commits the same transaction; its COMMIT-PRIMARY to node 2
+//                                is dropped (as a back-pressured send would fail) and it exits
+//                                right after node 0 acknowledged its own. The commit is decided and
+//                                half-applied: node 2 must settle it with node 0 and commit its
+//                                part too, so node 0 finds x = 1 and y = 2 (never x = 1, y = 200).
 //
 // The dying node arms its sync point (platform/sync_point.h) only when told to, so that the set-up
 // transactions pass. Node 0 prints "RESULT ..." lines that the test checks.
@@ -24,6 +29,8 @@
 #include "absl/time/clock.h"
 #include "farm/farm.h"
 #include "platform/sync_point.h"
+#include "txn/protocol.h"
+#include "txn/transaction.h"
 
 namespace {
 
@@ -88,15 +95,35 @@ absl::Status WaitGone(farm::Runtime& rt, uint32_t node) {
   }
 }
 
-// Both objects still hold their initial values, and a transaction can write both (no lock was
-// left behind).
-absl::Status CheckUnchangedAndWritable(farm::Worker& w, const Objects& o, bool y_alive) {
+// Node 1's commit in the coordinator-commit scenario: COMMIT-PRIMARY to node 2 never leaves, and
+// node 1 exits once node 0 acknowledged its own.
+void ArmHalfCommit() {
+  farm::SyncPoint* sp = farm::SyncPoint::GetInstance();
+  sp->SetCallBack("Transaction::Decide:Send", [](void* arg) {
+    auto* probe = static_cast<farm::txn::DecisionProbe*>(arg);
+    if (probe->method == farm::txn::kCommitMethod && probe->owner == 2) probe->drop = true;
+  });
+  sp->SetCallBack("Transaction::Decide:Acked", [](void* arg) {
+    if (*static_cast<uint32_t*>(arg) != 0) return;
+    std::printf("dying at Transaction::Decide:Acked (node 0 committed, node 2 not told)\n");
+    std::fflush(stdout);
+    _exit(kDeathStatus);
+  });
+  sp->EnableProcessing();
+}
+
+// x and y hold `x_want` and `y_want` (y only if its owner is alive), and a transaction can write
+// both (no lock was left behind).
+absl::Status CheckValuesAndWritable(farm::Worker& w, const Objects& o, bool y_alive,
+                                    int64_t x_want, int64_t y_want) {
   absl::StatusOr<int64_t> x = w.LockFreeGet<int64_t>(o.x);
-  absl::Status s = Check(x.ok() && *x == 100, absl::StrCat("x unchanged (", x.ok() ? absl::StrCat(*x) : x.status().ToString(), ")"));
+  absl::Status s = Check(x.ok() && *x == x_want,
+                         absl::StrCat("x is ", x_want, " (", x.ok() ? absl::StrCat(*x) : x.status().ToString(), ")"));
   if (!s.ok()) return s;
   if (y_alive) {
     absl::StatusOr<int64_t> y = w.LockFreeGet<int64_t>(o.y);
-    s = Check(y.ok() && *y == 200, absl::StrCat("y unchanged (", y.ok() ? absl::StrCat(*y) : y.status().ToString(), ")"));
+    s = Check(y.ok() && *y == y_want,
+              absl::StrCat("y is ", y_want, " (", y.ok() ? absl::StrCat(*y) : y.status().ToString(), ")"));
     if (!s.ok()) return s;
   }
   const absl::Time start = absl::Now();
@@ -107,6 +134,11 @@ absl::Status CheckUnchangedAndWritable(farm::Worker& w, const Objects& o, bool y
   return Check(write.ok(), absl::StrCat("locks released: a new transaction committed after ",
                                         absl::FormatDuration(absl::Now() - start),
                                         write.ok() ? "" : absl::StrCat(" — ", write.ToString())));
+}
+
+// Both objects still hold their initial values, and are writable.
+absl::Status CheckUnchangedAndWritable(farm::Worker& w, const Objects& o, bool y_alive) {
+  return CheckValuesAndWritable(w, o, y_alive, 100, 200);
 }
 
 absl::Status ParticipantDies(farm::Runtime& rt, farm::Worker& w) {
@@ -138,6 +170,7 @@ absl::Status CoordinatorDies(farm::Runtime& rt, farm::Worker& w, const std::stri
     g_published.store(true, std::memory_order_release);  // kObjects answers from now on
     if (absl::Status g = WaitGone(rt, 1); !g.ok()) return g;
     std::printf("node 1 is gone\n");
+    if (point == "commit") return CheckValuesAndWritable(w, *o, /*y_alive=*/true, 1, 2);
     return CheckUnchangedAndWritable(w, *o, /*y_alive=*/true);
   }
   // Node 1: fetch the objects (node 0 answers once they exist), arm, commit, die.
@@ -147,7 +180,11 @@ absl::Status CoordinatorDies(farm::Runtime& rt, farm::Worker& w, const std::stri
     if (absl::Now() > deadline) return o.status();
     absl::SleepFor(absl::Milliseconds(10));
   }
-  ArmDeath(point);
+  if (point == "commit") {
+    ArmHalfCommit();
+  } else {
+    ArmDeath(point);
+  }
   std::unique_ptr<farm::Txn> t = w.Begin();
   if (absl::Status s = t->Put(o->x, int64_t{1}); !s.ok()) return s;
   if (absl::Status s = t->Put(o->y, int64_t{2}); !s.ok()) return s;
@@ -187,6 +224,7 @@ int main(int argc, char** argv) {
     if (scenario == "coordinator-validate") {
       return CoordinatorDies(rt, **w, "Transaction::Commit:AfterValidate");
     }
+    if (scenario == "coordinator-commit") return CoordinatorDies(rt, **w, "commit");
     return absl::InvalidArgumentError(absl::StrCat("unknown TXN_FAULT '", scenario, "'"));
   };
   return farm::RunNode(argc, argv, app);

@@ -8,6 +8,8 @@
 #    nodes (after LOCK, or after validation, before COMMIT-PRIMARY). Once membership says it is
 #    gone, the owners release its locks: both objects are unchanged and a new transaction writes
 #    them.
+#  - coordinator-commit: the coordinator's COMMIT-PRIMARY reaches one owner (the other's is
+#    dropped) and it exits: the owners settle the transaction among themselves and both commit.
 # Each run must report exactly the dying node as failed (status 17) and leave no process behind.
 #
 # Not on shm. libfabric 1.17's shm provider guards each process's command queue with a spinlock
@@ -55,5 +57,10 @@ for provider in "${providers[@]}"; do
     fail "participant: the commit did not fail clearly"
   run coordinator-lock "$provider" 1
   run coordinator-validate "$provider" 1
+  # The decision reached node 0 only: node 2 settles it with node 0 and commits too.
+  run coordinator-commit "$provider" 1
+  grep -q "\[node 0\] RESULT x is 1 (1): ok" "$TMP/out" &&
+    grep -q "\[node 0\] RESULT y is 2 (2): ok" "$TMP/out" ||
+    fail "coordinator-commit: the transaction was not applied at both owners"
 done
 echo "PASS"

@@ -13,7 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "api/runtime_impl.h"
 #include "farm/farm.h"
+#include "platform/sync_point.h"
 #include "tests/runtime_cluster.h"
+#include "txn/transaction.h"
 
 namespace farm {
 namespace {
@@ -25,6 +27,9 @@ std::vector<std::unique_ptr<Runtime>> StartCluster(int n = 3, uint64_t ring_size
   for (auto& rt : rts) rt->Serve();
   return rts;
 }
+
+// Whether this thread is the one a test's sync point callback acts on.
+thread_local bool tl_holder = false;
 
 std::unique_ptr<Worker> NewWorker(Runtime& rt) {
   absl::StatusOr<std::unique_ptr<Worker>> w = rt.NewWorker();
@@ -433,6 +438,166 @@ TEST_CASE("freed memory is reused only where no transaction can still use it", "
   absl::Status s = t->Commit();
   CHECK(absl::IsAborted(s));
   CHECK(*w0->LockFreeGet<int64_t>(y) == 0);
+}
+
+TEST_CASE("an absence read is validated: 'create if absent' cannot commit on a stale absence",
+          "[txn]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  std::unique_ptr<Worker> w1 = NewWorker(*rts[1]);
+  const GlobalAddress marker = NewCounter(*w0, 1, 0);
+  // Three ways of learning "there is no object here": Get's NotFound, Free's NotFound, and an
+  // object of another size (InvalidArgument). Each time the state changes before the commit.
+  for (const char* how : {"get", "free", "size"}) {
+    INFO(how);
+    const GlobalAddress x = NewCounter(*w0, 2, 42);
+    if (std::string(how) != "size") {
+      std::unique_ptr<Txn> f = w1->Begin();
+      REQUIRE(f->Free(x).ok());
+      REQUIRE(f->Commit().ok());
+    }
+    std::unique_ptr<Txn> t = w0->Begin();
+    if (std::string(how) == "get") {
+      CHECK(absl::IsNotFound(t->Get<int64_t>(x).status()));
+    } else if (std::string(how) == "free") {
+      CHECK(absl::IsNotFound(t->Free(x)));
+    } else {
+      char wide[16];
+      CHECK(absl::IsInvalidArgument(t->Read(x, wide, sizeof(wide))));
+    }
+    // ... and acts on it.
+    REQUIRE(t->Put(marker, int64_t{1}).ok());
+    if (std::string(how) == "size") {
+      std::unique_ptr<Txn> f = w1->Begin();
+      REQUIRE(f->Free(x).ok());
+      REQUIRE(f->Commit().ok());
+    } else {
+      // The slot comes back at once: an object exists at x again.
+      CHECK(NewCounter(*w1, 2, 7) == x);
+    }
+    absl::Status s = t->Commit();
+    INFO(s.ToString());
+    CHECK(absl::IsAborted(s));
+    CHECK(*w0->LockFreeGet<int64_t>(marker) == 0);
+  }
+}
+
+// Drops or holds back the decision `method` to `owner` at the coordinator, `times` times (as a
+// back-pressured send would fail); counts the attempts it saw.
+struct DecisionFault {
+  DecisionFault(uint16_t method, uint32_t owner, int times) {
+    SyncPoint* sp = SyncPoint::GetInstance();
+    sp->SetCallBack("Transaction::Decide:Send", [=](void* arg) {
+      auto* probe = static_cast<txn::DecisionProbe*>(arg);
+      if (probe->method != method || probe->owner != owner) return;
+      if (dropped.fetch_add(1) < times) probe->drop = true;
+    });
+    sp->EnableProcessing();
+  }
+  ~DecisionFault() { SyncPoint::GetInstance()->Reset(); }
+  std::atomic<int> dropped{0};
+};
+
+TEST_CASE("a COMMIT-PRIMARY that cannot be sent to one owner is sent again until it lands",
+          "[txn]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  std::unique_ptr<Worker> w2 = NewWorker(*rts[2]);
+  const GlobalAddress a = NewCounter(*w0, 1, 100);
+  const GlobalAddress b = NewCounter(*w0, 2, 100);
+  {
+    // The first five sends of COMMIT-PRIMARY to node 2 fail; node 1's lands at once.
+    DecisionFault fault(txn::kCommitMethod, 2, 5);
+    std::unique_ptr<Txn> t = w0->Begin();
+    REQUIRE(t->Put(a, int64_t{60}).ok());
+    REQUIRE(t->Put(b, int64_t{140}).ok());
+    absl::Status s = t->Commit();
+    INFO(s.ToString());
+    CHECK(s.ok());  // committed: errors after the decision are not failures of the commit
+    CHECK(fault.dropped.load() == 6);  // five dropped, the sixth went through
+  }
+  // Both parts applied, nothing left locked: a reader on another node sees the whole transfer.
+  CHECK(*w2->LockFreeGet<int64_t>(a) == 60);
+  CHECK(*w2->LockFreeGet<int64_t>(b) == 140);
+  REQUIRE(w2->Run([&](Txn& t) -> absl::Status {
+               absl::StatusOr<int64_t> x = t.Get<int64_t>(a);
+               absl::StatusOr<int64_t> y = t.Get<int64_t>(b);
+               if (!x.ok() || !y.ok()) return absl::InternalError("read");
+               if (*x + *y != 200) return absl::InternalError("half-applied");
+               if (absl::Status p = t.Put(a, *x - 10); !p.ok()) return p;
+               return t.Put(b, *y + 10);
+             })
+              .ok());
+  // An ABORT that cannot be sent at first is retried too: the lock it releases does not stay.
+  {
+    DecisionFault fault(txn::kAbortMethod, 2, 3);
+    std::unique_ptr<Txn> t = w0->Begin();
+    REQUIRE(t->Put(b, int64_t{1}).ok());
+    t->Abort();
+    CHECK(fault.dropped.load() == 0);  // nothing was locked: no ABORT needed
+  }
+  {
+    // A conflict at LOCK on node 1 makes the coordinator abort at node 2, whose ABORT is
+    // dropped three times.
+    DecisionFault fault(txn::kAbortMethod, 2, 3);
+    std::unique_ptr<Txn> stale = w0->Begin();
+    REQUIRE(stale->Get<int64_t>(a).ok());
+    REQUIRE(stale->Get<int64_t>(b).ok());
+    REQUIRE(w2->Run([&](Txn& t) { return t.Put(a, int64_t{0}); }).ok());
+    REQUIRE(stale->Put(a, int64_t{1}).ok());
+    REQUIRE(stale->Put(b, int64_t{1}).ok());
+    CHECK(absl::IsAborted(stale->Commit()));
+    CHECK(fault.dropped.load() == 4);
+  }
+  absl::StatusOr<int64_t> bv = w2->LockFreeGet<int64_t>(b);
+  CHECK(bv.ok());  // not left locked
+  auto& engine2 = *RuntimeAccess::Of(*rts[2]).txn;
+  CHECK(engine2.participant().locked_objects() == 0);
+}
+
+TEST_CASE("Worker::Run retries by time, past the thousand attempts it used to stop at",
+          "[txn]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  std::unique_ptr<Worker> w1 = NewWorker(*rts[1]);
+  const GlobalAddress x = NewCounter(*w0, 2, 5);
+  // A coordinator holds x locked (stopped after LOCK) until the other worker's Run has made
+  // 1500 attempts, or has returned.
+  std::atomic<int> attempts{0};
+  std::atomic<bool> run_done{false};
+  SyncPoint* sp = SyncPoint::GetInstance();
+  std::atomic<bool> holder_waiting{false};
+  sp->SetCallBack("Transaction::Commit:AfterLock", [&](void*) {
+    if (!tl_holder) return;
+    holder_waiting = true;
+    while (attempts.load() < 1500 && !run_done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  sp->EnableProcessing();
+  std::thread holder([&] {
+    tl_holder = true;
+    std::unique_ptr<Txn> t = w0->Begin();
+    REQUIRE(t->Put(x, int64_t{6}).ok());
+    CHECK(t->Commit().ok());
+  });
+  while (!holder_waiting.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  absl::Status s = w1->Run([&](Txn& t) -> absl::Status {
+    attempts.fetch_add(1);
+    absl::StatusOr<int64_t> v = t.Get<int64_t>(x);
+    if (!v.ok()) return v.status();
+    return t.Put(x, *v + 10);
+  });
+  run_done = true;
+  holder.join();
+  sp->Reset();
+  INFO(s.ToString() << " after " << attempts.load() << " attempts");
+  CHECK(s.ok());
+  CHECK(attempts.load() > 1000);
+  CHECK(*w0->LockFreeGet<int64_t>(x) == 16);
+  // A negative budget is refused.
+  CHECK(absl::IsInvalidArgument(
+      w1->Run([](Txn&) { return absl::OkStatus(); }, absl::Seconds(-1))));
 }
 
 TEST_CASE("aborted allocations leak nothing; a full node says ResourceExhausted", "[txn]") {

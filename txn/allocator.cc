@@ -102,11 +102,20 @@ absl::StatusOr<GlobalAddress> Allocator::ReserveArray(uint64_t size, uint64_t co
       free_[c].push_back(GlobalAddress{r.info.id, first * r.block_size + (i - 1) * slot});
     }
     in_use_ += count;
+    arrays_.push_back(Array{r.info.id, first * r.block_size, first * r.block_size + count * slot});
     return GlobalAddress{r.info.id, first * r.block_size};
   }
   return absl::ResourceExhaustedError(absl::StrCat(
       "out of memory: no region of this node has ", count, " consecutive free ", slot,
       "-byte slots (", count * slot, " bytes) left"));
+}
+
+bool Allocator::InArray(GlobalAddress slot) const {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const Array& a : arrays_) {
+    if (a.region == slot.region && slot.offset >= a.begin && slot.offset < a.end) return true;
+  }
+  return false;
 }
 
 bool Allocator::IsReserved(GlobalAddress slot) const {

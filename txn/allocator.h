@@ -56,6 +56,9 @@ class Allocator {
   // (the caller installs objects in them; they are never freed). ResourceExhausted when no region
   // has enough uncarved blocks left in a row.
   absl::StatusOr<GlobalAddress> ReserveArray(uint64_t size, uint64_t count);
+  // Whether `slot` lies in an array of ReserveArray: its object may never be freed (a free would
+  // put the slot back on a free list while the array's users still count on it).
+  bool InArray(GlobalAddress slot) const;
   // Whether `slot` is reserved (Reserve, not yet installed or released).
   bool IsReserved(GlobalAddress slot) const;
   // Ends a reservation without an object (its transaction aborted).
@@ -100,6 +103,11 @@ class Allocator {
   absl::flat_hash_map<uint32_t, size_t> region_index_;
   std::vector<std::vector<GlobalAddress>> free_;  // by class
   absl::flat_hash_set<uint64_t> reserved_;        // packed addresses
+  struct Array {
+    uint32_t region = 0;
+    uint64_t begin = 0, end = 0;  // offsets of the array's slots
+  };
+  std::vector<Array> arrays_;
   uint64_t in_use_ = 0;
   int classes_ = 0;
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "messaging/ring.h"
+#include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 #include "txn/object.h"
 
@@ -52,9 +53,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   }
   e->max_object_size_ =
       std::min(e->allocator_->max_object_size(), e->max_message_ - kLockOverhead);
-  // Sequence numbers start at the wall clock in microseconds, shifted so that a coordinator
-  // would need a million transactions per microsecond to catch up with its successor's start.
-  e->next_seq_.store(static_cast<uint64_t>(absl::ToUnixMicros(absl::Now())) << 20);
+  // Transaction ids: this incarnation (the epoch it joined in; a restarted node joins under a
+  // higher one) and a count from 1.
+  const control::Membership m = node->membership();
+  for (const control::NodeInfo& n : m.nodes()) {
+    if (n.node_id() == node->id()) e->incarnation_ = n.joined_epoch();
+  }
+  for (const control::NodeInfo& n : m.nodes()) e->members_[n.node_id()] = n.joined_epoch();
+  e->members_epoch_ = m.epoch();
+  absl::StatusOr<Messenger::LaneLease> lane = rpc->messenger()->AcquireLane(absl::ZeroDuration());
+  if (!lane.ok()) {
+    return absl::Status(lane.status().code(),
+                        absl::StrCat("the transaction engine needs a lane of its own (the "
+                                     "messenger has one more than workers): ",
+                                     lane.status().message()));
+  }
+  e->lane_ = std::move(*lane);
 
   Participant* p = e->participant_.get();
   rpc->RegisterHandler(kLockMethod, [p](const RpcRequest& r) -> absl::StatusOr<std::string> {
@@ -87,25 +101,183 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
     return std::string(reinterpret_cast<const char*>(&packed), sizeof(packed));
   });
   Engine* raw = e.get();
+  rpc->RegisterHandler(kSettleMethod, [raw](const RpcRequest& r) -> absl::StatusOr<std::string> {
+    absl::StatusOr<SettleRequest> req = DecodeSettle(r.payload);
+    if (!req.ok()) return req.status();
+    return raw->OnSettle(r.from, *req);
+  });
+  e->settler_ = std::thread([raw] { raw->SettlementLoop(); });
   e->listener_ =
       node->AddMembershipListener([raw](const control::Membership& m) { raw->OnMembership(m); });
   return e;
 }
 
-Engine::~Engine() {
-  if (listener_ >= 0) node_->RemoveMembershipListener(listener_);
+Engine::~Engine() { Stop(); }
+
+void Engine::Stop() {
+  if (listener_ >= 0) {
+    node_->RemoveMembershipListener(listener_);
+    listener_ = -1;
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (settler_.joinable()) settler_.join();
+  lane_ = Messenger::LaneLease();
 }
 
 void Engine::OnMembership(const control::Membership& m) {
-  for (const auto& [id, why] : m.departed()) {
+  // An evicted node settles nothing: it is no longer one of the owners (its last membership
+  // lists nobody).
+  if (!node_->evicted().ok()) return;
+  absl::flat_hash_map<uint32_t, uint64_t> now;
+  for (const control::NodeInfo& n : m.nodes()) now[n.node_id()] = n.joined_epoch();
+  std::lock_guard<std::mutex> l(mu_);
+  if (m.epoch() <= members_epoch_) return;  // out of date
+  members_epoch_ = m.epoch();
+  // Incarnations that were members and are not any more (gone, or replaced by a new process).
+  std::vector<std::pair<uint32_t, uint64_t>> gone;
+  for (const auto& [id, joined] : members_) {
+    auto it = now.find(id);
+    if (it == now.end() || it->second != joined) gone.emplace_back(id, joined);
+  }
+  for (const auto& [id, joined] : gone) {
     if (id == node_->id()) continue;
-    spdlog::debug("txn: node {} left ({}): aborting its transactions locked here", id, why);
-    participant_->CoordinatorLeft(id);
+    Departure d;
+    d.coordinator = id;
+    d.fence = joined + 1;
+    // Who will ask this node about it: the members that were members before it left too.
+    for (const auto& [m_id, m_joined] : now) {
+      auto before = members_.find(m_id);
+      if (m_id == node_->id() || m_id == id || before == members_.end() ||
+          before->second != m_joined) {
+        continue;
+      }
+      d.askers.emplace_back(m_id, m_joined);
+    }
+    spdlog::debug("txn: node {} (incarnation {}) left: settling its transactions", id, joined);
+    departures_.push_back(std::move(d));
+  }
+  members_ = std::move(now);
+  ForgetFinished();
+  cv_.notify_all();
+}
+
+absl::StatusOr<std::string> Engine::OnSettle(uint32_t from, const SettleRequest& request) {
+  const std::vector<bool> committed =
+      participant_->Committed(request.coordinator, request.fence_epoch, request.txns);
+  std::lock_guard<std::mutex> l(mu_);
+  asked_[std::make_pair(request.coordinator, request.fence_epoch)].insert(from);
+  ForgetFinished();
+  return EncodeSettleAnswer(committed);
+}
+
+void Engine::ForgetFinished() {
+  for (auto it = departures_.begin(); it != departures_.end();) {
+    const auto key = std::make_pair(it->coordinator, it->fence);
+    const absl::flat_hash_set<uint32_t>& asked = asked_[key];
+    bool done = it->settled;
+    for (const auto& [id, joined] : it->askers) {
+      auto m = members_.find(id);
+      const bool still_there = m != members_.end() && m->second == joined;
+      if (still_there && !asked.contains(id)) done = false;
+    }
+    if (!done) {
+      ++it;
+      continue;
+    }
+    participant_->Forget(it->coordinator, it->fence);
+    asked_.erase(key);
+    it = departures_.erase(it);
   }
 }
 
+void Engine::SettlementLoop() {
+  for (;;) {
+    Departure d;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      auto next = [&] {
+        for (Departure& x : departures_) {
+          if (!x.settled) return &x;
+        }
+        return static_cast<Departure*>(nullptr);
+      };
+      cv_.wait(l, [&] { return stopping_ || next() != nullptr; });
+      if (stopping_) return;
+      d = *next();
+    }
+    if (!Settle(d)) return;
+    std::lock_guard<std::mutex> l(mu_);
+    for (Departure& x : departures_) {
+      if (x.coordinator == d.coordinator && x.fence == d.fence) x.settled = true;
+    }
+    ForgetFinished();
+  }
+}
+
+bool Engine::Settle(const Departure& d) {
+  const std::vector<Participant::Undecided> undecided =
+      participant_->Fence(d.coordinator, d.fence);
+  SettleRequest req{d.coordinator, d.fence, {}};
+  for (const Participant::Undecided& u : undecided) req.txns.push_back(u.txn);
+  const std::string payload = EncodeSettle(req);
+  std::vector<bool> commit(undecided.size(), false);
+  // Every other member, until it answered or left: its answer is final (it fenced first).
+  std::vector<uint32_t> ask;
+  for (uint32_t m : node_->members()) {
+    if (m != node_->id() && m != d.coordinator) ask.push_back(m);
+  }
+  absl::Duration pause = absl::Milliseconds(1);
+  while (!ask.empty()) {
+    std::vector<uint32_t> again;
+    for (uint32_t m : ask) {
+      if (!node_->IsMember(m)) continue;
+      absl::StatusOr<std::string> r =
+          rpc_->Call(*lane_, m, kSettleMethod, payload, absl::Seconds(1));
+      absl::StatusOr<std::vector<bool>> answer =
+          r.ok() ? DecodeSettleAnswer(*r, undecided.size()) : absl::StatusOr<std::vector<bool>>(r.status());
+      if (!answer.ok()) {
+        spdlog::debug("txn: settling node {}'s transactions: node {} did not answer yet: {}",
+                      d.coordinator, m, answer.status().ToString());
+        again.push_back(m);
+        continue;
+      }
+      for (size_t i = 0; i < undecided.size(); ++i) commit[i] = commit[i] || (*answer)[i];
+    }
+    ask = std::move(again);
+    if (ask.empty() || !node_->evicted().ok()) break;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (cv_.wait_for(l, absl::ToChronoNanoseconds(pause), [&] { return stopping_; })) {
+        return false;
+      }
+    }
+    pause = std::min(pause * 2, absl::Milliseconds(100));
+  }
+  if (!node_->evicted().ok()) return true;  // not an owner any more: settle nothing
+  for (size_t i = 0; i < undecided.size(); ++i) {
+    // A transaction that some owner committed is committed: its decision was made (every owner
+    // had locked and validation passed) and it may have been reported to its client.
+    FARM_SYNC_POINT("Engine::Settle:Decide");
+    participant_->Settle(undecided[i].txn, commit[i]);
+    spdlog::info("txn: transaction {} of departed node {} settled: {}",
+                 undecided[i].txn.ToString(), d.coordinator, commit[i] ? "committed" : "aborted");
+  }
+  return true;
+}
+
 TxnId Engine::NextId() {
-  return TxnId{node_->id(), next_seq_.fetch_add(1, std::memory_order_relaxed)};
+  return TxnId{node_->id(), incarnation_, next_seq_.fetch_add(1, std::memory_order_relaxed)};
+}
+
+size_t Engine::unsettled() const {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t n = 0;
+  for (const Departure& d : departures_) n += d.settled ? 0 : 1;
+  return n;
 }
 
 std::vector<uint64_t> Engine::TakeTruncations(uint32_t owner, size_t max) {

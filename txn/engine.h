@@ -1,19 +1,36 @@
 // Engine: a node's transaction service. It owns the node's allocator and participant, serves
-// the commit protocol's RPCs for coordinators on other nodes, aborts the transactions of
+// the commit protocol's RPCs for coordinators on other nodes, settles the transactions of
 // coordinators that leave, and hands out transaction ids and pending truncations to this node's
 // coordinators (txn/transaction.h).
+//
+// A coordinator that leaves. Its transactions locked here may be undecided: it may have sent
+// COMMIT-PRIMARY to some owners and not (yet) to this one, or to none. The owners settle them
+// among themselves, as FaRM's recovery does from the LOCK records (SOSP'15 section 5.3): when a
+// membership without coordinator C arrives, the engine's settlement thread
+//   1. fences C here (Participant::Fence: nothing C sent is applied here from now on),
+//   2. asks every other member (SETTLE, with the transactions of C it holds undecided, possibly
+//      none) which of them it committed; each fences C before it answers, so once every member
+//      answered (or left) no owner can still apply a decision of C's: a membership barrier,
+//   3. commits a transaction that any owner committed, aborts the others.
+// An owner keeps C's committed records until every member that was there when C left has asked
+// (or left itself), then forgets them. Without replication (f = 0) an owner that left took its
+// records with it: if it alone had committed a transaction, the others abort their parts.
 //
 // Thread safety: all methods are safe for concurrent use.
 #ifndef FARM_TXN_ENGINE_H_
 #define FARM_TXN_ENGINE_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "messaging/rpc.h"
 #include "platform/node.h"
@@ -32,7 +49,12 @@ class Engine {
   static absl::StatusOr<std::unique_ptr<Engine>> Start(Node* node, Rpc* rpc);
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
+  // Stops (as Stop) if that was not done.
   ~Engine();
+  // Stops following membership and ends the settlement thread. Call before the Rpc stops
+  // serving; the protocol's handlers must not run after the engine is destroyed (destroy the Rpc
+  // first). Idempotent.
+  void Stop();
 
   Node* node() const { return node_; }
   Rpc* rpc() const { return rpc_; }
@@ -56,6 +78,10 @@ class Engine {
   absl::StatusOr<GlobalAddress> CreateObjectArray(uint64_t size, uint64_t count);
 
   TxnId NextId();
+  // This node's incarnation (its joined epoch): the middle part of its transaction ids.
+  uint64_t incarnation() const { return incarnation_; }
+  // Departed coordinators whose settlement has not finished here (for tests).
+  size_t unsettled() const;
   // Transactions of this node whose records `owner` may drop: taken by the next LOCK to it.
   std::vector<uint64_t> TakeTruncations(uint32_t owner, size_t max = kMaxTruncationsPerLock);
   void AddTruncation(uint32_t owner, uint64_t seq);
@@ -63,16 +89,46 @@ class Engine {
  private:
   Engine(Node* node, Rpc* rpc) : node_(node), rpc_(rpc) {}
   void OnMembership(const control::Membership& m);
+  // The SETTLE handler: another owner asks about `coordinator`'s transactions.
+  absl::StatusOr<std::string> OnSettle(uint32_t from, const SettleRequest& request);
+  // A coordinator that left, being settled here.
+  struct Departure {
+    uint32_t coordinator = 0;
+    uint64_t fence = 0;  // its incarnations below this are fenced (the departed one's + 1)
+    // Members (id, incarnation) that were there before and after it left: each asks this node
+    // once about it (SETTLE), unless it leaves first.
+    std::vector<std::pair<uint32_t, uint64_t>> askers;
+    bool settled = false;  // this node's own settlement is done
+  };
+  void SettlementLoop();
+  // Settles one departure: fence, ask, decide. Returns false if stopped.
+  bool Settle(const Departure& d);
+  // Forgets departures that every asker asked about (or left) and this node settled. Caller
+  // holds mu_.
+  void ForgetFinished();
 
   Node* const node_;
   Rpc* const rpc_;
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Participant> participant_;
-  std::atomic<uint64_t> next_seq_{0};
+  uint64_t incarnation_ = 0;
+  std::atomic<uint64_t> next_seq_{1};
   uint64_t max_message_ = 0;
   uint64_t max_object_size_ = 0;
   int listener_ = -1;
-  std::mutex mu_;
+  // The settlement thread's own lane (the pool has one more lane than workers for it).
+  Messenger::LaneLease lane_;
+  std::thread settler_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::vector<Departure> departures_;  // guarded by mu_
+  // The last membership seen: members by id, with their incarnations (guarded by mu_).
+  absl::flat_hash_map<uint32_t, uint64_t> members_;
+  uint64_t members_epoch_ = 0;
+  // Who asked (SETTLE) about a departure, by (coordinator, fence); guarded by mu_. An ask may
+  // arrive before this node saw the departure itself.
+  absl::flat_hash_map<std::pair<uint32_t, uint64_t>, absl::flat_hash_set<uint32_t>> asked_;
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> truncations_;
 };
 

@@ -1,6 +1,7 @@
 #include "txn/participant.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "platform/mutant.h"
@@ -10,50 +11,101 @@
 namespace farm {
 namespace txn {
 
-void Participant::Append(uint32_t coordinator, LogRecordType type, const TxnId& txn,
-                         std::string body) {
-  logs_[coordinator].push_back(LogRecord{type, txn, std::move(body)});
+bool Participant::Fenced(const TxnId& txn) const {
+  auto it = fenced_before_.find(txn.node);
+  return it != fenced_before_.end() && txn.incarnation < it->second;
 }
 
-void Participant::Truncate(uint32_t coordinator, const std::vector<uint64_t>& seqs) {
-  if (seqs.empty()) return;
-  auto it = logs_.find(coordinator);
-  if (it == logs_.end()) return;
-  const absl::flat_hash_set<uint64_t> drop(seqs.begin(), seqs.end());
-  std::deque<LogRecord>& log = it->second;
-  log.erase(std::remove_if(log.begin(), log.end(),
-                           [&](const LogRecord& r) { return drop.contains(r.txn.seq); }),
-            log.end());
+void Participant::Drop(absl::flat_hash_map<TxnId, Record>::iterator it) {
+  Record& r = it->second;
+  if (!r.committed) {
+    for (Locked& o : r.objects) {
+      Unlock(o.object);
+      --locked_objects_;
+    }
+    --locked_transactions_;
+  }
+  records_.erase(it);
 }
 
-void Participant::UnlockAll(std::vector<Locked>& objects) {
-  for (Locked& o : objects) {
-    Unlock(o.object);
+void Participant::Release(const TxnId& txn) {
+  auto it = reservations_.find(txn);
+  if (it == reservations_.end()) return;
+  for (uint64_t packed : it->second) {
+    allocator_->CancelReservation(GlobalAddress::Unpack(packed));
+    --reserved_;
+  }
+  reservations_.erase(it);
+}
+
+void Participant::Install(const TxnId& txn, Record& r) {
+  auto res = reservations_.find(txn);
+  for (Locked& o : r.objects) {
+    switch (o.kind) {
+      case WriteKind::kWrite:
+        InstallObject(o.object, o.version + 1, o.data.data(), o.data.size());
+        break;
+      case WriteKind::kAlloc:
+        InstallObject(o.object, o.version + 1, o.data.data(), o.data.size());
+        allocator_->Installed(o.addr);
+        if (res != reservations_.end()) {
+          std::vector<uint64_t>& slots = res->second;
+          auto s = std::find(slots.begin(), slots.end(), o.addr.Pack());
+          if (s != slots.end()) {
+            slots.erase(s);
+            --reserved_;
+          }
+        }
+        break;
+      case WriteKind::kFree:
+        InstallFree(o.object, o.version + 1);
+        allocator_->Freed(o.addr);
+        break;
+    }
     --locked_objects_;
   }
-  objects.clear();
+  --locked_transactions_;
+  r.objects.clear();
+  r.objects.shrink_to_fit();
+  r.committed = true;
+  // Slots it reserved here and did not create (allocated and freed within the transaction).
+  Release(txn);
 }
 
 absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
                                absl::string_view encoded) {
   std::lock_guard<std::mutex> l(mu_);
-  // Checked under mu_, like CoordinatorLeft runs: a LOCK still in a ring when its coordinator
-  // left is refused here or undone there.
-  if (!is_member_(coordinator)) {
-    return absl::UnavailableError(
-        absl::StrCat("LOCK from node ", coordinator, ", which is not a member (it left)"));
-  }
-  Truncate(coordinator, request.truncate);
   if (request.txn.node != coordinator) {
     return absl::InvalidArgumentError(absl::StrCat("LOCK for transaction ", request.txn.ToString(),
                                                    " from node ", coordinator));
   }
+  // Checked under mu_, like Fence runs: a LOCK still in a ring when its coordinator left is
+  // refused here or undone there.
+  if (!is_member_(coordinator) || Fenced(request.txn)) {
+    return absl::UnavailableError(
+        absl::StrCat("LOCK from node ", coordinator, ", which is not a member (it left)"));
+  }
+  // Truncation: the coordinator knows these committed everywhere. Indexed by id: O(1) each.
+  for (uint64_t seq : request.truncate) {
+    auto it = records_.find(TxnId{coordinator, request.txn.incarnation, seq});
+    if (it != records_.end() && it->second.committed) records_.erase(it);
+  }
+  auto existing = records_.find(request.txn);
+  if (existing != records_.end() && existing->second.committed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("LOCK for transaction ", request.txn.ToString(), ", which committed here"));
+  }
   // A transaction whose writes here do not fit one message sends several LOCKs: later ones add
   // to what the first locked. (A failed part leaves the earlier parts locked until the
   // coordinator's ABORT, which it always sends after a failed LOCK.)
-  Pending p;
-  p.coordinator = coordinator;
+  std::vector<Locked> locked;
   absl::Status failed;
+  auto undo = [&] {
+    for (Locked& o : locked) {
+      Unlock(o.object);
+      --locked_objects_;
+    }
+  };
   for (const WriteRecord& w : request.writes) {
     const uint64_t size = w.kind == WriteKind::kFree ? 0 : w.data.size();
     absl::StatusOr<char*> object =
@@ -66,12 +118,18 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
       failed = absl::InvalidArgumentError(absl::StrCat("empty value for ", w.addr.ToString()));
       break;
     }
+    if (w.kind == WriteKind::kFree && allocator_->InArray(w.addr)) {
+      failed = absl::InvalidArgumentError(absl::StrCat(
+          "object ", w.addr.ToString(), " belongs to an object array and cannot be freed"));
+      break;
+    }
     uint64_t expected = 0;
     if (w.kind == WriteKind::kAlloc) {
-      auto r = reservations_.find(coordinator);
-      if (r == reservations_.end() || !r->second.contains(w.addr.Pack())) {
+      auto r = reservations_.find(request.txn);
+      if (r == reservations_.end() ||
+          std::find(r->second.begin(), r->second.end(), w.addr.Pack()) == r->second.end()) {
         failed = absl::InvalidArgumentError(absl::StrCat(
-            w.addr.ToString(), " was not reserved by node ", coordinator, "'s allocation"));
+            w.addr.ToString(), " was not reserved by transaction ", request.txn.ToString()));
         break;
       }
       const uint64_t word = LoadLockWord(*object);
@@ -97,108 +155,171 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
       break;
     }
     ++locked_objects_;
-    p.objects.push_back(Locked{w.addr, *object, w.kind, VersionOf(expected), w.data});
+    locked.push_back(Locked{w.addr, *object, w.kind, VersionOf(expected), w.data});
   }
   if (!failed.ok()) {
-    UnlockAll(p.objects);
+    undo();
     return failed;
   }
   // Tests kill the participant here: holding the locks, before it answers.
   FARM_SYNC_POINT("Participant::Lock:Locked");
-  Append(coordinator, LogRecordType::kLock, request.txn, std::string(encoded));
-  Pending& entry = pending_[request.txn];
-  entry.coordinator = coordinator;
-  for (Locked& o : p.objects) entry.objects.push_back(std::move(o));
+  Record& r = records_[request.txn];
+  if (r.locks.empty()) {
+    ++locked_transactions_;
+    r.participants = request.participants;
+  }
+  r.locks.emplace_back(encoded);
+  for (Locked& o : locked) r.objects.push_back(std::move(o));
   return absl::OkStatus();
 }
 
 absl::Status Participant::Commit(uint32_t coordinator, const DecisionRequest& request) {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = pending_.find(request.txn);
-  if (it == pending_.end() || it->second.coordinator != coordinator) {
+  auto it = records_.find(request.txn);
+  if (it != records_.end() && it->second.committed) return absl::OkStatus();  // a retry
+  if (request.txn.node != coordinator || Fenced(request.txn)) {
+    return absl::UnavailableError(absl::StrCat("COMMIT-PRIMARY of transaction ",
+                                               request.txn.ToString(), " from node ", coordinator,
+                                               ", which left: the owners settle it"));
+  }
+  if (it == records_.end()) {
+    // Nothing locked here. A transaction that allocated here without writing anything else here
+    // (allocated and freed it) has only reservations to release.
+    if (reservations_.contains(request.txn)) {
+      Release(request.txn);
+      return absl::OkStatus();
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "transaction ", request.txn.ToString(), " is not locked here (aborted, or never locked)"));
   }
-  for (Locked& o : it->second.objects) {
-    switch (o.kind) {
-      case WriteKind::kWrite:
-        InstallObject(o.object, o.version + 1, o.data.data(), o.data.size());
-        break;
-      case WriteKind::kAlloc:
-        InstallObject(o.object, o.version + 1, o.data.data(), o.data.size());
-        allocator_->Installed(o.addr);
-        reservations_[coordinator].erase(o.addr.Pack());
-        break;
-      case WriteKind::kFree:
-        InstallFree(o.object, o.version + 1);
-        allocator_->Freed(o.addr);
-        break;
-    }
-    --locked_objects_;
-  }
-  pending_.erase(it);
-  Append(coordinator, LogRecordType::kCommitPrimary, request.txn, "");
+  Install(request.txn, it->second);
   return absl::OkStatus();
 }
 
 absl::Status Participant::Abort(uint32_t coordinator, const DecisionRequest& request) {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = pending_.find(request.txn);
-  if (it != pending_.end() && it->second.coordinator == coordinator) {
-    UnlockAll(it->second.objects);
-    pending_.erase(it);
-    Append(coordinator, LogRecordType::kAbort, request.txn, "");
+  if (request.txn.node != coordinator) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ABORT of transaction ", request.txn.ToString(), " from node ", coordinator));
   }
-  auto r = reservations_.find(coordinator);
-  for (const GlobalAddress& a : request.reservations) {
-    if (r != reservations_.end() && r->second.erase(a.Pack()) > 0) {
-      allocator_->CancelReservation(a);
+  auto it = records_.find(request.txn);
+  if (it != records_.end()) {
+    if (it->second.committed) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("ABORT of transaction ", request.txn.ToString(), ", which committed here"));
     }
+    // A fenced coordinator's transaction is the owners' to settle; an ABORT from it still
+    // means it never sent COMMIT-PRIMARY, but the settlement decides for every owner alike.
+    if (!Fenced(request.txn)) Drop(it);
   }
+  Release(request.txn);
   return absl::OkStatus();
 }
 
 absl::StatusOr<GlobalAddress> Participant::Reserve(uint32_t coordinator,
                                                    const ReserveRequest& request) {
   std::lock_guard<std::mutex> l(mu_);
-  if (!is_member_(coordinator)) {
+  if (!is_member_(coordinator) || request.txn.node != coordinator || Fenced(request.txn)) {
     return absl::UnavailableError(
         absl::StrCat("allocation for node ", coordinator, ", which is not a member (it left)"));
   }
   absl::StatusOr<GlobalAddress> a = allocator_->Reserve(request.size);
   if (!a.ok()) return a.status();
-  reservations_[coordinator].insert(a->Pack());
+  reservations_[request.txn].push_back(a->Pack());
+  ++reserved_;
   return a;
 }
 
-void Participant::CoordinatorLeft(uint32_t coordinator) {
+void Participant::FenceLocked(uint32_t coordinator, uint64_t epoch) {
+  uint64_t& before = fenced_before_[coordinator];
+  if (epoch <= before) return;
+  before = epoch;
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    auto next = std::next(it);
+    if (it->first.node == coordinator && it->first.incarnation < epoch) Release(it->first);
+    it = next;
+  }
+}
+
+std::vector<Participant::Undecided> Participant::Fence(uint32_t coordinator, uint64_t epoch) {
   std::lock_guard<std::mutex> l(mu_);
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->second.coordinator == coordinator) {
-      UnlockAll(it->second.objects);
-      Append(coordinator, LogRecordType::kAbort, it->first, "");
-      pending_.erase(it++);
-    } else {
-      ++it;
+  FenceLocked(coordinator, epoch);
+  std::vector<Undecided> out;
+  for (const auto& [txn, r] : records_) {
+    if (!r.committed && txn.node == coordinator && Fenced(txn)) {
+      out.push_back(Undecided{txn, r.participants});
     }
   }
-  auto r = reservations_.find(coordinator);
-  if (r != reservations_.end()) {
-    for (uint64_t packed : r->second) allocator_->CancelReservation(GlobalAddress::Unpack(packed));
-    reservations_.erase(r);
+  return out;
+}
+
+std::vector<bool> Participant::Committed(uint32_t coordinator, uint64_t epoch,
+                                         const std::vector<TxnId>& txns) {
+  std::lock_guard<std::mutex> l(mu_);
+  FenceLocked(coordinator, epoch);
+  std::vector<bool> out;
+  out.reserve(txns.size());
+  for (const TxnId& t : txns) {
+    auto it = records_.find(t);
+    out.push_back(it != records_.end() && it->second.committed);
+  }
+  return out;
+}
+
+void Participant::Settle(const TxnId& txn, bool commit) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = records_.find(txn);
+  if (it == records_.end() || it->second.committed) return;
+  if (commit) {
+    Install(txn, it->second);
+  } else {
+    Drop(it);
+  }
+}
+
+void Participant::Forget(uint32_t coordinator, uint64_t epoch) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto it = records_.begin(); it != records_.end();) {
+    auto next = std::next(it);
+    // Only decided records: an undecided one waits for its settlement.
+    if (it->first.node == coordinator && it->first.incarnation < epoch && it->second.committed) {
+      records_.erase(it);
+    }
+    it = next;
   }
 }
 
 std::vector<LogRecord> Participant::Log(uint32_t coordinator) const {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = logs_.find(coordinator);
-  if (it == logs_.end()) return {};
-  return std::vector<LogRecord>(it->second.begin(), it->second.end());
+  std::vector<std::pair<TxnId, const Record*>> mine;
+  for (const auto& [txn, r] : records_) {
+    if (txn.node == coordinator) mine.emplace_back(txn, &r);
+  }
+  std::sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) {
+    return std::make_pair(a.first.incarnation, a.first.seq) <
+           std::make_pair(b.first.incarnation, b.first.seq);
+  });
+  std::vector<LogRecord> out;
+  for (const auto& [txn, r] : mine) {
+    for (const std::string& lock : r->locks) out.push_back(LogRecord{LogRecordType::kLock, txn, lock});
+    if (r->committed) out.push_back(LogRecord{LogRecordType::kCommitPrimary, txn, ""});
+  }
+  return out;
+}
+
+size_t Participant::records() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return records_.size();
+}
+
+size_t Participant::reservations() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return reserved_;
 }
 
 size_t Participant::locked_transactions() const {
   std::lock_guard<std::mutex> l(mu_);
-  return pending_.size();
+  return locked_transactions_;
 }
 
 size_t Participant::locked_objects() const {

@@ -1,29 +1,45 @@
 // Participant: the owner's side of the commit protocol (txn/protocol.h), for the objects in this
 // node's regions. The owner's CPU takes the locks (no RDMA atomics: SoftiWARP has none), installs
-// committed versions and keeps each coordinator's log records until they are truncated.
+// committed versions and keeps each transaction's records until they are truncated.
 //
 // Calls come from the node's RPC handlers (its poller thread) for remote coordinators and
 // directly from application threads for transactions coordinated on this node.
 //
-// Failure handling: when a coordinator leaves the cluster, CoordinatorLeft aborts its
-// transactions that are locked here but not decided (releasing their locks) and cancels its
-// reservations. With no replication yet (f = 0) a coordinator that fails after sending
-// COMMIT-PRIMARY to some owners but not all leaves the others to abort: recovery from the logs
-// (a later issue) will settle such transactions from the LOCK records' participant lists.
+// Records. A transaction locked here has one record, found by its id (TxnId: coordinator node,
+// incarnation, sequence number): the LOCK as received, its participant list, the objects it
+// locked, and its state (locked, or committed). COMMIT-PRIMARY marks it committed; the record
+// stays until the coordinator's truncation (piggybacked on its later LOCKs to this node) drops
+// it, so that a retried COMMIT-PRIMARY is acknowledged again and other owners can learn that it
+// committed here. ABORT drops the record at once. Memory is therefore bounded by the
+// transactions in flight and not yet truncated, whatever the number of aborts.
+//
+// Reservations (slots for Alloc) belong to a transaction: COMMIT-PRIMARY creates the objects it
+// wrote into them and releases the others, ABORT releases all of them. So a reservation whose
+// answer the coordinator never got (a timed-out RPC) is released by the ABORT or COMMIT-PRIMARY
+// the coordinator sends this owner afterwards: both travel on the coordinator's lane, behind the
+// request, and messages on a lane are handled in order.
+//
+// A coordinator that leaves (Engine runs the settlement, see engine.h):
+//   1. Fence(coordinator, epoch): from then on nothing sent by its incarnations that joined
+//      before `epoch` is locked, committed, aborted or reserved here; its reservations are
+//      released. Returns its transactions locked here and undecided.
+//   2. The owner asks every other member which of those it committed (Committed(), which fences
+//      the coordinator there first). Since every member fences before answering, no owner can
+//      commit one of them after the question: the answers are final.
+//   3. Settle(txn, commit): commit if any owner had committed it, else abort.
+//   4. Forget(coordinator, epoch) once every member that may still ask has asked.
 //
 // Thread safety: all methods are safe for concurrent use (one mutex; no call blocks on I/O).
 #ifndef FARM_TXN_PARTICIPANT_H_
 #define FARM_TXN_PARTICIPANT_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -36,7 +52,7 @@ namespace txn {
 class Participant {
  public:
   // `is_member(node)` says whether a node is in this node's current membership (a LOCK or a
-  // reservation from a coordinator that is not is refused: see CoordinatorLeft).
+  // reservation from a coordinator that is not is refused).
   explicit Participant(Allocator* allocator,
                        std::function<bool(uint32_t)> is_member = [](uint32_t) { return true; })
       : allocator_(allocator), is_member_(std::move(is_member)) {}
@@ -44,28 +60,51 @@ class Participant {
   Participant& operator=(const Participant&) = delete;
 
   // LOCK from `coordinator`: locks every written object if it still has the version the
-  // transaction read (a reserved slot for an allocation), or none of this request's. A
-  // transaction may send several LOCKs (its writes here in parts); they add up. Aborted (naming the object and
-  // why) when one is locked by another transaction, changed or freed; InvalidArgument for an
-  // address that is not an object here or a value that does not fit its slot.
+  // transaction read (a slot this transaction reserved, for an allocation), or none of this
+  // request's. A transaction may send several LOCKs (its writes here in parts); they add up.
+  // Aborted (naming the object and why) when one is locked by another transaction, changed or
+  // freed; InvalidArgument for an address that is not an object here, a value that does not fit
+  // its slot, or an object that may not be freed (an object array's); Unavailable when the
+  // coordinator left (is not a member, or was fenced).
   absl::Status Lock(uint32_t coordinator, const LockRequest& request, absl::string_view encoded);
-  // COMMIT-PRIMARY: installs the locked transaction's writes (new versions) and unlocks.
-  // FailedPrecondition if the transaction is not locked here (never was, or was aborted).
+  // COMMIT-PRIMARY: installs the locked transaction's writes (new versions), unlocks, and releases
+  // its unused reservations. OK again for a transaction already committed here (a retry).
+  // FailedPrecondition if it is not locked here (aborted, or never locked); Unavailable when the
+  // coordinator was fenced (the owners settle the transaction instead).
   absl::Status Commit(uint32_t coordinator, const DecisionRequest& request);
-  // ABORT: unlocks the transaction's objects if it is locked here, and cancels the listed
-  // reservations. Idempotent.
+  // ABORT: unlocks the transaction's objects if it is locked here, and releases its
+  // reservations. Idempotent. FailedPrecondition if it committed here (a coordinator never sends
+  // both).
   absl::Status Abort(uint32_t coordinator, const DecisionRequest& request);
   // Reserves a slot for an allocation of `request.txn`.
   absl::StatusOr<GlobalAddress> Reserve(uint32_t coordinator, const ReserveRequest& request);
 
-  // The coordinator left the cluster: abort its undecided transactions, cancel its reservations.
-  // Call it once the membership without the coordinator is applied (is_member says false from
-  // then on): a LOCK or reservation of the coordinator that is handled after this call is
-  // refused, and one handled before it is undone by it, so nothing it locks can stay locked.
-  void CoordinatorLeft(uint32_t coordinator);
+  // A transaction of a departed coordinator, locked here and undecided.
+  struct Undecided {
+    TxnId txn;
+    std::vector<uint32_t> participants;
+  };
+  // Fences the incarnations of `coordinator` that joined before membership epoch `epoch` (see
+  // the header comment) and returns their undecided transactions. Idempotent.
+  std::vector<Undecided> Fence(uint32_t coordinator, uint64_t epoch);
+  // Another owner's question (SETTLE): fences as Fence does, then says for each of `txns`
+  // whether it committed here.
+  std::vector<bool> Committed(uint32_t coordinator, uint64_t epoch,
+                              const std::vector<TxnId>& txns);
+  // Decides a fenced coordinator's undecided transaction: installs it (commit) or unlocks it.
+  // A no-op for a transaction that is not locked here.
+  void Settle(const TxnId& txn, bool commit);
+  // Drops the records of the fenced incarnations of `coordinator` (before `epoch`).
+  void Forget(uint32_t coordinator, uint64_t epoch);
 
-  // The (coordinator -> this node) log: records not yet truncated, oldest first.
+  // The records of `coordinator`'s transactions kept here, by incarnation and sequence number:
+  // a kLock record (the LOCK as received) for each, followed by kCommitPrimary for those that
+  // committed.
   std::vector<LogRecord> Log(uint32_t coordinator) const;
+  // Records kept (locked or committed, not yet truncated), for every coordinator.
+  size_t records() const;
+  // Reservations held (for every transaction).
+  size_t reservations() const;
   // Transactions locked here and not yet decided.
   size_t locked_transactions() const;
   // Objects locked here.
@@ -79,24 +118,34 @@ class Participant {
     uint64_t version = 0;  // before the transaction
     std::string data;
   };
-  struct Pending {
-    uint32_t coordinator = 0;
-    std::vector<Locked> objects;
+  struct Record {
+    bool committed = false;
+    std::vector<uint32_t> participants;
+    std::vector<Locked> objects;  // while locked
+    std::vector<std::string> locks;  // the LOCK requests as received
   };
-  // Unlocks `objects` (the transaction aborted). Caller holds mu_.
-  void UnlockAll(std::vector<Locked>& objects);
-  void Append(uint32_t coordinator, LogRecordType type, const TxnId& txn, std::string body);
-  void Truncate(uint32_t coordinator, const std::vector<uint64_t>& seqs);
+  // Whether `txn` comes from an incarnation that was fenced. Caller holds mu_.
+  bool Fenced(const TxnId& txn) const;
+  // Fences (see Fence). Caller holds mu_.
+  void FenceLocked(uint32_t coordinator, uint64_t epoch);
+  // Installs a locked record's writes and marks it committed. Caller holds mu_.
+  void Install(const TxnId& txn, Record& r);
+  // Unlocks a locked record's objects and drops it. Caller holds mu_.
+  void Drop(absl::flat_hash_map<TxnId, Record>::iterator it);
+  // Releases the transaction's remaining reservations. Caller holds mu_.
+  void Release(const TxnId& txn);
 
   Allocator* const allocator_;
   const std::function<bool(uint32_t)> is_member_;
   mutable std::mutex mu_;
-  absl::flat_hash_map<TxnId, Pending> pending_;
-  // Reservations by coordinator (packed addresses), so that a coordinator that leaves loses
-  // them.
-  absl::flat_hash_map<uint32_t, absl::flat_hash_set<uint64_t>> reservations_;
-  absl::flat_hash_map<uint32_t, std::deque<LogRecord>> logs_;
+  absl::flat_hash_map<TxnId, Record> records_;
+  // Reserved slots (packed addresses) by transaction.
+  absl::flat_hash_map<TxnId, std::vector<uint64_t>> reservations_;
+  size_t reserved_ = 0;
+  // Per coordinator node: its incarnations that joined before this epoch are fenced.
+  absl::flat_hash_map<uint32_t, uint64_t> fenced_before_;
   size_t locked_objects_ = 0;
+  size_t locked_transactions_ = 0;
 };
 
 }  // namespace txn

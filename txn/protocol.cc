@@ -9,9 +9,12 @@ namespace {
 
 void PutTxn(WireWriter& w, const TxnId& t) {
   w.U32(t.node);
+  w.U64(t.incarnation);
   w.U64(t.seq);
 }
-bool GetTxn(WireReader& r, TxnId* t) { return r.U32(&t->node) && r.U64(&t->seq); }
+bool GetTxn(WireReader& r, TxnId* t) {
+  return r.U32(&t->node) && r.U64(&t->incarnation) && r.U64(&t->seq);
+}
 
 // A count of entries of at least `entry` bytes each: more than the bytes left can hold is
 // corrupt (and is refused before anything is allocated for it).
@@ -89,23 +92,53 @@ absl::StatusOr<LockRequest> DecodeLock(absl::string_view b) {
 std::string EncodeDecision(const DecisionRequest& r) {
   WireWriter w;
   PutTxn(w, r.txn);
-  w.U64(r.reservations.size());
-  for (const GlobalAddress& a : r.reservations) w.U64(a.Pack());
   return std::move(w.str());
 }
 
 absl::StatusOr<DecisionRequest> DecodeDecision(absl::string_view b) {
   WireReader r(b);
   DecisionRequest out;
+  if (!GetTxn(r, &out.txn) || !r.done()) return WireReader::Corrupt("decision");
+  return out;
+}
+
+std::string EncodeSettle(const SettleRequest& r) {
+  WireWriter w;
+  w.U32(r.coordinator);
+  w.U64(r.fence_epoch);
+  w.U64(r.txns.size());
+  for (const TxnId& t : r.txns) PutTxn(w, t);
+  return std::move(w.str());
+}
+
+absl::StatusOr<SettleRequest> DecodeSettle(absl::string_view b) {
+  WireReader r(b);
+  SettleRequest out;
   uint64_t n = 0;
-  if (!GetTxn(r, &out.txn) || !GetCount(r, &n, 8)) return WireReader::Corrupt("decision");
-  out.reservations.resize(n);
-  for (GlobalAddress& a : out.reservations) {
-    uint64_t packed = 0;
-    if (!r.U64(&packed)) return WireReader::Corrupt("decision");
-    a = GlobalAddress::Unpack(packed);
+  if (!r.U32(&out.coordinator) || !r.U64(&out.fence_epoch) || !GetCount(r, &n, 20)) {
+    return WireReader::Corrupt("settle");
   }
-  if (!r.done()) return WireReader::Corrupt("decision");
+  out.txns.resize(n);
+  for (TxnId& t : out.txns) {
+    if (!GetTxn(r, &t)) return WireReader::Corrupt("settle");
+  }
+  if (!r.done()) return WireReader::Corrupt("settle");
+  return out;
+}
+
+std::string EncodeSettleAnswer(const std::vector<bool>& committed) {
+  std::string out(committed.size(), '\0');
+  for (size_t i = 0; i < committed.size(); ++i) out[i] = committed[i] ? 1 : 0;
+  return out;
+}
+
+absl::StatusOr<std::vector<bool>> DecodeSettleAnswer(absl::string_view b, size_t txns) {
+  if (b.size() != txns) return WireReader::Corrupt("settle answer");
+  std::vector<bool> out(txns);
+  for (size_t i = 0; i < txns; ++i) {
+    if (b[i] != 0 && b[i] != 1) return WireReader::Corrupt("settle answer");
+    out[i] = b[i] == 1;
+  }
   return out;
 }
 

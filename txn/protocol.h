@@ -4,13 +4,18 @@
 //   LOCK            coordinator -> owner of written objects: the writes (new values, the versions
 //                   read); the owner's CPU locks the objects if their versions are unchanged.
 //   COMMIT-BACKUP   coordinator -> backups (none until replication: f = 0).
-//   COMMIT-PRIMARY  coordinator -> owners: install the new versions and unlock.
-//   ABORT           coordinator -> owners: unlock, cancel reservations.
+//   COMMIT-PRIMARY  coordinator -> owners: install the new versions and unlock. Sent until every
+//                   owner acknowledged it or left (idempotent at the owner).
+//   ABORT           coordinator -> owners: unlock, cancel the transaction's reservations. Sent
+//                   until every owner acknowledged it or left (idempotent).
 //   TRUNCATE        coordinator -> owners: the transactions whose records may be dropped (sent
 //                   with later LOCKs to the same owner, as FaRM piggybacks them).
 //
-// Each owner keeps the records it received from each coordinator in that pair's log
-// (Participant::Log) until they are truncated; replication and recovery will replay them.
+//   SETTLE          owner -> owners, when a coordinator left: which of its transactions did you
+//                   commit? (Engine: how the owners settle a departed coordinator's transactions.)
+//
+// Each owner keeps the records of each transaction it locked (the LOCK as received, and whether
+// it committed) until they are truncated, or at once for an aborted one (Participant::Log).
 #ifndef FARM_TXN_PROTOCOL_H_
 #define FARM_TXN_PROTOCOL_H_
 
@@ -32,20 +37,25 @@ inline constexpr uint16_t kLockMethod = 0xff20;
 inline constexpr uint16_t kCommitMethod = 0xff21;
 inline constexpr uint16_t kAbortMethod = 0xff22;
 inline constexpr uint16_t kReserveMethod = 0xff23;
+inline constexpr uint16_t kSettleMethod = 0xff24;
 
-// A transaction: the coordinator's node and a sequence number unique on it (started from the
-// wall clock, so that a restarted coordinator does not reuse its predecessor's).
+// A transaction: the coordinator's node, the coordinator's incarnation (the membership epoch in
+// which that process joined: a restarted node joins again under a higher one) and a sequence
+// number counted from 1 by that incarnation. Unique for the cluster's lifetime, and the
+// incarnation tells which process of a node id a message came from (Participant fences the
+// incarnations that left).
 struct TxnId {
   uint32_t node = 0;
+  uint64_t incarnation = 0;
   uint64_t seq = 0;
   friend bool operator==(const TxnId& a, const TxnId& b) {
-    return a.node == b.node && a.seq == b.seq;
+    return a.node == b.node && a.incarnation == b.incarnation && a.seq == b.seq;
   }
   template <typename H>
   friend H AbslHashValue(H h, const TxnId& t) {
-    return H::combine(std::move(h), t.node, t.seq);
+    return H::combine(std::move(h), t.node, t.incarnation, t.seq);
   }
-  std::string ToString() const { return absl::StrCat(node, ":", seq); }
+  std::string ToString() const { return absl::StrCat(node, ".", incarnation, ":", seq); }
 };
 
 enum class LogRecordType : uint8_t {
@@ -81,13 +91,27 @@ struct LockRequest {
 std::string EncodeLock(const LockRequest& r);
 absl::StatusOr<LockRequest> DecodeLock(absl::string_view b);
 
-// COMMIT-PRIMARY and ABORT: the transaction, and (ABORT) the slots it reserved on that owner.
+// COMMIT-PRIMARY and ABORT: the transaction. Either one releases the slots the transaction
+// reserved on that owner and did not create.
 struct DecisionRequest {
   TxnId txn;
-  std::vector<GlobalAddress> reservations;
 };
 std::string EncodeDecision(const DecisionRequest& r);
 absl::StatusOr<DecisionRequest> DecodeDecision(absl::string_view b);
+
+// SETTLE: `coordinator` left the cluster in membership epoch `fence_epoch`; the asking owner
+// holds `txns` of it locked and undecided. The answer says, for each, whether the answering
+// owner committed it (one byte each, 0 or 1). Every owner asks every other member once per
+// departure, with an empty list if it holds nothing of the coordinator's.
+struct SettleRequest {
+  uint32_t coordinator = 0;
+  uint64_t fence_epoch = 0;
+  std::vector<TxnId> txns;
+};
+std::string EncodeSettle(const SettleRequest& r);
+absl::StatusOr<SettleRequest> DecodeSettle(absl::string_view b);
+std::string EncodeSettleAnswer(const std::vector<bool>& committed);
+absl::StatusOr<std::vector<bool>> DecodeSettleAnswer(absl::string_view b, size_t txns);
 
 // A reservation request: the object's size; the response is the packed slot address.
 struct ReserveRequest {

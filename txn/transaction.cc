@@ -10,6 +10,7 @@
 #include "messaging/ring.h"
 #include "platform/mutant.h"
 #include "platform/sync_point.h"
+#include "spdlog/spdlog.h"
 #include "txn/object.h"
 
 namespace farm {
@@ -47,9 +48,18 @@ absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std
   return absl::OkStatus();
 }
 
+// What a read saw of an object when it found a consistent state (a value, no object, or an
+// object of another size): the lock word (unlocked) and the size, which validation checks.
+struct Observed {
+  bool valid = false;
+  uint64_t word = 0;
+  uint64_t size = 0;
+};
+
 // Reads until a consistent copy, or until `budget` has passed with the object locked or torn.
 absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t size,
-                            absl::Duration budget, std::string* out, uint64_t* version) {
+                            absl::Duration budget, std::string* out, uint64_t* version,
+                            Observed* seen = nullptr) {
   if (size == 0) return absl::InvalidArgumentError("an object has at least 1 byte");
   if (size > kMaxObjectSize) {
     return absl::InvalidArgumentError(absl::StrCat("an object of ", size,
@@ -64,6 +74,11 @@ absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t siz
     if (absl::Status s = CopyOnce(ctx, addr, span, &copy); !s.ok()) return s;
     ObjectView v;
     const ObjectState state = DecodeObject(copy.data(), size, &v);
+    if (seen != nullptr && (state == ObjectState::kOk || state == ObjectState::kFree ||
+                            state == ObjectState::kWrongSize)) {
+      *seen = Observed{true, MakeLockWord(v.version, state != ObjectState::kFree, false),
+                       state == ObjectState::kFree ? 0 : v.size};
+    }
     switch (state) {
       case ObjectState::kOk:
         out->assign(v.payload.data(), v.payload.size());
@@ -198,16 +213,29 @@ absl::Status Transaction::Read(GlobalAddress addr, uint64_t size, std::string* o
     return absl::OkStatus();
   }
   uint64_t version = 0;
-  if (absl::Status s = ReadConsistent(*ctx_, addr, size, kTxnLockedWait, out, &version); !s.ok()) {
-    return s;
+  Observed seen;
+  absl::Status s = ReadConsistent(*ctx_, addr, size, kTxnLockedWait, out, &version, &seen);
+  // What was seen is validated at commit, absence and another size included: a transaction that
+  // acts on "no object here" (creates one elsewhere, say) must not commit if one appeared.
+  if (seen.valid) {
+    if (absl::Status r = Record(addr, seen.word, seen.size); !r.ok()) return r;
   }
-  auto [it, inserted] = reads_.emplace(key, ReadEntry{version, size});
-  if (!inserted && it->second.version != version) {
-    // Read twice, two versions: the first read can no longer be valid.
+  return s;
+}
+
+absl::Status Transaction::Record(GlobalAddress addr, uint64_t word, uint64_t size) {
+  auto [it, inserted] = reads_.emplace(addr.Pack(), ReadEntry{word, size});
+  if (inserted) return absl::OkStatus();
+  if (it->second.word != word) {
+    // Read twice, two states: the first read can no longer be valid.
+    const uint64_t before = it->second.word;
     Abort();
     return absl::AbortedError(absl::StrCat("object ", addr.ToString(), " changed (version ",
-                                           it->second.version, ", then ", version, ")"));
+                                           VersionOf(before), IsAllocated(before) ? "" : " free",
+                                           ", then ", VersionOf(word),
+                                           IsAllocated(word) ? "" : " free", ")"));
   }
+  if (it->second.size == 0) it->second.size = size;  // known now (a lock word alone had no size)
   return absl::OkStatus();
 }
 
@@ -236,9 +264,18 @@ absl::Status Transaction::ReadRun(GlobalAddress first, uint64_t stride, uint64_t
         case ObjectState::kOk:
           break;
         case ObjectState::kFree:
+          if (absl::Status r = Record(a, MakeLockWord(views[i].version, false, false), 0);
+              !r.ok()) {
+            return r;
+          }
           return absl::NotFoundError(
               absl::StrCat("no object at ", a.ToString(), " (freed, or never allocated)"));
         case ObjectState::kWrongSize:
+          if (absl::Status r =
+                  Record(a, MakeLockWord(views[i].version, true, false), views[i].size);
+              !r.ok()) {
+            return r;
+          }
           return absl::InvalidArgumentError(absl::StrCat("the object at ", a.ToString(), " has ",
                                                          views[i].size, " bytes, not ", size));
         case ObjectState::kLocked:
@@ -271,12 +308,8 @@ absl::Status Transaction::ReadRun(GlobalAddress first, uint64_t stride, uint64_t
       (*out)[i] = w->second.data;
       continue;
     }
-    auto [it, inserted] = reads_.emplace(key, ReadEntry{views[i].version, size});
-    if (!inserted && it->second.version != views[i].version) {
-      Abort();
-      return absl::AbortedError(absl::StrCat("object ", a.ToString(), " changed (version ",
-                                             it->second.version, ", then ", views[i].version,
-                                             ")"));
+    if (absl::Status r = Record(a, MakeLockWord(views[i].version, true, false), size); !r.ok()) {
+      return r;
     }
     (*out)[i].assign(views[i].payload.data(), views[i].payload.size());
   }
@@ -306,14 +339,18 @@ absl::Status Transaction::Write(GlobalAddress addr, absl::string_view value) {
     if (absl::Status s = Read(addr, value.size(), &ignored); !s.ok()) return s;
     r = reads_.find(key);
   }
+  if (!IsAllocated(r->second.word)) {
+    return absl::NotFoundError(
+        absl::StrCat("no object at ", addr.ToString(), " (freed, or never allocated)"));
+  }
   if (r->second.size != value.size()) {
     return absl::InvalidArgumentError(absl::StrCat("the object at ", addr.ToString(), " has ",
                                                    r->second.size, " bytes, not ", value.size()));
   }
   absl::StatusOr<uint32_t> owner = OwnerOf(addr);
   if (!owner.ok()) return owner.status();
-  writes_[key] = WriteEntry{WriteKind::kWrite, r->second.version, value.size(), std::string(value),
-                            *owner};
+  writes_[key] = WriteEntry{WriteKind::kWrite, VersionOf(r->second.word), value.size(),
+                            std::string(value), *owner};
   return absl::OkStatus();
 }
 
@@ -351,6 +388,9 @@ absl::StatusOr<GlobalAddress> Transaction::Alloc(uint64_t size, const AllocHint&
     }
   }
   const ReserveRequest req{id_, size};
+  // From now on the owner may hold a reservation of this transaction, even if the answer never
+  // comes back (a timeout): the decision sent there at the end releases it.
+  reserve_owners_.insert(target);
   absl::StatusOr<GlobalAddress> slot;
   if (target == node->id()) {
     slot = engine_->participant().Reserve(target, req);
@@ -387,25 +427,28 @@ absl::Status Transaction::Free(GlobalAddress addr) {
     w->second.data.clear();
     return absl::OkStatus();
   }
-  uint64_t version = 0;
+  uint64_t word = 0;
   uint64_t size = 0;
   if (auto r = reads_.find(key); r != reads_.end()) {
-    version = r->second.version;
+    word = r->second.word;
     size = r->second.size;
   } else {
     // The lock word says the version; the object's size is not needed to free it.
     std::vector<uint64_t> words;
     if (absl::Status s = ReadLockWords({addr}, &words); !s.ok()) return s;
-    if (!IsAllocated(words[0])) {
-      return absl::NotFoundError(
-          absl::StrCat("no object at ", addr.ToString(), " (freed, or never allocated)"));
-    }
     if (IsLocked(words[0])) {
       Abort();
       return absl::AbortedError(absl::StrCat("object ", addr.ToString(), " is locked"));
     }
-    version = VersionOf(words[0]);
+    word = words[0];
+    // Validated at commit like any read, absence included.
+    if (absl::Status r = Record(addr, word, 0); !r.ok()) return r;
   }
+  if (!IsAllocated(word)) {
+    return absl::NotFoundError(
+        absl::StrCat("no object at ", addr.ToString(), " (freed, or never allocated)"));
+  }
+  const uint64_t version = VersionOf(word);
   absl::StatusOr<uint32_t> owner = OwnerOf(addr);
   if (!owner.ok()) return owner.status();
   writes_[key] = WriteEntry{WriteKind::kFree, version, size, std::string(), *owner};
@@ -490,22 +533,24 @@ void Transaction::ReleaseRead(GlobalAddress addr) {
 absl::Status Transaction::Validate() {
   if (FARM_MUTANT("skip_validate")) return absl::OkStatus();
   std::vector<GlobalAddress> addrs;
-  std::vector<uint64_t> versions;
+  std::vector<uint64_t> expected;
   for (const auto& [key, r] : reads_) {
     if (writes_.count(key) > 0) continue;  // checked by LOCK
     addrs.push_back(GlobalAddress::Unpack(key));
-    versions.push_back(r.version);
+    expected.push_back(r.word);
   }
   if (addrs.empty()) return absl::OkStatus();
   std::vector<uint64_t> words;
   if (absl::Status s = ReadLockWords(addrs, &words); !s.ok()) return s;
   for (size_t i = 0; i < addrs.size(); ++i) {
-    if (words[i] != MakeLockWord(versions[i], true, false)) {
-      std::string why = IsLocked(words[i])    ? "is locked by a committing transaction"
-                        : !IsAllocated(words[i]) ? "was freed"
-                                                 : absl::StrCat("changed (version ",
-                                                                VersionOf(words[i]), ", read at ",
-                                                                versions[i], ")");
+    if (words[i] != expected[i]) {
+      std::string why =
+          IsLocked(words[i])                                   ? "is locked by a committing transaction"
+          : !IsAllocated(words[i]) && IsAllocated(expected[i]) ? "was freed"
+          : IsAllocated(words[i]) && !IsAllocated(expected[i])
+              ? "was absent when read and exists now"
+              : absl::StrCat("changed (version ", VersionOf(words[i]), ", read at ",
+                             VersionOf(expected[i]), ")");
       return absl::AbortedError(
           absl::StrCat("validation failed: object ", addrs[i].ToString(), " ", why));
     }
@@ -513,8 +558,8 @@ absl::Status Transaction::Validate() {
   return absl::OkStatus();
 }
 
-absl::Status Transaction::SendAll(uint16_t method,
-                                  const std::vector<std::pair<uint32_t, std::string>>& payloads) {
+absl::Status Transaction::SendLocks(
+    const std::vector<std::pair<uint32_t, std::string>>& payloads) {
   Node* node = engine_->node();
   Rpc* rpc = engine_->rpc();
   absl::Status first;
@@ -522,7 +567,7 @@ absl::Status Transaction::SendAll(uint16_t method,
   for (const auto& [owner, payload] : payloads) {
     if (owner == node->id()) continue;
     absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
-        rpc->Start(*ctx_->lane, owner, method, payload, ctx_->timeout);
+        rpc->Start(*ctx_->lane, owner, kLockMethod, payload, ctx_->timeout);
     if (!p.ok()) {
       if (first.ok()) first = p.status();
       continue;
@@ -532,17 +577,9 @@ absl::Status Transaction::SendAll(uint16_t method,
   // This node's own part while the messages travel.
   for (const auto& [owner, payload] : payloads) {
     if (owner != node->id()) continue;
-    Participant& p = engine_->participant();
-    absl::Status s;
-    if (method == kLockMethod) {
-      absl::StatusOr<LockRequest> req = DecodeLock(payload);
-      s = req.ok() ? p.Lock(node->id(), *req, payload) : req.status();
-    } else {
-      absl::StatusOr<DecisionRequest> req = DecodeDecision(payload);
-      s = !req.ok()                    ? req.status()
-          : method == kCommitMethod ? p.Commit(node->id(), *req)
-                                    : p.Abort(node->id(), *req);
-    }
+    absl::StatusOr<LockRequest> req = DecodeLock(payload);
+    absl::Status s =
+        req.ok() ? engine_->participant().Lock(node->id(), *req, payload) : req.status();
     if (!s.ok() && first.ok()) first = s;
   }
   for (auto& [owner, call] : calls) {
@@ -552,19 +589,110 @@ absl::Status Transaction::SendAll(uint16_t method,
   return first;
 }
 
-void Transaction::AbortAt(const std::vector<uint32_t>& owners) {
-  std::map<uint32_t, DecisionRequest> reqs;
-  for (uint32_t o : owners) reqs[o].txn = id_;
-  for (const auto& [key, w] : writes_) {
-    if (w.kind == WriteKind::kAlloc || (w.kind == WriteKind::kFree && w.version == UINT64_MAX)) {
-      reqs[w.owner].txn = id_;
-      reqs[w.owner].reservations.push_back(GlobalAddress::Unpack(key));
+Transaction::Delivery Transaction::Decide(uint16_t method, std::vector<uint32_t> owners) {
+  Node* node = engine_->node();
+  Rpc* rpc = engine_->rpc();
+  Participant& local = engine_->participant();
+  const DecisionRequest decision{id_};
+  const std::string payload = EncodeDecision(decision);
+  const absl::string_view name = method == kCommitMethod ? "COMMIT-PRIMARY" : "ABORT";
+  Delivery out;
+  // Back-off between rounds, and when to ask the CM to evict an owner that stays silent while it
+  // is still a member (a broken ring): its departure ends the wait, here and at the settlement.
+  absl::Duration pause = absl::Microseconds(10);
+  const absl::Time suspect_at = absl::Now() + ctx_->timeout;
+  bool suspected = false;
+  auto classify = [&](uint32_t o, const absl::Status& s, std::vector<uint32_t>& again) {
+    if (s.ok()) {
+      out.acked.push_back(o);
+    } else if (absl::IsFailedPrecondition(s)) {
+      out.refused.emplace_back(o, s);  // the owner decided otherwise: a protocol violation
+    } else {
+      out.last_error = s;
+      again.push_back(o);
     }
+  };
+  while (!owners.empty()) {
+    std::vector<uint32_t> again;
+    std::vector<std::pair<uint32_t, std::shared_ptr<Rpc::Pending>>> calls;
+    for (uint32_t o : owners) {
+      if (o == node->id()) continue;
+      // Tests drop or delay a decision here (as a back-pressured Start would).
+      DecisionProbe probe{method, o, false};
+      FARM_SYNC_POINT_CALLBACK("Transaction::Decide:Send", &probe);
+      absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
+          probe.drop ? absl::StatusOr<std::shared_ptr<Rpc::Pending>>(
+                           absl::ResourceExhaustedError("decision dropped by a test"))
+                     : rpc->Start(*ctx_->lane, o, method, payload, ctx_->timeout);
+      if (!p.ok()) {
+        out.last_error = p.status();
+        again.push_back(o);
+        continue;
+      }
+      calls.emplace_back(o, *p);
+    }
+    for (uint32_t o : owners) {
+      if (o != node->id()) continue;
+      classify(o, method == kCommitMethod ? local.Commit(o, decision) : local.Abort(o, decision),
+               again);
+    }
+    for (auto& [o, call] : calls) {
+      absl::StatusOr<std::string> r = rpc->Await(*ctx_->lane, *call);
+      classify(o, r.status(), again);
+      if (method == kCommitMethod && r.ok()) {
+        FARM_SYNC_POINT_CALLBACK("Transaction::Decide:Acked", &o);
+      }
+    }
+    owners.clear();
+    for (uint32_t o : again) {
+      if (node->IsMember(o)) {
+        owners.push_back(o);
+      } else {
+        out.left.push_back(o);  // it took its locks with it (f = 0)
+      }
+    }
+    if (owners.empty()) break;
+    if (!node->evicted().ok()) {
+      // This node is out: the owners settle the transaction among themselves.
+      out.evicted = true;
+      break;
+    }
+    if (!suspected && absl::Now() > suspect_at) {
+      suspected = true;
+      for (uint32_t o : owners) {
+        spdlog::warn("txn: node {} has not acknowledged {} of transaction {} for {}: {}", o,
+                     std::string(name),
+                     id_.ToString(), absl::FormatDuration(ctx_->timeout),
+                     out.last_error.ToString());
+        node->ReportSuspect(o, absl::StrCat("it did not acknowledge ", name, " of transaction ",
+                                            id_.ToString()));
+      }
+    }
+    absl::SleepFor(pause);
+    pause = std::min(pause * 2, absl::Milliseconds(10));
   }
-  std::vector<std::pair<uint32_t, std::string>> payloads;
-  for (const auto& [o, r] : reqs) payloads.emplace_back(o, EncodeDecision(r));
-  // Best effort: a node that left has dropped this transaction's locks and reservations itself.
-  SendAll(kAbortMethod, payloads).IgnoreError();
+  for (const auto& [o, s] : out.refused) {
+    spdlog::error("txn: node {} refused {} of transaction {}: {}", o, std::string(name),
+                  id_.ToString(),
+                  s.ToString());
+  }
+  return out;
+}
+
+std::vector<uint32_t> Transaction::ReservationOnlyOwners(const std::vector<uint32_t>& owners) const {
+  std::vector<uint32_t> out;
+  for (uint32_t o : reserve_owners_) {
+    if (std::find(owners.begin(), owners.end(), o) == owners.end()) out.push_back(o);
+  }
+  return out;
+}
+
+void Transaction::AbortAt(const std::vector<uint32_t>& owners) {
+  // Until every owner acknowledged or left: an owner that misses the ABORT would keep the locks
+  // (and reservations) until this node leaves.
+  std::vector<uint32_t> all = owners;
+  for (uint32_t o : ReservationOnlyOwners(owners)) all.push_back(o);
+  if (!all.empty()) Decide(kAbortMethod, all);
   state_ = State::kAborted;
 }
 
@@ -601,9 +729,7 @@ absl::Status Transaction::Commit() {
       AbortAt({});
       return s;
     }
-    bool released = false;
-    for (const auto& [key, w] : writes_) released = released || w.version == UINT64_MAX;
-    if (released) AbortAt({});  // cancels the reservations; the outcome is still a commit
+    if (!reserve_owners_.empty()) AbortAt({});  // releases the reservations; still a commit
     state_ = State::kCommitted;
     return absl::OkStatus();
   }
@@ -619,7 +745,7 @@ absl::Status Transaction::Commit() {
   }
   // LOCK.
   ++commit_rounds_;
-  if (absl::Status s = SendAll(kLockMethod, payloads); !s.ok()) {
+  if (absl::Status s = SendLocks(payloads); !s.ok()) {
     AbortAt(owners);
     return s.code() == absl::StatusCode::kAborted
                ? s
@@ -634,38 +760,42 @@ absl::Status Transaction::Commit() {
     return s;
   }
   FARM_SYNC_POINT("Transaction::Commit:AfterValidate");
-  // COMMIT-BACKUP: no backups yet (f = 0). COMMIT-PRIMARY.
-  std::vector<std::pair<uint32_t, std::string>> commits;
-  for (uint32_t o : owners) commits.emplace_back(o, EncodeDecision(DecisionRequest{id_, {}}));
+  // The decision is COMMIT: every owner locked and validation passed. COMMIT-BACKUP: no backups
+  // yet (f = 0). COMMIT-PRIMARY until every owner acknowledged or left; the owners of slots it
+  // reserved and did not use get their release too.
+  ++commit_rounds_;
+  std::vector<uint32_t> commit_at = owners;
   // Mutant: COMMIT-PRIMARY reaches only the first owner (the others keep their locks until the
   // coordinator leaves, then abort: a half-applied transaction).
-  if (FARM_MUTANT("commit_first_owner_only")) commits.resize(1);
-  ++commit_rounds_;
-  absl::Status s = SendAll(kCommitMethod, commits);
+  if (FARM_MUTANT("commit_first_owner_only")) commit_at.resize(1);
+  const Delivery d = Decide(kCommitMethod, commit_at);
   state_ = State::kCommitted;
-  // Slots allocated and freed within the transaction go back.
-  std::map<uint32_t, DecisionRequest> releases;
-  for (const auto& [key, w] : writes_) {
-    if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) {
-      releases[w.owner].txn = id_;
-      releases[w.owner].reservations.push_back(GlobalAddress::Unpack(key));
+  if (const std::vector<uint32_t> rest = ReservationOnlyOwners(owners); !rest.empty()) {
+    Decide(kAbortMethod, rest);
+  }
+  for (uint32_t o : d.acked) engine_->AddTruncation(o, id_.seq);
+  if (!d.acked.empty()) {
+    // Committed at an owner: the decision is final (the owners settle the rest among
+    // themselves if this node is evicted). Owners that left took their part with them (f = 0).
+    for (uint32_t o : d.left) {
+      spdlog::warn("txn: transaction {} committed; node {} left before applying its part",
+                   id_.ToString(), o);
     }
+    return absl::OkStatus();
   }
-  if (!releases.empty()) {
-    std::vector<std::pair<uint32_t, std::string>> p;
-    for (const auto& [o, r] : releases) p.emplace_back(o, EncodeDecision(r));
-    SendAll(kAbortMethod, p).IgnoreError();
+  if (d.evicted) {
+    return absl::UnavailableError(absl::StrCat(
+        "transaction ", id_.ToString(), " was decided, but this node was evicted before an owner "
+        "confirmed COMMIT-PRIMARY: the owners settle it, and its outcome is unknown here"));
   }
-  if (!s.ok()) {
-    // Every owner locked and validation passed: the transaction is decided. An owner that left
-    // before installing its writes took them with it (no replication yet).
-    return absl::Status(s.code(),
-                        absl::StrCat("transaction ", id_.ToString(),
-                                     " committed, but an owner did not confirm COMMIT-PRIMARY: ",
-                                     s.message()));
+  if (!d.refused.empty()) {
+    return absl::InternalError(absl::StrCat("transaction ", id_.ToString(), ": node ",
+                                            d.refused[0].first, " refused COMMIT-PRIMARY: ",
+                                            d.refused[0].second.message()));
   }
-  for (uint32_t o : owners) engine_->AddTruncation(o, id_.seq);
-  return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "transaction ", id_.ToString(), " was decided, but every owner left before confirming "
+      "COMMIT-PRIMARY (without replication their parts are lost): ", d.last_error.message()));
 }
 
 }  // namespace txn

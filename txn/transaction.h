@@ -11,10 +11,13 @@
 // Reads see the value of one committed version of each object (lock-free reads, txn/object.h);
 // a transaction's own writes are read back. Commit (txn/protocol.h): LOCK at the owners of the
 // written objects (their CPUs lock the objects if the versions read are unchanged), VALIDATE the
-// objects only read with one-sided READs of their lock words, COMMIT-PRIMARY at the owners
-// (install and unlock), TRUNCATE piggybacked on later LOCKs. A read-only transaction commits after
-// validation alone and sends no message. Committed transactions are strictly serializable: each
-// takes effect at a point between its LOCK and its COMMIT-PRIMARY (after validation).
+// objects only read with one-sided READs of their lock words (absence included: a read that found
+// no object is validated too), COMMIT-PRIMARY at the owners (install and unlock; sent until every
+// owner acknowledged or left, so the decision is atomic), TRUNCATE piggybacked on later LOCKs. A
+// read-only transaction commits after validation alone and sends no message. Committed
+// transactions are strictly serializable: each takes effect at a point between its LOCK and its
+// COMMIT-PRIMARY (after validation). If the coordinator leaves mid-commit, the owners settle its
+// transactions among themselves (txn/engine.h).
 //
 // Alloc reserves a slot on the chosen owner now and creates the object at commit; Free frees it
 // at commit. An aborted transaction (Abort, a failed Commit, or destruction without Commit)
@@ -23,7 +26,8 @@
 // Errors: Aborted (a conflict: another transaction changed or locked an object this one used;
 // retry), InvalidArgument (not an object, wrong size, object too large), NotFound (no object at
 // the address: freed or never allocated), OutOfRange (address outside every region),
-// ResourceExhausted (memory full), Unavailable (a node involved left the cluster),
+// ResourceExhausted (memory full), Unavailable (a node involved left the cluster; from Commit,
+// after the decision, only when no owner confirmed it: the outcome is then unknown here),
 // DeadlineExceeded, FailedPrecondition (the transaction was already committed or aborted).
 //
 // Thread safety: a Transaction and its ThreadContext belong to one thread at a time.
@@ -32,6 +36,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,6 +54,15 @@
 
 namespace farm {
 namespace txn {
+
+// What a test's callback at the sync point "Transaction::Decide:Send" gets: the decision about
+// to be sent to `owner`; setting `drop` makes this attempt fail as a back-pressured send would
+// (the decision is sent again in the next round).
+struct DecisionProbe {
+  uint16_t method = 0;
+  uint32_t owner = 0;
+  bool drop = false;
+};
 
 // What a transaction uses of the thread that runs it (a farm::Worker's parts).
 struct ThreadContext {
@@ -141,8 +155,16 @@ class Transaction {
  private:
   enum class State { kActive, kCommitted, kAborted };
   struct ReadEntry {
-    uint64_t version = 0;
-    uint64_t size = 0;
+    uint64_t word = 0;  // the lock word seen (unlocked): version, and whether an object was there
+    uint64_t size = 0;  // the object's size (0: unknown, or no object)
+  };
+  // Where a decision went (Decide).
+  struct Delivery {
+    std::vector<uint32_t> acked;    // applied it
+    std::vector<uint32_t> left;     // left the cluster before acknowledging
+    std::vector<std::pair<uint32_t, absl::Status>> refused;  // answered FailedPrecondition
+    bool evicted = false;           // this node was evicted before all answered
+    absl::Status last_error;        // the last transient failure seen
   };
   struct WriteEntry {
     WriteKind kind = WriteKind::kWrite;
@@ -156,13 +178,23 @@ class Transaction {
   // Reads the lock word of `addrs` (one batch of one-sided READs for the remote ones).
   absl::Status ReadLockWords(const std::vector<GlobalAddress>& addrs, std::vector<uint64_t>* words);
   absl::Status Validate();
-  // Sends `method` with per-owner payloads to every owner (this node's participant directly),
-  // waits for all; returns the first error, annotated with the node.
-  absl::Status SendAll(uint16_t method,
-                       const std::vector<std::pair<uint32_t, std::string>>& payloads);
+  // Records what a read saw (the lock word and size) for validation; Aborted (and aborts) if
+  // this transaction saw another state of the object before.
+  absl::Status Record(GlobalAddress addr, uint64_t word, uint64_t size);
+  // Sends the LOCK payloads to their owners (this node's participant directly), waits for all;
+  // returns the first error.
+  absl::Status SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads);
+  // Sends the decision `method` (kCommitMethod or kAbortMethod) to `owners` until each one
+  // acknowledged it, refused it, or left the cluster, or this node was evicted; retries
+  // transient failures (back-pressure, timeouts) with a growing pause, and after the context's
+  // timeout reports an owner that is still silent to the CM (Node::ReportSuspect).
+  Delivery Decide(uint16_t method, std::vector<uint32_t> owners);
+  // The nodes where this transaction may hold reservations and that are not in `owners`.
+  std::vector<uint32_t> ReservationOnlyOwners(const std::vector<uint32_t>& owners) const;
   // InvalidArgument unless 1 <= size <= the engine's largest object.
   absl::Status CheckSize(uint64_t size) const;
-  // ABORT at every owner (best effort), then the state.
+  // ABORT at every owner and every node that may hold a reservation of it (until each
+  // acknowledged or left), then the state.
   void AbortAt(const std::vector<uint32_t>& owners);
 
   ThreadContext* ctx_;
@@ -171,6 +203,7 @@ class Transaction {
   State state_ = State::kActive;
   std::map<uint64_t, ReadEntry> reads_;    // by packed address
   std::map<uint64_t, WriteEntry> writes_;  // by packed address
+  std::set<uint32_t> reserve_owners_;      // nodes asked for a reservation
   int commit_rounds_ = 0;
   int validation_reads_ = 0;
 };
