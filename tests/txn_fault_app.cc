@@ -15,9 +15,15 @@
 //                                right after node 0 acknowledged its own. The commit is decided and
 //                                half-applied: node 2 must settle it with node 0 and commit its
 //                                part too, so node 0 finds x = 1 and y = 2 (never x = 1, y = 200).
+//   TXN_FAULT=coordinator-evicted  the same, but node 1 does not die: it stops itself (SIGSTOP)
+//                                after node 0's acknowledgement, the CM evicts it when its lease
+//                                expires, the owners settle the transaction (x = 1, y = 2), then
+//                                node 0 resumes node 1 (SIGCONT), whose late decisions must change
+//                                nothing; node 1 exits as an evicted node does (status 3).
 //
 // The dying node arms its sync point (platform/sync_point.h) only when told to, so that the set-up
 // transactions pass. Node 0 prints "RESULT ..." lines that the test checks.
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -43,7 +49,9 @@ constexpr farm::Method<int32_t, int32_t> kArm{1};
 // Node 1 (coordinator scenarios) -> node 0: the objects, once they exist.
 constexpr farm::Method<int32_t, Objects> kObjects{2};
 
-// Node 0's objects, published to node 1 through kObjects once they exist.
+// Node 0's objects, published to node 1 through kObjects once they exist; node 1 sends its pid
+// with the request (coordinator-evicted: node 0 resumes it).
+std::atomic<int32_t> g_coordinator_pid{0};
 std::atomic<bool> g_published{false};
 Objects g_objects;
 
@@ -97,14 +105,22 @@ absl::Status WaitGone(farm::Runtime& rt, uint32_t node) {
 
 // Node 1's commit in the coordinator-commit scenario: COMMIT-PRIMARY to node 2 never leaves, and
 // node 1 exits once node 0 acknowledged its own.
-void ArmHalfCommit() {
+void ArmHalfCommit(bool stop) {
   farm::SyncPoint* sp = farm::SyncPoint::GetInstance();
   sp->SetCallBack("Transaction::Decide:Send", [](void* arg) {
     auto* probe = static_cast<farm::txn::DecisionProbe*>(arg);
     if (probe->method == farm::txn::kCommitMethod && probe->owner == 2) probe->drop = true;
   });
-  sp->SetCallBack("Transaction::Decide:Acked", [](void* arg) {
+  sp->SetCallBack("Transaction::Decide:Acked", [stop](void* arg) {
     if (*static_cast<uint32_t*>(arg) != 0) return;
+    if (stop) {
+      std::printf("stopping at Transaction::Decide:Acked (node 0 committed, node 2 not told)\n");
+      std::fflush(stdout);
+      raise(SIGSTOP);  // until node 0 sends SIGCONT, after the eviction and the settlement
+      std::printf("resumed after the eviction\n");
+      std::fflush(stdout);
+      return;
+    }
     std::printf("dying at Transaction::Decide:Acked (node 0 committed, node 2 not told)\n");
     std::fflush(stdout);
     _exit(kDeathStatus);
@@ -171,17 +187,29 @@ absl::Status CoordinatorDies(farm::Runtime& rt, farm::Worker& w, const std::stri
     if (absl::Status g = WaitGone(rt, 1); !g.ok()) return g;
     std::printf("node 1 is gone\n");
     if (point == "commit") return CheckValuesAndWritable(w, *o, /*y_alive=*/true, 1, 2);
+    if (point == "evicted") {
+      if (absl::Status s = CheckValuesAndWritable(w, *o, /*y_alive=*/true, 1, 2); !s.ok()) return s;
+      // Resume the evicted coordinator: its late COMMIT-PRIMARY (or anything else it still
+      // sends) must change nothing now.
+      const int32_t pid = g_coordinator_pid.load();
+      if (pid <= 0 || kill(pid, SIGCONT) != 0) return absl::InternalError("cannot resume node 1");
+      absl::SleepFor(absl::Seconds(1));  // room for its late messages; nothing waits on them
+      absl::StatusOr<int64_t> x = w.LockFreeGet<int64_t>(o->x);
+      absl::StatusOr<int64_t> y = w.LockFreeGet<int64_t>(o->y);
+      return Check(x.ok() && y.ok() && *x == 101 && *y == 201,
+                   "the resumed coordinator changed nothing");
+    }
     return CheckUnchangedAndWritable(w, *o, /*y_alive=*/true);
   }
   // Node 1: fetch the objects (node 0 answers once they exist), arm, commit, die.
   absl::StatusOr<Objects> o;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (!(o = kObjects.Call(w, 0, 0)).ok()) {
+  while (!(o = kObjects.Call(w, 0, static_cast<int32_t>(getpid()))).ok()) {
     if (absl::Now() > deadline) return o.status();
     absl::SleepFor(absl::Milliseconds(10));
   }
-  if (point == "commit") {
-    ArmHalfCommit();
+  if (point == "commit" || point == "evicted") {
+    ArmHalfCommit(point == "evicted");
   } else {
     ArmDeath(point);
   }
@@ -206,7 +234,8 @@ int main(int argc, char** argv) {
         !s.ok()) {
       return s;
     }
-    return kObjects.Serve(rt, [](uint32_t, const int32_t&) -> absl::StatusOr<Objects> {
+    return kObjects.Serve(rt, [](uint32_t, const int32_t& pid) -> absl::StatusOr<Objects> {
+      g_coordinator_pid.store(pid);
       if (!g_published.load(std::memory_order_acquire)) {
         return absl::UnavailableError("the objects do not exist yet");
       }
@@ -225,6 +254,7 @@ int main(int argc, char** argv) {
       return CoordinatorDies(rt, **w, "Transaction::Commit:AfterValidate");
     }
     if (scenario == "coordinator-commit") return CoordinatorDies(rt, **w, "commit");
+    if (scenario == "coordinator-evicted") return CoordinatorDies(rt, **w, "evicted");
     return absl::InvalidArgumentError(absl::StrCat("unknown TXN_FAULT '", scenario, "'"));
   };
   return farm::RunNode(argc, argv, app);

@@ -28,19 +28,20 @@ APP=${TEST_SRCDIR:-/nonexistent}/${TEST_WORKSPACE:-farm}/tests/txn_fault_app
 IFS=' ' read -r -a providers <<<"${FARM_TEST_PROVIDERS:-tcp;ofi_rxm}"
 host=${FARM_TEST_HOST:-127.0.0.1}
 
-run() {  # scenario provider dying_node
-  local scenario=$1 provider=$2 dying=$3
+run() {  # scenario provider dying_node [exit status] [cluster flags...]
+  local scenario=$1 provider=$2 dying=$3 status=${4:-17}
+  shift 4 2>/dev/null || shift $#
   echo "== $scenario, provider $provider: node $dying dies mid-commit"
   TXN_FAULT=$scenario timeout 120 "$CLUSTER" --nodes=3 --provider="$provider" --host="$host" \
-    --node_binary="$APP" --lock_memory=false --log_level=warn >"$TMP/out" 2>"$TMP/err"
+    --node_binary="$APP" --lock_memory=false --log_level=warn "$@" >"$TMP/out" 2>"$TMP/err"
   local rc=$?
   cat "$TMP/out"
   [ "$rc" != 124 ] || { cat "$TMP/err"; fail "$scenario timed out (a hang)"; }
   grep -q "^application txn_fault: 2/3 nodes succeeded$" "$TMP/out" ||
     { cat "$TMP/err"; fail "$scenario: expected exactly one failed node"; }
-  grep -qE "node $dying: .*exited with status 17" "$TMP/err" ||
-    { cat "$TMP/err"; fail "$scenario: node $dying did not die at its sync point"; }
-  grep -q "\[node $dying\] dying at " "$TMP/out" || fail "$scenario: no 'dying at' line"
+  grep -qE "node $dying: .*exited with status $status" "$TMP/err" ||
+    { cat "$TMP/err"; fail "$scenario: node $dying did not end with status $status"; }
+  grep -qE "\[node $dying\] (dying|stopping) at " "$TMP/out" || fail "$scenario: no 'dying at' line"
   if grep -q "RESULT .*FAILED" "$TMP/out"; then fail "$scenario: a check failed"; fi
   grep -q "\[node 0\] RESULT locks released: a new transaction committed" "$TMP/out" ||
     fail "$scenario: the survivors could not write the objects again"
@@ -62,5 +63,13 @@ for provider in "${providers[@]}"; do
   grep -q "\[node 0\] RESULT x is 1 (1): ok" "$TMP/out" &&
     grep -q "\[node 0\] RESULT y is 2 (2): ok" "$TMP/out" ||
     fail "coordinator-commit: the transaction was not applied at both owners"
+  # The same with the coordinator alive: stopped after node 0's acknowledgement, evicted when its
+  # lease expires (the default 3 s), resumed after the owners settled; it ends as an evicted
+  # node does (status 3).
+  run coordinator-evicted "$provider" 1 3
+  grep -q "\[node 0\] RESULT x is 1 (1): ok" "$TMP/out" &&
+    grep -q "\[node 0\] RESULT y is 2 (2): ok" "$TMP/out" &&
+    grep -q "\[node 0\] RESULT the resumed coordinator changed nothing: ok" "$TMP/out" ||
+    fail "coordinator-evicted: the settlement or the fence failed"
 done
 echo "PASS"
