@@ -630,6 +630,21 @@ TEST_CASE("a runtime being destroyed never runs the protocol's handlers on a fre
          absl::IsCancelled(answer)));
 }
 
+TEST_CASE("transaction ids name the coordinator's incarnation and count from 1", "[txn]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster(2);
+  txn::Engine& e = *RuntimeAccess::Of(*rts[1]).txn;
+  const txn::TxnId a = e.NextId();
+  const txn::TxnId b = e.NextId();
+  CHECK(a.node == 1);
+  // The incarnation is the epoch the node joined in (1: it formed the cluster); the count starts
+  // low and never wraps (it used to be the wall clock shifted left by 20 bits: past 2^64).
+  CHECK(a.incarnation == 1);
+  CHECK(a.seq >= 1);
+  CHECK(a.seq < (uint64_t{1} << 40));
+  CHECK(b.seq == a.seq + 1);
+  CHECK(b.incarnation == a.incarnation);
+}
+
 TEST_CASE("aborted allocations leak nothing; a full node says ResourceExhausted", "[txn]") {
   // Rings large enough for the largest objects; a commit of 32 of them sends its LOCK to node 1
   // in several messages.
