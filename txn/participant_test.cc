@@ -281,7 +281,11 @@ TEST_CASE("a million aborted transactions leave the logs and memory flat", "[par
   CHECK(h.participant->reservations() == 0);
   CHECK(h.allocator->reserved() == 0);
   // Each aborted record kept would be >100 bytes: 100 MB for a million. Allow 16 MiB of noise.
+  // Not under AddressSanitizer: it quarantines freed memory instead of reusing it, so resident
+  // memory grows with every allocation there (the record counts above still hold).
+#if !defined(__SANITIZE_ADDRESS__)
   CHECK(after < before + (16 << 20));
+#endif
 }
 
 TEST_CASE("ABORT and COMMIT-PRIMARY release every reservation of their transaction",
