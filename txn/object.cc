@@ -10,8 +10,10 @@ namespace farm {
 namespace txn {
 namespace {
 
-// Distinguishes object checks from the rings' frame checksums (a different seed space).
+// Distinguish object checks from the rings' frame checksums (a different seed space), and the
+// version's word from the hash of the size word and payload.
 constexpr uint64_t kObjectCheckSalt = 0x6f626a6563747631ull;  // "objectv1"
+constexpr uint64_t kVersionSalt = 0x76657273696f6e32ull;      // "version2"
 
 uint64_t LoadRelaxed(const char* p) {
   return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_RELAXED);
@@ -23,7 +25,11 @@ void StoreRelaxed(char* p, uint64_t w) {
 }  // namespace
 
 uint64_t ObjectCheck(uint64_t version, const char* size_word, uint64_t size) {
-  return FrameHash(size_word, 8 + RoundUp8(size), version ^ kObjectCheckSalt);
+  // The version is a word of its own, mixed in after the frame hash. It must not be the hash's
+  // seed: FrameHash XORs the seed into lane 0 together with the first word, the size word, so
+  // (v, s, P) and (v ^ s ^ s', s', P) would collide whenever s and s' round to the same length.
+  const uint64_t body = FrameHash(size_word, 8 + RoundUp8(size), kObjectCheckSalt);
+  return Mix64(body ^ Mix64(version ^ kVersionSalt));
 }
 
 ObjectState DecodeObject(const char* copy, uint64_t expected_size, ObjectView* view) {

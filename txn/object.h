@@ -15,9 +15,14 @@
 // did not. FaRM repeats the version at the start of every cache line, which relies on the NIC
 // reading each cache line atomically; the transports here (shm's cross-memory copies, tcp's
 // socket copies, SoftiWARP) copy with memcpy, whose granularity within a cache line is not
-// promised. So instead the owner stores a 64-bit check over (version, size, payload), computed
-// with the same hash as the message rings' frames (messaging/ring.h, FrameHash) seeded with the
-// version. The owner writes an object only while it holds the lock bit, and publishes a new
+// promised. So instead the owner stores a 64-bit check over (version, size, payload): the same
+// hash as the message rings' frames (messaging/ring.h, FrameHash) over size and payload, then the
+// version mixed in as a word of its own, Mix64(hash ^ Mix64(version)). Not as FrameHash's seed:
+// that meets the size word in the same lane, so a copy with the lock word and size of one version
+// and the check and payload of another validated whenever version ^ size agreed (v6 of 15 bytes
+// over v4 of 13 bytes in a reused slot). Now the same size and payload under two versions always
+// give two checks (Mix64 is a bijection), and different bytes agree only by a 2^-64 coincidence.
+// The owner writes an object only while it holds the lock bit, and publishes a new
 // version by writing size, payload and check first and the lock word (new version, unlocked)
 // last. A READ that overlaps such a write sees the lock bit, or a version whose check does not
 // match the bytes it copied (a payload word of the other version makes the check differ except

@@ -105,6 +105,47 @@ TEST_CASE("a copy mixing two versions is torn", "[object]") {
   CHECK(DecodeObject(c.data(), size, &v) == ObjectState::kTorn);
 }
 
+TEST_CASE("a copy mixing a reused slot's lifetimes is torn, whatever their sizes", "[object]") {
+  // The slot holds v4 (13 bytes), is freed as v5 and reallocated as v6 (15 bytes): both sizes
+  // round to 16 payload bytes, so a READ overlapping the reallocation can copy the lock word and
+  // size of v6 with the check and payload of v4. When the check was seeded with version ^ salt,
+  // that seed met the size word in the hash's first lane: 6 ^ 15 == 4 ^ 13, the check of (v6,
+  // 15 bytes, payload of v4) equalled v4's own, and the copy validated as a 15-byte v6.
+  Slot s(128);
+  for (int i = 0; i < 4; ++i) Commit(s.data(), 13);
+  REQUIRE(VersionOf(LoadLockWord(s.data())) == 4);
+  std::string v4(ObjectSpan(13), '\0');
+  CopyLocalObject(s.data(), v4.data(), v4.size());
+  uint64_t seen = 0;
+  REQUIRE(TryLock(s.data(), LoadLockWord(s.data()), &seen));
+  InstallFree(s.data(), 5);
+  Commit(s.data(), 15);
+  REQUIRE(VersionOf(LoadLockWord(s.data())) == 6);
+  std::string v6(ObjectSpan(15), '\0');
+  CopyLocalObject(s.data(), v6.data(), v6.size());
+  REQUIRE(v4.size() == v6.size());
+  ObjectView v;
+  REQUIRE(DecodeObject(v4.data(), 13, &v) == ObjectState::kOk);
+  REQUIRE(DecodeObject(v6.data(), 15, &v) == ObjectState::kOk);
+
+  // Lock word and size of v6, check and payload of v4.
+  std::string mixed = v4;
+  mixed.replace(0, 8, v6, 0, 8);
+  mixed.replace(16, 8, v6, 16, 8);
+  CHECK(DecodeObject(mixed.data(), 15, &v) == ObjectState::kTorn);
+  CHECK(DecodeObject(mixed.data(), 13, &v) == ObjectState::kTorn);  // not "wrong size" either
+  // Every other mix of the five words of the two copies.
+  for (int mask = 1; mask < 31; ++mask) {
+    std::string m = v4;
+    for (int w = 0; w < 5; ++w) {
+      if (mask & (1 << w)) m.replace(8 * w, 8, v6, 8 * w, 8);
+    }
+    INFO("words from v6: mask " << mask);
+    CHECK(DecodeObject(m.data(), 15, &v) != ObjectState::kOk);
+    CHECK(DecodeObject(m.data(), 13, &v) != ObjectState::kOk);
+  }
+}
+
 TEST_CASE("readers never accept a torn value while a writer commits (byte-wise copies)",
           "[object]") {
   // Multi-cache-line objects, a writer committing new versions as fast as it can, and readers
