@@ -1,10 +1,12 @@
 #include "txn/object.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "messaging/ring.h"
 #include "platform/mutant.h"
+#include "platform/sync_point.h"
 
 namespace farm {
 namespace txn {
@@ -20,6 +22,20 @@ uint64_t LoadRelaxed(const char* p) {
 }
 void StoreRelaxed(char* p, uint64_t w) {
   __atomic_store_n(reinterpret_cast<uint64_t*>(p), w, __ATOMIC_RELAXED);
+}
+
+std::atomic<uint64_t> torn_copies{0};
+
+ObjectState Torn() {
+  torn_copies.fetch_add(1, std::memory_order_relaxed);
+  return ObjectState::kTorn;
+}
+
+void CopyWords(const char* object, char* dst, uint64_t from, uint64_t to) {
+  for (uint64_t at = from; at < to; at += 8) {
+    const uint64_t w = LoadRelaxed(object + at);
+    std::memcpy(dst + at, &w, 8);
+  }
 }
 
 }  // namespace
@@ -49,10 +65,10 @@ ObjectState DecodeObject(const char* copy, uint64_t expected_size, ObjectView* v
         ObjectCheck(view->version, copy + 16, size) == check) {
       return ObjectState::kWrongSize;
     }
-    return ObjectState::kTorn;
+    return Torn();
   }
   if (ObjectCheck(view->version, copy + 16, size) != check && !FARM_MUTANT("accept_torn")) {
-    return ObjectState::kTorn;
+    return Torn();
   }
   view->payload = absl::string_view(copy + kObjectHeaderSize, size);
   return ObjectState::kOk;
@@ -67,11 +83,15 @@ void CopyLocalObject(const char* object, char* dst, uint64_t span) {
   // (release) sees at least that version's words after it; newer words make the check fail.
   const uint64_t word = LoadLockWord(object);
   std::memcpy(dst, &word, 8);
-  for (uint64_t at = 8; at < span; at += 8) {
-    const uint64_t w = LoadRelaxed(object + at);
-    std::memcpy(dst + at, &w, 8);
-  }
+  // The rest in two halves, with a sync point between them where a test can commit a new
+  // version, so that the copy is torn every time (tests/txn_test.cc).
+  const uint64_t half = std::max<uint64_t>(8, span / 2 & ~uint64_t{7});
+  CopyWords(object, dst, 8, half);
+  FARM_SYNC_POINT_CALLBACK("CopyLocalObject:Midway", const_cast<char*>(object));
+  CopyWords(object, dst, half, span);
 }
+
+uint64_t TornCopiesDetected() { return torn_copies.load(std::memory_order_relaxed); }
 
 bool TryLock(char* object, uint64_t expected, uint64_t* seen) {
   uint64_t want = expected;

@@ -88,11 +88,17 @@ struct ObjectView {
 // Decodes a copy of ObjectSpan(expected_size) bytes of an object.
 ObjectState DecodeObject(const char* copy, uint64_t expected_size, ObjectView* view);
 
+// Copies DecodeObject has found torn in this process so far: tests show with it that the
+// copies they made overlap writes were actually seen and rejected, not merely never produced.
+uint64_t TornCopiesDetected();
+
 // Reads the lock word of a local object (acquire).
 uint64_t LoadLockWord(const char* object);
 
 // Copies `span` bytes (a multiple of 8) of a local object with atomic word loads: what a local
-// reader does instead of a READ.
+// reader does instead of a READ. The lock word first, then the rest in two halves; between them
+// the sync point "CopyLocalObject:Midway" (argument: `object`) lets a test commit a new version
+// in the middle of a copy.
 void CopyLocalObject(const char* object, char* dst, uint64_t span);
 
 // Owner side (the participant, one writer at a time). Sets the lock bit if the lock word is
