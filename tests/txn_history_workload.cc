@@ -1,6 +1,7 @@
 #include "tests/txn_history_workload.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -11,6 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "api/runtime_impl.h"
 
 namespace farm {
 namespace testing {
@@ -54,8 +56,10 @@ struct HistoryWorkload::State {
   std::vector<ClientTxn> txns;                          // guarded by mu
   std::vector<std::string> failures;                    // guarded by mu
   int lock_free_reads = 0;                              // guarded by mu
+  std::atomic<bool> failed{false};
 
   void Fail(std::string what) {
+    failed = true;
     std::lock_guard<std::mutex> l(mu);
     failures.push_back(std::move(what));
   }
@@ -112,7 +116,7 @@ class Recorder {
 void HistoryWorkload::State::Client(int c) {
   Worker& w = *workers[c];
   std::mt19937_64 rng(options.seed * 1000 + c);
-  for (int i = 0; i < options.txns_per_thread; ++i) {
+  for (int i = 0; i < options.txns_per_thread && !failed.load(); ++i) {
     ClientTxn ct;
     ct.rec.client = absl::StrCat("client ", c);
     Recorder r(c, i, &ct);
@@ -133,6 +137,7 @@ void HistoryWorkload::State::Client(int c) {
         r.ReadAbsent(a->second);
       } else {
         s = v.status();
+        Fail(absl::StrCat("client ", c, " lock-free read ", i, ": ", s.ToString()));
       }
       ct.rec.end_ns = NowNs();
       ct.rec.outcome = s.ok() ? TxnOutcome::kCommitted : TxnOutcome::kUnknown;
@@ -383,6 +388,7 @@ HistoryWorkload::HistoryWorkload(const std::vector<std::unique_ptr<Runtime>>& ru
         state_->failures.push_back(absl::StrCat("NewWorker: ", w.status().ToString()));
         continue;
       }
+      RuntimeAccess::Of(**w).txn_context.timeout = options.lock_wait;
       state_->workers.push_back(std::move(*w));
     }
   }

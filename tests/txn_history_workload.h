@@ -26,7 +26,8 @@
 //
 // Operations: read-modify-write of small keys, big multi-part writes, Alloc, Free (with a read
 // first, for the value it overwrites), reads of allocated addresses (values or NotFound),
-// lock-free reads (Worker::LockFreeRead, recorded as a one-read transaction).
+// lock-free reads (Worker::LockFreeRead, recorded as a one-read transaction). The clients stop
+// at the first failure outside the history (an error other than Aborted, a torn copy).
 #ifndef FARM_TESTS_TXN_HISTORY_WORKLOAD_H_
 #define FARM_TESTS_TXN_HISTORY_WORKLOAD_H_
 
@@ -35,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "farm/farm.h"
 #include "txn/history.h"
 
@@ -45,6 +47,10 @@ struct HistoryWorkloadOptions {
   uint32_t seed = 1;
   int threads_per_node = 2;
   int txns_per_thread = 150;
+  // How long a lock-free read waits for a locked object: far longer than a commit holds its
+  // locks on a loaded machine, far shorter than the default 10 s, so that locks left behind by a
+  // broken commit fail the run quickly.
+  absl::Duration lock_wait = absl::Seconds(3);
 };
 
 struct HistoryWorkloadResult {
