@@ -10,7 +10,6 @@
 // prints its seed); the histories are saved as undeclared test outputs (txn_history_*.jsonl).
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <vector>
@@ -31,12 +30,7 @@ using txn::History;
 using txn::TxnOp;
 using txn::TxnOutcome;
 using txn::TxnRecord;
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+using testing::NowNs;
 
 std::vector<std::unique_ptr<Runtime>> StartCluster() {
   std::vector<std::unique_ptr<Runtime>> rts = testing::StartRuntimes(3);

@@ -22,12 +22,6 @@ using txn::TxnOp;
 using txn::TxnOutcome;
 using txn::TxnRecord;
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 struct Big {
   uint64_t w[kBigSize / 8];
 };
@@ -35,15 +29,21 @@ struct Big {
 // A transaction as its client saw it, before absent versions are resolved.
 struct ClientTxn {
   TxnRecord rec;
-  std::vector<size_t> absent_reads;    // ops that found no object (value to be resolved)
-  std::optional<size_t> alloc_op;      // the write that created an object (prev to be resolved)
-  int64_t reserved_ns = 0;             // when its Alloc returned
-  std::vector<size_t> dropped;         // absent reads left out of the history
+  std::vector<size_t> absent_reads;  // ops that found no object (value to be resolved)
+  std::optional<size_t> alloc_op;    // the write that created an object (prev to be resolved)
+  int64_t reserved_ns = 0;           // when its Alloc returned
+  std::vector<size_t> dropped;       // absent reads left out of the history
 };
 
 bool Counts(const ClientTxn& t) { return t.rec.outcome != TxnOutcome::kAborted; }
 
 }  // namespace
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 struct HistoryWorkload::State {
   HistoryWorkloadOptions options;
@@ -321,8 +321,9 @@ HistoryWorkloadResult HistoryWorkload::State::Resolve() {
       if (j > 0) {
         auto f = free_of.find(allocs[j - 1]);
         if (f == free_of.end()) {
-          failures.push_back(absl::StrCat("key ", key, ": an object was allocated at ", x.rec.client,
-                                          "'s address while the previous one was never freed"));
+          failures.push_back(absl::StrCat("key ", key, ": ", x.rec.client,
+                                          " allocated an object where the previous one was ",
+                                          "never freed"));
           break;
         }
         gap = Gap{f->second.tombstone, txns[f->second.txn].rec.start_ns, kNever};

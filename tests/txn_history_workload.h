@@ -64,7 +64,7 @@ struct HistoryWorkloadResult {
   int absent_reads = 0;          // NotFound reads attributed to an absent version
   int absent_reads_dropped = 0;  // NotFound reads left out (ambiguous)
   int lock_free_reads = 0;
-  int multi_part_commits = 0;    // committed transactions that wrote 3+ big objects
+  int multi_part_commits = 0;  // committed transactions that wrote 3+ big objects
 };
 
 inline constexpr uint64_t kBigSize = 5000;
@@ -73,6 +73,10 @@ inline constexpr int kBigKeys = 4;
 inline constexpr uint64_t kBigKeyBase = 10;
 inline constexpr uint64_t kAllocatedKeyBase = 100;
 inline constexpr uint64_t kTombstoneBit = uint64_t{1} << 63;
+
+// The histories' clock (steady, shared by every thread of the process) in nanoseconds: for
+// records a test makes outside the workload.
+int64_t NowNs();
 
 class HistoryWorkload {
  public:
