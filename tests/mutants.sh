@@ -67,6 +67,7 @@ done
 
 log=$(mktemp -d /tmp/farm-mutants.XXXXXX)
 common=(--config=mutants "${bazel_flags[@]}")
+testlogs=$(bazel info "${common[@]}" bazel-testlogs 2>/dev/null)
 run=(--nocache_test_results --test_output=summary)
 start=$SECONDS
 
@@ -103,6 +104,10 @@ for m in "${chosen[@]}"; do
     rc=$?
     failing=$(grep -E "^//[^ ]+ +.*(FAILED|TIMEOUT)" "$log/$name.$r.log" | awk '{print $1}' |
       tr '\n' ' ')
+    for t in $failing; do  # keep the failing test's own log: what the mutant did
+      p=${t#//}
+      cp "$testlogs/${p/://}/test.log" "$log/$name.$r.$(basename "${p/://}").test.log" 2>/dev/null
+    done
     if [ "$rc" = 3 ] && [ -n "$failing" ]; then
       ok=$((ok + 1))
       how+=" run $r: ${failing}($((SECONDS - t0)) s);"
