@@ -1,7 +1,8 @@
 // Objects and transactions through the public API (farm.h) on an in-process cluster of three
 // Runtimes: allocation on every node, lock-free reads, conflicts, a bank whose total never
 // changes under concurrent transfers, counters that lose no increment, version-based reuse of
-// freed memory, aborts that leak nothing, and bad input.
+// freed memory, aborts that leak nothing, and bad input. Torn copies of objects are forced
+// (platform/sync_point.h), and counted as rejected.
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -15,6 +16,7 @@
 #include "farm/farm.h"
 #include "platform/sync_point.h"
 #include "tests/runtime_cluster.h"
+#include "txn/object.h"
 #include "txn/protocol.h"
 #include "txn/transaction.h"
 
@@ -324,9 +326,13 @@ TEST_CASE("reads never return a torn multi-cache-line object", "[txn]") {
   // Objects of 25 words (200 bytes: four cache lines) on every node. Writers on two nodes keep
   // replacing an object's words with one new value; readers on every node read them with
   // lock-free READs and in read-only transactions: every value returned must be one value
-  // throughout.
+  // throughout. Torn copies must also have been made and rejected, not merely never returned:
+  // one reader (node 0, reading its own object 0) has a commit of a new version forced into the
+  // middle of its copies (the sync point in CopyLocalObject), which makes each of them torn; the
+  // racing READs of the other readers may or may not overlap a commit.
   std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
   constexpr int kWords = 25;
+  constexpr int kForced = 100;
   struct Wide {
     uint64_t w[kWords];
   };
@@ -344,10 +350,32 @@ TEST_CASE("reads never return a torn multi-cache-line object", "[txn]") {
                })
                 .ok());
   }
-  std::vector<std::unique_ptr<Worker>> workers;  // writers: nodes 0, 1; readers: nodes 0, 1, 2
-  for (int n : {0, 1, 0, 1, 2}) workers.push_back(NewWorker(*rts[n]));
+  // writers: nodes 0, 1; readers: nodes 0, 1, 2; the forced reader on node 0 and its writer
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int n : {0, 1, 0, 1, 2, 0, 1}) workers.push_back(NewWorker(*rts[n]));
   std::atomic<bool> stop{false};
-  std::atomic<int64_t> writes{0}, reads{0}, torn{0}, errors{0};
+  std::atomic<int64_t> writes{0}, reads{0}, torn{0}, errors{0}, forced{0};
+  auto check = [&](const Wide& v) {
+    for (uint64_t x : v.w) {
+      if (x != v.w[0]) torn.fetch_add(1);
+    }
+    reads.fetch_add(1);
+  };
+
+  // The forced reader's copies of object 0 stop midway while its own writer commits.
+  const uint64_t detected_before = txn::TornCopiesDetected();
+  std::atomic<bool> armed{false};
+  std::atomic<std::thread::id> forced_reader{};
+  SyncPoint* sp = SyncPoint::GetInstance();
+  sp->SetCallBack("CopyLocalObject:Midway", [&](void*) {
+    if (std::this_thread::get_id() != forced_reader.load() || !armed.exchange(false)) return;
+    Wide v;
+    for (uint64_t& x : v.w) x = (uint64_t{3} << 32) | (forced.load() + 1);
+    absl::Status s = workers[6]->Run([&](Txn& t) -> absl::Status { return t.Put(objs[0], v); });
+    s.ok() ? forced.fetch_add(1) : errors.fetch_add(1);
+  });
+  sp->EnableProcessing();
+
   std::vector<std::thread> threads;
   for (int k = 0; k < 2; ++k) {
     threads.emplace_back([&, k] {
@@ -366,12 +394,6 @@ TEST_CASE("reads never return a torn multi-cache-line object", "[txn]") {
   }
   for (int k = 2; k < 5; ++k) {
     threads.emplace_back([&, k] {
-      auto check = [&](const Wide& v) {
-        for (uint64_t x : v.w) {
-          if (x != v.w[0]) torn.fetch_add(1);
-        }
-        reads.fetch_add(1);
-      };
       for (uint64_t i = 0; !stop.load(); ++i) {
         Wide v;
         if (workers[k]->LockFreeRead(objs[i % objs.size()], &v, sizeof(v)).ok()) check(v);
@@ -380,14 +402,36 @@ TEST_CASE("reads never return a torn multi-cache-line object", "[txn]") {
       }
     });
   }
+  threads.emplace_back([&] {
+    forced_reader = std::this_thread::get_id();
+    for (int i = 0; i < kForced; ++i) {
+      Wide v;
+      armed = true;
+      if (i % 2 == 0) {
+        if (workers[5]->LockFreeRead(objs[0], &v, sizeof(v)).ok()) check(v);
+      } else {
+        std::unique_ptr<Txn> t = workers[5]->Begin();
+        if (t->Read(objs[0], &v, sizeof(v)).ok()) check(v);
+      }
+    }
+  });
+  threads.back().join();
   threads[0].join();
   threads[1].join();
   stop = true;
-  for (size_t i = 2; i < threads.size(); ++i) threads[i].join();
+  for (size_t i = 2; i < threads.size() - 1; ++i) threads[i].join();
+  sp->Reset();
+  const uint64_t detected = txn::TornCopiesDetected() - detected_before;
+  INFO("reads " << reads.load() << ", forced commits " << forced.load() << ", torn copies seen "
+                << detected);
   CHECK(errors.load() == 0);
   CHECK(torn.load() == 0);
   CHECK(writes.load() == 600);
   CHECK(reads.load() > 0);
+#ifndef NDEBUG  // sync points exist: every forced commit tore a copy, which was rejected
+  CHECK(forced.load() == kForced);
+  CHECK(detected >= kForced);
+#endif
 }
 
 TEST_CASE("concurrent increments of one counter are never lost", "[txn]") {

@@ -32,6 +32,15 @@
 // input (its version order cannot be derived). Two committed writes with the same prev are a
 // fork: a lost update.
 //
+// Objects that come and go (Alloc, Free, reads that find nothing) need no special kind of
+// operation: a key can stand for an address, whose "absent" states are versions like any other.
+// The address's initial version 0 is its absence before its first object; an Alloc writes the
+// object's first value over the absent version before it; a Free writes a fresh "tombstone"
+// value (unique like every value) over the value it read; a NotFound read reads the absent
+// version current at that point. Which absent version an Alloc overwrote and a NotFound read
+// saw is the workload's to derive (tests/txn_history_workload.h does it from the order of the
+// address's reservations and real time, and leaves out a NotFound read it cannot place).
+//
 // Outcome unknown: such a transaction may or may not have committed. If a transaction counted as
 // committed observed one of its writes (read it, or overwrote it as prev), it did commit and is
 // counted as committed, which may in turn make the unknown transactions it observed count;

@@ -1,17 +1,21 @@
 #include "txn/object.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "messaging/ring.h"
 #include "platform/mutant.h"
+#include "platform/sync_point.h"
 
 namespace farm {
 namespace txn {
 namespace {
 
-// Distinguishes object checks from the rings' frame checksums (a different seed space).
+// Distinguish object checks from the rings' frame checksums (a different seed space), and the
+// version's word from the hash of the size word and payload.
 constexpr uint64_t kObjectCheckSalt = 0x6f626a6563747631ull;  // "objectv1"
+constexpr uint64_t kVersionSalt = 0x76657273696f6e32ull;      // "version2"
 
 uint64_t LoadRelaxed(const char* p) {
   return __atomic_load_n(reinterpret_cast<const uint64_t*>(p), __ATOMIC_RELAXED);
@@ -20,10 +24,28 @@ void StoreRelaxed(char* p, uint64_t w) {
   __atomic_store_n(reinterpret_cast<uint64_t*>(p), w, __ATOMIC_RELAXED);
 }
 
+std::atomic<uint64_t> torn_copies{0};
+
+ObjectState Torn() {
+  torn_copies.fetch_add(1, std::memory_order_relaxed);
+  return ObjectState::kTorn;
+}
+
+void CopyWords(const char* object, char* dst, uint64_t from, uint64_t to) {
+  for (uint64_t at = from; at < to; at += 8) {
+    const uint64_t w = LoadRelaxed(object + at);
+    std::memcpy(dst + at, &w, 8);
+  }
+}
+
 }  // namespace
 
 uint64_t ObjectCheck(uint64_t version, const char* size_word, uint64_t size) {
-  return FrameHash(size_word, 8 + RoundUp8(size), version ^ kObjectCheckSalt);
+  // The version is a word of its own, mixed in after the frame hash. It must not be the hash's
+  // seed: FrameHash XORs the seed into lane 0 together with the first word, the size word, so
+  // (v, s, P) and (v ^ s ^ s', s', P) would collide whenever s and s' round to the same length.
+  const uint64_t body = FrameHash(size_word, 8 + RoundUp8(size), kObjectCheckSalt);
+  return Mix64(body ^ Mix64(version ^ kVersionSalt));
 }
 
 ObjectState DecodeObject(const char* copy, uint64_t expected_size, ObjectView* view) {
@@ -43,10 +65,10 @@ ObjectState DecodeObject(const char* copy, uint64_t expected_size, ObjectView* v
         ObjectCheck(view->version, copy + 16, size) == check) {
       return ObjectState::kWrongSize;
     }
-    return ObjectState::kTorn;
+    return Torn();
   }
   if (ObjectCheck(view->version, copy + 16, size) != check && !FARM_MUTANT("accept_torn")) {
-    return ObjectState::kTorn;
+    return Torn();
   }
   view->payload = absl::string_view(copy + kObjectHeaderSize, size);
   return ObjectState::kOk;
@@ -61,11 +83,15 @@ void CopyLocalObject(const char* object, char* dst, uint64_t span) {
   // (release) sees at least that version's words after it; newer words make the check fail.
   const uint64_t word = LoadLockWord(object);
   std::memcpy(dst, &word, 8);
-  for (uint64_t at = 8; at < span; at += 8) {
-    const uint64_t w = LoadRelaxed(object + at);
-    std::memcpy(dst + at, &w, 8);
-  }
+  // The rest in two halves, with a sync point between them where a test can commit a new
+  // version, so that the copy is torn every time (tests/txn_test.cc).
+  const uint64_t half = std::max<uint64_t>(8, span / 2 & ~uint64_t{7});
+  CopyWords(object, dst, 8, half);
+  FARM_SYNC_POINT_CALLBACK("CopyLocalObject:Midway", const_cast<char*>(object));
+  CopyWords(object, dst, half, span);
 }
+
+uint64_t TornCopiesDetected() { return torn_copies.load(std::memory_order_relaxed); }
 
 bool TryLock(char* object, uint64_t expected, uint64_t* seen) {
   uint64_t want = expected;

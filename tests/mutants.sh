@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Mutation testing: shows that the randomized checks catch protocol bugs, not only planted bad
+# histories. Each mutant (platform/mutant.h) breaks one guarantee in a `--config=mutants` build
+# and is switched on at run time by FARM_MUTANT=<name>; the tests listed for it must then FAIL.
+#
+#   tests/mutants.sh                      every mutant once; last line "mutants: caught N of M"
+#   tests/mutants.sh --runs 3             each mutant three times (each run must catch it)
+#   tests/mutants.sh --only accept_torn   some mutants (comma-separated names)
+#   tests/mutants.sh -- --test_output=errors   flags after -- go to every bazel command
+#
+# Steps: one build of all the listed tests with --config=mutants; one run of them with no mutant,
+# which must pass (otherwise a "catch" could be a flaky failure, and the script stops); then, per
+# mutant, its tests with --test_env=FARM_MUTANT=<name>. A mutant is caught when Bazel says a test
+# failed (exit status 3: the build succeeded, a test failed or timed out); a build error or any
+# other status is not a catch. Test results are never taken from Bazel's cache. A mutant whose
+# name appears nowhere in the code (no FARM_MUTANT("<name>") point) counts as surviving.
+# Exit status: 0 if every mutant was caught in every run, 1 if one survived, 2 if the build or
+# the run without mutants failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+# mutant  tests that must catch it (comma-separated)     what it breaks
+mutants=(
+  "skip_validate            //tests:txn_history_test"  # Commit skips VALIDATE of objects only read
+  "skip_lock_version_check  //tests:txn_history_test"  # LOCK locks an object whatever its version
+  "commit_first_owner_only  //tests:txn_history_test"  # COMMIT-PRIMARY reaches the first owner only
+  "accept_torn              //txn:object_test,//tests:txn_test"  # a copy failing its check is accepted
+  "kv_skip_miss_recheck     //tests:kv_linearizability_test"  # a KV miss is not re-checked
+  "kv_skip_block_identity   //tests:kv_linearizability_test"  # overflow blocks' identity unchecked
+)
+
+runs=1
+only=""
+bazel_flags=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --runs) runs=$2; shift 2 ;;
+    --runs=*) runs=${1#*=}; shift ;;
+    --only) only=$2; shift 2 ;;
+    --only=*) only=${1#*=}; shift ;;
+    --) shift; bazel_flags=("$@"); break ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "mutants.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+case $runs in ''|*[!0-9]*|0) echo "mutants.sh: --runs needs a positive number" >&2; exit 2 ;; esac
+
+chosen=()
+for m in "${mutants[@]}"; do
+  read -r name _ <<<"$m"
+  if [ -z "$only" ] || [[ ",$only," == *",$name,"* ]]; then chosen+=("$m"); fi
+done
+if [ ${#chosen[@]} = 0 ]; then
+  echo "mutants.sh: no mutant named in --only '$only'" >&2
+  exit 2
+fi
+
+# The tests of the chosen mutants, each once.
+targets=()
+for m in "${chosen[@]}"; do
+  read -r _ tests <<<"$m"
+  IFS=, read -r -a ts <<<"$tests"
+  for t in "${ts[@]}"; do
+    [[ " ${targets[*]} " == *" $t "* ]] || targets+=("$t")
+  done
+done
+
+log=$(mktemp -d /tmp/farm-mutants.XXXXXX)
+common=(--config=mutants "${bazel_flags[@]}")
+testlogs=$(bazel info "${common[@]}" bazel-testlogs 2>/dev/null)
+run=(--nocache_test_results --test_output=summary)
+start=$SECONDS
+
+echo "mutants: building ${targets[*]} with --config=mutants"
+if ! bazel build "${common[@]}" "${targets[@]}" >"$log/build.log" 2>&1; then
+  tail -30 "$log/build.log"
+  echo "mutants: the build failed (log: $log/build.log); no mutant can be judged"
+  exit 2
+fi
+
+echo "mutants: the same tests without a mutant must pass"
+if ! bazel test "${common[@]}" "${run[@]}" "${targets[@]}" >"$log/baseline.log" 2>&1; then
+  grep -E "^//.*(FAILED|TIMEOUT|NO STATUS)" "$log/baseline.log"
+  echo "mutants: the tests fail without a mutant (log: $log/baseline.log); a catch would mean nothing"
+  exit 2
+fi
+echo "mutants: without a mutant all passed ($((SECONDS - start)) s so far)"
+
+caught=0
+for m in "${chosen[@]}"; do
+  read -r name tests <<<"$m"
+  IFS=, read -r -a ts <<<"$tests"
+  if ! grep -rqF --include='*.cc' --include='*.h' "FARM_MUTANT(\"$name\")" platform txn kv api \
+      messaging tools 2>/dev/null; then
+    echo "mutant $name: SURVIVED: no FARM_MUTANT(\"$name\") point in the code"
+    continue
+  fi
+  ok=0 how=""
+  for r in $(seq 1 "$runs"); do
+    t0=$SECONDS
+    bazel test "${common[@]}" "${run[@]}" --notest_keep_going --test_env=FARM_MUTANT="$name" \
+      "${ts[@]}" \
+      >"$log/$name.$r.log" 2>&1
+    rc=$?
+    failing=$(grep -E "^//[^ ]+ +.*(FAILED|TIMEOUT)" "$log/$name.$r.log" | awk '{print $1}' |
+      tr '\n' ' ')
+    for t in $failing; do  # keep the failing test's own log: what the mutant did
+      p=${t#//}
+      cp "$testlogs/${p/://}/test.log" "$log/$name.$r.$(basename "${p/://}").test.log" 2>/dev/null
+    done
+    if [ "$rc" = 3 ] && [ -n "$failing" ]; then
+      ok=$((ok + 1))
+      how+=" run $r: ${failing}($((SECONDS - t0)) s);"
+    else
+      how+=" run $r: NOT caught (bazel status $rc, log $log/$name.$r.log);"
+    fi
+  done
+  if [ "$ok" = "$runs" ]; then
+    caught=$((caught + 1))
+    echo "mutant $name: caught in $ok of $runs runs:${how%;}"
+  else
+    echo "mutant $name: SURVIVED in $((runs - ok)) of $runs runs:${how%;}"
+  fi
+done
+echo "mutants: done after $((SECONDS - start)) s; logs in $log"
+echo "mutants: caught $caught of ${#chosen[@]}"
+[ "$caught" = "${#chosen[@]}" ]
