@@ -1,4 +1,5 @@
-// The payload of a bucket of the KV table (and of an overflow block, which has the same layout):
+// The payload of a bucket of the KV table (an overflow block's payload is an 8-byte identity
+// word, kv/kv.cc's BlockIdentity, followed by the same layout):
 // how entries are laid out in it, and the edits the table makes. Pure functions on bytes: the
 // table (kv/kv.cc) reads buckets as objects (txn/object.h) and writes them in transactions.
 //
