@@ -464,6 +464,7 @@ class TableTxn {
       chain_.push_back(bufs_.size());
       bufs_.push_back(std::move(b));
     }
+    FARM_SYNC_POINT("kv::TableTxn::Load:Done");
     return absl::OkStatus();
   }
 
@@ -549,7 +550,9 @@ class TableTxn {
     if (at.has_value()) {
       const Entry& e = at->entry;
       if (!want_inline && !want_chunked && e.kind == kOutOfLine && e.value_len == value.size()) {
-        return t_.Write(e.object, absl::StrCat(key_, value));  // in place
+        // In place (a concurrent free of the item may have handed its slot to an Alloc of this
+        // transaction: then the item changed).
+        return Changed(t_.Write(e.object, absl::StrCat(key_, value)));
       }
       if (want_inline && e.kind == kInline && e.value_len == value.size()) {
         Buf& b = bufs_[at->buf];
@@ -781,9 +784,12 @@ class TableTxn {
   absl::Status Flush() {
     for (Buf& b : bufs_) {
       if (!b.dirty || b.freed) continue;
-      if (absl::Status st = t_.Write(b.addr, b.identity.empty() ? b.payload
-                                                                : absl::StrCat(b.identity, b.payload));
-          !st.ok()) {
+      if (b.identity.empty()) {
+        if (absl::Status st = t_.Write(b.addr, b.payload); !st.ok()) return st;
+      } else if (absl::Status st = Changed(t_.Write(b.addr, absl::StrCat(b.identity, b.payload)));
+                 !st.ok()) {
+        // A block this transaction read was freed since, and an Alloc of this transaction got
+        // its slot (the block then has this transaction's new object's size): the chain changed.
         return st;
       }
       b.dirty = false;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <catch2/catch.hpp>
 #include <map>
@@ -253,31 +254,40 @@ struct ReusedBlock {
   std::string value;
 };
 
-ReusedBlock ReuseBlockUnder(Client& kv, const char* point, std::promise<void>* go,
-                            std::thread* op) {
+// Runs `meanwhile` while the operation of thread `op` waits at sync point `point` (the first
+// time that thread passes it); `go` starts the operation once the point is armed.
+void WhilePausedAt(const char* point, std::promise<void>* go, std::thread* op,
+                   const std::function<void()>& meanwhile) {
   const std::thread::id paused = op->get_id();
-  ReusedBlock evil;
-  // A block's payload is the bucket's (128 - 24 = 104 bytes): the item's key and value fill it.
-  evil.value = EncodeInline(0, "victim", "never-written");
-  evil.value.resize(104 - evil.key.size(), '\0');
-  std::promise<void> reached, reused;
-  std::shared_future<void> reused_f = reused.get_future().share();
+  std::promise<void> reached, done;
+  std::shared_future<void> done_f = done.get_future().share();
   std::atomic<bool> once{false};
   SyncPoint* sp = SyncPoint::GetInstance();
   sp->SetCallBack(point, [&](void*) {
     if (std::this_thread::get_id() != paused || once.exchange(true)) return;
     reached.set_value();
-    reused_f.wait();
+    done_f.wait();
   });
   sp->EnableProcessing();
   std::future<void> r = reached.get_future();
-  go->set_value();  // the operation starts now that its point is armed
+  go->set_value();
   REQUIRE(r.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
-  REQUIRE(*kv.Delete("c"));  // the block is left empty: unlinked and freed
-  REQUIRE(kv.Put(evil.key, evil.value).ok());  // out of line, in the freed slot
-  reused.set_value();
+  meanwhile();
+  done.set_value();
   op->join();
   sp->Reset();
+}
+
+ReusedBlock ReuseBlockUnder(Client& kv, const char* point, std::promise<void>* go,
+                            std::thread* op) {
+  ReusedBlock evil;
+  // A block's payload is the bucket's (128 - 24 = 104 bytes): the item's key and value fill it.
+  evil.value = EncodeInline(0, "victim", "never-written");
+  evil.value.resize(104 - evil.key.size(), '\0');
+  WhilePausedAt(point, go, op, [&] {
+    REQUIRE(*kv.Delete("c"));  // the block is left empty: unlinked and freed
+    REQUIRE(kv.Put(evil.key, evil.value).ok());  // out of line, in the freed slot
+  });
   return evil;
 }
 
@@ -344,6 +354,26 @@ TEST_CASE("a PUT whose overflow block is freed and reused under it does not writ
   REQUIRE(put.ok());
   CheckValue(table.kv, evil.key, evil.value);  // not taken for a block and rewritten
   CheckValue(table.kv, "victim", "now-written!!");
+}
+
+TEST_CASE("a PUT that allocates the slot of an overflow block it read runs again", "[kv]") {
+  // The PUT reads the chain's block; then the block is freed, and the PUT's new out-of-line item
+  // gets its slot (the allocator reuses the most recently freed one). Appending the entry to its
+  // stale copy of the block writes the same address at another size: the chain changed, so the
+  // transaction runs again, and the error is not the caller's.
+  OneBlockChain table;
+  absl::Status put;
+  std::promise<void> go;
+  const std::string value(40, 'o');  // 1 + 40 bytes: out of line, in a 128-byte slot
+  std::thread t([&, f = go.get_future()] {
+    f.wait();
+    put = table.other.Put("v", value);
+  });
+  WhilePausedAt("kv::TableTxn::Load:Done", &go, &t, [&] { REQUIRE(*table.kv.Delete("c")); });
+  INFO(put.ToString());
+  REQUIRE(put.ok());
+  CheckValue(table.kv, "v", value);
+  CheckValue(table.kv, "a0", std::string(38, 'x'));
 }
 
 TEST_CASE("memory that should hold a bucket and does not is DataLoss, not a change to retry",
