@@ -138,9 +138,41 @@ uint64_t SlotBytes(uint64_t payload) {
   return slot;
 }
 
+// An out-of-line item (kOutOfLine entries): an object whose payload is the key's and the
+// value's lengths (32 bits each), the key, then the value. A reader follows its entry to it with
+// a second READ, by which time the item may have been freed and its slot reused by another
+// key's item of the same size; the lengths make "k3" + "0..." and "k30" + "..." differ.
+constexpr uint64_t kItemHeader = 8;
+
+uint64_t ItemSize(uint64_t key_len, uint64_t value_len) {
+  return kItemHeader + key_len + value_len;
+}
+
+std::string EncodeItem(absl::string_view key, absl::string_view value) {
+  std::string x(kItemHeader, '\0');
+  const uint32_t k = static_cast<uint32_t>(key.size()), v = static_cast<uint32_t>(value.size());
+  std::memcpy(&x[0], &k, 4);
+  std::memcpy(&x[4], &v, 4);
+  absl::StrAppend(&x, key, value);
+  return x;
+}
+
+// The value in item `payload` if the item is `key`'s with the entry's lengths.
+bool ItemValue(absl::string_view payload, const Entry& e, absl::string_view key,
+               absl::string_view* value) {
+  if (payload.size() != ItemSize(e.key_len, e.value_len)) return false;
+  uint32_t k, v;
+  std::memcpy(&k, payload.data(), 4);
+  std::memcpy(&v, payload.data() + 4, 4);
+  if (k != e.key_len || v != e.value_len || payload.substr(kItemHeader, k) != key) return false;
+  *value = payload.substr(kItemHeader + k);
+  return true;
+}
+
 // A value too large for one object (kChunked entries): chunk objects of ShardInfo::chunk_bytes
 // each (the last one shorter), payload [tag, chunk number (32 bits), length (32 bits), data],
-// and an index object, payload [tag, chunk count, key padded to 8 bytes, chunk addresses]. The
+// and an index object, payload [tag, chunk count (32 bits), key length (32 bits: "k3" and "k30"
+// pad alike), key padded to 8 bytes, chunk addresses]. The
 // tag is drawn anew for every PUT, and chunks are never written after their PUT, so a reader
 // that finds a chunk with the index's tag and number has that PUT's bytes: a chunk freed and
 // reused since the index was read has another tag (or is free), and the reader retries.
@@ -201,9 +233,11 @@ struct IndexView {
 std::string EncodeIndex(uint64_t tag, absl::string_view key,
                         const std::vector<GlobalAddress>& chunks) {
   std::string x(16, '\0');
-  const uint64_t n = chunks.size();
+  const uint32_t n = static_cast<uint32_t>(chunks.size());
+  const uint32_t k = static_cast<uint32_t>(key.size());
   std::memcpy(&x[0], &tag, 8);
-  std::memcpy(&x[8], &n, 8);
+  std::memcpy(&x[8], &n, 4);
+  std::memcpy(&x[12], &k, 4);
   x.append(key.data(), key.size());
   x.resize(16 + RoundUpTo8(key.size()), '\0');
   for (const GlobalAddress& a : chunks) {
@@ -216,10 +250,11 @@ std::string EncodeIndex(uint64_t tag, absl::string_view key,
 bool DecodeIndex(absl::string_view payload, const Entry& e, uint64_t chunk_bytes, IndexView* out) {
   const uint64_t n = ChunkCount(e.value_len, chunk_bytes);
   if (payload.size() != IndexSize(e.key_len, e.value_len, chunk_bytes)) return false;
-  uint64_t count;
+  uint32_t count, key_len;
   std::memcpy(&out->tag, payload.data(), 8);
-  std::memcpy(&count, payload.data() + 8, 8);
-  if (count != n) return false;
+  std::memcpy(&count, payload.data() + 8, 4);
+  std::memcpy(&key_len, payload.data() + 12, 4);
+  if (count != n || key_len != e.key_len) return false;
   out->key = payload.substr(16, e.key_len);
   out->chunks.resize(n);
   const char* a = payload.data() + 16 + RoundUpTo8(e.key_len);
@@ -312,15 +347,18 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
   bool has_link = false;
   // Fetches an out-of-line item; kMissing if it is not `key`'s.
   auto fetch = [&](const Entry& e) -> absl::StatusOr<Lookup> {
+    FARM_SYNC_POINT("kv::LookupOnce:BeforeItemRead");
     if (e.kind == kChunked) return FetchChunked(s, e, key, copy, value);
-    const uint64_t size = uint64_t{e.key_len} + e.value_len;
+    const uint64_t size = ItemSize(e.key_len, e.value_len);
     const txn::Range r{e.object, txn::ObjectSpan(size)};
     std::vector<std::string> c;
     if (absl::Status st = copy(absl::MakeConstSpan(&r, 1), &c); !st.ok()) return st;
     txn::ObjectView v;
     if (txn::DecodeObject(c[0].data(), size, &v) != txn::ObjectState::kOk) return Lookup::kRetry;
-    if (v.payload.substr(0, e.key_len) != key) return Lookup::kMissing;
-    value->assign(v.payload.data() + e.key_len, e.value_len);
+    absl::string_view found;
+    // Another key's (a hash collision, or the slot was reused): a miss, which is re-checked.
+    if (!ItemValue(v.payload, e, key, &found)) return Lookup::kMissing;
+    value->assign(found.data(), found.size());
     return Lookup::kFound;
   };
   // Search first, verify after: only the bucket that holds the key must be consistent for a hit
@@ -513,12 +551,13 @@ class TableTxn {
           return std::optional<Loc>(std::move(loc));
         }
         std::string obj;
-        if (absl::Status st = ReadItem(e.object, uint64_t{e.key_len} + e.value_len, &obj);
+        if (absl::Status st = ReadItem(e.object, ItemSize(e.key_len, e.value_len), &obj);
             !st.ok()) {
           return st;
         }
-        if (absl::string_view(obj).substr(0, e.key_len) != key_) continue;
-        return std::optional<Loc>(Loc{b, e, obj.substr(e.key_len)});
+        absl::string_view found;
+        if (!ItemValue(obj, e, key_, &found)) continue;
+        return std::optional<Loc>(Loc{b, e, std::string(found)});
       }
     }
     return std::optional<Loc>();
@@ -546,13 +585,14 @@ class TableTxn {
   // Sets the key's value (`at`: where it is now, if it is).
   absl::Status Put(const std::optional<Loc>& at, absl::string_view value) {
     const bool want_inline = InlineEntryBytes(key_.size(), value.size()) <= inline_max_;
-    const bool want_chunked = !want_inline && key_.size() + value.size() > s_.max_object;
+    const bool want_chunked =
+        !want_inline && ItemSize(key_.size(), value.size()) > s_.max_object;
     if (at.has_value()) {
       const Entry& e = at->entry;
       if (!want_inline && !want_chunked && e.kind == kOutOfLine && e.value_len == value.size()) {
         // In place (a concurrent free of the item may have handed its slot to an Alloc of this
         // transaction: then the item changed).
-        return Changed(t_.Write(e.object, absl::StrCat(key_, value)));
+        return Changed(t_.Write(e.object, EncodeItem(key_, value)));
       }
       if (want_inline && e.kind == kInline && e.value_len == value.size()) {
         Buf& b = bufs_[at->buf];
@@ -589,10 +629,9 @@ class TableTxn {
                               static_cast<uint32_t>(value.size()), h_, *index, kChunked);
     } else {
       absl::StatusOr<GlobalAddress> obj =
-          t_.Alloc(key_.size() + value.size(), txn::AllocHint{txn::AllocHint::Kind::kNear, 0,
-                                                              s_.Bucket(home_), 0});
+          t_.Alloc(ItemSize(key_.size(), value.size()), near);
       if (!obj.ok()) return obj.status();
-      if (absl::Status st = t_.Write(*obj, absl::StrCat(key_, value)); !st.ok()) return st;
+      if (absl::Status st = t_.Write(*obj, EncodeItem(key_, value)); !st.ok()) return st;
       entry = EncodeOutOfLine(0, static_cast<uint32_t>(key_.size()),
                               static_cast<uint32_t>(value.size()), h_, *obj);
     }
@@ -932,7 +971,7 @@ struct Store::Impl {
         if (e.kind == kInline) {
           ++r.inline_items;
         } else if (e.kind == kOutOfLine) {
-          slots = SlotBytes(uint64_t{e.key_len} + e.value_len);
+          slots = SlotBytes(ItemSize(e.key_len, e.value_len));
         } else {
           slots = SlotBytes(IndexSize(e.key_len, e.value_len, s.chunk_bytes));
           for (uint64_t i = 0; i < ChunkCount(e.value_len, s.chunk_bytes); ++i) {

@@ -250,7 +250,7 @@ TEST_CASE("a small table displaces entries and chains overflow blocks", "[kv]") 
 // reused by an out-of-line item of the block's size whose bytes look like a chain block holding
 // "victim" = "never-written". Then `paused` goes on. Returns the item's key and value.
 struct ReusedBlock {
-  std::string key = std::string(8, '\0');  // read as a block: "no next block"
+  std::string key = std::string(8, '\0');
   std::string value;
 };
 
@@ -281,9 +281,11 @@ void WhilePausedAt(const char* point, std::promise<void>* go, std::thread* op,
 ReusedBlock ReuseBlockUnder(Client& kv, const char* point, std::promise<void>* go,
                             std::thread* op) {
   ReusedBlock evil;
-  // A block's payload is the bucket's (128 - 24 = 104 bytes): the item's key and value fill it.
+  // A block's payload is the bucket's (128 - 24 = 104 bytes): the item (8 bytes of lengths, the
+  // key and the value) fills it. Read as a block, its key is the identity word and the link
+  // ("none"), its value the entries.
   evil.value = EncodeInline(0, "victim", "never-written");
-  evil.value.resize(104 - evil.key.size(), '\0');
+  evil.value.resize(104 - 8 - evil.key.size(), '\0');
   WhilePausedAt(point, go, op, [&] {
     REQUIRE(*kv.Delete("c"));  // the block is left empty: unlinked and freed
     REQUIRE(kv.Put(evil.key, evil.value).ok());  // out of line, in the freed slot
@@ -374,6 +376,28 @@ TEST_CASE("a PUT that allocates the slot of an overflow block it read runs again
   REQUIRE(put.ok());
   CheckValue(table.kv, "v", value);
   CheckValue(table.kv, "a0", std::string(38, 'x'));
+}
+
+TEST_CASE("a GET whose item is freed and reused by a longer key with the same prefix misses it",
+          "[kv]") {
+  // "k3"'s out-of-line item (2 + 60 bytes) is freed while a GET of "k3" holds its entry; "k30"
+  // with a value one byte shorter gets the slot: the same object size, and bytes that begin
+  // with "k3". The GET must not take "0" + k30's value for k3's.
+  OneBlockChain table;
+  REQUIRE(table.kv.Put("k3", std::string(60, 'a')).ok());
+  absl::StatusOr<std::string> got;
+  std::promise<void> go;
+  std::thread t([&, f = go.get_future()] {
+    f.wait();
+    got = table.other.Get("k3");
+  });
+  WhilePausedAt("kv::LookupOnce:BeforeItemRead", &go, &t, [&] {
+    REQUIRE(*table.kv.Delete("k3"));
+    REQUIRE(table.kv.Put("k30", std::string(59, 'b')).ok());
+  });
+  INFO(got.status().ToString() << " " << (got.ok() ? *got : ""));
+  CHECK(absl::IsNotFound(got.status()));
+  CheckValue(table.kv, "k30", std::string(59, 'b'));
 }
 
 TEST_CASE("memory that should hold a bucket and does not is DataLoss, not a change to retry",

@@ -86,7 +86,7 @@ std::string Value(const std::string& prefix, uint64_t len) {
 uint64_t PickSize(std::mt19937& rng, int key, const Sizes& s) {
   const int r = rng() % 20;
   if (r < 8) return 4 + rng() % 24;  // inline
-  if (r < 12) return s.block - absl::StrCat("k", key).size();
+  if (r < 12) return s.block - 8 - absl::StrCat("k", key).size();  // 8: the item's lengths
   if (r < 17 || key % 4 != 0) return 60 + rng() % 400;
   return s.chunked + rng() % 3000;
 }
