@@ -7,13 +7,14 @@
 // The workload reaches every path of the table (kv/kv.cc): a tiny table (--buckets home buckets
 // of --bucket_bytes per shard, neighbourhood --neighbourhood) under --keys keys that are put and
 // deleted all the time, so that entries are displaced (hopscotch), overflow chains grow and
-// shrink, and blocks are freed and their slots reused; unique values of every size class: inline,
+// shrink, and blocks and items are freed and their slots reused; unique values of every size class: inline,
 // out of line (a third of them exactly an overflow block's size, so that a freed block's slot is
 // reused by an item), and chunked (larger than one object); reads by one-sided GET, by GetRpc and
 // by MultiGet (recorded as one get per key over the MultiGet's interval), put, del and cas. With
-// --delay_block_reads a GET or a write that follows a link to an overflow block sleeps a little
-// first, now and then (sync points kv::*:BeforeBlockRead), which widens the windows in which the
-// chain changes under it.
+// --delay_block_reads a GET or a write that follows a link to an overflow block, or a GET that
+// follows an entry to its item, sleeps a little first, now and then (sync points
+// kv::*:BeforeBlockRead, kv::LookupOnce:BeforeItemRead), which widens the windows in which the
+// table changes under it.
 //
 // Errors: without a dying node every error other than NotFound fails the node (exit status 1):
 // nothing in a healthy cluster excuses one. Node --dying_node exits abruptly (_Exit, no clean-up,
@@ -45,8 +46,8 @@
 ABSL_FLAG(std::string, history_dir, "", "directory for the per-node logs (required)");
 ABSL_FLAG(int, threads, 2, "client threads per node");
 ABSL_FLAG(int, keys, 48, "keys k0.. shared by every thread");
-ABSL_FLAG(int, ops, 1000, "operations per thread (at most)");
-ABSL_FLAG(int, duration_ms, 6000, "stop issuing operations after this long");
+ABSL_FLAG(int, ops, 1500, "operations per thread (at most)");
+ABSL_FLAG(int, duration_ms, 10000, "stop issuing operations after this long");
 ABSL_FLAG(uint64_t, buckets, 3, "home buckets per shard");
 ABSL_FLAG(uint32_t, bucket_bytes, 128, "bytes per bucket");
 ABSL_FLAG(uint32_t, neighbourhood, 2, "neighbourhood H");
@@ -91,14 +92,16 @@ uint64_t PickSize(std::mt19937& rng, int key, const Sizes& s) {
   return s.chunked + rng() % 3000;
 }
 
-// Sleeps up to a millisecond before one READ of an overflow block in four.
+// Sleeps up to 1.5 ms before every other READ of an overflow block or out-of-line item,
+// after the READ that found the pointer to it.
 void DelayBlockReads() {
   farm::SyncPoint* sp = farm::SyncPoint::GetInstance();
   auto delay = [](void*) {
     thread_local std::mt19937 rng(std::random_device{}());
-    if (rng() % 4 == 0) absl::SleepFor(absl::Microseconds(rng() % 1000));
+    if (rng() % 2 == 0) absl::SleepFor(absl::Microseconds(rng() % 1500));
   };
   sp->SetCallBack("kv::LookupOnce:BeforeBlockRead", delay);
+  sp->SetCallBack("kv::LookupOnce:BeforeItemRead", delay);
   sp->SetCallBack("kv::TableTxn::Load:BeforeBlockRead", delay);
   sp->EnableProcessing();
 }
