@@ -1,4 +1,5 @@
-// The payload of a bucket of the KV table (and of an overflow block, which has the same layout):
+// The payload of a bucket of the KV table (an overflow block's payload is an 8-byte identity
+// word, kv/kv.cc's BlockIdentity, followed by the same layout):
 // how entries are laid out in it, and the edits the table makes. Pure functions on bytes: the
 // table (kv/kv.cc) reads buckets as objects (txn/object.h) and writes them in transactions.
 //
@@ -13,7 +14,8 @@
 // its key's home bucket it sits: 0 .. H-1; 0 in overflow blocks), key length (16 bits), value
 // length (32 bits), all little-endian. An inline entry continues with the key and the value,
 // padded with zeros to a multiple of 8; an out-of-line entry with the key's 64-bit hash and the
-// packed address of an object whose payload is the key followed by the value. A chunked entry
+// packed address of an object whose payload is the key's and the value's lengths (32 bits each),
+// the key and the value (kv/kv.cc, EncodeItem). A chunked entry
 // (a value too large for one object) has the same layout; its object is the value's index (see
 // kv/kv.cc: a tag, the key and the addresses of the chunk objects holding the value).
 //

@@ -144,9 +144,9 @@ std::string JsonString(absl::string_view bytes) {
   return out;
 }
 
-int64_t HistoryRecorder::RealtimeNanos() {
+int64_t HistoryRecorder::MonotonicNanos() {
   timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
@@ -209,8 +209,8 @@ absl::Status HistoryRecorder::Finish(Handle h, std::optional<HistoryOutcome> out
   }
   r.returned = true;
   if (outcome) {
-    // The interval must contain the operation: a clock that went back (CLOCK_REALTIME can be
-    // stepped) must not make it end before it began.
+    // The interval must contain the operation: a clock that went back (a test's clock may)
+    // must not make it end before it began.
     r.ret = std::max(now, r.call);
     r.outcome = std::move(*outcome);
   } else {

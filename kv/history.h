@@ -28,9 +28,11 @@
 // (an operation that certainly failed is just one that happens not to have taken effect), with
 // the error kept in the history as "error" for the report.
 //
-// Times are CLOCK_REALTIME nanoseconds, so histories recorded by several processes on one host
-// can be merged: the call time is read before Call returns (before the operation starts), the
-// return time when Return* is called (after it ended), so each interval contains the operation.
+// Times are CLOCK_MONOTONIC nanoseconds, which every process on one host shares (so their
+// histories can be merged) and which no clock step (NTP, an administrator) moves, as one can
+// move CLOCK_REALTIME in the middle of a run. The call time is read before Call returns (before
+// the operation starts), the return time when Return* is called (after it ended), so each
+// interval contains the operation.
 //
 // Files. WriteJson writes the document format ({"operations": [...]}, one operation per line);
 // StartJournal additionally appends every call and return to a file as it happens (JSON lines,
@@ -97,10 +99,10 @@ class HistoryRecorder {
   // Identifies a call for its Return; also its "id" in the journal.
   using Handle = uint64_t;
 
-  // CLOCK_REALTIME in nanoseconds: the default clock.
-  static int64_t RealtimeNanos();
+  // CLOCK_MONOTONIC in nanoseconds: the default clock.
+  static int64_t MonotonicNanos();
 
-  explicit HistoryRecorder(Clock clock = RealtimeNanos);
+  explicit HistoryRecorder(Clock clock = MonotonicNanos);
   ~HistoryRecorder();  // closes the journal
   HistoryRecorder(const HistoryRecorder&) = delete;
   HistoryRecorder& operator=(const HistoryRecorder&) = delete;

@@ -3,6 +3,7 @@
 // to the checker.
 #include "kv/history.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -82,6 +83,26 @@ TEST_CASE("the document holds every operation with its outcome, or null", "[kv_h
   REQUIRE(rec.WriteJson(path).ok());
   CHECK(ReadFile(path) == rec.ToJson());
   CHECK(access((path + ".tmp").c_str(), F_OK) != 0);
+}
+
+TEST_CASE("the default clock is CLOCK_MONOTONIC, which no clock step can move", "[kv_history]") {
+  // CLOCK_REALTIME can be stepped (NTP, an administrator) while a history is recorded, which
+  // would stretch or shrink intervals; CLOCK_MONOTONIC is shared by every process of one host.
+  auto monotonic = [] {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  };
+  HistoryRecorder rec;
+  const int64_t before = monotonic();
+  rec.Call(1, HistoryOp::Get("k"));
+  const int64_t after = monotonic();
+  const std::string json = rec.ToJson();
+  const size_t at = json.find("\"call\": ");
+  REQUIRE(at != std::string::npos);
+  const int64_t call = std::stoll(json.substr(at + 8));
+  CHECK(call >= before);
+  CHECK(call <= after);
 }
 
 TEST_CASE("an empty history is an empty array", "[kv_history]") {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -13,7 +14,9 @@
 #include "api/runtime_impl.h"
 #include "kv/bucket.h"
 #include "messaging/ring.h"
+#include "platform/sync_point.h"
 #include "platform/config.pb.h"
+#include "platform/mutant.h"
 #include "spdlog/spdlog.h"
 #include "txn/object.h"
 #include "txn/transaction.h"
@@ -22,11 +25,16 @@ namespace farm {
 namespace kv {
 namespace {
 
-constexpr uint64_t kKeySeed = 0x6b76'7461'626c'6531;  // "kvtable1"
+// The seed of the hash that picks a key's shard: every node must agree on it before it knows any
+// shard, so it is fixed (rendezvous hashing over a handful of nodes gives a flood nothing to
+// collide in). Inside a shard, keys hash with the shard's own random seed (ShardInfo::seed).
+constexpr uint64_t kPlacementSeed = 0x6b76'7461'626c'6531;  // "kvtable1"
 
-// A key's 64-bit hash: every byte counts (the rings' FrameHash reads whole words only).
-uint64_t KeyHash(absl::string_view key) {
-  uint64_t h = Mix64(kKeySeed ^ key.size());
+// A key's 64-bit hash under `seed`: every byte counts (the rings' FrameHash reads whole words
+// only). Not a cryptographic hash: the random seed keeps clients from choosing keys that share
+// a home bucket without knowing it (hash flooding), as seeded table hashes do.
+uint64_t KeyHash(uint64_t seed, absl::string_view key) {
+  uint64_t h = Mix64(seed ^ key.size());
   size_t i = 0;
   for (; i + 8 <= key.size(); i += 8) {
     uint64_t w;
@@ -44,6 +52,9 @@ uint64_t KeyHash(absl::string_view key) {
 // A shard as every node sees it (the Describe RPC's answer).
 struct ShardInfo {
   uint32_t node = 0;
+  // Random, drawn by the node that formatted the shard: the seed of its keys' hashes (KeyHash)
+  // and of its overflow blocks' identity (BlockIdentity).
+  uint64_t seed = 0;
   GlobalAddress first;      // bucket 0
   uint64_t buckets = 0;     // home buckets
   uint64_t total = 0;       // buckets + neighbourhood - 1: a neighbourhood never wraps
@@ -61,14 +72,39 @@ struct ShardInfo {
   uint64_t Home(uint64_t h) const { return Mix64(h ^ 0x9e3779b97f4a7c15ull) % buckets; }
 };
 
+// An overflow block's payload: an identity word, then a bucket's layout (kv/bucket.h: link,
+// entries). A reader follows a link it read earlier; by the time its READ arrives the block may
+// have been freed and its slot reused, by another chain's block or by an out-of-line item of the
+// same size whose bytes are a user's. The identity names the chain (its home bucket) under the
+// shard's random seed, so neither can pass for the block the link pointed to: the reader sees
+// that the chain changed and starts again, instead of parsing user bytes as entries.
+constexpr uint64_t kBlockIdentityBytes = 8;
+
+uint64_t BlockIdentity(const ShardInfo& s, uint64_t home) {
+  return Mix64(s.seed ^ 0x6f76'6572'666c'6f77ull /* "overflow" */ ^ s.Bucket(home).Pack());
+}
+
+// The bucket-layout part of block `payload` of home bucket `home`'s chain; false if the payload
+// is not such a block (any more).
+bool BlockEntries(const ShardInfo& s, uint64_t home, absl::string_view payload,
+                  absl::string_view* entries) {
+  if (payload.size() < kBlockIdentityBytes) return false;
+  uint64_t identity;
+  std::memcpy(&identity, payload.data(), 8);
+  if (identity != BlockIdentity(s, home) && !FARM_MUTANT("kv_skip_block_identity")) return false;
+  *entries = payload.substr(kBlockIdentityBytes);
+  return true;
+}
+
 // The Describe RPC's answer on the wire: the node's shard.
 struct DescribeReply {
   uint32_t has_shard = 0;
   uint32_t bucket_bytes = 0;
   uint32_t neighbourhood = 0;
-  uint32_t reserved = 0;
+  uint32_t lost = 0;  // 1: the node restarted; its shard lost the keys it held (Store::Impl::lost)
   uint64_t first = 0;
   uint64_t buckets = 0;
+  uint64_t seed = 0;
 };
 
 // The statistics RPC's answer.
@@ -102,9 +138,41 @@ uint64_t SlotBytes(uint64_t payload) {
   return slot;
 }
 
+// An out-of-line item (kOutOfLine entries): an object whose payload is the key's and the
+// value's lengths (32 bits each), the key, then the value. A reader follows its entry to it with
+// a second READ, by which time the item may have been freed and its slot reused by another
+// key's item of the same size; the lengths make "k3" + "0..." and "k30" + "..." differ.
+constexpr uint64_t kItemHeader = 8;
+
+uint64_t ItemSize(uint64_t key_len, uint64_t value_len) {
+  return kItemHeader + key_len + value_len;
+}
+
+std::string EncodeItem(absl::string_view key, absl::string_view value) {
+  std::string x(kItemHeader, '\0');
+  const uint32_t k = static_cast<uint32_t>(key.size()), v = static_cast<uint32_t>(value.size());
+  std::memcpy(&x[0], &k, 4);
+  std::memcpy(&x[4], &v, 4);
+  absl::StrAppend(&x, key, value);
+  return x;
+}
+
+// The value in item `payload` if the item is `key`'s with the entry's lengths.
+bool ItemValue(absl::string_view payload, const Entry& e, absl::string_view key,
+               absl::string_view* value) {
+  if (payload.size() != ItemSize(e.key_len, e.value_len)) return false;
+  uint32_t k, v;
+  std::memcpy(&k, payload.data(), 4);
+  std::memcpy(&v, payload.data() + 4, 4);
+  if (k != e.key_len || v != e.value_len || payload.substr(kItemHeader, k) != key) return false;
+  *value = payload.substr(kItemHeader + k);
+  return true;
+}
+
 // A value too large for one object (kChunked entries): chunk objects of ShardInfo::chunk_bytes
 // each (the last one shorter), payload [tag, chunk number (32 bits), length (32 bits), data],
-// and an index object, payload [tag, chunk count, key padded to 8 bytes, chunk addresses]. The
+// and an index object, payload [tag, chunk count (32 bits), key length (32 bits: "k3" and "k30"
+// pad alike), key padded to 8 bytes, chunk addresses]. The
 // tag is drawn anew for every PUT, and chunks are never written after their PUT, so a reader
 // that finds a chunk with the index's tag and number has that PUT's bytes: a chunk freed and
 // reused since the index was read has another tag (or is free), and the reader retries.
@@ -118,6 +186,13 @@ uint64_t ChunkLen(uint64_t value_len, uint64_t chunk_bytes, uint64_t i) {
 }
 uint64_t IndexSize(uint64_t key_len, uint64_t value_len, uint64_t chunk_bytes) {
   return 16 + RoundUpTo8(key_len) + 8 * ChunkCount(value_len, chunk_bytes);
+}
+
+// A shard's random seed (ShardInfo::seed).
+uint64_t NewSeed() {
+  std::random_device rd;
+  const uint64_t r = (uint64_t{rd()} << 32) ^ rd();
+  return Mix64(r ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())));
 }
 
 uint64_t NewTag() {
@@ -158,9 +233,11 @@ struct IndexView {
 std::string EncodeIndex(uint64_t tag, absl::string_view key,
                         const std::vector<GlobalAddress>& chunks) {
   std::string x(16, '\0');
-  const uint64_t n = chunks.size();
+  const uint32_t n = static_cast<uint32_t>(chunks.size());
+  const uint32_t k = static_cast<uint32_t>(key.size());
   std::memcpy(&x[0], &tag, 8);
-  std::memcpy(&x[8], &n, 8);
+  std::memcpy(&x[8], &n, 4);
+  std::memcpy(&x[12], &k, 4);
   x.append(key.data(), key.size());
   x.resize(16 + RoundUpTo8(key.size()), '\0');
   for (const GlobalAddress& a : chunks) {
@@ -173,10 +250,11 @@ std::string EncodeIndex(uint64_t tag, absl::string_view key,
 bool DecodeIndex(absl::string_view payload, const Entry& e, uint64_t chunk_bytes, IndexView* out) {
   const uint64_t n = ChunkCount(e.value_len, chunk_bytes);
   if (payload.size() != IndexSize(e.key_len, e.value_len, chunk_bytes)) return false;
-  uint64_t count;
+  uint32_t count, key_len;
   std::memcpy(&out->tag, payload.data(), 8);
-  std::memcpy(&count, payload.data() + 8, 8);
-  if (count != n) return false;
+  std::memcpy(&count, payload.data() + 8, 4);
+  std::memcpy(&key_len, payload.data() + 12, 4);
+  if (count != n || key_len != e.key_len) return false;
   out->key = payload.substr(16, e.key_len);
   out->chunks.resize(n);
   const char* a = payload.data() + 16 + RoundUpTo8(e.key_len);
@@ -186,6 +264,26 @@ bool DecodeIndex(absl::string_view payload, const Entry& e, uint64_t chunk_bytes
     out->chunks[i] = GlobalAddress::Unpack(w);
   }
   return true;
+}
+
+// DataLoss for memory where a bucket should be that holds no bucket: free, or an object of
+// another size. Buckets are never freed or resized, so that is not a change to wait out: the
+// shard's memory was overwritten, or the description of the shard is not the shard's.
+absl::Status NotABucket(const ShardInfo& s, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("kv: the shard on node ", s.node, " at ",
+                                          s.first.ToString(), " does not hold buckets there (",
+                                          what, "): its memory was overwritten"));
+}
+
+// A copy of a bucket: true if consistent (`v` is its view), false if it was being written
+// (locked or torn: read it again), DataLoss if it is not a bucket.
+absl::StatusOr<bool> BucketView(const ShardInfo& s, const char* copy, txn::ObjectView* v) {
+  const txn::ObjectState state = txn::DecodeObject(copy, s.payload(), v);
+  if (state == txn::ObjectState::kOk) return true;
+  if (state == txn::ObjectState::kFree || state == txn::ObjectState::kWrongSize) {
+    return NotABucket(s, txn::ObjectStateName(state));
+  }
+  return false;
 }
 
 // Copies ranges of the shared address space: remote READs, or local copies (CopyRanges' contract).
@@ -249,15 +347,18 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
   bool has_link = false;
   // Fetches an out-of-line item; kMissing if it is not `key`'s.
   auto fetch = [&](const Entry& e) -> absl::StatusOr<Lookup> {
+    FARM_SYNC_POINT("kv::LookupOnce:BeforeItemRead");
     if (e.kind == kChunked) return FetchChunked(s, e, key, copy, value);
-    const uint64_t size = uint64_t{e.key_len} + e.value_len;
+    const uint64_t size = ItemSize(e.key_len, e.value_len);
     const txn::Range r{e.object, txn::ObjectSpan(size)};
     std::vector<std::string> c;
     if (absl::Status st = copy(absl::MakeConstSpan(&r, 1), &c); !st.ok()) return st;
     txn::ObjectView v;
     if (txn::DecodeObject(c[0].data(), size, &v) != txn::ObjectState::kOk) return Lookup::kRetry;
-    if (v.payload.substr(0, e.key_len) != key) return Lookup::kMissing;
-    value->assign(v.payload.data() + e.key_len, e.value_len);
+    absl::string_view found;
+    // Another key's (a hash collision, or the slot was reused): a miss, which is re-checked.
+    if (!ItemValue(v.payload, e, key, &found)) return Lookup::kMissing;
+    value->assign(found.data(), found.size());
     return Lookup::kFound;
   };
   // Search first, verify after: only the bucket that holds the key must be consistent for a hit
@@ -287,7 +388,9 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
     if (!scan.ok()) torn = true;  // garbage: a torn copy (or corruption: the check tells)
     if (hit == nullptr && out_of_line.empty() && !torn) continue;
     txn::ObjectView v;
-    if (txn::DecodeObject(bucket, P, &v) != txn::ObjectState::kOk) return Lookup::kRetry;
+    absl::StatusOr<bool> consistent = BucketView(s, bucket, &v);
+    if (!consistent.ok()) return consistent.status();
+    if (!*consistent) return Lookup::kRetry;
     if (torn) return scan;  // consistent yet unparsable: not a table we wrote
     if (hit != nullptr) {
       value->assign(hit->value.data(), hit->value.size());
@@ -301,10 +404,10 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
   // A miss: every bucket must have been consistent.
   for (uint64_t i = 0; i < H; ++i) {
     txn::ObjectView v;
-    if (txn::DecodeObject(neighbourhood.data() + i * s.bucket_bytes, P, &v) !=
-        txn::ObjectState::kOk) {
-      return Lookup::kRetry;  // locked, torn (or not a bucket: then Get fails after retries)
-    }
+    absl::StatusOr<bool> consistent =
+        BucketView(s, neighbourhood.data() + i * s.bucket_bytes, &v);
+    if (!consistent.ok()) return consistent.status();
+    if (!*consistent) return Lookup::kRetry;  // locked or torn
     if (i == 0) has_link = ReadLink(v.payload, &link);
   }
   // The overflow chain of the home bucket.
@@ -312,16 +415,19 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
   std::vector<uint64_t> block_words;
   for (int n = 0; has_link; ++n) {
     if (n > 1 << 20) return absl::DataLossError("an overflow chain does not end");
+    FARM_SYNC_POINT("kv::LookupOnce:BeforeBlockRead");
     const txn::Range r{link, txn::ObjectSpan(P)};
     std::vector<std::string> c;
     if (absl::Status st = copy(absl::MakeConstSpan(&r, 1), &c); !st.ok()) return st;
     txn::ObjectView v;
     if (txn::DecodeObject(c[0].data(), P, &v) != txn::ObjectState::kOk) return Lookup::kRetry;
+    absl::string_view block;
+    if (!BlockEntries(s, home, v.payload, &block)) return Lookup::kRetry;  // freed and reused
     uint64_t w;
     std::memcpy(&w, c[0].data(), 8);
     blocks.push_back(txn::Range{link, 8});
     block_words.push_back(w);
-    absl::StatusOr<std::vector<Entry>> entries = ParseEntries(v.payload);
+    absl::StatusOr<std::vector<Entry>> entries = ParseEntries(block);
     if (!entries.ok()) return entries.status();
     for (const Entry& e : *entries) {
       if (e.kind == kInline) {
@@ -333,9 +439,10 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
       absl::StatusOr<Lookup> f = fetch(e);
       if (!f.ok() || *f != Lookup::kMissing) return f;
     }
-    has_link = ReadLink(v.payload, &link);
+    has_link = ReadLink(block, &link);
   }
   // Not found: only if nothing changed since the copies were made, which makes them one snapshot.
+  if (FARM_MUTANT("kv_skip_miss_recheck")) return Lookup::kMissing;
   std::vector<txn::Range> again{txn::Range{s.Bucket(home), H * s.bucket_bytes}};
   again.insert(again.end(), blocks.begin(), blocks.end());
   std::vector<std::string> c;
@@ -366,8 +473,8 @@ class TableTxn {
       if (t_.Touched(s_.Bucket(home_ + i))) touched_before_.insert(s_.Bucket(home_ + i).Pack());
     }
     std::vector<std::string> payloads;
-    if (absl::Status st =
-            t_.ReadRun(s_.Bucket(home_), s_.bucket_bytes, s_.payload(), s_.neighbourhood, &payloads);
+    if (absl::Status st = Buckets(
+            t_.ReadRun(s_.Bucket(home_), s_.bucket_bytes, s_.payload(), s_.neighbourhood, &payloads));
         !st.ok()) {
       return st;
     }
@@ -379,12 +486,23 @@ class TableTxn {
     for (int n = 0; has; ++n) {
       if (n > 1 << 20) return absl::DataLossError("an overflow chain does not end");
       Buf b{link, std::string()};
+      FARM_SYNC_POINT("kv::TableTxn::Load:BeforeBlockRead");
       if (t_.Touched(link)) touched_before_.insert(link.Pack());
-      if (absl::Status st = t_.Read(link, s_.payload(), &b.payload); !st.ok()) return st;
+      std::string block;
+      if (absl::Status st = ReadItem(link, s_.payload(), &block); !st.ok()) return st;
+      absl::string_view entries;
+      if (!BlockEntries(s_, home_, block, &entries)) {
+        // The link was read before a commit freed the block and its slot was reused: this
+        // transaction read a chain that is gone, and cannot commit.
+        return absl::AbortedError("kv: an overflow block changed while it was read");
+      }
+      b.identity = block.substr(0, kBlockIdentityBytes);
+      b.payload = std::string(entries);
       has = ReadLink(b.payload, &link);
       chain_.push_back(bufs_.size());
       bufs_.push_back(std::move(b));
     }
+    FARM_SYNC_POINT("kv::TableTxn::Load:Done");
     return absl::OkStatus();
   }
 
@@ -392,13 +510,11 @@ class TableTxn {
   // before a concurrent commit replaced the item): a freed or resized object then means "changed",
   // and the transaction, which could not have committed, runs again.
   absl::Status ReadItem(GlobalAddress addr, uint64_t size, std::string* out) {
-    absl::Status st = t_.Read(addr, size, out);
-    if (absl::IsNotFound(st) || absl::IsInvalidArgument(st)) {
-      return absl::AbortedError(absl::StrCat("kv: an item changed while it was read (",
-                                             st.message(), ")"));
-    }
-    return st;
+    return Changed(t_.Read(addr, size, out));
   }
+  // Frees an object an entry points to that this transaction did not read (a chunk): gone
+  // already means "changed", as for ReadItem.
+  absl::Status FreeItem(GlobalAddress addr) { return Changed(t_.Free(addr)); }
 
   struct Loc {
     size_t buf = 0;
@@ -435,12 +551,13 @@ class TableTxn {
           return std::optional<Loc>(std::move(loc));
         }
         std::string obj;
-        if (absl::Status st = ReadItem(e.object, uint64_t{e.key_len} + e.value_len, &obj);
+        if (absl::Status st = ReadItem(e.object, ItemSize(e.key_len, e.value_len), &obj);
             !st.ok()) {
           return st;
         }
-        if (absl::string_view(obj).substr(0, e.key_len) != key_) continue;
-        return std::optional<Loc>(Loc{b, e, obj.substr(e.key_len)});
+        absl::string_view found;
+        if (!ItemValue(obj, e, key_, &found)) continue;
+        return std::optional<Loc>(Loc{b, e, std::string(found)});
       }
     }
     return std::optional<Loc>();
@@ -468,11 +585,14 @@ class TableTxn {
   // Sets the key's value (`at`: where it is now, if it is).
   absl::Status Put(const std::optional<Loc>& at, absl::string_view value) {
     const bool want_inline = InlineEntryBytes(key_.size(), value.size()) <= inline_max_;
-    const bool want_chunked = !want_inline && key_.size() + value.size() > s_.max_object;
+    const bool want_chunked =
+        !want_inline && ItemSize(key_.size(), value.size()) > s_.max_object;
     if (at.has_value()) {
       const Entry& e = at->entry;
       if (!want_inline && !want_chunked && e.kind == kOutOfLine && e.value_len == value.size()) {
-        return t_.Write(e.object, absl::StrCat(key_, value));  // in place
+        // In place (a concurrent free of the item may have handed its slot to an Alloc of this
+        // transaction: then the item changed).
+        return Changed(t_.Write(e.object, EncodeItem(key_, value)));
       }
       if (want_inline && e.kind == kInline && e.value_len == value.size()) {
         Buf& b = bufs_[at->buf];
@@ -509,10 +629,9 @@ class TableTxn {
                               static_cast<uint32_t>(value.size()), h_, *index, kChunked);
     } else {
       absl::StatusOr<GlobalAddress> obj =
-          t_.Alloc(key_.size() + value.size(), txn::AllocHint{txn::AllocHint::Kind::kNear, 0,
-                                                              s_.Bucket(home_), 0});
+          t_.Alloc(ItemSize(key_.size(), value.size()), near);
       if (!obj.ok()) return obj.status();
-      if (absl::Status st = t_.Write(*obj, absl::StrCat(key_, value)); !st.ok()) return st;
+      if (absl::Status st = t_.Write(*obj, EncodeItem(key_, value)); !st.ok()) return st;
       entry = EncodeOutOfLine(0, static_cast<uint32_t>(key_.size()),
                               static_cast<uint32_t>(value.size()), h_, *obj);
     }
@@ -542,11 +661,29 @@ class TableTxn {
  private:
   struct Buf {
     GlobalAddress addr;
-    std::string payload;
+    std::string payload;  // a bucket's layout (kv/bucket.h); a block's after its identity
     bool dirty = false;
     bool written = false;  // by Flush
     bool freed = false;
+    std::string identity;  // an overflow block's identity word (BlockIdentity); empty: bucket
   };
+
+  // NotFound or InvalidArgument from an object an entry or link pointed to: it was freed, or
+  // reused with another size, by a commit after this transaction read the pointer, so this
+  // transaction cannot commit: it runs again. (The same codes from the bucket array are not
+  // changes: they pass on.)
+  // The same codes from reads of the bucket array (never freed or resized): DataLoss.
+  absl::Status Buckets(absl::Status st) const {
+    if (absl::IsNotFound(st) || absl::IsInvalidArgument(st)) return NotABucket(s_, st.message());
+    return st;
+  }
+  static absl::Status Changed(absl::Status st) {
+    if (absl::IsNotFound(st) || absl::IsInvalidArgument(st)) {
+      return absl::AbortedError(absl::StrCat("kv: the table changed while it was read (",
+                                             st.message(), ")"));
+    }
+    return st;
+  }
 
   // Takes the entry out of its bucket or block (and frees its out-of-line object); an overflow
   // block left empty is unlinked and freed.
@@ -559,7 +696,7 @@ class TableTxn {
     }
     if (at.entry.kind == kChunked) {
       for (const GlobalAddress& c : at.index.chunks) {
-        if (absl::Status st = t_.Free(c); !st.ok()) return st;
+        if (absl::Status st = FreeItem(c); !st.ok()) return st;
       }
     }
     if (at.buf < s_.neighbourhood) return absl::OkStatus();
@@ -603,7 +740,9 @@ class TableTxn {
     absl::StatusOr<GlobalAddress> block = t_.Alloc(
         s_.payload(), txn::AllocHint{txn::AllocHint::Kind::kNear, 0, s_.Bucket(home_), 0});
     if (!block.ok()) return block.status();
-    Buf nb{*block, std::string(s_.payload(), '\0')};
+    Buf nb{*block, std::string(s_.payload() - kBlockIdentityBytes, '\0')};
+    const uint64_t identity = BlockIdentity(s_, home_);
+    nb.identity.assign(reinterpret_cast<const char*>(&identity), 8);
     GlobalAddress old;
     const bool has_old = ReadLink(bufs_[0].payload, &old);
     WriteLink(&nb.payload, has_old ? &old : nullptr);
@@ -626,8 +765,8 @@ class TableTxn {
     const uint64_t reach = std::min<uint64_t>(4 * H, s_.total - (home_ + H));
     if (reach == 0) return false;
     std::vector<std::string> ext;
-    if (absl::Status st = t_.ReadRun(s_.Bucket(home_ + H), s_.bucket_bytes, s_.payload(), reach,
-                                     &ext);
+    if (absl::Status st = Buckets(
+            t_.ReadRun(s_.Bucket(home_ + H), s_.bucket_bytes, s_.payload(), reach, &ext));
         !st.ok()) {
       return st;
     }
@@ -684,7 +823,14 @@ class TableTxn {
   absl::Status Flush() {
     for (Buf& b : bufs_) {
       if (!b.dirty || b.freed) continue;
-      if (absl::Status st = t_.Write(b.addr, b.payload); !st.ok()) return st;
+      if (b.identity.empty()) {
+        if (absl::Status st = t_.Write(b.addr, b.payload); !st.ok()) return st;
+      } else if (absl::Status st = Changed(t_.Write(b.addr, absl::StrCat(b.identity, b.payload)));
+                 !st.ok()) {
+        // A block this transaction read was freed since, and an Alloc of this transaction got
+        // its slot (the block then has this transaction's new object's size): the chain changed.
+        return st;
+      }
       b.dirty = false;
       b.written = true;
     }
@@ -749,8 +895,15 @@ struct Store::Impl {
   // The shard nodes: the configuration's nodes that form the cluster (not `late`), the same
   // list on every node, whoever is a member now.
   std::vector<uint32_t> shard_nodes;
+  // This node formed its shard after restarting (it joined a cluster that had formed without
+  // it): the keys its previous process held are gone, and the empty shard must not pose as the
+  // old one. Its Describe and GET answers say DataLoss instead (until replication exists).
+  bool lost = false;
   std::mutex mu;
-  absl::flat_hash_map<uint32_t, ShardInfo> described;  // shard nodes asked so far
+  // The shard nodes asked so far, valid in membership epoch `described_epoch`: a node that
+  // left and joined again is another process with another shard.
+  absl::flat_hash_map<uint32_t, ShardInfo> described;
+  uint64_t described_epoch = 0;
 
   uint16_t describe_method() const { return options.first_method; }
   uint16_t get_method() const { return static_cast<uint16_t>(options.first_method + 1); }
@@ -768,12 +921,22 @@ struct Store::Impl {
     return absl::OkStatus();
   }
 
+  // DataLoss for a shard that lost its keys in a restart (see `lost`).
+  absl::Status LostError(uint32_t node) const {
+    return absl::DataLossError(absl::StrCat(
+        "kv: node ", node, " restarted and lost the keys its shard held (the store keeps one "
+        "copy of each key, on its shard node: without replication a shard node's death loses "
+        "its keys); its shard refuses to serve rather than pose as empty. Start the whole "
+        "cluster again"));
+  }
+
   absl::StatusOr<std::string> ServeGet(absl::string_view key) {
     if (!local.has_value()) return absl::FailedPreconditionError("this node holds no shard");
+    if (lost) return LostError(local->node);
     std::string value;
     std::vector<std::string> scratch;
     absl::StatusOr<Lookup> l = LookupOnce(
-        *local, key, KeyHash(key),
+        *local, key, KeyHash(local->seed, key),
         [this](absl::Span<const txn::Range> r, std::vector<std::string>* o) {
           return LocalCopy(r, o);
         },
@@ -808,7 +971,7 @@ struct Store::Impl {
         if (e.kind == kInline) {
           ++r.inline_items;
         } else if (e.kind == kOutOfLine) {
-          slots = SlotBytes(uint64_t{e.key_len} + e.value_len);
+          slots = SlotBytes(ItemSize(e.key_len, e.value_len));
         } else {
           slots = SlotBytes(IndexSize(e.key_len, e.value_len, s.chunk_bytes));
           for (uint64_t i = 0; i < ChunkCount(e.value_len, s.chunk_bytes); ++i) {
@@ -835,7 +998,9 @@ struct Store::Impl {
         const txn::Range br{link, txn::ObjectSpan(s.payload())};
         if (!LocalCopy(absl::MakeConstSpan(&br, 1), &c).ok()) break;  // not on this node
         if (txn::DecodeObject(c[0].data(), s.payload(), &v) != txn::ObjectState::kOk) break;
-        const std::string block(v.payload);
+        absl::string_view entries;
+        if (!BlockEntries(s, i, v.payload, &entries)) break;  // freed and reused meanwhile
+        const std::string block(entries);
         ++r.overflow_blocks;
         r.memory_bytes += SlotBytes(s.payload());
         if (absl::Status st = count(block); !st.ok()) return st;
@@ -853,13 +1018,16 @@ struct Store::Impl {
       d.has_shard = 1;
       d.first = local->first.Pack();
       d.buckets = local->buckets;
+      d.seed = local->seed;
+      d.lost = lost ? 1 : 0;
     }
     return std::string(reinterpret_cast<const char*>(&d), sizeof(d));
   }
 
-  ShardInfo MakeShard(uint64_t node, uint64_t first, uint64_t buckets) const {
+  ShardInfo MakeShard(uint64_t node, uint64_t first, uint64_t buckets, uint64_t seed) const {
     ShardInfo s;
     s.node = static_cast<uint32_t>(node);
+    s.seed = seed;
     s.first = GlobalAddress::Unpack(first);
     s.buckets = buckets;
     s.total = buckets + options.neighbourhood - 1;
@@ -870,11 +1038,17 @@ struct Store::Impl {
     return s;
   }
 
-  // Shard node `node`'s shard, asked once (Describe RPC) and then kept. Unavailable while it
-  // cannot be asked (it left: its keys are unreachable).
+  // Shard node `node`'s shard, asked once per membership epoch (Describe RPC) and then kept.
+  // Unavailable while it cannot be asked (it left: its keys are unreachable); DataLoss once it
+  // restarted (its keys are lost).
   absl::StatusOr<ShardInfo> DescribeNode(Worker& w, uint32_t node) {
+    const uint64_t epoch = rt->epoch();
     {
       std::lock_guard<std::mutex> l(mu);
+      if (described_epoch != epoch) {
+        described.clear();
+        described_epoch = epoch;
+      }
       auto it = described.find(node);
       if (it != described.end()) return it->second;
     }
@@ -900,9 +1074,10 @@ struct Store::Impl {
           "kv: node ", node, " forms the cluster but holds no shard (start the nodes with --kv, "
           "or create their Store with hold_shard; client-only nodes must be late nodes)"));
     }
-    const ShardInfo s = MakeShard(node, d.first, d.buckets);
+    if (d.lost != 0) return LostError(node);
+    const ShardInfo s = MakeShard(node, d.first, d.buckets, d.seed);
     std::lock_guard<std::mutex> l(mu);
-    described[node] = s;
+    if (described_epoch == epoch) described[node] = s;
     return s;
   }
 };
@@ -965,16 +1140,17 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Opt
                                        " bytes): ", first.status().message(),
                                        "; use fewer buckets or larger regions (region_size)"));
     }
-    ShardInfo s;
-    s.node = runtime.node_id();
-    s.first = *first;
-    s.buckets = options.buckets;
-    s.total = total;
-    s.bucket_bytes = bb;
-    s.neighbourhood = options.neighbourhood;
-    s.max_object = impl->max_object;
-    s.chunk_bytes = impl->chunk_bytes;
-    impl->local = s;
+    impl->local = impl->MakeShard(runtime.node_id(), first->Pack(), options.buckets, NewSeed());
+    // The nodes that formed the cluster are listed from epoch 1 on; one that joined later is a
+    // restarted shard node (late nodes hold no shard).
+    const control::Membership membership = rti.node->membership();
+    for (const control::NodeInfo& n : membership.nodes()) {
+      if (n.node_id() == runtime.node_id() && n.joined_epoch() > 1) impl->lost = true;
+    }
+    if (impl->lost) {
+      spdlog::error("kv: node {} joined a running cluster: the keys its shard held before it "
+                    "restarted are lost, and its shard answers DataLoss", runtime.node_id());
+    }
   }
   Impl* p = impl.get();
   absl::Status st = runtime.Handle(p->describe_method(), [p](const Request&) -> absl::StatusOr<std::string> {
@@ -1007,7 +1183,9 @@ struct Client::Impl {
   Store::Impl* store = nullptr;
   Worker* worker = nullptr;
   txn::ThreadContext* ctx = nullptr;
-  std::vector<std::optional<ShardInfo>> shards;  // by position in store->shard_nodes, once asked
+  // By position in store->shard_nodes, once asked in membership epoch `shards_epoch`.
+  std::vector<std::optional<ShardInfo>> shards;
+  uint64_t shards_epoch = 0;
   std::vector<std::string> scratch;  // GET's copies (their memory is reused)
 
   absl::Status CheckKey(absl::string_view key) const {
@@ -1029,6 +1207,11 @@ struct Client::Impl {
   }
 
   absl::StatusOr<const ShardInfo*> ShardAt(size_t i) {
+    const uint64_t epoch = store->rt->epoch();
+    if (epoch != shards_epoch) {
+      shards.clear();  // a shard node that left and came back is another process
+      shards_epoch = epoch;
+    }
     if (shards.empty()) shards.resize(store->shard_nodes.size());
     if (!shards[i].has_value()) {
       absl::StatusOr<ShardInfo> s = store->DescribeNode(*worker, store->shard_nodes[i]);
@@ -1037,8 +1220,12 @@ struct Client::Impl {
     }
     return &*shards[i];
   }
-  absl::StatusOr<const ShardInfo*> Shard(uint64_t h) {
-    return ShardAt(ShardOf(store->shard_nodes, h));
+  // The shard of `key`, and the key's hash there (under the shard's seed).
+  absl::StatusOr<const ShardInfo*> Shard(absl::string_view key, uint64_t* h) {
+    absl::StatusOr<const ShardInfo*> s =
+        ShardAt(ShardOf(store->shard_nodes, KeyHash(kPlacementSeed, key)));
+    if (s.ok()) *h = KeyHash((*s)->seed, key);
+    return s;
   }
 
   // An error of an operation on shard `s`, said in the store's terms.
@@ -1058,8 +1245,8 @@ struct Client::Impl {
   // Lock-free GET, retried while the key's buckets change under it.
   absl::StatusOr<std::string> Get(absl::string_view key, const std::string* first_copy) {
     if (absl::Status st = CheckKey(key); !st.ok()) return st;
-    const uint64_t h = KeyHash(key);
-    absl::StatusOr<const ShardInfo*> s = Shard(h);
+    uint64_t h = 0;
+    absl::StatusOr<const ShardInfo*> s = Shard(key, &h);
     if (!s.ok()) return s.status();
     std::string value;
     absl::Time deadline = absl::InfinitePast();
@@ -1088,18 +1275,14 @@ struct Client::Impl {
   absl::Status WithTable(txn::Transaction& t, absl::string_view key,
                          const std::function<absl::Status(TableTxn&)>& fn) {
     if (absl::Status st = CheckKey(key); !st.ok()) return st;
-    const uint64_t h = KeyHash(key);
-    absl::StatusOr<const ShardInfo*> s = Shard(h);
+    uint64_t h = 0;
+    absl::StatusOr<const ShardInfo*> s = Shard(key, &h);
     if (!s.ok()) return s.status();
     TableTxn table(t, **s, key, h, store->inline_max);
     absl::Status st = table.Load();
     if (st.ok()) st = fn(table);
-    if (absl::IsNotFound(st) || absl::IsInvalidArgument(st)) {
-      // An object the table pointed to (an item, a chunk, an overflow block) was freed or reused
-      // by a commit after this transaction read the pointer: it cannot commit; run it again.
-      return absl::AbortedError(absl::StrCat("kv: the table changed while it was read (",
-                                             st.message(), ")"));
-    }
+    // Objects the table pointed to that were freed or reused under this transaction are
+    // Aborted already (TableTxn::Changed); any other NotFound or InvalidArgument is a fault.
     return Annotate(st, **s);
   }
 
@@ -1123,8 +1306,8 @@ absl::StatusOr<std::string> Client::Get(absl::string_view key) { return impl_->G
 
 absl::StatusOr<std::string> Client::GetRpc(absl::string_view key) {
   if (absl::Status st = impl_->CheckKey(key); !st.ok()) return st;
-  const uint64_t h = KeyHash(key);
-  absl::StatusOr<const ShardInfo*> s = impl_->Shard(h);
+  uint64_t h = 0;
+  absl::StatusOr<const ShardInfo*> s = impl_->Shard(key, &h);
   if (!s.ok()) return s.status();
   const absl::Time deadline = absl::Now() + impl_->ctx->timeout;
   for (int attempt = 0;; ++attempt) {
@@ -1151,12 +1334,13 @@ std::vector<absl::StatusOr<std::string>> Client::MultiGet(absl::Span<const std::
       out[i] = st;
       continue;
     }
-    absl::StatusOr<const ShardInfo*> s = impl_->Shard(KeyHash(keys[i]));
+    uint64_t h = 0;
+    absl::StatusOr<const ShardInfo*> s = impl_->Shard(keys[i], &h);
     if (!s.ok()) {
       out[i] = s.status();
       continue;
     }
-    const uint64_t home = (*s)->Home(KeyHash(keys[i]));
+    const uint64_t home = (*s)->Home(h);
     ranges.push_back(txn::Range{(*s)->Bucket(home), uint64_t{(*s)->neighbourhood} * (*s)->bucket_bytes});
     which.push_back(i);
   }

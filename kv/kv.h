@@ -18,29 +18,42 @@
 //     ...
 //   };
 //
+// Durability: NONE beyond the shard node's process. Every key has exactly one copy, in its shard
+// node's memory, and the store has no replication yet: when a shard node dies (crash, kill,
+// eviction), the keys of its shard are lost. Until then they are unreachable (Unavailable); if
+// the node is restarted, its new shard is empty and says so: every operation on its keys gets
+// DataLoss (it does not pose as an empty shard, which would answer NotFound for keys whose PUT
+// returned OK), and the only way back is to start the whole cluster again.
+//
 // The table (FaRM's chained associative hopscotch hashing). Each shard is an array of buckets;
 // a bucket is one object of the transaction layer (txn/object.h: lock word, check, payload) and
 // holds several entries. The shard nodes are the configuration's nodes that form the cluster
 // (every node but the `late` ones, which only use the store: the same list on every node, so all
 // agree where a key lives even while some are gone). A key hashes to a shard (rendezvous hashing
 // over the shard nodes) and to
-// a home bucket there, and lives in one of the `neighbourhood` (H) buckets from its home bucket
+// a home bucket there (under a random seed drawn by the shard's node, so that clients cannot
+// choose keys that collide: hash flooding), and lives in one of the `neighbourhood` (H) buckets
+// from its home bucket
 // on, so a GET fetches the whole neighbourhood with ONE one-sided READ of H consecutive buckets.
 // An insert that finds no room in the neighbourhood moves entries of other keys further out
 // (hopscotch displacement); when that fails too, the key goes to a chain of overflow objects
-// hanging off its home bucket. Small items are stored inline in the bucket; a larger one lives in
+// hanging off its home bucket; each block names its chain (a word derived from the seed and the
+// home bucket), so a reader that followed a link to a block freed and reused meanwhile, e.g. by
+// an item of the same size, notices and starts again rather than reading user bytes as entries. Small items are stored inline in the bucket; a larger one lives in
 // an object of its own (a second READ); a value too large for one object is split into chunk
 // objects behind an index object (their READs posted together). Every change is a transaction (txn/), so it composes with
 // other transactional work (the Txn& overloads).
 //
 // Consistency: operations are linearizable. A GET that finds its key in a bucket that is neither
 // locked nor torn returns that bucket's value, which was the key's value when the bucket was
-// read; a GET that does not find it reads the neighbourhood's lock words again and answers
-// NotFound only if no bucket changed in between (otherwise it retries).
+// read; a GET that does not find it reads the neighbourhood's lock words (and its chain's
+// blocks') again and answers NotFound only if none changed in between (otherwise it retries).
+// Clients keep the shard descriptions they asked for until the cluster's membership changes.
 //
 // Errors (absl::Status): NotFound (no such key), InvalidArgument (empty key, key or value over
 // the limits), ResourceExhausted (the shard's memory is full), Unavailable (the key's shard node
-// left), Aborted (a write kept conflicting), DeadlineExceeded, and the platform's errors.
+// left), DataLoss (the key's shard node restarted and lost its keys, or the shard's memory holds
+// no table), Aborted (a write kept conflicting), DeadlineExceeded, and the platform's errors.
 //
 // Thread safety: a Store is safe for concurrent use; a Client belongs to its Worker's thread.
 #ifndef FARM_KV_KV_H_

@@ -5,15 +5,20 @@
 #include "kv/kv.h"
 
 #include <atomic>
+#include <cstring>
+#include <functional>
 #include <future>
 #include <catch2/catch.hpp>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "farm/farm.h"
+#include "kv/bucket.h"
+#include "platform/sync_point.h"
 #include "tests/runtime_cluster.h"
 
 namespace farm {
@@ -238,6 +243,215 @@ TEST_CASE("a small table displaces entries and chains overflow blocks", "[kv]") 
   CHECK(t.items == 0);
   CHECK(t.overflow_blocks == 0);
   for (int i = 0; i < kKeys; ++i) CHECK(absl::IsNotFound(kv.Get(Key(i)).status()));
+}
+
+// The overflow block of a one-bucket table is freed while an operation on thread `paused` holds
+// its link (it stops at sync point `point`, just before it reads the block), and its slot is
+// reused by an out-of-line item of the block's size whose bytes look like a chain block holding
+// "victim" = "never-written". Then `paused` goes on. Returns the item's key and value.
+struct ReusedBlock {
+  std::string key = std::string(8, '\0');
+  std::string value;
+};
+
+// Runs `meanwhile` while the operation of thread `op` waits at sync point `point` (the first
+// time that thread passes it); `go` starts the operation once the point is armed.
+void WhilePausedAt(const char* point, std::promise<void>* go, std::thread* op,
+                   const std::function<void()>& meanwhile) {
+  const std::thread::id paused = op->get_id();
+  std::promise<void> reached, done;
+  std::shared_future<void> done_f = done.get_future().share();
+  std::atomic<bool> once{false};
+  SyncPoint* sp = SyncPoint::GetInstance();
+  sp->SetCallBack(point, [&](void*) {
+    if (std::this_thread::get_id() != paused || once.exchange(true)) return;
+    reached.set_value();
+    done_f.wait();
+  });
+  sp->EnableProcessing();
+  std::future<void> r = reached.get_future();
+  go->set_value();
+  REQUIRE(r.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  meanwhile();
+  done.set_value();
+  op->join();
+  sp->Reset();
+}
+
+ReusedBlock ReuseBlockUnder(Client& kv, const char* point, std::promise<void>* go,
+                            std::thread* op) {
+  ReusedBlock evil;
+  // A block's payload is the bucket's (128 - 24 = 104 bytes): the item (8 bytes of lengths, the
+  // key and the value) fills it. Read as a block, its key is the identity word and the link
+  // ("none"), its value the entries.
+  evil.value = EncodeInline(0, "victim", "never-written");
+  evil.value.resize(104 - 8 - evil.key.size(), '\0');
+  WhilePausedAt(point, go, op, [&] {
+    REQUIRE(*kv.Delete("c"));  // the block is left empty: unlinked and freed
+    REQUIRE(kv.Put(evil.key, evil.value).ok());  // out of line, in the freed slot
+  });
+  return evil;
+}
+
+// A table of one 128-byte bucket (H = 1).
+Cluster OneBucket() {
+  Options o;
+  o.buckets = 1;
+  o.bucket_bytes = 128;
+  o.neighbourhood = 1;
+  return Start(1, o);
+}
+
+// The one-bucket table with its bucket full ("a0", "a1") and "c" in the overflow chain's one
+// block; `kv` and `other` are clients of two workers.
+struct OneBlockChain {
+  OneBlockChain() {
+    // Two inline entries of 8 + 40 bytes fill the bucket's 96 bytes of entries.
+    REQUIRE(kv.Put("a0", std::string(38, 'x')).ok());
+    REQUIRE(kv.Put("a1", std::string(38, 'y')).ok());
+    REQUIRE(kv.Put("c", "in-the-chain").ok());
+    REQUIRE(Total(kv).overflow_blocks == 1);
+  }
+  Cluster c = OneBucket();  // destroyed last
+  std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+  Client kv{*c.stores[0], *w};
+  std::unique_ptr<Worker> w2 = NewWorker(*c.rts[0]);
+  Client other{*c.stores[0], *w2};
+};
+
+// `key` has `value` in the store.
+void CheckValue(Client& kv, const std::string& key, const std::string& value) {
+  absl::StatusOr<std::string> got = kv.Get(key);
+  INFO(got.status().ToString());
+  REQUIRE(got.ok());
+  CHECK(*got == value);
+}
+
+TEST_CASE("a GET whose overflow block is freed and reused under it does not parse user bytes",
+          "[kv]") {
+  OneBlockChain table;
+  absl::StatusOr<std::string> got;
+  std::promise<void> go;
+  std::thread t([&, f = go.get_future()] {
+    f.wait();
+    got = table.other.Get("victim");
+  });
+  const ReusedBlock evil = ReuseBlockUnder(table.kv, "kv::LookupOnce:BeforeBlockRead", &go, &t);
+  INFO(got.status().ToString() << " " << (got.ok() ? *got : ""));
+  CHECK(absl::IsNotFound(got.status()));  // "victim" was never written
+  CheckValue(table.kv, evil.key, evil.value);
+}
+
+TEST_CASE("a PUT whose overflow block is freed and reused under it does not write user bytes",
+          "[kv]") {
+  OneBlockChain table;
+  absl::Status put;
+  std::promise<void> go;
+  std::thread t([&, f = go.get_future()] {
+    f.wait();
+    put = table.other.Put("victim", "now-written!!");  // the fake entry's size: in place
+  });
+  const ReusedBlock evil =
+      ReuseBlockUnder(table.kv, "kv::TableTxn::Load:BeforeBlockRead", &go, &t);
+  REQUIRE(put.ok());
+  CheckValue(table.kv, evil.key, evil.value);  // not taken for a block and rewritten
+  CheckValue(table.kv, "victim", "now-written!!");
+}
+
+TEST_CASE("a PUT that allocates the slot of an overflow block it read runs again", "[kv]") {
+  // The PUT reads the chain's block; then the block is freed, and the PUT's new out-of-line item
+  // gets its slot (the allocator reuses the most recently freed one). Appending the entry to its
+  // stale copy of the block writes the same address at another size: the chain changed, so the
+  // transaction runs again, and the error is not the caller's.
+  OneBlockChain table;
+  absl::Status put;
+  std::promise<void> go;
+  const std::string value(40, 'o');  // 1 + 40 bytes: out of line, in a 128-byte slot
+  std::thread t([&, f = go.get_future()] {
+    f.wait();
+    put = table.other.Put("v", value);
+  });
+  WhilePausedAt("kv::TableTxn::Load:Done", &go, &t, [&] { REQUIRE(*table.kv.Delete("c")); });
+  INFO(put.ToString());
+  REQUIRE(put.ok());
+  CheckValue(table.kv, "v", value);
+  CheckValue(table.kv, "a0", std::string(38, 'x'));
+}
+
+TEST_CASE("a GET whose item is freed and reused by a longer key with the same prefix misses it",
+          "[kv]") {
+  // "k3"'s out-of-line item (2 + 60 bytes) is freed while a GET of "k3" holds its entry; "k30"
+  // with a value one byte shorter gets the slot: the same object size, and bytes that begin
+  // with "k3". The GET must not take "0" + k30's value for k3's.
+  OneBlockChain table;
+  REQUIRE(table.kv.Put("k3", std::string(60, 'a')).ok());
+  absl::StatusOr<std::string> got;
+  std::promise<void> go;
+  std::thread t([&, f = go.get_future()] {
+    f.wait();
+    got = table.other.Get("k3");
+  });
+  WhilePausedAt("kv::LookupOnce:BeforeItemRead", &go, &t, [&] {
+    REQUIRE(*table.kv.Delete("k3"));
+    REQUIRE(table.kv.Put("k30", std::string(59, 'b')).ok());
+  });
+  INFO(got.status().ToString() << " " << (got.ok() ? *got : ""));
+  CHECK(absl::IsNotFound(got.status()));
+  CheckValue(table.kv, "k30", std::string(59, 'b'));
+}
+
+TEST_CASE("memory that should hold a bucket and does not is DataLoss, not a change to retry",
+          "[kv]") {
+  Cluster c = OneBucket();
+  std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+  Client kv(*c.stores[0], *w);
+  const std::string marker = "a-marker-value-to-find-in-memory";
+  REQUIRE(kv.Put("m", marker).ok());
+  // Find the bucket in the node's memory: the inline entry "m" = marker sits after the object
+  // header (24 bytes), the link (8) and the entry's header (8).
+  char* lock_word = nullptr;
+  for (const RegionRef& r : c.rts[0]->Regions(0)) {
+    absl::StatusOr<absl::Span<char>> m = c.rts[0]->Local(r.base(), r.size);
+    REQUIRE(m.ok());
+    const absl::string_view mem(m->data(), m->size());
+    const size_t at = mem.find("m" + marker);
+    if (at != absl::string_view::npos && at >= 40) lock_word = m->data() + at - 40;
+  }
+  REQUIRE(lock_word != nullptr);
+  // Overwrite it: the lock word says "not allocated" (a wild write, or a stale description).
+  uint64_t word;
+  std::memcpy(&word, lock_word, 8);
+  REQUIRE((word & 2) != 0);
+  const uint64_t freed = word & ~uint64_t{2};
+  std::memcpy(lock_word, &freed, 8);
+  absl::Status put = kv.Put("m", "other");
+  INFO(put.ToString());
+  CHECK(absl::IsDataLoss(put));  // not Aborted after retrying a "change" for seconds
+  absl::StatusOr<std::string> got = kv.Get("m");
+  INFO(got.status().ToString());
+  CHECK(absl::IsDataLoss(got.status()));
+  std::memcpy(lock_word, &word, 8);
+  CheckValue(kv, "m", marker);
+}
+
+TEST_CASE("each cluster hashes keys with a seed of its own", "[kv]") {
+  // Hash flooding: with one fixed hash, keys that collide in one cluster collide in all. The
+  // same keys in tables of the same shape must therefore not always fall the same way.
+  Options o;
+  o.buckets = 32;
+  o.bucket_bytes = 128;
+  o.neighbourhood = 2;
+  std::set<std::pair<uint64_t, uint64_t>> shapes;
+  for (int run = 0; run < 8 && shapes.size() < 2; ++run) {
+    Cluster c = Start(1, o);
+    std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+    Client kv(*c.stores[0], *w);
+    for (int i = 0; i < 48; ++i) REQUIRE(kv.Put(Key(i), std::string(40, 'v')).ok());
+    const ShardStats t = Total(kv);
+    REQUIRE(t.items == 48);
+    shapes.insert({t.displaced_items, t.overflow_blocks});
+  }
+  CHECK(shapes.size() > 1);
 }
 
 TEST_CASE("concurrent GETs never see a torn value nor miss a key that moves", "[kv]") {

@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # Linearizability of the KV store, checked for real: 3 node processes (tests/kv_history_app.cc,
-# launched by tools/cluster) run concurrent get / put / del / cas on a few shared keys and log
-# every call and return in journals (kv/history.h), which //tools/lincheck (Porcupine) checks.
-#  - on every provider, no failures: the history must be linearizable;
+# launched by tools/cluster) run concurrent get / GetRpc / MultiGet / put / del / cas on a tiny
+# table (3 home buckets of 128 bytes per shard, H = 2) under 48 keys that are put and deleted all
+# the time, with unique values of every size class (inline, out of line, exactly an overflow
+# block's size, chunked), so that entries are displaced, overflow chains grow and shrink and
+# freed blocks' slots are reused; reads of overflow blocks are delayed now and then to widen the
+# races. Every call and return goes to journals (kv/history.h), which //tools/lincheck
+# (Porcupine) checks.
+#  - on every provider, no failures: the history must be linearizable, and any error other than
+#    NotFound fails the run;
 #  - on tcp;ofi_rxm, node 2's process exits abruptly in the middle of the run (not on shm: a
 #    killed process can wedge shm's shared queues, see tests/txn_fault_test.sh): operations that
 #    ended in an error have an unknown outcome, and the history must still be linearizable;
 #  - the checker must reject the same history with one read made stale (a control that the
 #    pipeline can fail at all); its HTML visualisation is kept in the test's outputs.
+# Mutants (platform/mutant.h) that this test catches: kv_skip_block_identity and
+# kv_skip_miss_recheck (bazel test --config=mutants --test_env=FARM_MUTANT=<name>).
 source "$(dirname "$0")/lib.sh"
 CLUSTER=$(bin cluster) || exit 1
 LINCHECK=$(bin lincheck/lincheck) || exit 1
@@ -52,6 +60,9 @@ check() {  # name
 for provider in "${providers[@]}"; do
   tag=${provider//;/_}
   record "plain-$tag" "$provider" 3
+  # The workload reached the table's paths (each node saw them at some point).
+  grep -q "the table reached: [1-9][0-9]* displaced items, [1-9][0-9]* overflow blocks, [1-9][0-9]* items out of line" \
+    "$TMP/out" || fail "plain-$tag: the workload did not reach displacement, chains and out-of-line items"
   check "plain-$tag"
   if [ "$provider" != shm ]; then
     record "dying-$tag" "$provider" 2 --dying_node=2 --die_after_ops=300

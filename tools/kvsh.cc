@@ -1110,7 +1110,12 @@ int Main(int argc, char** argv, const std::vector<std::string>& node_args) {
   // The store must answer before the first command: this finds the shard nodes (and a cluster
   // whose nodes hold no shard, or use other --kv_* options, is said so here).
   absl::StatusOr<std::vector<kv::ShardStats>> shards = shell.Stats();
-  if (!shards.ok()) {
+  std::vector<std::string> shard_nodes;
+  if (absl::IsDataLoss(shards.status())) {
+    // A shard node restarted and lost its keys (kv/kv.h, "Durability"): the other shards still
+    // serve theirs, and each command on a lost key says DataLoss.
+    spdlog::warn("{}", std::string(shards.status().message()));
+  } else if (!shards.ok()) {
     std::string hint;
     if (absl::IsFailedPrecondition(shards.status())) {
       hint = " (kvsh's --kv_bucket_bytes and --kv_neighbourhood must be the cluster's)";
@@ -1118,9 +1123,9 @@ int Main(int argc, char** argv, const std::vector<std::string>& node_args) {
     spdlog::error("the key-value store does not answer: {}{}",
                   std::string(shards.status().message()), hint);
     return kExitUsage;
+  } else {
+    for (const kv::ShardStats& s : *shards) shard_nodes.push_back(absl::StrCat(s.node));
   }
-  std::vector<std::string> shard_nodes;
-  for (const kv::ShardStats& s : *shards) shard_nodes.push_back(absl::StrCat(s.node));
   if (local != nullptr && !absl::GetFlag(FLAGS_write_config).empty()) {
     const std::string out = UserPath(absl::GetFlag(FLAGS_write_config));
     const std::string tmp = absl::StrCat(out, ".tmp");
