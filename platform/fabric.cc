@@ -20,13 +20,16 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -89,6 +92,29 @@ template <typename F>
 auto ProviderCall(F&& f) {
   ProviderCopies scope;
   return f();
+}
+
+// ofi_rxm over verbs, on libfabric 1.17, and the close of an endpoint. Unless ofi_rxm uses a
+// shared receive context, verbs gives each connection flow control, and the two sides of a new
+// connection send each other a credit message. rxm_close_conn (called by fi_close of the RDM
+// endpoint, and by fi_av_remove) closes the connection's verbs endpoint first and reads the rest
+// of its completion queue afterwards; a credit message still unread by then is handled on the
+// freed endpoint (rxm_handle_credit -> rxm_post_recv -> fi_recv): SIGSEGV in ~Fabric, or an
+// assertion in a debug build of libfabric (libfabric issue #11828 describes the same sequence,
+// still open in 2.4). With a shared receive context (FI_OFI_RXM_USE_SRX=1, ofi_rxm's default on
+// tcp already) verbs has no flow control, no credit message is ever sent, and receive buffers go
+// back to the shared context, which is closed after the connections. We use only RMA, which
+// needs no receive buffer at all, so nothing is lost. Set before main() (no other thread reads
+// the environment yet); a value the user set is kept, and Fabric::Open warns if it is off.
+constexpr char kRxmSharedReceive[] = "FI_OFI_RXM_USE_SRX";
+[[maybe_unused]] const bool kRxmSharedReceiveSet = setenv(kRxmSharedReceive, "1", 0) == 0;
+
+// True unless the environment turned ofi_rxm's shared receive context off (see above).
+bool RxmSharedReceiveOn() {
+  const char* v = std::getenv(kRxmSharedReceive);
+  if (v == nullptr) return true;
+  const std::string s = absl::AsciiStrToLower(v);
+  return !(s == "0" || s == "no" || s == "false" || s == "off");
 }
 
 std::string FiError(const char* what, int ret) {
@@ -231,6 +257,54 @@ class InFlightOps {
   InFlightLink head_;  // sentinel of a circular list
 };
 
+// shm endpoints of this process. libfabric 1.17's shm maps a peer that is an endpoint of the same
+// process by pointing at that endpoint's own region (smr_map_to_region finds it by name), and
+// closing the endpoint unmaps the region while the peer's map keeps the pointer. An operation
+// posted to it afterwards takes the spinlock inside the unmapped region: SIGSEGV, or a write into
+// whatever was mapped there since. That happens only with several nodes in one process (the
+// in-process test clusters: a node leaves while the others still post to it until the membership
+// tells them). So each such endpoint has a liveness record: a post to it holds the record shared
+// for the provider call and fails once it is closed; its Fabric marks it closed, exclusively,
+// before it closes the endpoint. Peers in other processes are not affected (their mapping is
+// their own) and cost nothing here.
+struct LocalShmEndpoint {
+  std::shared_mutex mu;  // shared: a post to this endpoint is in the provider; unique: closing
+  bool closed = false;   // guarded by mu
+};
+
+class LocalShmEndpoints {
+ public:
+  static LocalShmEndpoints& Get() {
+    static LocalShmEndpoints* const registry = new LocalShmEndpoints();
+    return *registry;
+  }
+  std::shared_ptr<LocalShmEndpoint> Add(const std::string& address) {
+    auto e = std::make_shared<LocalShmEndpoint>();
+    std::lock_guard<std::mutex> l(mu_);
+    by_address_[address] = e;
+    return e;
+  }
+  // The live endpoint of this process at `address`, or null.
+  std::shared_ptr<LocalShmEndpoint> Find(const std::string& address) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = by_address_.find(address);
+    return it == by_address_.end() ? nullptr : it->second;
+  }
+  // Marks the endpoint closed once no post to it is in the provider, and forgets it.
+  void Close(const std::string& address, LocalShmEndpoint& e) {
+    {
+      std::unique_lock<std::shared_mutex> l(e.mu);
+      e.closed = true;
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    by_address_.erase(address);
+  }
+
+ private:
+  std::mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<LocalShmEndpoint>> by_address_;
+};
+
 struct Fabric::Handles {
   fi_info* info = nullptr;
   fid_fabric* fabric = nullptr;
@@ -267,6 +341,13 @@ struct Fabric::Handles {
   // offers it: Progress() reports them, so an adaptive poller sees serving peers as activity.
   fid_cntr* remote_cntr = nullptr;
   std::atomic<uint64_t> remote_seen{0};
+
+  // shm: this endpoint's liveness record, and those of the peers that are endpoints of this
+  // process (see LocalShmEndpoints); has_local_peers keeps the lookup off other posts.
+  std::shared_ptr<LocalShmEndpoint> local_shm;
+  absl::flat_hash_map<PeerId, std::shared_ptr<LocalShmEndpoint>> local_peers
+      ABSL_GUARDED_BY(peers_mu);
+  std::atomic<bool> has_local_peers{false};
 };
 
 struct FabricChannel::Handles {
@@ -321,6 +402,8 @@ Fabric::~Fabric() {
   if (int n = open_channels_.load(std::memory_order_relaxed); n > 0) {
     spdlog::error("a Fabric is destroyed while {} of its channels are open; destroy them first", n);
   }
+  // Before the endpoint closes: posts of this process to it finish, later ones fail.
+  if (h_->local_shm != nullptr) LocalShmEndpoints::Get().Close(address_, *h_->local_shm);
   {
     farm::MutexLock l(&h_->peers_mu);
     for (auto& p : h_->peers) {
@@ -425,6 +508,11 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
                      fi_strerror(-ret), "); providers available here: ", AvailableProviders()));
   }
 
+  if (prov_name == "verbs;ofi_rxm" && !RxmSharedReceiveOn()) {
+    spdlog::warn("{} is off: with verbs;ofi_rxm, libfabric 1.17 may crash when an endpoint is "
+                 "closed (see platform/fabric.cc)",
+                 kRxmSharedReceive);
+  }
   Handles& h = *f->h_;
   h.info = info;
   f->endpoint_ = type;
@@ -586,6 +674,7 @@ absl::Status Fabric::OpenEndpoint() {
     return absl::UnavailableError(FiError("fi_getname", ret));
   }
   address_.assign(name, name_len);
+  if (provider_ == "shm") h.local_shm = LocalShmEndpoints::Get().Add(address_);
   return absl::OkStatus();
 }
 
@@ -767,6 +856,12 @@ absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
   }
   farm::MutexLock l(&h_->peers_mu);
   h_->rdm_addresses[static_cast<PeerId>(addr)] = std::string(address);
+  if (provider_ == "shm") {
+    if (auto local = LocalShmEndpoints::Get().Find(std::string(address)); local != nullptr) {
+      h_->local_peers[static_cast<PeerId>(addr)] = std::move(local);
+      h_->has_local_peers.store(true, std::memory_order_release);
+    }
+  }
   return static_cast<PeerId>(addr);
 }
 
@@ -910,8 +1005,21 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
   msg.context = &ctx->fi_ctx;
   // The completion semantics are asked for on every WRITE: some providers (tcp) ignore the
   // endpoint's default op_flags.
+  std::shared_ptr<LocalShmEndpoint> in_process;  // the peer, if an shm endpoint of this process
+  if (h_->has_local_peers.load(std::memory_order_acquire)) {
+    farm::ReaderMutexLock l(&h_->peers_mu);
+    if (auto it = h_->local_peers.find(peer); it != h_->local_peers.end()) in_process = it->second;
+  }
   CoarseClock::time_point deadline = CoarseClock::time_point::max();  // set on the first EAGAIN
   for (;;) {
+    std::shared_lock<std::shared_mutex> alive;
+    if (in_process != nullptr) {
+      alive = std::shared_lock<std::shared_mutex>(in_process->mu);
+      if (in_process->closed) {
+        return absl::UnavailableError(
+            "the peer's shm endpoint, in this process, was closed (its node left)");
+      }
+    }
     std::unique_lock<std::mutex> turn;
     if (post_mu_ != nullptr) turn = std::unique_lock<std::mutex>(post_mu_[peer % kPostStripes]);
     ssize_t ret = ProviderCall([&] {

@@ -36,6 +36,10 @@
 //   batch.Read(peer, RemoteBuffer{raddr, rkey}, mr->Slice(buf, 64));
 //   RETURN_IF_ERROR(batch.Wait(absl::Seconds(5)));
 //
+// Environment: a program that links this sets FI_OFI_RXM_USE_SRX=1 before main() unless it is set
+// already: on libfabric 1.17, closing a verbs;ofi_rxm endpoint without ofi_rxm's shared receive
+// context can crash (fabric.cc says why). Open warns when it was turned off.
+//
 // Thread safety: all methods of Fabric are safe for concurrent use (the endpoint is opened with
 // FI_THREAD_SAFE). An OpBatch is owned by one thread; a FabricChannel, and every OpBatch built
 // on it, by one thread at a time.

@@ -472,7 +472,13 @@ class Shell {
       std::string logs;
       if (std::optional<std::string> dead = local_->CheckChildren(&logs); dead.has_value()) {
         if (interactive_) WriteAll(STDOUT_FILENO, "\n");  // off the line being typed
-        spdlog::warn("{}: the keys of its shard cannot be reached now\n{}", *dead, logs);
+        spdlog::warn("{}: the keys of its shard cannot be reached now{}\n{}", *dead,
+                     provider() == "shm"
+                         ? "; on shm a node that dies may also leave the others stuck (libfabric "
+                           "1.17's shm is not crash-tolerant: README, \"Providers\"), so the "
+                           "rest of the cluster may not answer either"
+                         : "",
+                     logs);
         noticed_ = true;
       }
     }

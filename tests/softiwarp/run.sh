@@ -1,7 +1,8 @@
 #!/bin/bash
 # SoftiWARP lane: run test commands inside a QEMU guest that has a software RDMA NIC.
 #
-#   tests/softiwarp/run.sh [OPTIONS] [--tests FILE]... [--test NAME=COMMAND]... [-- CMD [ARGS...]]
+#   tests/softiwarp/run.sh [OPTIONS] [--tests FILE|T1,T2]... [--test NAME=COMMAND]...
+#                          [--repeat N] [-- CMD [ARGS...]]
 #
 # With no test given, runs tests/softiwarp/smoke.tests. See tests/softiwarp/README.md.
 #
@@ -40,7 +41,8 @@ CACHE_RECIPE=1                               # bump to force a rebuild of the ke
 
 usage() {
     cat <<EOF
-usage: $0 [OPTIONS] [--tests FILE]... [--test NAME=COMMAND]... [-- CMD [ARGS...]]
+usage: $0 [OPTIONS] [--tests FILE|T1,T2]... [--test NAME=COMMAND]... [--repeat N]
+          [-- CMD [ARGS...]]
 
 Runs each test command inside a QEMU guest with a software RDMA device and prints
 'PASS name' or 'FAIL name (rc=N)' per test, then 'softiwarp: N passed, N failed'.
@@ -48,6 +50,10 @@ Without tests, runs $HERE/smoke.tests.
 
 Tests:
   --tests FILE          lines 'NAME<TAB>COMMAND' (# comments and blank lines ignored)
+  --tests T1,T2         the tests of that name in $HERE/project.tests
+                        (an argument that is not a file path: no '/', no existing file)
+  --repeat N            run every test N times in a row (NAME.r1 .. NAME.rN); with N > 1 the
+                        run's --timeout defaults to N times its default
   --test NAME=COMMAND   one test; COMMAND is a bash command line
   -- CMD [ARGS...]      one test named after CMD, arguments passed as given
 Options:
@@ -74,6 +80,9 @@ usage_error() { echo "softiwarp: $*" >&2; echo "try: $0 --help" >&2; exit 2; }
 # ---- arguments --------------------------------------------------------------------------------
 TEST_NAMES=()
 TEST_CMDS=()
+PROJECT_TESTS=$HERE/project.tests
+REPEAT=1
+TIMEOUT_GIVEN=${FARM_SIW_TIMEOUT:+1}
 REBUILD=0
 PREPARE_ONLY=0
 
@@ -89,17 +98,70 @@ add_test() {  # add_test NAME COMMAND
     TEST_CMDS+=("$cmd")
 }
 
-add_test_file() {  # add_test_file FILE
-    local file=$1 line name cmd lineno=0
+# Prints the tests of FILE as 'NAME<TAB>COMMAND' lines, checking the format.
+test_file_lines() {  # test_file_lines FILE
+    local file=$1 line lineno=0
     [[ -r $file ]] || usage_error "cannot read test file '$file'"
     while IFS= read -r line || [[ -n $line ]]; do
         lineno=$((lineno + 1))
         [[ $line =~ ^[[:space:]]*(#|$) ]] && continue
         [[ $line == *$'\t'* ]] || usage_error "$file:$lineno: expected NAME<TAB>COMMAND"
-        name=${line%%$'\t'*}
-        cmd=${line#*$'\t'}
-        add_test "$name" "$cmd"
+        printf '%s\n' "$line"
     done < "$file"
+}
+
+add_test_file() {  # add_test_file FILE
+    local line lines
+    lines=$(test_file_lines "$1") || exit 2
+    while IFS= read -r line; do
+        [[ -n $line ]] && add_test "${line%%$'\t'*}" "${line#*$'\t'}"
+    done <<< "$lines"
+}
+
+# add_named_tests T1,T2: the tests of those names in project.tests, in the order given.
+add_named_tests() {
+    local list=$1 want line lines found
+    lines=$(test_file_lines "$PROJECT_TESTS") || exit 2
+    IFS=, read -ra wanted <<< "$list"
+    for want in "${wanted[@]}"; do
+        found=0
+        while IFS= read -r line; do
+            if [[ ${line%%$'\t'*} == "$want" ]]; then
+                add_test "$want" "${line#*$'\t'}"
+                found=1
+                break
+            fi
+        done <<< "$lines"
+        [[ $found -eq 1 ]] || usage_error "no test named '$want' in $PROJECT_TESTS (names: $(
+            cut -f1 <<< "$lines" | paste -sd' '))"
+    done
+}
+
+# --tests ARG: a file of tests, or a comma-separated list of names from project.tests. A path
+# (with a '/') or an existing file is a file; anything else must look like a list of names.
+add_tests_arg() {  # add_tests_arg ARG
+    local arg=$1
+    if [[ $arg == */* || -e $arg ]]; then
+        add_test_file "$arg"
+    elif [[ $arg =~ ^[A-Za-z0-9_.:+-]+(,[A-Za-z0-9_.:+-]+)*$ ]]; then
+        add_named_tests "$arg"
+    else
+        usage_error "--tests wants a file or a list of test names like node_test,rpc_test; got '$arg'"
+    fi
+}
+
+# Runs every test REPEAT times in a row: NAME.r1 .. NAME.rN, all of NAME's runs before the next
+# test's, so that a failure rate shows per test.
+expand_repeats() {
+    local names=("${TEST_NAMES[@]}") cmds=("${TEST_CMDS[@]}") i r
+    TEST_NAMES=()
+    TEST_CMDS=()
+    for i in "${!names[@]}"; do
+        for ((r = 1; r <= REPEAT; r++)); do
+            TEST_NAMES+=("${names[$i]}.r$r")
+            TEST_CMDS+=("${cmds[$i]}")
+        done
+    done
 }
 
 need_value() { [[ $# -ge 2 ]] || usage_error "$1 needs a value"; }
@@ -107,10 +169,11 @@ need_number() { [[ $2 =~ ^[1-9][0-9]*$ ]] || usage_error "$1 needs a positive nu
 
 while [[ $# -gt 0 ]]; do
     case $1 in
-        --tests) need_value "$@"; add_test_file "$2"; shift 2 ;;
+        --tests) need_value "$@"; add_tests_arg "$2"; shift 2 ;;
+        --repeat) need_value "$@"; need_number --repeat "$2"; REPEAT=$2; shift 2 ;;
         --test) need_value "$@"; [[ $2 == *=* ]] || usage_error "--test wants NAME=COMMAND"
             add_test "${2%%=*}" "${2#*=}"; shift 2 ;;
-        --timeout) need_value "$@"; TIMEOUT=$2; shift 2 ;;
+        --timeout) need_value "$@"; TIMEOUT=$2; TIMEOUT_GIVEN=1; shift 2 ;;
         --test-timeout) need_value "$@"; TEST_TIMEOUT=$2; shift 2 ;;
         --driver) need_value "$@"; DRIVER=$2; shift 2 ;;
         --workdir) need_value "$@"; WORKDIR=$2; shift 2 ;;
@@ -136,6 +199,11 @@ need_number --smp "$SMP"
 if [[ ${#TEST_NAMES[@]} -eq 0 && $PREPARE_ONLY -eq 0 ]]; then
     add_test_file "$HERE/smoke.tests"
 fi
+if [[ $REPEAT -gt 1 ]]; then
+    expand_repeats
+    [[ -n $TIMEOUT_GIVEN ]] || TIMEOUT=$((TIMEOUT * REPEAT))
+fi
+[[ ${#TEST_NAMES[@]} -le 9999 ]] || usage_error "${#TEST_NAMES[@]} test runs; at most 9999"
 [[ $(id -u) -eq 0 ]] || die "must run as root (apt-get, and QEMU's 9p export of /)"
 
 T0=$SECONDS
@@ -340,7 +408,7 @@ fi
 } > "$SHARE/config.sh"
 
 for i in "${!TEST_NAMES[@]}"; do
-    id=$(printf '%03d' "$i")
+    id=$(printf '%04d' "$i")
     printf '%s\n' "${TEST_NAMES[$i]}" > "$SHARE/tests/$id.name"
     printf '%s\n' "${TEST_CMDS[$i]}" > "$SHARE/tests/$id.cmd"
     read -ra words <<< "${TEST_CMDS[$i]}"   # rough split, only to spot bazel-bin/... paths
@@ -381,7 +449,7 @@ show_tail() {  # show_tail FILE N
 report_ready() {  # print every finished test, in order
     local id rc secs
     while [[ $NEXT -lt ${#TEST_NAMES[@]} ]]; do
-        id=$(printf '%03d' "$NEXT")
+        id=$(printf '%04d' "$NEXT")
         [[ -f $SHARE/results/$id.rc ]] || return 0
         rc=$(cat "$SHARE/results/$id.rc")
         secs=$(cat "$SHARE/results/$id.secs" 2>/dev/null || echo '?')
