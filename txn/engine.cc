@@ -148,8 +148,11 @@ void Engine::OnMembership(const control::Membership& m) {
     Departure d;
     d.coordinator = id;
     d.fence = joined + 1;
+    auto why = m.departed().find(id);
+    d.graceful = why != m.departed().end() && why->second == "it left";
     // Who will ask this node about it: the members that were members before it left too.
     for (const auto& [m_id, m_joined] : now) {
+      if (d.graceful) break;  // nobody asks about a node that left on its own
       auto before = members_.find(m_id);
       if (m_id == node_->id() || m_id == id || before == members_.end() ||
           before->second != m_joined) {
@@ -221,6 +224,12 @@ void Engine::SettlementLoop() {
 bool Engine::Settle(const Departure& d) {
   const std::vector<Participant::Undecided> undecided =
       participant_->Fence(d.coordinator, d.fence);
+  if (d.graceful && undecided.empty()) return true;  // fenced; nothing to settle or to ask
+  if (d.graceful) {
+    spdlog::warn("txn: node {} left on its own with {} transaction(s) undecided here: settling "
+                 "them with the other members",
+                 d.coordinator, undecided.size());
+  }
   SettleRequest req{d.coordinator, d.fence, {}};
   for (const Participant::Undecided& u : undecided) req.txns.push_back(u.txn);
   const std::string payload = EncodeSettle(req);

@@ -99,6 +99,10 @@ class Engine {
     // once about it (SETTLE), unless it leaves first.
     std::vector<std::pair<uint32_t, uint64_t>> askers;
     bool settled = false;  // this node's own settlement is done
+    // It left on its own ("it left"): it had finished every commit, so every decision of it was
+    // delivered (Transaction::Decide returns only then) and nothing of it is undecided. Nobody
+    // asks anybody about it; its records are forgotten at once.
+    bool graceful = false;
   };
   void SettlementLoop();
   // Settles one departure: fence, ask, decide. Returns false if stopped.
