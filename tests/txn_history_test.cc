@@ -2,7 +2,8 @@
 // in-process nodes (tests/txn_history_workload.h: small and big objects, multi-part LOCKs,
 // Alloc, Free, NotFound reads, lock-free reads) record what they read and wrote and when, and
 // txn/history.h's dependency-graph checker must find the history strictly serializable, with
-// and without delayed WRITEs (platform/fault_injection.h). A negative control records a
+// and without delayed WRITEs (platform/fault_injection.h), and with LOCK, COMMIT-PRIMARY and
+// ABORT sends that fail (platform/sync_point.h). A negative control records a
 // transaction that skipped its commit (and so its validation) after a deterministic
 // interleaving: the checker must name the read skew.
 //
@@ -18,10 +19,12 @@
 #include "api/runtime_impl.h"
 #include "farm/farm.h"
 #include "platform/fault_injection.h"
+#include "platform/sync_point.h"
 #include "tests/runtime_cluster.h"
 #include "tests/txn_history_workload.h"
 #include "txn/engine.h"
 #include "txn/history.h"
+#include "txn/transaction.h"
 
 namespace farm {
 namespace {
@@ -134,6 +137,37 @@ TEST_CASE("randomized transactions stay strictly serializable with delayed WRITE
   }
   RunAndCheck(rts, Seed(2), "delayed_writes");
   for (int rule : rules) CHECK(faults.fired(rule) > 0);
+}
+
+TEST_CASE("randomized transactions stay strictly serializable when LOCKs and decisions are lost",
+          "[txn][history]") {
+#ifdef NDEBUG
+  return;  // sync points are compiled out: no sends to drop
+#endif
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
+  // At every coordinator: one LOCK send in 6 fails (the transaction aborts, and the owners that
+  // did lock release on its ABORT), one COMMIT-PRIMARY or ABORT send in 3 fails (it is sent again
+  // in the next round, so that owner applies its part after the others).
+  std::atomic<uint64_t> locks{0}, decisions{0};
+  std::atomic<int> locks_dropped{0}, decisions_dropped{0};
+  SyncPoint* sp = SyncPoint::GetInstance();
+  struct Reset {  // the callbacks go before the counters they use, even if the run throws
+    ~Reset() { SyncPoint::GetInstance()->Reset(); }
+  } reset;
+  sp->SetCallBack("Transaction::SendLocks:Send", [&](void* arg) {
+    if (locks.fetch_add(1) % 6 != 5) return;
+    static_cast<txn::DecisionProbe*>(arg)->drop = true;
+    ++locks_dropped;
+  });
+  sp->SetCallBack("Transaction::Decide:Send", [&](void* arg) {
+    if (decisions.fetch_add(1) % 3 != 2) return;
+    static_cast<txn::DecisionProbe*>(arg)->drop = true;
+    ++decisions_dropped;
+  });
+  sp->EnableProcessing();
+  RunAndCheck(rts, Seed(3), "lost_sends");
+  CHECK(locks_dropped > 0);
+  CHECK(decisions_dropped > 0);
 }
 
 TEST_CASE("the checker catches a transaction that skipped validation", "[txn][history]") {

@@ -566,10 +566,21 @@ absl::Status Transaction::SendLocks(
   std::vector<std::pair<uint32_t, std::shared_ptr<Rpc::Pending>>> calls;
   for (const auto& [owner, payload] : payloads) {
     if (owner == node->id()) continue;
+    DecisionProbe probe{kLockMethod, owner, false};
+    FARM_SYNC_POINT_CALLBACK("Transaction::SendLocks:Send", &probe);
     absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
-        rpc->Start(*ctx_->lane, owner, kLockMethod, payload, ctx_->timeout);
+        probe.drop ? absl::StatusOr<std::shared_ptr<Rpc::Pending>>(
+                         absl::ResourceExhaustedError("LOCK dropped by a test"))
+                   : rpc->Start(*ctx_->lane, owner, kLockMethod, payload, ctx_->timeout);
     if (!p.ok()) {
-      if (first.ok()) first = p.status();
+      // Back-pressure (the owner's ring stayed full): nothing of this transaction is applied
+      // anywhere, so it is a conflict like any other; the caller runs it again.
+      if (first.ok()) {
+        first = absl::IsResourceExhausted(p.status())
+                    ? absl::AbortedError(absl::StrCat("LOCK to node ", owner,
+                                                      " could not be sent: ", p.status().message()))
+                    : p.status();
+      }
       continue;
     }
     calls.emplace_back(owner, *p);

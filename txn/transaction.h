@@ -55,9 +55,10 @@
 namespace farm {
 namespace txn {
 
-// What a test's callback at the sync point "Transaction::Decide:Send" gets: the decision about
-// to be sent to `owner`; setting `drop` makes this attempt fail as a back-pressured send would
-// (the decision is sent again in the next round).
+// What a test's callback at the sync points "Transaction::Decide:Send" and
+// "Transaction::SendLocks:Send" gets: the decision (COMMIT-PRIMARY or ABORT) or the LOCK about to
+// be sent to `owner`; setting `drop` makes this send fail as a back-pressured send would. A
+// dropped decision is sent again in the next round; a dropped LOCK aborts the transaction.
 struct DecisionProbe {
   uint16_t method = 0;
   uint32_t owner = 0;
