@@ -676,6 +676,26 @@ TEST_CASE("a runtime being destroyed never runs the protocol's handlers on a fre
          absl::IsCancelled(answer)));
 }
 
+TEST_CASE("SETTLE requests about departures a node has finished with are not kept", "[txn]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster(2);
+  Rpc* rpc0 = RuntimeAccess::Of(*rts[0]).rpc.get();
+  const txn::Engine& e1 = *RuntimeAccess::Of(*rts[1]).txn;
+  // Asks about incarnations node 1 never knew (or, equally, departures it already forgot): the
+  // answer is "not committed here", and nothing stays behind (one entry per ask used to).
+  for (uint64_t fence = 100; fence < 110; ++fence) {
+    absl::StatusOr<std::string> r =
+        rpc0->Call(1, txn::kSettleMethod,
+                   txn::EncodeSettle(txn::SettleRequest{7, fence, {txn::TxnId{7, fence - 1, 1}}}),
+                   absl::Seconds(10));
+    REQUIRE(r.ok());
+    absl::StatusOr<std::vector<bool>> answer = txn::DecodeSettleAnswer(*r, 1);
+    REQUIRE(answer.ok());
+    CHECK_FALSE((*answer)[0]);
+  }
+  CHECK(e1.remembered_asks() == 0);
+  CHECK(e1.unsettled() == 0);
+}
+
 TEST_CASE("transaction ids name the coordinator's incarnation and count from 1", "[txn]") {
   std::vector<std::unique_ptr<Runtime>> rts = StartCluster(2);
   txn::Engine& e = *RuntimeAccess::Of(*rts[1]).txn;

@@ -172,7 +172,17 @@ absl::StatusOr<std::string> Engine::OnSettle(uint32_t from, const SettleRequest&
   const std::vector<bool> committed =
       participant_->Committed(request.coordinator, request.fence_epoch, request.txns);
   std::lock_guard<std::mutex> l(mu_);
-  asked_[std::make_pair(request.coordinator, request.fence_epoch)].insert(from);
+  // Remembered until this node forgets that departure. A SETTLE about a departure this node has
+  // not seen yet (the coordinator's incarnation is still a member here) is remembered for when
+  // it does; one about a departure already forgotten, or about an incarnation this node never
+  // knew, would never be forgotten and is not kept.
+  const auto key = std::make_pair(request.coordinator, request.fence_epoch);
+  const auto member = members_.find(request.coordinator);
+  const bool not_seen_yet = member != members_.end() && member->second + 1 == request.fence_epoch;
+  const bool pending = std::any_of(departures_.begin(), departures_.end(), [&](const Departure& d) {
+    return d.coordinator == key.first && d.fence == key.second;
+  });
+  if (not_seen_yet || pending) asked_[key].insert(from);
   ForgetFinished();
   return EncodeSettleAnswer(committed);
 }
@@ -180,12 +190,12 @@ absl::StatusOr<std::string> Engine::OnSettle(uint32_t from, const SettleRequest&
 void Engine::ForgetFinished() {
   for (auto it = departures_.begin(); it != departures_.end();) {
     const auto key = std::make_pair(it->coordinator, it->fence);
-    const absl::flat_hash_set<uint32_t>& asked = asked_[key];
+    const auto asked = asked_.find(key);
     bool done = it->settled;
     for (const auto& [id, joined] : it->askers) {
       auto m = members_.find(id);
       const bool still_there = m != members_.end() && m->second == joined;
-      if (still_there && !asked.contains(id)) done = false;
+      if (still_there && (asked == asked_.end() || !asked->second.contains(id))) done = false;
     }
     if (!done) {
       ++it;
@@ -287,6 +297,11 @@ size_t Engine::unsettled() const {
   size_t n = 0;
   for (const Departure& d : departures_) n += d.settled ? 0 : 1;
   return n;
+}
+
+size_t Engine::remembered_asks() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return asked_.size();
 }
 
 std::vector<uint64_t> Engine::TakeTruncations(uint32_t owner, size_t max) {

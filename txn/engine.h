@@ -82,6 +82,8 @@ class Engine {
   uint64_t incarnation() const { return incarnation_; }
   // Departed coordinators whose settlement has not finished here (for tests).
   size_t unsettled() const;
+  // SETTLE requests remembered for departures not yet forgotten (for tests).
+  size_t remembered_asks() const;
   // Transactions of this node whose records `owner` may drop: taken by the next LOCK to it.
   std::vector<uint64_t> TakeTruncations(uint32_t owner, size_t max = kMaxTruncationsPerLock);
   void AddTruncation(uint32_t owner, uint64_t seq);
