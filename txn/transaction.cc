@@ -116,6 +116,18 @@ absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t siz
   }
 }
 
+// rpc.Start, unless a test's callback at the sync point `point` drops this send (DecisionProbe):
+// it then fails as a back-pressured send would.
+absl::StatusOr<std::shared_ptr<Rpc::Pending>> StartUnlessDropped(
+    const char* point, Rpc& rpc, Messenger::Lane& lane, uint32_t owner, uint16_t method,
+    const std::string& payload, absl::Duration timeout) {
+  DecisionProbe probe{method, owner, false};
+  FARM_SYNC_POINT_CALLBACK(point, &probe);
+  (void)point;
+  if (probe.drop) return absl::ResourceExhaustedError("send dropped by a test");
+  return rpc.Start(lane, owner, method, payload, timeout);
+}
+
 }  // namespace
 
 absl::Status CopyRanges(ThreadContext& ctx, absl::Span<const Range> ranges,
@@ -566,12 +578,8 @@ absl::Status Transaction::SendLocks(
   std::vector<std::pair<uint32_t, std::shared_ptr<Rpc::Pending>>> calls;
   for (const auto& [owner, payload] : payloads) {
     if (owner == node->id()) continue;
-    DecisionProbe probe{kLockMethod, owner, false};
-    FARM_SYNC_POINT_CALLBACK("Transaction::SendLocks:Send", &probe);
-    absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
-        probe.drop ? absl::StatusOr<std::shared_ptr<Rpc::Pending>>(
-                         absl::ResourceExhaustedError("LOCK dropped by a test"))
-                   : rpc->Start(*ctx_->lane, owner, kLockMethod, payload, ctx_->timeout);
+    absl::StatusOr<std::shared_ptr<Rpc::Pending>> p = StartUnlessDropped(
+        "Transaction::SendLocks:Send", *rpc, *ctx_->lane, owner, kLockMethod, payload, ctx_->timeout);
     if (!p.ok()) {
       // Back-pressure (the owner's ring stayed full): nothing of this transaction is applied
       // anywhere, so it is a conflict like any other; the caller runs it again.
@@ -629,12 +637,8 @@ Transaction::Delivery Transaction::Decide(uint16_t method, std::vector<uint32_t>
     for (uint32_t o : owners) {
       if (o == node->id()) continue;
       // Tests drop or delay a decision here (as a back-pressured Start would).
-      DecisionProbe probe{method, o, false};
-      FARM_SYNC_POINT_CALLBACK("Transaction::Decide:Send", &probe);
-      absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
-          probe.drop ? absl::StatusOr<std::shared_ptr<Rpc::Pending>>(
-                           absl::ResourceExhaustedError("decision dropped by a test"))
-                     : rpc->Start(*ctx_->lane, o, method, payload, ctx_->timeout);
+      absl::StatusOr<std::shared_ptr<Rpc::Pending>> p = StartUnlessDropped(
+          "Transaction::Decide:Send", *rpc, *ctx_->lane, o, method, payload, ctx_->timeout);
       if (!p.ok()) {
         out.last_error = p.status();
         again.push_back(o);
