@@ -84,10 +84,11 @@ void CopyLocalObject(const char* object, char* dst, uint64_t span) {
   const uint64_t word = LoadLockWord(object);
   std::memcpy(dst, &word, 8);
   // The rest in two halves, with a sync point between them where a test can commit a new
-  // version, so that the copy is torn every time (tests/txn_test.cc).
+  // version, so that the copy is torn every time (tests/txn_test.cc). Its argument is the copy
+  // so far: a copy whose lock word is locked is rejected as locked, whatever follows.
   const uint64_t half = std::max<uint64_t>(8, span / 2 & ~uint64_t{7});
   CopyWords(object, dst, 8, half);
-  FARM_SYNC_POINT_CALLBACK("CopyLocalObject:Midway", const_cast<char*>(object));
+  FARM_SYNC_POINT_CALLBACK("CopyLocalObject:Midway", dst);
   CopyWords(object, dst, half, span);
 }
 

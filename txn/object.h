@@ -97,8 +97,8 @@ uint64_t LoadLockWord(const char* object);
 
 // Copies `span` bytes (a multiple of 8) of a local object with atomic word loads: what a local
 // reader does instead of a READ. The lock word first, then the rest in two halves; between them
-// the sync point "CopyLocalObject:Midway" (argument: `object`) lets a test commit a new version
-// in the middle of a copy.
+// the sync point "CopyLocalObject:Midway" (argument: `dst`, the copy so far) lets a test commit a
+// new version in the middle of a copy.
 void CopyLocalObject(const char* object, char* dst, uint64_t span);
 
 // Owner side (the participant, one writer at a time). Sets the lock bit if the lock word is
