@@ -95,6 +95,21 @@ if [ "$rc" -ne 0 ]; then
 fi
 say "RDMA device $RDMA_DEV on $NETDEV is active"
 
+# Stacks of every thread of every process a test left running (its process group, without the
+# shells and timeout around it), appended to the test's log: a hang shows where it waits.
+dump_stacks() {
+    local group=$1 p comm
+    for p in $(pgrep -g "$group"); do
+        comm=$(cat "/proc/$p/comm" 2>/dev/null) || continue
+        case $comm in timeout | bash | sleep) continue ;; esac
+        echo "softiwarp: stacks of $comm (pid $p):"
+        timeout 120 gdb -batch -nx -p "$p" -ex "set pagination off" -ex "thread apply all bt" \
+            2>&1 | grep -v '^\[New LWP\|^warning: '
+    done
+}
+# The dump comes this long before the time limit (gdb in a TCG guest takes a while).
+DUMP_LEAD=$(( FARM_TEST_TIMEOUT >= 240 ? 120 : FARM_TEST_TIMEOUT / 2 ))
+
 # --- tests -------------------------------------------------------------------------------------
 for cmd_file in "$SHARE"/tests/*.cmd; do
     [ -e "$cmd_file" ] || continue
@@ -115,8 +130,24 @@ for cmd_file in "$SHARE"/tests/*.cmd; do
                 timeout -k 10 "$FARM_TEST_TIMEOUT" bash -c "$(cat "$cmd_file")"
     ) < /dev/null > "$RESULTS/$id.log" 2>&1 &
     pid=$!
+    # A watchdog: if the test is still running DUMP_LEAD seconds before its limit, it is most
+    # likely hung; record its stacks before timeout kills it. gdb stops the process for seconds,
+    # long enough for its nodes' leases to expire: a test that was only slow fails after a dump.
+    (
+        sleep $(( FARM_TEST_TIMEOUT - DUMP_LEAD )) &
+        wait $!
+        if kill -0 "$pid" 2>/dev/null; then
+            echo "softiwarp: still running after $(( FARM_TEST_TIMEOUT - DUMP_LEAD ))s; stacks:"
+            dump_stacks "$pid"
+        fi
+    ) >> "$RESULTS/$id.stacks" 2>&1 &
+    watchdog=$!
     wait "$pid"
     rc=$?
+    pkill -P "$watchdog" sleep 2>/dev/null
+    wait "$watchdog"
+    [ -s "$RESULTS/$id.stacks" ] && cat "$RESULTS/$id.stacks" >> "$RESULTS/$id.log"
+    rm -f "$RESULTS/$id.stacks"
     kill -KILL -- "-$pid" 2>/dev/null
     [ "$rc" -eq 124 ] && echo "softiwarp: test timed out after ${FARM_TEST_TIMEOUT}s" >> "$RESULTS/$id.log"
     secs=$(echo "$(date +%s.%N) $start" | awk '{ printf "%.1f", $1 - $2 }')
