@@ -20,6 +20,7 @@
 #include "platform/node.h"
 #include "platform/testing/free_ports.h"
 #include "platform/testing/test_env.h"
+#include "spdlog/spdlog.h"
 
 namespace farm {
 
@@ -53,7 +54,11 @@ class TestCluster {
     }
     for (auto& f : starting) {
       absl::StatusOr<std::unique_ptr<Node>> node = f.get();
-      if (!node.ok() && status_.ok()) status_ = node.status();
+      if (!node.ok()) {
+        spdlog::error("test cluster: node {} did not start: {}", nodes_.size(),
+                      node.status().ToString());
+        if (status_.ok()) status_ = node.status();
+      }
       nodes_.push_back(node.ok() ? std::move(*node) : nullptr);
     }
   }
