@@ -30,6 +30,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -108,6 +109,28 @@ auto ProviderCall(F&& f) {
 // the environment yet); a value the user set is kept, and Fabric::Open warns if it is off.
 constexpr char kRxmSharedReceive[] = "FI_OFI_RXM_USE_SRX";
 [[maybe_unused]] const bool kRxmSharedReceiveSet = setenv(kRxmSharedReceive, "1", 0) == 0;
+
+// libfabric's memory-registration cache, which verbs uses (tcp and shm do not), and memory
+// monitors. To learn when cached memory is freed, libfabric 1.17's default monitor, "memhooks",
+// patches the code of libc's mmap, munmap, mremap, madvise, brk and shmdt: it overwrites their
+// first bytes with a jump while the process runs, when the first verbs domain opens, and writes
+// the original bytes back when the last one closes. Any other thread in those functions at that
+// moment (malloc and free call madvise and munmap) runs half-written code; in-process test
+// clusters open and close domains over and over, and crashed inside free (SIGSEGV in heap_trim,
+// about 1 run in 30 of rpc_test on SoftiWARP). We register a few long-lived regions once per
+// node, which a cache cannot speed up: max count 0 turns the cache off, and no monitor ever
+// starts. Set before main(), like the variable above; a value the user set is kept, and
+// Fabric::Open warns if it turns the cache on.
+constexpr char kMrCacheMaxCount[] = "FI_MR_CACHE_MAX_COUNT";
+[[maybe_unused]] const bool kMrCacheMaxCountSet = setenv(kMrCacheMaxCount, "0", 0) == 0;
+
+// True if the environment turned libfabric's registration cache on (see above).
+bool MrCacheOn() {
+  const char* v = std::getenv(kMrCacheMaxCount);
+  if (v == nullptr) return false;
+  uint64_t n = 0;
+  return !absl::SimpleAtoi(v, &n) || n != 0;
+}
 
 // True unless the environment turned ofi_rxm's shared receive context off (see above).
 bool RxmSharedReceiveOn() {
@@ -512,6 +535,11 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& option
     spdlog::warn("{} is off: with verbs;ofi_rxm, libfabric 1.17 may crash when an endpoint is "
                  "closed (see platform/fabric.cc)",
                  kRxmSharedReceive);
+  }
+  if (absl::StartsWith(prov_name, "verbs") && MrCacheOn()) {
+    spdlog::warn("{} is not 0: libfabric's registration cache is on, and its memory monitor "
+                 "patches libc's memory functions while the process runs (see platform/fabric.cc)",
+                 kMrCacheMaxCount);
   }
   Handles& h = *f->h_;
   h.info = info;

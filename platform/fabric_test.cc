@@ -1,5 +1,6 @@
 #include "platform/fabric.h"
 
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,7 +9,9 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -141,6 +144,36 @@ TEST_CASE("one-sided WRITE then READ round-trips bytes", "[fabric]") {
     REQUIRE(ws.ok());
   }
   CHECK(std::memcmp(p.abuf.data() + 8192, p.abuf.data(), 4096) == 0);
+}
+
+TEST_CASE("open fabrics leave the code of libc's memory functions unchanged", "[fabric]") {
+  // libfabric's registration cache (used by verbs) starts a memory monitor when a domain opens;
+  // its default one rewrites the first bytes of these functions while the process runs, which
+  // crashed other threads (fabric.cc, kMrCacheMaxCount). Their code must be the same while two
+  // fabrics are open, with memory registered and a peer added, as before.
+  auto provider = GENERATE(from_range(TestProviders({"shm", "tcp;ofi_rxm", "tcp"})));
+  INFO("provider " << provider);
+  void* libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(libc != nullptr);
+  constexpr size_t kBytes = 16;  // longer than the patch (a 13-byte jump on x86-64)
+  std::vector<std::pair<std::string, std::string>> before;
+  for (const char* name : {"mmap", "munmap", "mremap", "madvise", "brk", "shmdt"}) {
+    const void* code = dlsym(libc, name);
+    INFO(name);
+    REQUIRE(code != nullptr);
+    before.emplace_back(name, std::string(static_cast<const char*>(code), kBytes));
+  }
+  {
+    Pair p(provider);
+    OpBatch batch(p.a.get());
+    REQUIRE(batch.Write(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data(), 64}).ok());
+    REQUIRE(batch.Wait(absl::Seconds(10)).ok());
+    for (const auto& [name, bytes] : before) {
+      INFO(name);
+      CHECK(std::string(static_cast<const char*>(dlsym(libc, name.c_str())), kBytes) == bytes);
+    }
+  }
+  dlclose(libc);
 }
 
 TEST_CASE("WRITEs around the provider's split size land whole", "[fabric]") {
