@@ -8,8 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -156,6 +159,48 @@ absl::StatusOr<std::unique_ptr<ControlListener>> ControlListener::Listen(const s
 }
 
 ControlListener::~ControlListener() { close(fd_); }
+
+namespace {
+
+// The first port of the kernel's ephemeral range; 32768 (Linux's default) if it cannot be read.
+uint16_t FirstEphemeralPort() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (!(f >> low) || low <= 0 || low > 65535) low = 32768;
+  return static_cast<uint16_t>(low);
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::unique_ptr<ControlListener>>> ListenOnFreePorts(
+    const std::string& host, int n) {
+  constexpr int kLowest = 10000;  // above the well-known and most registered services' ports
+  const int end = FirstEphemeralPort();
+  std::vector<std::unique_ptr<ControlListener>> held;
+  auto taken = [&held](uint16_t port) {
+    return std::any_of(held.begin(), held.end(),
+                       [port](const std::unique_ptr<ControlListener>& l) { return l->port() == port; });
+  };
+  if (end - kLowest >= 1000) {
+    std::mt19937 rng(std::random_device{}());
+    std::uniform_int_distribution<int> pick(kLowest, end - 1);
+    for (int attempt = 0; attempt < 1000 && static_cast<int>(held.size()) < n; ++attempt) {
+      const uint16_t port = static_cast<uint16_t>(pick(rng));
+      if (taken(port)) continue;
+      absl::StatusOr<std::unique_ptr<ControlListener>> l = ControlListener::Listen(host, port);
+      if (l.ok()) held.push_back(std::move(*l));  // else in use: draw again
+    }
+  }
+  while (static_cast<int>(held.size()) < n) {
+    absl::StatusOr<std::unique_ptr<ControlListener>> l = ControlListener::Listen(host, 0);
+    if (!l.ok()) {
+      return absl::Status(l.status().code(), absl::StrCat("cannot find a free port on ", host,
+                                                          ": ", l.status().message()));
+    }
+    held.push_back(std::move(*l));
+  }
+  return held;
+}
 
 absl::StatusOr<std::unique_ptr<ControlChannel>> ControlListener::Accept(absl::Duration timeout) {
   pollfd p{fd_, POLLIN, 0};

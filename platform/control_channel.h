@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -74,6 +75,17 @@ class ControlListener {
   int fd_;
   uint16_t port_;
 };
+
+// Listeners on `n` distinct ports of `host` that are free now, for choosing nodes' control ports:
+// hold them until every port is chosen (a listener closed before the next one opens may hand
+// its port to the next, and two nodes would share it), close them right before the nodes bind.
+// The ports are drawn at random below the kernel's ephemeral range (ip_local_port_range), or
+// are any free ports if that leaves too little room. Not "any port" (bind to 0) in general: the
+// kernel then hands out an ephemeral port, which, between its release and the node's bind, any
+// outgoing connection on the host may take as its local port (tcp;ofi_rxm opens many), and the
+// configuration manager could not listen.
+absl::StatusOr<std::vector<std::unique_ptr<ControlListener>>> ListenOnFreePorts(
+    const std::string& host, int n);
 
 }  // namespace farm
 

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <set>
 #include <thread>
 
 namespace farm {
@@ -73,6 +75,29 @@ TEST_CASE("a port in use is reported as such", "[control]") {
   auto b = ControlListener::Listen("127.0.0.1", (*a)->port());
   REQUIRE_FALSE(b.ok());
   CHECK(std::string(b.status().message()).find("in use") != std::string::npos);
+}
+
+TEST_CASE("free ports for nodes are distinct, held, and below the ephemeral range", "[control]") {
+  int first_ephemeral = 32768;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    REQUIRE(std::fscanf(f, "%d", &first_ephemeral) == 1);
+    std::fclose(f);
+  }
+  auto held = ListenOnFreePorts("127.0.0.1", 8);
+  REQUIRE(held.ok());
+  REQUIRE(held->size() == 8);
+  std::set<uint16_t> ports;
+  for (const auto& l : *held) {
+    ports.insert(l->port());
+    // Below the range from which connect() picks local ports (unless it leaves no room).
+    if (first_ephemeral >= 11000) CHECK(l->port() < first_ephemeral);
+    // Held: nobody else can listen there until the caller lets go.
+    CHECK_FALSE(ControlListener::Listen("127.0.0.1", l->port()).ok());
+  }
+  CHECK(ports.size() == 8);
+  const uint16_t first = *ports.begin();
+  held->clear();
+  CHECK(ControlListener::Listen("127.0.0.1", first).ok());
 }
 
 }  // namespace farm

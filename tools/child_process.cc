@@ -343,20 +343,15 @@ absl::StatusOr<config::ClusterConfig> LocalClusterConfig(int nodes, const std::s
   c.set_region_size(1 << 20);
   c.set_region_count(1);
   c.set_lock_memory(false);
-  // Ports that were free a moment ago. Every listener is held until all ports are known: one
-  // closed before the next opens may hand its port to the next, and two nodes would share it.
-  std::vector<std::unique_ptr<ControlListener>> held;
+  // Ports that are free now, held until all are known (ListenOnFreePorts).
+  absl::StatusOr<std::vector<std::unique_ptr<ControlListener>>> held =
+      ListenOnFreePorts(host, nodes);
+  if (!held.ok()) return held.status();
   for (int i = 0; i < nodes; ++i) {
-    absl::StatusOr<std::unique_ptr<ControlListener>> l = ControlListener::Listen(host, 0);
-    if (!l.ok()) {
-      return absl::Status(l.status().code(), absl::StrCat("cannot find a free port on ", host, ": ",
-                                                          l.status().message()));
-    }
     config::NodeConfig* n = c.add_node();
     n->set_id(i);
     n->set_host(host);
-    n->set_control_port((*l)->port());
-    held.push_back(std::move(*l));
+    n->set_control_port((*held)[i]->port());
   }
   if (absl::Status s = ValidateAndComplete(&c); !s.ok()) return s;
   return c;

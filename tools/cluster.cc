@@ -14,10 +14,8 @@
 // The supervisor talks to its nodes through their standard input and output (see tools/node.cc):
 // it waits for every READY line, then asks one node at a time to run the self-check (so that no
 // two checkers write the same bytes) and prints the results as a table or as JSON lines.
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,7 +30,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -46,6 +43,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "platform/config.h"
+#include "platform/control_channel.h"
 #include "platform/fabric.h"
 #include "platform/logging.h"
 #include "spdlog/spdlog.h"
@@ -94,25 +92,6 @@ struct Child {
   std::string app_error;
 };
 
-// A port that is free now. The socket bound to it stays open in `held` (the caller closes them
-// all once every node has its port): a socket closed before the next one binds may hand its port
-// to the next, and two nodes would share it.
-absl::StatusOr<uint16_t> FreePort(std::vector<int>* held) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = 0;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("no free port: ", std::strerror(errno)));
-  }
-  held->push_back(fd);
-  return ntohs(a.sin_port);
-}
-
 class Cluster {
  public:
   ~Cluster() { Stop(); }
@@ -138,36 +117,30 @@ class Cluster {
     c.set_lock_memory(absl::GetFlag(FLAGS_lock_memory));
     if (absl::GetFlag(FLAGS_lease_ms) != 0) c.set_lease_ms(absl::GetFlag(FLAGS_lease_ms));
     const int base_port = absl::GetFlag(FLAGS_base_port);
-    std::vector<int> held;  // sockets holding the free ports until all are chosen
-    absl::Cleanup close_held = [&held] {
-      for (int fd : held) close(fd);
-    };
+    const int late = absl::GetFlag(FLAGS_late_nodes);
+    if (late < 0 || n + late > 64) {
+      return absl::InvalidArgumentError("--late_nodes must be 0 or more, at most 64 nodes in all");
+    }
+    // Free ports for the nodes without --base_port and for late nodes, held until all are
+    // chosen (ListenOnFreePorts), closed right before the nodes bind them.
+    absl::StatusOr<std::vector<std::unique_ptr<ControlListener>>> held =
+        ListenOnFreePorts("127.0.0.1", (base_port > 0 ? 0 : n) + late);
+    if (!held.ok()) return held.status();
+    size_t next_free = 0;
     for (int i = 0; i < n; ++i) {
       config::NodeConfig* node = c.add_node();
       node->set_id(i);
       node->set_host(hosts.empty() ? absl::GetFlag(FLAGS_host) : hosts[i]);
-      if (base_port > 0) {
-        node->set_control_port(base_port + i);
-      } else {
-        absl::StatusOr<uint16_t> port = FreePort(&held);
-        if (!port.ok()) return port.status();
-        node->set_control_port(*port);
-      }
-    }
-    const int late = absl::GetFlag(FLAGS_late_nodes);
-    if (late < 0 || n + late > 64) {
-      return absl::InvalidArgumentError("--late_nodes must be 0 or more, at most 64 nodes in all");
+      node->set_control_port(base_port > 0 ? base_port + i : (*held)[next_free++]->port());
     }
     for (int i = n; i < n + late; ++i) {
       config::NodeConfig* node = c.add_node();
       node->set_id(i);
       node->set_host(absl::GetFlag(FLAGS_host));
       node->set_late(true);
-      absl::StatusOr<uint16_t> port = FreePort(&held);
-      if (!port.ok()) return port.status();
-      node->set_control_port(*port);
+      node->set_control_port((*held)[next_free++]->port());
     }
-    std::move(close_held).Invoke();  // the nodes bind these ports next
+    held->clear();  // the nodes bind these ports next
     absl::Status s = ValidateAndComplete(&c);
     if (!s.ok()) return s;
     config_ = c;
