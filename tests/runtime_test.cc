@@ -148,10 +148,13 @@ TEST_CASE("RPC through the public API", "[runtime]") {
 
   SECTION("typed and untyped calls to every node") {
     for (uint32_t node = 0; node < 3; ++node) {
+      INFO("to node " << node);
       absl::StatusOr<int64_t> sum = kAdd.Call(**w, node, Pair{40, int64_t{node}});
+      INFO(sum.status().ToString());
       REQUIRE(sum.ok());
       REQUIRE(*sum == 40 + node);
       absl::StatusOr<std::string> echo = (*w)->Call(node, kEcho, "hi");
+      INFO(echo.status().ToString());
       REQUIRE(echo.ok());
       REQUIRE(*echo == absl::StrCat(node, " got hi from 1"));
     }
