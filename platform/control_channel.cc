@@ -8,7 +8,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -177,17 +176,13 @@ absl::StatusOr<std::vector<std::unique_ptr<ControlListener>>> ListenOnFreePorts(
   constexpr int kLowest = 10000;  // above the well-known and most registered services' ports
   const int end = FirstEphemeralPort();
   std::vector<std::unique_ptr<ControlListener>> held;
-  auto taken = [&held](uint16_t port) {
-    return std::any_of(held.begin(), held.end(),
-                       [port](const std::unique_ptr<ControlListener>& l) { return l->port() == port; });
-  };
   if (end - kLowest >= 1000) {
     std::mt19937 rng(std::random_device{}());
     std::uniform_int_distribution<int> pick(kLowest, end - 1);
     for (int attempt = 0; attempt < 1000 && static_cast<int>(held.size()) < n; ++attempt) {
-      const uint16_t port = static_cast<uint16_t>(pick(rng));
-      if (taken(port)) continue;
-      absl::StatusOr<std::unique_ptr<ControlListener>> l = ControlListener::Listen(host, port);
+      // A port drawn twice fails to bind like any port in use: one of ours is listening there.
+      absl::StatusOr<std::unique_ptr<ControlListener>> l =
+          ControlListener::Listen(host, static_cast<uint16_t>(pick(rng)));
       if (l.ok()) held.push_back(std::move(*l));  // else in use: draw again
     }
   }

@@ -11,6 +11,7 @@
 #define CATCH_CONFIG_NO_POSIX_SIGNALS
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 
