@@ -13,18 +13,25 @@ namespace farm {
 TEST_CASE("messages round-trip over a connection", "[control]") {
   auto listener = ControlListener::Listen("127.0.0.1", 0);
   REQUIRE(listener.ok());
-  std::thread client([port = (*listener)->port()] {
+  absl::Status sent;  // checked after the join: Catch's assertions are for the test's thread
+  std::thread client([&sent, port = (*listener)->port()] {
     auto ch = ControlChannel::Connect("127.0.0.1", port, absl::Seconds(5));
-    REQUIRE(ch.ok());
+    if (!ch.ok()) {
+      sent = ch.status();
+      return;
+    }
     control::ControlMessage m;
     m.mutable_join()->set_requested_id(7);
     m.mutable_join()->mutable_node()->set_fabric_address(std::string("\0\1\2", 3));
-    REQUIRE((*ch)->Send(m).ok());
+    sent = (*ch)->Send(m);
   });
   auto server = (*listener)->Accept(absl::Seconds(5));
+  if (!server.ok()) client.join();
   REQUIRE(server.ok());
   auto got = (*server)->Receive(absl::Seconds(5));
   client.join();
+  INFO(sent.ToString());
+  REQUIRE(sent.ok());
   REQUIRE(got.ok());
   CHECK(got->join().requested_id() == 7);
   CHECK(got->join().node().fabric_address() == std::string("\0\1\2", 3));

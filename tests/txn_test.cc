@@ -633,11 +633,13 @@ TEST_CASE("Worker::Run retries by time, past the thousand attempts it used to st
     }
   });
   sp->EnableProcessing();
+  absl::Status holder_put, holder_commit;  // checked after the join (Catch is not thread-safe)
   std::thread holder([&] {
     tl_holder = true;
     std::unique_ptr<Txn> t = w0->Begin();
-    REQUIRE(t->Put(x, int64_t{6}).ok());
-    CHECK(t->Commit().ok());
+    holder_put = t->Put(x, int64_t{6});
+    holder_commit = holder_put.ok() ? t->Commit() : absl::OkStatus();
+    holder_waiting = true;  // if it never reached the callback, the main thread must not wait
   });
   while (!holder_waiting.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   absl::Status s = w1->Run([&](Txn& t) -> absl::Status {
@@ -649,6 +651,8 @@ TEST_CASE("Worker::Run retries by time, past the thousand attempts it used to st
   run_done = true;
   holder.join();
   sp->Reset();
+  REQUIRE(holder_put.ok());
+  CHECK(holder_commit.ok());
   INFO(s.ToString() << " after " << attempts.load() << " attempts");
   CHECK(s.ok());
   CHECK(attempts.load() > 1000);
