@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -282,14 +283,23 @@ class InFlightOps {
 
 // shm endpoints of this process. libfabric 1.17's shm maps a peer that is an endpoint of the same
 // process by pointing at that endpoint's own region (smr_map_to_region finds it by name), and
-// closing the endpoint unmaps the region while the peer's map keeps the pointer. An operation
-// posted to it afterwards takes the spinlock inside the unmapped region: SIGSEGV, or a write into
-// whatever was mapped there since. That happens only with several nodes in one process (the
-// in-process test clusters: a node leaves while the others still post to it until the membership
-// tells them). So each such endpoint has a liveness record: a post to it holds the record shared
-// for the provider call and fails once it is closed; its Fabric marks it closed, exclusively,
-// before it closes the endpoint. Peers in other processes are not affected (their mapping is
-// their own) and cost nothing here.
+// closing the endpoint unmaps the region while the peer's map keeps the pointer. That happens
+// only with several nodes in one process (the in-process test clusters: a node leaves while the
+// others still talk to it until the membership tells them); peers in other processes map the
+// region themselves, and cost nothing here. Two kinds of access follow a close:
+//  - An operation posted to it takes the spinlock inside the unmapped region: SIGSEGV, or a write
+//    into whatever was mapped there since. So each such endpoint has a liveness record: a post to
+//    it holds the record shared for the provider call and fails once it is closed; its Fabric
+//    marks it closed, exclusively, before it closes the endpoint.
+//  - The others' progress, which no post guards: a peer reaping the answer to an operation the
+//    closed endpoint served returns the borrowed buffer into the closed endpoint's region (and
+//    takes its lock); a peer serving a READ that the closed endpoint posted writes the answer
+//    into it (smr_progress_resp_entry, smr_progress_cmd_rma). SIGSEGV in the peer's poller (ASan
+//    rpc_test on shm, about 1 run in 75: a node stopped while the others served it). So an shm
+//    endpoint closed while another of this process is open is parked instead: marked closed,
+//    never progressed again, its libfabric objects (and so its region) kept until the last shm
+//    endpoint of the process closes, which closes them all. One process per node, as deployed,
+//    never parks.
 struct LocalShmEndpoint {
   std::shared_mutex mu;  // shared: a post to this endpoint is in the provider; unique: closing
   bool closed = false;   // guarded by mu
@@ -313,19 +323,35 @@ class LocalShmEndpoints {
     auto it = by_address_.find(address);
     return it == by_address_.end() ? nullptr : it->second;
   }
-  // Marks the endpoint closed once no post to it is in the provider, and forgets it.
-  void Close(const std::string& address, LocalShmEndpoint& e) {
+  // Marks the endpoint closed once no post to it is in the provider, and forgets it. If another
+  // shm endpoint of this process is still open, parks `close` (the endpoint's libfabric objects
+  // stay open) and returns nothing; otherwise returns every parked close and `close`, to run now.
+  std::vector<std::function<void()>> CloseOrPark(const std::string& address, LocalShmEndpoint& e,
+                                                 std::function<void()> close) {
     {
       std::unique_lock<std::shared_mutex> l(e.mu);
       e.closed = true;
     }
     std::lock_guard<std::mutex> l(mu_);
     by_address_.erase(address);
+    if (!by_address_.empty()) {
+      parked_.push_back(std::move(close));
+      return {};
+    }
+    std::vector<std::function<void()>> now = std::move(parked_);
+    parked_.clear();
+    now.push_back(std::move(close));
+    return now;
+  }
+  int parked() {
+    std::lock_guard<std::mutex> l(mu_);
+    return static_cast<int>(parked_.size());
   }
 
  private:
   std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<LocalShmEndpoint>> by_address_;
+  std::vector<std::function<void()>> parked_;  // closes of parked endpoints
 };
 
 struct Fabric::Handles {
@@ -425,50 +451,63 @@ Fabric::~Fabric() {
   if (int n = open_channels_.load(std::memory_order_relaxed); n > 0) {
     spdlog::error("a Fabric is destroyed while {} of its channels are open; destroy them first", n);
   }
-  // Before the endpoint closes: posts of this process to it finish, later ones fail.
-  if (h_->local_shm != nullptr) LocalShmEndpoints::Get().Close(address_, *h_->local_shm);
+  if (h_->local_shm != nullptr) {
+    // Posts of this process to it finish, later ones fail; then it is closed, or parked until
+    // the process's last shm endpoint closes (see LocalShmEndpoints).
+    std::shared_ptr<Handles> h(std::move(h_));
+    std::vector<std::function<void()>> closes = LocalShmEndpoints::Get().CloseOrPark(
+        address_, *h->local_shm, [h] { CloseHandles(h.get()); });
+    for (const std::function<void()>& close : closes) close();
+    return;
+  }
+  CloseHandles(h_.get());
+}
+
+int Fabric::ParkedShmEndpointsForTesting() { return LocalShmEndpoints::Get().parked(); }
+
+void Fabric::CloseHandles(Handles* h) {
   {
-    farm::MutexLock l(&h_->peers_mu);
-    for (auto& p : h_->peers) {
+    farm::MutexLock l(&h->peers_mu);
+    for (auto& p : h->peers) {
       if (p->ep) fi_close(&p->ep->fid);
     }
   }
   {
-    farm::MutexLock l(&h_->eq_mu);
-    for (fid_ep* ep : h_->accepted) fi_close(&ep->fid);
+    farm::MutexLock l(&h->eq_mu);
+    for (fid_ep* ep : h->accepted) fi_close(&ep->fid);
   }
-  if (h_->pep) {
+  if (h->pep) {
     // Connection requests still unread in the event queue carry an fi_info that only their
     // reader frees (closing the queue does not): refuse them and free it.
     alignas(fi_eq_cm_entry) char buf[sizeof(fi_eq_cm_entry) + 256];
     auto* entry = reinterpret_cast<fi_eq_cm_entry*>(buf);
     uint32_t event = 0;
-    for (ssize_t n; (n = fi_eq_read(h_->eq, &event, buf, sizeof(buf), 0)) != -FI_EAGAIN;) {
+    for (ssize_t n; (n = fi_eq_read(h->eq, &event, buf, sizeof(buf), 0)) != -FI_EAGAIN;) {
       if (n == -FI_EAVAIL) {
         fi_eq_err_entry err{};
-        if (fi_eq_readerr(h_->eq, &err, 0) < 0) break;
+        if (fi_eq_readerr(h->eq, &err, 0) < 0) break;
         continue;
       }
       if (n < 0) break;
       FreeEventInfo(event, n, buf);
       if (event == FI_CONNREQ && entry->info != nullptr) {
-        fi_reject(h_->pep, entry->info->handle, nullptr, 0);
+        fi_reject(h->pep, entry->info->handle, nullptr, 0);
         fi_freeinfo(entry->info);
       }
     }
-    fi_close(&h_->pep->fid);
+    fi_close(&h->pep->fid);
   }
-  if (h_->ep) fi_close(&h_->ep->fid);
-  if (h_->remote_cntr) fi_close(&h_->remote_cntr->fid);
-  if (h_->av) fi_close(&h_->av->fid);
-  if (h_->cq) fi_close(&h_->cq->fid);
+  if (h->ep) fi_close(&h->ep->fid);
+  if (h->remote_cntr) fi_close(&h->remote_cntr->fid);
+  if (h->av) fi_close(&h->av->fid);
+  if (h->cq) fi_close(&h->cq->fid);
   // Operations that never completed (their peer went away): nothing refers to them any more.
-  for (void* op : h_->in_flight.TakeAll()) delete static_cast<OpContext*>(op);
-  if (h_->domain) fi_close(&h_->domain->fid);
-  if (h_->eq) fi_close(&h_->eq->fid);
-  if (h_->fabric) fi_close(&h_->fabric->fid);
-  if (h_->info) fi_freeinfo(h_->info);
-  if (h_->msg_hints) fi_freeinfo(h_->msg_hints);
+  for (void* op : h->in_flight.TakeAll()) delete static_cast<OpContext*>(op);
+  if (h->domain) fi_close(&h->domain->fid);
+  if (h->eq) fi_close(&h->eq->fid);
+  if (h->fabric) fi_close(&h->fabric->fid);
+  if (h->info) fi_freeinfo(h->info);
+  if (h->msg_hints) fi_freeinfo(h->msg_hints);
 }
 
 absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& options) {

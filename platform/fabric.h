@@ -235,6 +235,10 @@ class Fabric {
   // True if WaitForProgress blocks on the provider's wait object instead of sleeping.
   bool can_wait() const { return wait_fd_ >= 0; }
 
+  // shm endpoints of this process that were closed while another shm endpoint of this process
+  // was open, and are kept open until the last one closes (see Fabric::~Fabric).
+  static int ParkedShmEndpointsForTesting();
+
  private:
   friend class OpBatch;
   friend class FabricChannel;
@@ -251,6 +255,8 @@ class Fabric {
   absl::Status ConnectMsg(absl::string_view address, void* eq, void* cq, void** ep);
 
   Fabric();
+  // Closes every libfabric object in `h` and frees the operations left on its queue.
+  static void CloseHandles(Handles* h);
   absl::Status OpenEndpoint();
   // MSG: accepts connection requests and tracks connection state. Returns events handled.
   int ProgressConnections();
