@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <list>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -20,6 +21,7 @@ namespace {
 
 constexpr absl::Duration kTick = absl::Milliseconds(50);
 constexpr absl::Duration kFirstMessageTimeout = absl::Seconds(5);
+constexpr absl::Duration kPendingTick = absl::Milliseconds(1);
 
 constexpr char kLeft[] = "it left";
 
@@ -57,14 +59,46 @@ class CmServerImpl : public CmServer {
     Clock::time_point last_heard;  // anything received renews the lease
   };
 
+  // A connection accepted, waiting for its join request.
+  struct Pending {
+    std::unique_ptr<ControlChannel> channel;
+    absl::Time deadline;
+  };
+
   void Run() {
     spdlog::info("configuration manager listening on port {}, expecting {} node(s)",
                  listener_->port(), RequiredNodes());
     while (!stop_.load(std::memory_order_relaxed)) {
-      absl::StatusOr<std::unique_ptr<ControlChannel>> ch = listener_->Accept(kTick);
-      if (ch.ok()) Admit(std::move(*ch));
+      // While a connection waits for its join request, look again soon: a joining node sends
+      // it right after connecting.
+      absl::StatusOr<std::unique_ptr<ControlChannel>> ch =
+          listener_->Accept(pending_.empty() ? kTick : kPendingTick);
+      if (ch.ok()) pending_.push_back({std::move(*ch), absl::Now() + kFirstMessageTimeout});
+      AdmitPending();
       if (!formed_ && !failed_ && absl::Now() > join_deadline_) FailFormation();
       if (formed_) WatchMembers();
+    }
+  }
+
+  // Admits the pending connections whose join request arrived and drops those that sent
+  // something else, closed, or sent nothing in kFirstMessageTimeout. Never waits: members'
+  // heartbeats are acknowledged between two looks, however long a connection stays silent (a
+  // port probe, a stuck client).
+  void AdmitPending() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      absl::StatusOr<control::ControlMessage> msg = it->channel->Receive(absl::ZeroDuration());
+      if (!msg.ok() && absl::IsDeadlineExceeded(msg.status()) && absl::Now() < it->deadline) {
+        ++it;
+        continue;
+      }
+      std::unique_ptr<ControlChannel> channel = std::move(it->channel);
+      it = pending_.erase(it);
+      if (!msg.ok() || !msg->has_join()) {
+        spdlog::warn("CM: dropped a connection from {} that sent no join request ({})",
+                     channel->peer(), msg.ok() ? "other message" : msg.status().ToString());
+        continue;
+      }
+      Admit(std::move(channel), msg->join());
     }
   }
 
@@ -132,18 +166,7 @@ class CmServerImpl : public CmServer {
     return id;
   }
 
-  void Admit(std::unique_ptr<ControlChannel> ch) {
-    // A joining node sends its request right after connecting. The wait is also bounded by a
-    // quarter lease: meanwhile no heartbeat is acknowledged, and a connection that sends nothing
-    // must not make every member's lease run out.
-    absl::StatusOr<control::ControlMessage> msg =
-        ch->Receive(std::min(kFirstMessageTimeout, absl::Milliseconds(config_.lease_ms()) / 4));
-    if (!msg.ok() || !msg->has_join()) {
-      spdlog::warn("CM: dropped a connection from {} that sent no join request ({})", ch->peer(),
-                   msg.ok() ? "other message" : msg.status().ToString());
-      return;
-    }
-    const control::JoinRequest& req = msg->join();
+  void Admit(std::unique_ptr<ControlChannel> ch, const control::JoinRequest& req) {
     absl::StatusOr<uint32_t> id =
         failed_
             ? absl::StatusOr<uint32_t>(absl::FailedPreconditionError("the cluster failed to form"))
@@ -212,7 +235,7 @@ class CmServerImpl : public CmServer {
   // Reads everything each member sent (heartbeats renew its lease; suspicions are collected),
   // then drops members whose connection closed, who said Leave, whose lease expired or whom a
   // peer reported, and tells the rest. Everything queued is read before leases are judged, so a
-  // CM thread that was itself held up (a slow Admit) never evicts a node whose heartbeats were
+  // CM thread that was itself held up (a loaded machine) never evicts a node whose heartbeats were
   // waiting in its socket.
   void WatchMembers() {
     std::map<uint32_t, std::string> gone;  // id -> why
@@ -282,6 +305,7 @@ class CmServerImpl : public CmServer {
   const absl::Time join_deadline_;
   const Clock::duration lease_;
   std::map<uint32_t, Member> members_;
+  std::list<Pending> pending_;
   bool formed_ = false;
   bool failed_ = false;
   uint64_t epoch_ = 0;

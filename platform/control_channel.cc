@@ -100,6 +100,9 @@ absl::Status ControlChannel::ReadFully(char* buf, size_t len, absl::Time deadlin
   size_t got = 0;
   while (got < len) {
     pollfd p{fd_, POLLIN, 0};
+    // Once part of it arrived the rest is on its way: give it time even if the caller only
+    // peeked (a frame header split over two segments must not be lost half-read).
+    if (got > 0) deadline = std::max(deadline, absl::Now() + absl::Seconds(2));
     int rc = poll(&p, 1, RemainingMs(deadline));
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0) {

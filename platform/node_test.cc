@@ -324,23 +324,60 @@ TEST_CASE("a remote Read or Write larger than the staging buffer is refused befo
 
 TEST_CASE("connections to the CM that send nothing do not hold up lease renewals", "[node]") {
   config::ClusterConfig c = ThreeNodes();
-  c.set_lease_ms(1000);
+  c.set_lease_ms(2000);
   auto nodes = StartCluster(c);
   const config::NodeConfig& cm = c.node(0);
-  // Each silent connection holds the CM in admission until it gives up on it; none of that time
-  // may count against the members' leases.
+  // Eight silent connections at once, kept open for twice the lease: the CM waits up to 5 s for
+  // each one's join request, and none of that may hold up the members' heartbeats. (When the CM
+  // waited for each in turn, a quarter lease apiece, they held it for 4 s: every node was
+  // evicted, "its lease expired".)
   std::vector<std::unique_ptr<ControlChannel>> silent;
-  for (int i = 0; i < 6; ++i) {
+  for (int i = 0; i < 8; ++i) {
     absl::StatusOr<std::unique_ptr<ControlChannel>> ch = ControlChannel::Connect(
         cm.host(), static_cast<uint16_t>(cm.control_port()), absl::Seconds(5));
     REQUIRE(ch.ok());
     silent.push_back(std::move(*ch));
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * c.lease_ms()));
   for (const auto& n : nodes) {
     INFO(n->evicted().ToString());
     CHECK(n->evicted().ok());
     CHECK(n->members() == std::vector<uint32_t>{0, 1, 2});
+  }
+}
+
+}  // namespace farm
+
+namespace farm {
+
+// The CM waits for no connection: a join request is answered while connections that came before
+// it are still silent. (When the CM waited for each connection's first message in turn, a
+// quarter lease apiece, it answered only after dropping every silent one before it.)
+TEST_CASE("the CM answers a join request while earlier connections stay silent", "[node]") {
+  config::ClusterConfig c = ThreeNodes();
+  auto nodes = StartCluster(c);
+  const config::NodeConfig& cm = c.node(0);
+  auto connect = [&] {
+    return ControlChannel::Connect(cm.host(), static_cast<uint16_t>(cm.control_port()),
+                                   absl::Seconds(5));
+  };
+  std::vector<std::unique_ptr<ControlChannel>> silent;
+  for (int i = 0; i < 8; ++i) {
+    absl::StatusOr<std::unique_ptr<ControlChannel>> ch = connect();
+    REQUIRE(ch.ok());
+    silent.push_back(std::move(*ch));
+  }
+  absl::StatusOr<std::unique_ptr<ControlChannel>> joiner = connect();
+  REQUIRE(joiner.ok());
+  control::ControlMessage join;
+  join.mutable_join()->set_requested_id(1);  // no configuration fingerprint: refused at once
+  REQUIRE((*joiner)->Send(join).ok());
+  absl::StatusOr<control::ControlMessage> reply = (*joiner)->Receive(absl::Seconds(30));
+  REQUIRE(reply.ok());
+  CHECK(reply->has_refusal());
+  // Every silent connection is still open (waiting), none was dropped before the answer.
+  for (auto& ch : silent) {
+    CHECK(absl::IsDeadlineExceeded(ch->Receive(absl::ZeroDuration()).status()));
   }
 }
 
