@@ -150,6 +150,10 @@ for cmd_file in "$SHARE"/tests/*.cmd; do
     rm -f "$RESULTS/$id.stacks"
     kill -KILL -- "-$pid" 2>/dev/null
     [ "$rc" -eq 124 ] && echo "softiwarp: test timed out after ${FARM_TEST_TIMEOUT}s" >> "$RESULTS/$id.log"
+    if [ "$rc" -ne 0 ]; then  # what the kernel said (siw, the network) while it ran
+        { echo "softiwarp: the kernel's last messages (dmesg):"; dmesg 2>&1 | tail -n 60; } \
+            >> "$RESULTS/$id.log"
+    fi
     secs=$(echo "$(date +%s.%N) $start" | awk '{ printf "%.1f", $1 - $2 }')
     echo "$secs" > "$RESULTS/$id.secs"
     echo "$rc" > "$RESULTS/$id.rc.tmp" && mv "$RESULTS/$id.rc.tmp" "$RESULTS/$id.rc"
