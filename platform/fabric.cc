@@ -31,6 +31,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,7 @@
 #include "absl/time/clock.h"
 #include "platform/clock.h"
 #include "platform/fault_injection_hook.h"
+#include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 
 namespace farm {
@@ -510,7 +512,49 @@ void Fabric::CloseHandles(Handles* h) {
   if (h->msg_hints) fi_freeinfo(h->msg_hints);
 }
 
+namespace {
+
+// Enabling a verbs endpoint makes the RDMA connection manager listen on a port it picks itself.
+// On iWARP (SoftiWARP included) that port is a TCP port of the host, but the RDMA CM's choice
+// does not know the TCP stack's: now and then it picks one a TCP socket already uses, and the
+// enable fails with EADDRINUSE (a verbs test cluster failed to start so in CI). Another attempt
+// picks another port. The status of such a failure carries this payload.
+constexpr char kAddressInUsePayload[] = "farm.fabric/address-in-use";
+constexpr int kEnableAttempts = 8;
+
+// fi_enable (or fi_listen) of `what`, as a status; tests replace the provider's answer at the
+// sync point "Fabric::Enable" (an int*).
+absl::Status EnableResult(const char* what, int ret) {
+  FARM_SYNC_POINT_CALLBACK("Fabric::Enable", &ret);
+  if (ret == 0) return absl::OkStatus();
+  absl::Status s = absl::UnavailableError(FiError(what, ret));
+  if (ret == -FI_EADDRINUSE) s.SetPayload(kAddressInUsePayload, absl::Cord("1"));
+  return s;
+}
+
+bool AddressInUse(const absl::Status& s) {
+  return s.GetPayload(kAddressInUsePayload).has_value();
+}
+
+std::string AfterAttempts(const absl::Status& s, int attempts) {
+  return absl::StrCat(s.message(), " (", attempts,
+                      " attempts: the ports the RDMA connection manager picked were in use)");
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Fabric>> Fabric::Open(const FabricOptions& options) {
+  for (int attempt = 1;; ++attempt) {
+    absl::StatusOr<std::unique_ptr<Fabric>> f = OpenOnce(options);
+    if (f.ok() || !AddressInUse(f.status())) return f;
+    if (attempt == kEnableAttempts) {
+      return absl::UnavailableError(AfterAttempts(f.status(), attempt));
+    }
+    spdlog::info("fabric: {}; trying another port", std::string(f.status().message()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Fabric>> Fabric::OpenOnce(const FabricOptions& options) {
   if (absl::Status s = CheckProvider(options.provider); !s.ok()) return s;
   const std::string provider = ResolveProvider(options.provider);
   EndpointType type = options.endpoint;
@@ -712,7 +756,7 @@ absl::Status Fabric::OpenEndpoint() {
     if ((ret = fi_pep_bind(h.pep, &h.eq->fid, 0)) != 0) {
       return absl::UnavailableError(FiError("fi_pep_bind", ret));
     }
-    if ((ret = fi_listen(h.pep)) != 0) return absl::UnavailableError(FiError("fi_listen", ret));
+    if (absl::Status st = EnableResult("fi_listen", fi_listen(h.pep)); !st.ok()) return st;
     if ((ret = fi_getname(&h.pep->fid, name, &name_len)) != 0) {
       return absl::UnavailableError(FiError("fi_getname", ret));
     }
@@ -736,7 +780,7 @@ absl::Status Fabric::OpenEndpoint() {
     return absl::UnavailableError(FiError("fi_ep_bind(counter)", ret));
   }
   if (absl::Status st = NameShmEndpoint(provider_, h.ep); !st.ok()) return st;
-  if ((ret = fi_enable(h.ep)) != 0) return absl::UnavailableError(FiError("fi_enable", ret));
+  if (absl::Status st = EnableResult("fi_enable", fi_enable(h.ep)); !st.ok()) return st;
   if ((ret = fi_getname(&h.ep->fid, name, &name_len)) != 0) {
     return absl::UnavailableError(FiError("fi_getname", ret));
   }
@@ -1228,12 +1272,19 @@ FabricChannel::~FabricChannel() {
 }
 
 absl::StatusOr<std::unique_ptr<FabricChannel>> Fabric::OpenChannel() {
-  std::unique_ptr<FabricChannel> c(new FabricChannel(this));
-  if (absl::Status s = c->Open(); !s.ok()) {
-    return absl::Status(
-        s.code(), absl::StrCat("cannot open a channel on provider ", provider_, ": ", s.message()));
+  for (int attempt = 1;; ++attempt) {
+    std::unique_ptr<FabricChannel> c(new FabricChannel(this));
+    absl::Status s = c->Open();
+    if (s.ok()) return c;
+    if (AddressInUse(s) && attempt < kEnableAttempts) {
+      spdlog::info("fabric: channel: {}; trying another port", std::string(s.message()));
+      continue;
+    }
+    return absl::Status(s.code(), absl::StrCat("cannot open a channel on provider ", provider_,
+                                               ": ", AddressInUse(s)
+                                                         ? AfterAttempts(s, attempt)
+                                                         : std::string(s.message())));
   }
-  return c;
 }
 
 absl::Status FabricChannel::Open() {
@@ -1275,7 +1326,7 @@ absl::Status FabricChannel::Open() {
     return absl::UnavailableError(FiError("fi_ep_bind(cq)", ret));
   }
   if (absl::Status st = NameShmEndpoint(fabric_->provider(), h.ep); !st.ok()) return st;
-  if ((ret = fi_enable(h.ep)) != 0) return absl::UnavailableError(FiError("fi_enable", ret));
+  if (absl::Status st = EnableResult("fi_enable", fi_enable(h.ep)); !st.ok()) return st;
   return absl::OkStatus();
 }
 

@@ -255,6 +255,8 @@ class Fabric {
   absl::Status ConnectMsg(absl::string_view address, void* eq, void* cq, void** ep);
 
   Fabric();
+  // One attempt of Open.
+  static absl::StatusOr<std::unique_ptr<Fabric>> OpenOnce(const FabricOptions& options);
   // Closes every libfabric object in `h` and frees the operations left on its queue.
   static void CloseHandles(Handles* h);
   absl::Status OpenEndpoint();

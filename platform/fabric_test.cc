@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "platform/sync_point.h"
 #include "platform/testing/fabric_pair.h"
 #include "platform/testing/test_env.h"
 
@@ -603,6 +605,52 @@ TEST_CASE("the progress of shm endpoints of this process never touches a closed 
   a->reset();
   // The last shm endpoint of the process closed the parked ones.
   CHECK(Fabric::ParkedShmEndpointsForTesting() == 0);
+}
+
+}  // namespace farm
+
+namespace farm {
+
+// On iWARP the RDMA connection manager picks the port an endpoint listens on without knowing
+// which TCP ports are in use, and enabling the endpoint fails with EADDRINUSE when it picked a
+// taken one (a verbs test cluster in CI: "fi_enable failed: Address already in use"). The sync
+// point stands in for that answer here, on every provider.
+TEST_CASE("an endpoint whose port is taken is opened again on another", "[fabric]") {
+  FabricOptions o;
+  o.provider = TestProviders({"shm", "tcp;ofi_rxm", "tcp"})[0];
+  o.bind_host = TestHost();
+  INFO("provider " << o.provider);
+  SyncPoint* sp = SyncPoint::GetInstance();
+  std::atomic<int> enables{0}, refuse{0};
+  sp->SetCallBack("Fabric::Enable", [&](void* arg) {
+    enables.fetch_add(1);
+    if (refuse.load() > 0) {
+      refuse.fetch_sub(1);
+      *static_cast<int*>(arg) = -EADDRINUSE;  // libfabric's FI_EADDRINUSE
+    }
+  });
+  sp->EnableProcessing();
+  refuse = 2;
+  absl::StatusOr<std::unique_ptr<Fabric>> f = Fabric::Open(o);
+  INFO(f.status().ToString());
+  CHECK(f.ok());
+  CHECK(enables.load() == 3);
+  if (f.ok()) {
+    enables = 0;
+    refuse = 2;
+    absl::StatusOr<std::unique_ptr<FabricChannel>> c = (*f)->OpenChannel();
+    INFO(c.status().ToString());
+    CHECK(c.ok());
+    if ((*f)->endpoint_type() == EndpointType::kRdm) CHECK(enables.load() == 3);
+  }
+  // A port that stays taken: a clear error after a bounded number of attempts.
+  refuse = 1000;
+  absl::StatusOr<std::unique_ptr<Fabric>> g = Fabric::Open(o);
+  CHECK(absl::IsUnavailable(g.status()));
+  CHECK_THAT(std::string(g.status().message()), Catch::Contains("in use"));
+  CHECK_THAT(std::string(g.status().message()), Catch::Contains("8 attempts"));
+  sp->DisableProcessing();
+  sp->ClearAllCallBacks();
 }
 
 }  // namespace farm
