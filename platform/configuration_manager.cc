@@ -81,9 +81,10 @@ class CmServerImpl : public CmServer {
   }
 
   // Admits the pending connections whose join request arrived and drops those that sent
-  // something else, closed, or sent nothing in kFirstMessageTimeout. Never waits: members'
-  // heartbeats are acknowledged between two looks, however long a connection stays silent (a
-  // port probe, a stuck client).
+  // something else, closed, or sent nothing in kFirstMessageTimeout. Never waits for a
+  // connection that has sent nothing: members' heartbeats are acknowledged between two looks,
+  // however long it stays silent (a port probe, a stuck client). One that stops in the middle of
+  // a frame holds the CM for up to the 2 s ControlChannel::Receive gives the rest of a frame.
   void AdmitPending() {
     for (auto it = pending_.begin(); it != pending_.end();) {
       absl::StatusOr<control::ControlMessage> msg = it->channel->Receive(absl::ZeroDuration());
