@@ -56,6 +56,15 @@ ControlChannel::~ControlChannel() {
 
 void ControlChannel::Shutdown() { shutdown(fd_, SHUT_RDWR); }
 
+uint16_t ControlChannel::local_port() const {
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  if (getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0 || a.sin_family != AF_INET) {
+    return 0;
+  }
+  return ntohs(a.sin_port);
+}
+
 absl::StatusOr<std::unique_ptr<ControlChannel>> ControlChannel::Connect(const std::string& host,
                                                                         uint16_t port,
                                                                         absl::Duration timeout) {
@@ -67,6 +76,13 @@ absl::StatusOr<std::unique_ptr<ControlChannel>> ControlChannel::Connect(const st
   for (;;) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", Errno()));
+    // Shares this connection's ephemeral port (and its TIME_WAIT remains) with the RDMA
+    // connection manager. On iWARP it picks a connection's TCP port from the same range without
+    // asking the TCP stack, and SoftiWARP binds a kernel socket to it with SO_REUSEADDR: a
+    // socket without the option on that port made the bind fail, and libfabric 1.17 then waits
+    // for that verbs connection forever (control_channel_test shows the bind).
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (connect(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) == 0) {
       return std::make_unique<ControlChannel>(fd, name);
     }

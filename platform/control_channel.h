@@ -48,6 +48,8 @@ class ControlChannel {
   void Shutdown();
 
   const std::string& peer() const { return peer_; }
+  // This end's TCP port (0 if the socket has none).
+  uint16_t local_port() const;
 
  private:
   absl::Status ReadFully(char* buf, size_t len, absl::Time deadline);

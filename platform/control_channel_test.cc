@@ -1,9 +1,11 @@
 #include "platform/control_channel.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <set>
 #include <thread>
@@ -37,6 +39,44 @@ TEST_CASE("messages round-trip over a connection", "[control]") {
   CHECK(got->join().node().fabric_address() == std::string("\0\1\2", 3));
   // The client closed: the next receive reports it instead of hanging.
   CHECK((*server)->Receive(absl::Seconds(5)).status().code() == absl::StatusCode::kUnavailable);
+}
+
+// The RDMA connection manager picks an iWARP connection's TCP port from the ephemeral range without
+// asking the kernel's TCP stack, and SoftiWARP then binds a kernel socket to it (SO_REUSEADDR, the
+// node's address). A client connection of ours holding that port without SO_REUSEADDR, or its
+// TIME_WAIT remains, made that bind fail: libfabric 1.17's verbs provider only logs "rdma_connect
+// failed: Address already in use", and ofi_rxm waits for the connection forever (a node_test
+// self-check on SoftiWARP could not post a READ for 10 s). Here the bind is done as siw does it.
+TEST_CASE("a client connection leaves its port free for an iWARP connection's socket",
+          "[control]") {
+  auto listener = ControlListener::Listen("127.0.0.1", 0);
+  REQUIRE(listener.ok());
+  auto client = ControlChannel::Connect("127.0.0.1", (*listener)->port(), absl::Seconds(5));
+  REQUIRE(client.ok());
+  auto server = (*listener)->Accept(absl::Seconds(5));
+  REQUIRE(server.ok());
+  const uint16_t port = (*client)->local_port();
+  REQUIRE(port != 0);
+  auto bind_as_siw_does = [port]() -> int {
+    const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return errno;
+    int one = 1;
+    setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int rc = bind(s, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) == 0 ? 0 : errno;
+    close(s);
+    return rc;
+  };
+  INFO("local port " << port);
+  CHECK(bind_as_siw_does() == 0);  // while connected
+  // The client closes first, so its side of the connection stays in TIME_WAIT.
+  client->reset();
+  CHECK((*server)->Receive(absl::Seconds(5)).status().code() == absl::StatusCode::kUnavailable);
+  server->reset();
+  CHECK(bind_as_siw_does() == 0);
 }
 
 TEST_CASE("a receive with nothing to read times out", "[control]") {
