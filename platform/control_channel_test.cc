@@ -46,7 +46,7 @@ TEST_CASE("messages round-trip over a connection", "[control]") {
 // node's address). A client connection of ours holding that port without SO_REUSEADDR, or its
 // TIME_WAIT remains, made that bind fail: libfabric 1.17's verbs provider only logs "rdma_connect
 // failed: Address already in use", and ofi_rxm waits for the connection forever (a node_test
-// self-check on SoftiWARP could not post a READ for 10 s). Here the bind is done as siw does it.
+// WRITE on SoftiWARP could not be posted for 10 s). Here the bind is done as siw does it.
 TEST_CASE("a client connection leaves its port free for an iWARP connection's socket",
           "[control]") {
   auto listener = ControlListener::Listen("127.0.0.1", 0);
