@@ -450,6 +450,7 @@ bool MemoryRegistration::Contains(const void* p, size_t len) const {
 Fabric::Fabric() : h_(std::make_unique<Handles>()) {}
 
 Fabric::~Fabric() {
+  fence_mr_.reset();  // before the domain closes
   if (int n = open_channels_.load(std::memory_order_relaxed); n > 0) {
     spdlog::error("a Fabric is destroyed while {} of its channels are open; destroy them first", n);
   }
@@ -628,6 +629,9 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::OpenOnce(const FabricOptions& op
   h.info = info;
   f->endpoint_ = type;
   f->write_completion_ = info->tx_attr->op_flags & (FI_DELIVERY_COMPLETE | FI_TRANSMIT_COMPLETE);
+  // ofi_rxm reports its core provider's fabric name; verbs names iWARP devices' fabric so.
+  f->write_fence_ = absl::StartsWith(prov_name, "verbs") && info->fabric_attr->name != nullptr &&
+                    absl::StrContains(info->fabric_attr->name, "iWARP");
   f->provider_ = info->fabric_attr->prov_name;
   f->virt_addr_ = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
   f->max_rma_size_ = std::min<size_t>(info->ep_attr->max_msg_size, kMaxRma);
@@ -684,6 +688,17 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::OpenOnce(const FabricOptions& op
     } else {
       spdlog::debug("fi_control(FI_GETWAIT) failed ({}); idle polling will sleep", ret);
     }
+  }
+  if (f->write_fence_) {
+    f->write_fence_flag_ = FI_FENCE;
+    absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
+        f->Register(f->fence_buffer_, sizeof(f->fence_buffer_));
+    if (!mr.ok()) return mr.status();
+    f->fence_mr_ = std::move(*mr);
+    spdlog::info("{} on iWARP: a WRITE completes at its sender before it is placed, and before "
+                 "the READs posted ahead of it; WRITEs are fenced behind earlier READs, and "
+                 "batches with WRITEs end with a READ from each peer written",
+                 f->provider_);
   }
   spdlog::debug(
       "fabric open: provider={} endpoint={} virt_addr={} max_rma={} addrlen={} cq_wait={}",
@@ -1134,8 +1149,9 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
     std::unique_lock<std::mutex> turn;
     if (post_mu_ != nullptr) turn = std::unique_lock<std::mutex>(post_mu_[peer % kPostStripes]);
     ssize_t ret = ProviderCall([&] {
-      return is_read ? fi_readmsg(ep, &msg, FI_COMPLETION)
-                     : fi_writemsg(ep, &msg, FI_COMPLETION | write_completion_);
+      return is_read
+                 ? fi_readmsg(ep, &msg, FI_COMPLETION)
+                 : fi_writemsg(ep, &msg, FI_COMPLETION | write_completion_ | write_fence_flag_);
     });
     if (turn.owns_lock()) turn.unlock();
     if (ret == 0) return absl::OkStatus();
@@ -1205,6 +1221,11 @@ absl::Status OpBatch::Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
       s = Post(is_read, peer, remote, local);
     }
   }
+  if (s.ok() && !is_read && fabric_->write_fence()) {
+    auto it = std::find_if(fence_.begin(), fence_.end(),
+                           [peer](const auto& f) { return f.first == peer; });
+    if (it == fence_.end()) fence_.emplace_back(peer, remote);
+  }
   if (!s.ok()) state_->Fail(s);
   return s;
 }
@@ -1231,6 +1252,14 @@ absl::Status OpBatch::Post(bool is_read, PeerId peer, RemoteBuffer remote, Local
 }
 
 absl::Status OpBatch::Wait(absl::Duration timeout) {
+  // iWARP: the READ goes after the WRITEs on the same connection, and its answer after their
+  // placement (see Fabric::write_fence). A fence that cannot be posted fails the batch.
+  for (const auto& [peer, remote] : fence_) {
+    absl::Status s =
+        Post(true, peer, remote, LocalBuffer{fabric_->fence_mr_.get(), fabric_->fence_buffer_, 1});
+    if (!s.ok()) state_->Fail(s);
+  }
+  fence_.clear();
   // The coarse clock: this loop is on every operation's path, and a timeout is seconds.
   const CoarseClock::time_point deadline = CoarseDeadline(timeout);
   for (uint32_t idle = 0; outstanding() > 0;) {

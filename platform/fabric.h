@@ -195,6 +195,18 @@ class Fabric {
   // the pieces change nothing a reader may rely on.
   size_t write_piece() const { return write_piece_; }
   size_t write_split_limit() const { return write_split_limit_; }
+  // True where a WRITE's completion does not mean its bytes are in the target's memory: verbs on
+  // iWARP (SoftiWARP included), where it only means the data was handed to the connection
+  // (libfabric's verbs provider offers neither transmit- nor delivery-complete there, and ofi_rxm
+  // passes RMA through). There OpBatch::Wait ends every batch that WRITEs to a peer with a READ
+  // from that peer on the same connection: iWARP answers a READ only after the WRITEs before it
+  // were placed, so the batch completes once the WRITEs are visible, or fails if they were lost.
+  // For the same reason a WRITE completes there before a READ posted ahead of it on the same
+  // connection, while libfabric 1.17's verbs provider assumes a connection's completions come in
+  // posting order (out of order, it frees bookkeeping that is still linked, and a later
+  // completion crashes in fi_cq_read). So every WRITE is posted with FI_FENCE (IBV_SEND_FENCE):
+  // it waits for the READs before it, and the completions stay in order.
+  bool write_fence() const { return write_fence_; }
 
   // Registers [base, base + size) for local use and remote READ/WRITE. Errors carry the
   // provider's message; a failure caused by the locked-memory limit says how to raise it.
@@ -282,6 +294,11 @@ class Fabric {
   bool virt_addr_ = false;
   EndpointType endpoint_ = EndpointType::kRdm;
   uint64_t write_completion_ = 0;  // FI_DELIVERY_COMPLETE, or FI_TRANSMIT_COMPLETE
+  bool write_fence_ = false;
+  uint64_t write_fence_flag_ = 0;  // FI_FENCE where write_fence()
+  // Where write_fence(): the fence READs' landing place (their bytes are never looked at).
+  alignas(64) char fence_buffer_[64] = {};
+  std::unique_ptr<MemoryRegistration> fence_mr_;
   int wait_fd_ = -1;               // The CQ's wait object (owned by libfabric), or -1.
   // shm only: this process's posts to one peer take turns on a sleeping lock (by PeerId, striped).
   // shm holds a spinlock in the peer's shared memory across the whole operation (a READ's
@@ -388,6 +405,8 @@ class OpBatch {
   FabricChannel* channel_ = nullptr;  // null: the Fabric's own endpoint and queue
   std::shared_ptr<State> state_;
   absl::Duration post_timeout_ = absl::Seconds(10);
+  // Where fabric_->write_fence(): per peer WRITTEN to since the last Wait, a remote byte of it.
+  std::vector<std::pair<PeerId, RemoteBuffer>> fence_;
 };
 
 }  // namespace farm
