@@ -356,6 +356,18 @@ class LocalShmEndpoints {
   std::vector<std::function<void()>> parked_;  // closes of parked endpoints
 };
 
+// iWARP only (Fabric::write_fence): per endpoint, the READs in flight to each peer (striped by
+// PeerId), so that no WRITE is posted behind one on the same connection (see Fabric::Post).
+struct ReadGate {
+  static constexpr int kStripes = 64;
+  ReadGate() {
+    for (auto& r : reads) r.store(0, std::memory_order_relaxed);
+  }
+  // Held while a READ is counted and posted, and while a WRITE checks the count and is posted.
+  std::mutex mu[kStripes];
+  std::atomic<int> reads[kStripes];
+};
+
 struct Fabric::Handles {
   fi_info* info = nullptr;
   fid_fabric* fabric = nullptr;
@@ -365,6 +377,7 @@ struct Fabric::Handles {
   fid_ep* ep = nullptr;  // RDM
   std::atomic<uint64_t> next_key{1};
   InFlightOps in_flight;  // operations on `cq` (see InFlightOps)
+  ReadGate read_gate;     // iWARP only
 
   // MSG: a passive endpoint accepts peers' connections (which serve their operations on us);
   // each peer we send to gets an active endpoint of its own, connected by AddPeer.
@@ -404,6 +417,7 @@ struct Fabric::Handles {
 struct FabricChannel::Handles {
   fid_cq* cq = nullptr;
   InFlightOps in_flight;  // operations on `cq` (see InFlightOps)
+  ReadGate read_gate;     // iWARP only
   // RDM: the channel's endpoint, bound to the Fabric's address vector or, where the provider
   // refuses a second endpoint on it, to own_av.
   fid_ep* ep = nullptr;
@@ -425,6 +439,7 @@ struct Fabric::OpContext {
   PeerId peer = 0;
   uint64_t remote_addr = 0;
   size_t len = 0;
+  std::atomic<int>* read_gate = nullptr;  // iWARP READs: their count in the endpoint's ReadGate
 };
 
 struct OpBatch::State {
@@ -690,14 +705,13 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::OpenOnce(const FabricOptions& op
     }
   }
   if (f->write_fence_) {
-    f->write_fence_flag_ = FI_FENCE;
     absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
         f->Register(f->fence_buffer_, sizeof(f->fence_buffer_));
     if (!mr.ok()) return mr.status();
     f->fence_mr_ = std::move(*mr);
     spdlog::info("{} on iWARP: a WRITE completes at its sender before it is placed, and before "
-                 "the READs posted ahead of it; WRITEs are fenced behind earlier READs, and "
-                 "batches with WRITEs end with a READ from each peer written",
+                 "the READs posted ahead of it; WRITEs wait for the READs to their peer in "
+                 "flight, and batches with WRITEs end with a READ from each peer written",
                  f->provider_);
   }
   spdlog::debug(
@@ -1049,6 +1063,7 @@ int Fabric::ReapCompletions(void* cq_ptr) {
     if (n > 0) {
       for (ssize_t i = 0; i < n; ++i) {
         auto* ctx = static_cast<OpContext*>(entries[i].op_context);
+        if (ctx->read_gate != nullptr) ctx->read_gate->fetch_sub(1, std::memory_order_release);
         ctx->state->outstanding.fetch_sub(1, std::memory_order_release);
         ctx->owner->Remove(&ctx->link);
         delete ctx;
@@ -1068,6 +1083,7 @@ int Fabric::ReapCompletions(void* cq_ptr) {
           " failed: ", fi_strerror(err.err), detail ? " / " : "", detail ? detail : "");
       spdlog::debug("{}", msg);
       if (ctx != nullptr) {
+        if (ctx->read_gate != nullptr) ctx->read_gate->fetch_sub(1, std::memory_order_release);
         ctx->state->Fail(absl::UnavailableError(msg));
         ctx->state->outstanding.fetch_sub(1, std::memory_order_release);
         ctx->owner->Remove(&ctx->link);
@@ -1136,6 +1152,12 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
     farm::ReaderMutexLock l(&h_->peers_mu);
     if (auto it = h_->local_peers.find(peer); it != h_->local_peers.end()) in_process = it->second;
   }
+  // iWARP: a WRITE waits until no READ to its peer is in flight on this endpoint (Fabric's
+  // write_fence comment says why).
+  ReadGate* gate = nullptr;
+  if (write_fence_) gate = channel != nullptr ? &channel->h_->read_gate : &h_->read_gate;
+  const size_t stripe = peer % ReadGate::kStripes;
+  bool behind_read = false;  // the last attempt found a READ in flight
   CoarseClock::time_point deadline = CoarseClock::time_point::max();  // set on the first EAGAIN
   for (;;) {
     std::shared_lock<std::shared_mutex> alive;
@@ -1148,11 +1170,27 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
     }
     std::unique_lock<std::mutex> turn;
     if (post_mu_ != nullptr) turn = std::unique_lock<std::mutex>(post_mu_[peer % kPostStripes]);
-    ssize_t ret = ProviderCall([&] {
-      return is_read
-                 ? fi_readmsg(ep, &msg, FI_COMPLETION)
-                 : fi_writemsg(ep, &msg, FI_COMPLETION | write_completion_ | write_fence_flag_);
-    });
+    std::unique_lock<std::mutex> gate_turn;
+    if (gate != nullptr) gate_turn = std::unique_lock<std::mutex>(gate->mu[stripe]);
+    behind_read = gate != nullptr && !is_read &&
+                  gate->reads[stripe].load(std::memory_order_acquire) > 0;
+    ssize_t ret = -FI_EAGAIN;
+    if (!behind_read) {
+      // Counted before posting: the completion may be reaped on another thread at once.
+      if (gate != nullptr && is_read) {
+        ctx->read_gate = &gate->reads[stripe];
+        ctx->read_gate->fetch_add(1, std::memory_order_relaxed);
+      }
+      ret = ProviderCall([&] {
+        return is_read ? fi_readmsg(ep, &msg, FI_COMPLETION)
+                       : fi_writemsg(ep, &msg, FI_COMPLETION | write_completion_);
+      });
+      if (ret != 0 && ctx->read_gate != nullptr) {
+        ctx->read_gate->fetch_sub(1, std::memory_order_relaxed);
+        ctx->read_gate = nullptr;
+      }
+    }
+    if (gate_turn.owns_lock()) gate_turn.unlock();
     if (turn.owns_lock()) turn.unlock();
     if (ret == 0) return absl::OkStatus();
     if (ret != -FI_EAGAIN) {
@@ -1166,6 +1204,11 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
     }
     if (deadline == CoarseClock::time_point::max()) deadline = CoarseDeadline(timeout);
     if (CoarseClock::now() > deadline) {
+      if (behind_read) {
+        return absl::DeadlineExceededError(
+            "WRITE could not be posted: a READ from the same peer, which it must not overtake "
+            "on iWARP, did not complete (is the peer alive?)");
+      }
       return absl::DeadlineExceededError(
           absl::StrCat(is_read ? "READ" : "WRITE",
                        " could not be posted: the provider stayed busy "

@@ -204,8 +204,12 @@ class Fabric {
   // For the same reason a WRITE completes there before a READ posted ahead of it on the same
   // connection, while libfabric 1.17's verbs provider assumes a connection's completions come in
   // posting order (out of order, it frees bookkeeping that is still linked, and a later
-  // completion crashes in fi_cq_read). So every WRITE is posted with FI_FENCE (IBV_SEND_FENCE):
-  // it waits for the READs before it, and the completions stay in order.
+  // completion crashes in fi_cq_read). So a WRITE is posted only when no READ to its peer is in
+  // flight on that endpoint (Fabric::Post waits, progressing the queue). Not FI_FENCE: SoftiWARP
+  // queues an arriving READ request behind the WQE at the head of its send queue (siw's
+  // siw_init_rresp), so a fenced WRITE waiting there for its own READ holds up the peer's READ,
+  // and two ends fencing on one connection can wait for each other for good (a 3-node
+  // msg-endpoint cluster of the SoftiWARP lane hung so once, with FI_FENCE).
   bool write_fence() const { return write_fence_; }
 
   // Registers [base, base + size) for local use and remote READ/WRITE. Errors carry the
@@ -295,7 +299,6 @@ class Fabric {
   EndpointType endpoint_ = EndpointType::kRdm;
   uint64_t write_completion_ = 0;  // FI_DELIVERY_COMPLETE, or FI_TRANSMIT_COMPLETE
   bool write_fence_ = false;
-  uint64_t write_fence_flag_ = 0;  // FI_FENCE where write_fence()
   // Where write_fence(): the fence READs' landing place (their bytes are never looked at).
   alignas(64) char fence_buffer_[64] = {};
   std::unique_ptr<MemoryRegistration> fence_mr_;
