@@ -181,6 +181,7 @@ void ClientResult::Merge(const ClientResult& o) {
   updates += o.updates;
   rounds += o.rounds;
   latency.Merge(o.latency);
+  measured_seconds = std::max(measured_seconds, o.measured_seconds);
 }
 
 absl::Status RunClient(OpGenerator& gen, int in_flight, const Window& window, const RoundFn& round,
@@ -192,10 +193,18 @@ absl::Status RunClient(OpGenerator& gen, int in_flight, const Window& window, co
     // library's), not the generator's.
     gen.NextRound(in_flight, &ops);
     const Clock::time_point t0 = Clock::now();
-    if (t0 >= window.end) return absl::OkStatus();
+    if (t0 >= window.end && result->rounds > 0) {
+      result->measured_seconds = std::max(result->measured_seconds, window.seconds());
+      return absl::OkStatus();
+    }
     if (absl::Status s = round(ops); !s.ok()) return s;
     const Clock::time_point t1 = Clock::now();
-    if (!window.Counts(t1)) continue;
+    if (t1 < window.start) continue;
+    if (t1 >= window.end) {
+      if (result->rounds > 0) continue;  // ends after the window: not counted
+      // Nothing counted yet: this round is, and the measurement runs to its end.
+      result->measured_seconds = std::chrono::duration<double>(t1 - window.start).count();
+    }
     result->latency.AddN(MicrosBetween(t0, t1), static_cast<uint32_t>(ops.size()));
     result->ops += ops.size();
     ++result->rounds;

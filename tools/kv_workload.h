@@ -121,6 +121,9 @@ struct ClientResult {
   uint64_t updates = 0;
   uint64_t rounds = 0;
   LatencyHistogram latency;  // per operation: its round's latency
+  // From the window's start to its end, or to the end of the one round counted after it (see
+  // RunClient); the longest of the merged results. Throughput is ops / measured_seconds.
+  double measured_seconds = 0;
   void Merge(const ClientResult& o);
 };
 
@@ -129,7 +132,10 @@ struct ClientResult {
 using RoundFn = std::function<absl::Status(absl::Span<const Op> ops)>;
 
 // Runs rounds of `in_flight` operations back to back until the window ends; counts the rounds
-// that complete inside it. Returns the first error (the point is then invalid).
+// that complete inside it. If none did (a round longer than the window, on a loaded machine), it
+// goes on until one round completes and counts that one, so a point never measures nothing;
+// measured_seconds then runs to that round's end. Returns the first error (the point is then
+// invalid).
 absl::Status RunClient(OpGenerator& gen, int in_flight, const Window& window, const RoundFn& round,
                        ClientResult* result);
 

@@ -8,6 +8,8 @@
 #include <set>
 #include <vector>
 
+#include "absl/time/clock.h"
+
 namespace farm {
 namespace kvbench {
 namespace {
@@ -150,6 +152,21 @@ TEST_CASE("RunClient issues rounds of the in-flight count and counts the window"
   REQUIRE(r.ops == 4 * r.rounds);
   REQUIRE(r.reads + r.updates == r.ops);
   REQUIRE(r.latency.total == r.ops);
+
+  REQUIRE(r.measured_seconds >= 0.029);
+
+  // A round longer than the whole window (a loaded machine): it is counted, and the measured
+  // time runs to its end, instead of a point that measured nothing (kvbench_test under ASan
+  // with other jobs on the machine printed "ops_per_s":0.0).
+  ClientResult slow;
+  RoundFn sleepy = [](absl::Span<const Op>) {
+    absl::SleepFor(absl::Milliseconds(60));
+    return absl::OkStatus();
+  };
+  REQUIRE(RunClient(gen, 2, Window::After(0, 20), sleepy, &slow).ok());
+  REQUIRE(slow.rounds == 1);
+  REQUIRE(slow.ops == 2);
+  REQUIRE(slow.measured_seconds >= 0.060);
 
   RoundFn broken = [](absl::Span<const Op>) { return absl::DataLossError("wrong value"); };
   REQUIRE(absl::IsDataLoss(RunClient(gen, 1, Window::After(0, 1000), broken, &r)));

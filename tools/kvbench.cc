@@ -527,7 +527,8 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, d
     row.provider = provider;
     row.transport = t.transport();
     row.point = p;
-    row.ops_per_s = r->ops / (o.duration_ms / 1000.0);
+    row.ops_per_s = r->measured_seconds > 0 ? r->ops / r->measured_seconds
+                                            : r->ops / (o.duration_ms / 1000.0);
     row.p50 = r->latency.Percentile(0.5);
     row.p99 = r->latency.Percentile(0.99);
     row.p999 = r->latency.Percentile(0.999);
