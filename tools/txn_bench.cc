@@ -788,8 +788,8 @@ absl::StatusOr<ClientStats> RunPeerPoint(PeerStore& store, const Point& p, size_
     if (!status[i].ok()) return status[i];
     all.Merge(stats[i]);
   }
-  // Summed per client like farm's per node (each over its own window).
-  all.seconds = o.duration_ms / 1000.0;
+  // Summed per client like farm's per node (each over its own window; all.seconds is the
+  // longest, past the flag's duration only where a client's window ran on to its first commit).
   return all;
 }
 
