@@ -978,15 +978,36 @@ absl::StatusOr<std::unique_ptr<MemoryRegistration>> Fabric::Register(void* base,
 
 absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
   if (endpoint_ == EndpointType::kMsg) {
-    auto peer = std::make_unique<Handles::MsgPeer>();
-    peer->address = std::string(address);
+    // The peer is listed, with its endpoint, before the endpoint connects: another thread's
+    // ProgressConnections may read the connection's FI_CONNECTED (or its error) at once, and an
+    // event for an endpoint it cannot find is dropped, which left the peer connecting for good
+    // (a 3-node msg cluster on SoftiWARP that never became ready, about 1 start in 30).
+    Handles::MsgPeer* listed = nullptr;
+    PeerId id = 0;
     void* ep = nullptr;
-    if (absl::Status st = ConnectMsg(address, h_->eq, h_->cq, &ep); !st.ok()) return st;
-    peer->ep = static_cast<fid_ep*>(ep);
-    h_->connecting.fetch_add(1);
-    farm::MutexLock l(&h_->peers_mu);
-    h_->peers.push_back(std::move(peer));
-    return static_cast<PeerId>(h_->peers.size() - 1);
+    absl::Status st = ConnectMsg(address, h_->eq, h_->cq, &ep, [&](void* created) {
+      auto peer = std::make_unique<Handles::MsgPeer>();
+      peer->address = std::string(address);
+      peer->ep = static_cast<fid_ep*>(created);
+      listed = peer.get();
+      h_->connecting.fetch_add(1);
+      farm::MutexLock l(&h_->peers_mu);
+      h_->peers.push_back(std::move(peer));
+      id = static_cast<PeerId>(h_->peers.size() - 1);
+    });
+    FARM_SYNC_POINT("Fabric::AddPeer:Connecting");
+    if (!st.ok()) {
+      if (listed != nullptr) {
+        // The slot stays (PeerIds are indexes), failed and without its closed endpoint.
+        farm::MutexLock l(&h_->peers_mu);
+        if (listed->state.load(std::memory_order_acquire) == 0) h_->connecting.fetch_sub(1);
+        listed->error = std::string(st.message());
+        listed->ep = nullptr;
+        listed->state.store(-1, std::memory_order_release);
+      }
+      return st;
+    }
+    return id;
   }
   fi_addr_t addr = FI_ADDR_UNSPEC;
   int n = fi_av_insert(h_->av, address.data(), 1, &addr, 0, nullptr);
@@ -1005,7 +1026,8 @@ absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
   return static_cast<PeerId>(addr);
 }
 
-absl::Status Fabric::ConnectMsg(absl::string_view address, void* eq, void* cq, void** ep) {
+absl::Status Fabric::ConnectMsg(absl::string_view address, void* eq, void* cq, void** ep,
+                                const std::function<void(void*)>& created) {
   std::string host, port;
   if (!SockaddrToHostPort(std::string(address), &host, &port)) {
     return absl::InvalidArgumentError(
@@ -1020,6 +1042,7 @@ absl::Status Fabric::ConnectMsg(absl::string_view address, void* eq, void* cq, v
   fid_ep* e = nullptr;
   ret = MakeMsgEndpoint(h_->domain, info, static_cast<fid_eq*>(eq), static_cast<fid_cq*>(cq),
                         nullptr, &e);
+  if (ret == 0 && created) created(e);
   if (ret == 0) ret = fi_connect(e, info->dest_addr, nullptr, 0);
   fi_freeinfo(info);
   if (ret != 0) {

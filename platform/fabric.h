@@ -49,6 +49,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -267,8 +268,11 @@ class Fabric {
   // The address `peer` was added with (AddPeer), or NotFound.
   absl::StatusOr<std::string> PeerAddress(PeerId peer) const;
   // MSG: creates an endpoint on `eq` and `cq` (struct fid_eq*, fid_cq*) and starts connecting it
-  // to the passive endpoint at `address`; FI_CONNECTED arrives on `eq`.
-  absl::Status ConnectMsg(absl::string_view address, void* eq, void* cq, void** ep);
+  // to the passive endpoint at `address`; FI_CONNECTED arrives on `eq`. `created`, if set, is
+  // called with the endpoint before it connects: whoever reads `eq` must be able to tell the
+  // endpoint's events from then on. On failure the endpoint is closed (after `created`).
+  absl::Status ConnectMsg(absl::string_view address, void* eq, void* cq, void** ep,
+                          const std::function<void(void*)>& created = nullptr);
 
   Fabric();
   // One attempt of Open.

@@ -765,3 +765,63 @@ TEST_CASE("an endpoint whose port is taken is opened again on another", "[fabric
 }
 
 }  // namespace farm
+
+namespace farm {
+
+// MSG endpoints: a connection's FI_CONNECTED is read by whichever thread progresses the event
+// queue first, e.g. a poller, possibly while AddPeer, which started the connection, has not yet
+// listed the peer. An event for an endpoint nobody lists was dropped, so the peer stayed
+// "connecting" for good and every operation to it timed out: a 3-node cluster on SoftiWARP's
+// msg endpoints that never became ready, about 1 start in 30. Here another thread reads a's event
+// queue (and b accepts) right after a's connect was started, before AddPeer returns.
+TEST_CASE("a connection whose FI_CONNECTED another thread reads during AddPeer is established",
+          "[fabric]") {
+  auto provider = GENERATE(from_range(TestProviders({"shm", "tcp;ofi_rxm", "tcp"})));
+  INFO("provider " << provider);
+  FabricOptions o;
+  o.provider = provider;
+  o.bind_host = TestHost();
+  auto a = Fabric::Open(o);
+  REQUIRE(a.ok());
+  auto b = Fabric::Open(o);
+  REQUIRE(b.ok());
+  if ((*a)->endpoint_type() != EndpointType::kMsg) return;  // RDM providers connect themselves
+  std::vector<char> abuf(4096), bbuf(4096);
+  auto amr = (*a)->Register(abuf.data(), abuf.size());
+  auto bmr = (*b)->Register(bbuf.data(), bbuf.size());
+  REQUIRE(amr.ok());
+  REQUIRE(bmr.ok());
+  std::atomic<int> events_read{0};
+  SyncPoint* sp = SyncPoint::GetInstance();
+  sp->SetCallBack("Fabric::AddPeer:Connecting", [&](void*) {
+    // Drives the connection until a's event queue produced its outcome (bounded: 30 s).
+    std::thread reader([&] {
+      const absl::Time end = absl::Now() + absl::Seconds(30);
+      while (events_read.load() == 0 && absl::Now() < end) {
+        (*b)->Progress();
+        events_read.fetch_add((*a)->Progress());
+      }
+    });
+    reader.join();
+  });
+  sp->EnableProcessing();
+  absl::StatusOr<PeerId> peer = (*a)->AddPeer((*b)->address());
+  sp->DisableProcessing();
+  sp->ClearAllCallBacks();
+  REQUIRE(peer.ok());
+  CHECK(events_read.load() > 0);  // the interleaving this test is about happened
+  std::atomic<bool> stop{false};
+  std::thread poller([&] {
+    while (!stop.load()) (*b)->Progress();
+  });
+  OpBatch batch(a->get());
+  absl::Status s = batch.Write(*peer, RemoteBuffer{(*bmr)->remote_base(), (*bmr)->key()},
+                               {amr->get(), abuf.data(), 8});
+  if (s.ok()) s = batch.Wait(absl::Seconds(10));
+  stop = true;
+  poller.join();
+  INFO(s.ToString());
+  CHECK(s.ok());
+}
+
+}  // namespace farm
