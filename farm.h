@@ -242,7 +242,9 @@ class Worker {
   // Copies `len` bytes at `addr` into `dst`, or `src` to `addr`: one-sided READs / WRITEs for a
   // remote region (in pieces of RuntimeOptions::worker_buffer), a copy for a local one. A
   // completed Write is in the target's memory. Errors: OutOfRange, InvalidArgument (empty
-  // access), Unavailable, DeadlineExceeded.
+  // access), Unavailable (also for an operation in flight to a node that leaves the cluster:
+  // it ends when this node applies the membership without it, not at the timeout),
+  // DeadlineExceeded.
   absl::Status Read(GlobalAddress addr, void* dst, uint64_t len,
                     absl::Duration timeout = absl::Seconds(10));
   absl::Status Write(GlobalAddress addr, const void* src, uint64_t len,

@@ -8,6 +8,7 @@
 #include "platform/config.h"
 #include "platform/poller.h"
 #include "platform/sync_point.h"
+#include "spdlog/spdlog.h"
 #include "txn/object.h"
 
 namespace farm {
@@ -175,20 +176,14 @@ absl::StatusOr<std::unique_ptr<Worker>> Runtime::NewWorker() {
   w->channel = std::move(*channel);
   // The thread's messages go out on its own channel too: their completions are its own.
   w->lane->UseChannel(w->channel->fabric_channel());
-  absl::StatusOr<std::unique_ptr<Region>> buffer =
-      Region::Allocate(impl_->options.worker_buffer, impl_->node->config().lock_memory());
-  if (!buffer.ok()) return buffer.status();
-  w->buffer = std::move(*buffer);
-  absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
-      impl_->node->RegisterBuffer(w->buffer->data(), w->buffer->size());
-  if (!mr.ok()) return mr.status();
-  w->registration = std::move(*mr);
+  absl::StatusOr<std::unique_ptr<Node::StagingBuffer>> staging = Node::StagingBuffer::Create(
+      impl_->node.get(), impl_->options.worker_buffer, impl_->node->config().lock_memory());
+  if (!staging.ok()) return staging.status();
+  w->staging = std::move(*staging);
   w->txn_context.engine = impl_->txn.get();
   w->txn_context.lane = w->lane.get();
   w->txn_context.channel = w->channel.get();
-  w->txn_context.buffer = w->buffer->data();
-  w->txn_context.buffer_size = w->buffer->size();
-  w->txn_context.registration = w->registration.get();
+  w->txn_context.staging = w->staging.get();
   return std::unique_ptr<Worker>(new Worker(std::move(w)));
 }
 
@@ -199,9 +194,8 @@ Worker::Impl::~Impl() {
   // The lane goes back to the shared endpoint (its WRITEs in flight on the channel complete
   // first) before the channel closes.
   if (lane.get() != nullptr && channel != nullptr) lane->UseChannel(nullptr);
-  channel.reset();
-  registration.reset();  // before the memory it covers
-  buffer.reset();
+  channel.reset();  // discards operations still in flight into the staging memory
+  staging.reset();
   if (rt != nullptr) rt->workers.fetch_sub(1, std::memory_order_relaxed);
 }
 
@@ -219,7 +213,7 @@ absl::Status Worker::Impl::Access(bool is_read, GlobalAddress addr, char* local,
   if (!whole.ok()) return whole.status();
   if (absl::Status s = node.Resolve(addr + (len - 1), 1).status(); !s.ok()) return s;
   for (uint64_t done = 0; done < len;) {
-    const uint64_t piece = std::min<uint64_t>(len - done, buffer->size());
+    const uint64_t piece = std::min<uint64_t>(len - done, staging->size());
     const GlobalAddress at = addr + done;
     absl::StatusOr<RemoteTarget> t = node.Resolve(at, piece);
     if (!t.ok()) return t.status();
@@ -230,18 +224,21 @@ absl::Status Worker::Impl::Access(bool is_read, GlobalAddress addr, char* local,
         std::memcpy(t->local, local + done, piece);
       }
     } else {
-      if (!is_read) std::memcpy(buffer->data(), local + done, piece);
+      if (!is_read) std::memcpy(staging->data(), local + done, piece);
       Node::Batch batch(channel.get());  // completes on this thread's own queue
-      const LocalBuffer lb{registration.get(), buffer->data(), piece};
+      const LocalBuffer lb = staging->At(0, piece);
       // A refused post is reported again by Wait.
       (is_read ? batch.Read(at, lb) : batch.Write(at, lb)).IgnoreError();
       const absl::Status s = batch.Wait(timeout);
       if (!s.ok()) {
+        if (absl::Status r = staging->Retire(batch.in_flight()); !r.ok()) {
+          spdlog::error("node {}: {}", node.id(), std::string(r.message()));
+        }
         return absl::Status(
             s.code(), absl::StrCat(is_read ? "READ" : "WRITE", " of ", piece, " bytes at ",
                                    at.ToString(), " on node ", t->node_id, ": ", s.message()));
       }
-      if (is_read) std::memcpy(local + done, buffer->data(), piece);
+      if (is_read) std::memcpy(local + done, staging->data(), piece);
     }
     done += piece;
   }

@@ -36,9 +36,9 @@ struct Worker::Impl {
   // This thread's own endpoint and completion queue: its READs and WRITEs complete here, reaped
   // by this thread only.
   std::unique_ptr<Node::Channel> channel;
-  // This worker's registered staging memory for remote READs and WRITEs.
-  std::unique_ptr<Region> buffer;
-  std::unique_ptr<MemoryRegistration> registration;
+  // This worker's registered staging memory for remote READs and WRITEs (replaced after an
+  // abandoned operation: see Node::StagingBuffer).
+  std::unique_ptr<Node::StagingBuffer> staging;
   // What this thread's transactions use of the above.
   txn::ThreadContext txn_context;
 

@@ -1249,6 +1249,16 @@ OpBatch::~OpBatch() = default;  // In-flight contexts hold their own reference t
 
 int OpBatch::outstanding() const { return state_->outstanding.load(std::memory_order_acquire); }
 
+OpBatch::InFlight OpBatch::in_flight() const {
+  InFlight f;
+  f.state_ = state_;
+  return f;
+}
+
+bool OpBatch::InFlight::done() const {
+  return state_ == nullptr || state_->outstanding.load(std::memory_order_acquire) == 0;
+}
+
 absl::Status OpBatch::Read(PeerId peer, RemoteBuffer remote, LocalBuffer local) {
   return Add(true, peer, remote, local);
 }
@@ -1317,7 +1327,10 @@ absl::Status OpBatch::Post(bool is_read, PeerId peer, RemoteBuffer remote, Local
   return s;
 }
 
-absl::Status OpBatch::Wait(absl::Duration timeout) {
+absl::Status OpBatch::Wait(absl::Duration timeout) { return Wait(timeout, nullptr); }
+
+absl::Status OpBatch::Wait(absl::Duration timeout,
+                           const std::function<absl::Status()>& abandon) {
   // iWARP: the READ goes after the WRITEs on the same connection, and its answer after their
   // placement (see Fabric::write_fence). A fence that cannot be posted fails the batch.
   for (const auto& [peer, remote] : fence_) {
@@ -1335,7 +1348,12 @@ absl::Status OpBatch::Wait(absl::Duration timeout) {
     // for a whole time slice; yielding now and then lets it run (a syscall of ~0.2 us when the
     // core has nothing else to run).
     idle = done > 0 ? 0 : idle + 1;
-    if (idle % 64 == 63) sched_yield();
+    if (idle % 64 == 63) {
+      sched_yield();
+      if (abandon != nullptr) {
+        if (absl::Status s = abandon(); !s.ok()) return s;
+      }
+    }
     if (done == 0 && CoarseClock::now() > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat(outstanding(), " RDMA operation(s) did not complete within ",

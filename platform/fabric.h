@@ -380,6 +380,8 @@ class FabricChannel {
 //
 // Owned by one thread. Destroying a batch with operations in flight abandons them as above.
 class OpBatch {
+  struct State;
+
  public:
   explicit OpBatch(Fabric* fabric);
   // `channel` must outlive the batch; use both on the channel's owner thread only.
@@ -397,13 +399,30 @@ class OpBatch {
   // Waits for every posted operation. Returns the first error seen, DeadlineExceeded if some
   // did not complete within `timeout`, or OK.
   absl::Status Wait(absl::Duration timeout);
+  // As above, and gives up early with `abandon`'s error once it returns one. It is asked while
+  // the operations make no progress (every few microseconds of polling): it must be cheap, e.g.
+  // an atomic load that says whether anything changed. Operations still in flight are
+  // abandoned as after a timeout (see the class comment).
+  absl::Status Wait(absl::Duration timeout, const std::function<absl::Status()>& abandon);
 
   // Operations posted and not yet completed.
   int outstanding() const;
 
+  // The batch's operations in flight, as a handle that outlives the batch: done() once each
+  // of them completed. Operations that never complete (their peer is gone) keep it not done
+  // until their endpoint closes, which discards them.
+  class InFlight {
+   public:
+    bool done() const;
+
+   private:
+    friend class OpBatch;
+    std::shared_ptr<const State> state_;
+  };
+  InFlight in_flight() const;
+
  private:
   friend class Fabric;
-  struct State;
   absl::Status Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local);
   // Posts one operation with its own completion context.
   absl::Status Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local);

@@ -24,7 +24,10 @@ Node::~Node() {
   if (poller_ != nullptr) poller_->Stop();
   cm_server_.reset();
   // Registrations before the fabric, regions after their registrations.
-  staging_mr_.reset();
+  {
+    farm::MutexLock l(&staging_mu_);
+    staging_.reset();
+  }
   registrations_.clear();
 }
 
@@ -101,13 +104,13 @@ absl::Status Node::Init() {
     areas_.emplace_back(area.purpose, std::move(*region));
     registrations_.push_back(std::move(*mr));
   }
-  absl::StatusOr<std::unique_ptr<Region>> staging = Region::Allocate(region_size_, false);
+  absl::StatusOr<std::unique_ptr<StagingBuffer>> staging =
+      StagingBuffer::Create(this, region_size_, false);
   if (!staging.ok()) return staging.status();
-  staging_ = std::move(*staging);
-  absl::StatusOr<std::unique_ptr<MemoryRegistration>> staging_mr =
-      fabric_->Register(staging_->data(), staging_->size());
-  if (!staging_mr.ok()) return staging_mr.status();
-  staging_mr_ = std::move(*staging_mr);
+  {
+    farm::MutexLock l(&staging_mu_);
+    staging_ = std::move(*staging);
+  }
 
   // Serve before joining: peers may access our regions as soon as they learn the membership.
   poller_ = std::make_unique<Poller>(fabric_.get(), options_.poll);
@@ -184,6 +187,7 @@ absl::Status Node::ApplyMembership(const control::Membership& m) {
   }
   region_map_ = std::move(map);
   membership_ = m;
+  map_version_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
 }
 
@@ -354,21 +358,24 @@ absl::Status Node::Access(bool is_read, GlobalAddress addr, char* buf, size_t le
     return absl::OkStatus();
   }
   // Checked before the copy below: an area may be larger than the region-sized staging buffer.
-  if (len > staging_->size()) {
+  if (len > region_size_) {
     return absl::InvalidArgumentError(absl::StrCat(
         is_read ? "READ" : "WRITE", " of ", len, " bytes at ", addr.ToString(), " exceeds the ",
-        staging_->size(),
+        region_size_,
         "-byte staging buffer of Node::Read/Write: split it, or use a Node::Batch with "
         "registered memory"));
   }
   farm::MutexLock l(&staging_mu_);
-  LocalBuffer local{staging_mr_.get(), staging_->data(), len};
-  OpBatch batch(fabric_.get());
+  Batch batch(this);
   if (!is_read) std::memcpy(staging_->data(), buf, len);
   absl::Status s =
-      is_read ? batch.Read(t->peer, t->buffer, local) : batch.Write(t->peer, t->buffer, local);
+      is_read ? batch.Read(addr, staging_->At(0, len)) : batch.Write(addr, staging_->At(0, len));
   if (s.ok()) s = batch.Wait(timeout);
   if (!s.ok()) {
+    // A READ that completes later must not land in the next operation's bytes.
+    if (absl::Status r = staging_->Retire(batch.in_flight()); !r.ok()) {
+      spdlog::warn("node {}: {}", id_, std::string(r.message()));
+    }
     return absl::Status(s.code(),
                         absl::StrCat(is_read ? "READ" : "WRITE", " of ", len, " bytes at ",
                                      addr.ToString(), " on node ", t->node_id, ": ", s.message()));
@@ -386,16 +393,53 @@ absl::Status Node::Write(GlobalAddress addr, const void* src, size_t len, absl::
 }
 
 absl::Status Node::Batch::Post(bool is_read, GlobalAddress addr, LocalBuffer local) {
+  if (targets_.empty()) checked_version_ = node_->map_version_.load(std::memory_order_acquire);
   absl::StatusOr<RemoteTarget> t = node_->Resolve(addr, local.size);
   if (!t.ok()) {
     if (early_error_.ok()) early_error_ = t.status();
     return t.status();
   }
+  bool known = false;
+  for (const auto& [region, node] : targets_) known |= region == addr.region;
+  if (!known) targets_.emplace_back(addr.region, t->node_id);
   return is_read ? ops_.Read(t->peer, t->buffer, local) : ops_.Write(t->peer, t->buffer, local);
 }
 
+absl::Status Node::Batch::CheckTargets() {
+  // Acquire: pairs with the release in ApplyMembership; the lock below sees that map or later.
+  const uint64_t version = node_->map_version_.load(std::memory_order_acquire);
+  if (version == checked_version_) return absl::OkStatus();
+  checked_version_ = version;
+  uint32_t gone = 0;
+  bool found = false, member = false;
+  uint64_t epoch = 0;
+  std::string why;
+  {
+    farm::MutexLock l(&node_->map_mu_);
+    for (const auto& [region, node] : targets_) {
+      if (node_->region_map_.contains(region)) continue;
+      found = true;
+      gone = node;
+      const control::Membership& m = node_->membership_;
+      epoch = m.epoch();
+      if (auto it = m.departed().find(node); it != m.departed().end()) why = it->second;
+      for (const control::NodeInfo& n : m.nodes()) member |= n.node_id() == node;
+      break;
+    }
+  }
+  if (!found) return absl::OkStatus();
+  if (absl::Status evicted = node_->evicted(); !evicted.ok()) {
+    return absl::UnavailableError(absl::StrCat("the RDMA operation(s) to node ", gone,
+                                               " were abandoned: ", evicted.message()));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "node ", gone, member ? " restarted" : " left the cluster", " (membership epoch ", epoch, ")",
+      why.empty() ? "" : absl::StrCat(": ", why), "; the RDMA operation(s) to it were abandoned"));
+}
+
 absl::Status Node::Batch::Wait(absl::Duration timeout) {
-  absl::Status s = ops_.Wait(timeout);
+  absl::Status s = targets_.empty() ? ops_.Wait(timeout)
+                                    : ops_.Wait(timeout, [this] { return CheckTargets(); });
   if (!early_error_.ok()) {
     s = early_error_;
     early_error_ = absl::OkStatus();
@@ -404,6 +448,49 @@ absl::Status Node::Batch::Wait(absl::Duration timeout) {
 }
 
 Node::Batch::Batch(Channel* channel) : node_(channel->node()), ops_(channel->fabric_channel()) {}
+
+absl::StatusOr<std::unique_ptr<Node::StagingBuffer>> Node::StagingBuffer::Create(
+    Node* node, size_t size, bool lock_memory) {
+  std::unique_ptr<StagingBuffer> b(new StagingBuffer(node, size, lock_memory));
+  if (absl::Status s = b->Allocate(&b->current_); !s.ok()) return s;
+  return b;
+}
+
+Node::StagingBuffer::~StagingBuffer() = default;
+
+absl::Status Node::StagingBuffer::Allocate(Memory* m) const {
+  absl::StatusOr<std::unique_ptr<Region>> memory = Region::Allocate(size_, lock_memory_);
+  if (!memory.ok()) return memory.status();
+  absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
+      node_->RegisterBuffer((*memory)->data(), (*memory)->size());
+  if (!mr.ok()) return mr.status();
+  m->memory = std::move(*memory);
+  m->registration = std::move(*mr);
+  return absl::OkStatus();
+}
+
+absl::Status Node::StagingBuffer::Retire(OpBatch::InFlight in_flight) {
+  // Free what earlier abandoned operations held, once they all completed.
+  retired_.erase(std::remove_if(retired_.begin(), retired_.end(),
+                                [](const auto& r) { return r.first.done(); }),
+                 retired_.end());
+  if (in_flight.done()) return absl::OkStatus();
+  Memory fresh;
+  if (absl::Status s = Allocate(&fresh); !s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("cannot replace a staging buffer that operations still in flight "
+                               "may write to: ",
+                               s.message()));
+  }
+  retired_.emplace_back(std::move(in_flight), std::move(current_));
+  current_ = std::move(fresh);
+  if (retired_.size() % 16 == 0) {
+    spdlog::warn("node {}: {} staging buffers of {} bytes are held by operations that never "
+                 "completed (their peers are gone or unresponsive)",
+                 node_->id(), retired_.size(), size_);
+  }
+  return absl::OkStatus();
+}
 
 Node::Channel::Channel(Node* node, std::unique_ptr<FabricChannel> channel)
     : node_(node), channel_(std::move(channel)), batch_(this) {}

@@ -31,6 +31,7 @@
 #ifndef FARM_PLATFORM_NODE_H_
 #define FARM_PLATFORM_NODE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -144,15 +146,27 @@ class Node {
     absl::Status Read(GlobalAddress addr, LocalBuffer local);
     absl::Status Write(GlobalAddress addr, LocalBuffer local);
     // Waits for every posted operation; returns the first error (including refused posts).
+    // Gives up early, with Unavailable ("node 2 left the cluster (membership epoch 5): its
+    // lease expired ..."), once a membership without the node of one of the batch's regions
+    // is applied: an operation to a node that left ends at the reconfiguration, not at the
+    // timeout. After an error, operations may still be in flight (outstanding() > 0): their
+    // local memory must not be reused (StagingBuffer::Retire).
     absl::Status Wait(absl::Duration timeout = absl::Seconds(10));
     // Operations posted and not yet completed.
     int outstanding() const { return ops_.outstanding(); }
+    // Those operations, as a handle that outlives the batch (StagingBuffer::Retire).
+    OpBatch::InFlight in_flight() const { return ops_.in_flight(); }
 
    private:
     absl::Status Post(bool is_read, GlobalAddress addr, LocalBuffer local);
+    // Unavailable once a region the batch posted to is no longer in the membership.
+    absl::Status CheckTargets();
     Node* node_;
     OpBatch ops_;
     absl::Status early_error_;
+    // The regions posted to (few: a batch mostly goes to one or two nodes), with their nodes.
+    absl::InlinedVector<std::pair<uint32_t, uint32_t>, 4> targets_;
+    uint64_t checked_version_ = 0;  // Node::map_version_ when targets_ were last checked
   };
 
   // One thread's initiator context (see the file comment and FabricChannel): its own endpoint
@@ -200,6 +214,54 @@ class Node {
   // Opens a Channel for the calling thread. Unavailable when the provider cannot open another
   // endpoint or completion queue (the message says which).
   absl::StatusOr<std::unique_ptr<Channel>> OpenChannel();
+
+  // Registered memory that one thread stages its one-sided operations in (e.g. a worker's
+  // buffer). A batch whose Wait failed may still have operations in flight (the peer left the
+  // cluster, or did not answer in time), and a late READ would land in the memory after it is
+  // reused: Retire sets the memory aside until those operations complete and switches to fresh
+  // memory of the same size, so that a late completion never overwrites a later operation's
+  // bytes. Memory set aside is freed once its operations completed (checked at each Retire), or
+  // with this object.
+  //
+  // Thread safety: owned by one thread. Destroy it after the channels that posted into it
+  // (closing a channel discards its operations) and before the Node.
+  class StagingBuffer {
+   public:
+    static absl::StatusOr<std::unique_ptr<StagingBuffer>> Create(Node* node, size_t size,
+                                                                 bool lock_memory);
+    StagingBuffer(const StagingBuffer&) = delete;
+    StagingBuffer& operator=(const StagingBuffer&) = delete;
+    ~StagingBuffer();
+
+    char* data() const { return current_.memory->data(); }
+    size_t size() const { return size_; }
+    const MemoryRegistration* registration() const { return current_.registration.get(); }
+    LocalBuffer At(size_t offset, size_t len) const {
+      return LocalBuffer{registration(), data() + offset, len};
+    }
+
+    // Sets the current memory aside until `in_flight` is done and switches to fresh memory
+    // (data() and registration() change). Does nothing if it is done already. Errors: the
+    // fresh memory cannot be mapped or registered (the old memory stays current).
+    absl::Status Retire(OpBatch::InFlight in_flight);
+    // Memory set aside and not yet freed.
+    int retired() const { return static_cast<int>(retired_.size()); }
+
+   private:
+    struct Memory {
+      std::unique_ptr<Region> memory;
+      std::unique_ptr<MemoryRegistration> registration;  // declared after: destroyed first
+    };
+    StagingBuffer(Node* node, size_t size, bool lock_memory)
+        : node_(node), size_(size), lock_memory_(lock_memory) {}
+    absl::Status Allocate(Memory* m) const;
+
+    Node* const node_;
+    const size_t size_;
+    const bool lock_memory_;
+    Memory current_;
+    std::vector<std::pair<OpBatch::InFlight, Memory>> retired_;
+  };
 
   Fabric* fabric() { return fabric_.get(); }
   Poller* poller() { return poller_.get(); }
@@ -272,14 +334,16 @@ class Node {
   bool eviction_applied_ = false;  // guarded by eviction_mu_: the fail-stop membership is applied
 
   mutable farm::Mutex map_mu_;
+  // Bumped (under map_mu_) whenever region_map_ changes; read without the lock by batches that
+  // wait, to see cheaply whether a membership arrived.
+  std::atomic<uint64_t> map_version_{0};
   control::Membership membership_ ABSL_GUARDED_BY(map_mu_);
   absl::flat_hash_map<uint32_t, RegionEntry> region_map_ ABSL_GUARDED_BY(map_mu_);
   absl::flat_hash_map<std::string, PeerId> peers_by_address_ ABSL_GUARDED_BY(map_mu_);
 
   // Staging buffer for Read/Write of unregistered memory; one operation at a time.
   farm::Mutex staging_mu_;
-  std::unique_ptr<Region> staging_;
-  std::unique_ptr<MemoryRegistration> staging_mr_;
+  std::unique_ptr<StagingBuffer> staging_ ABSL_GUARDED_BY(staging_mu_);
 };
 
 // The byte the self-check expects at `offset` of region `index` of node `node_id` when the node

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Without replication a shard node's death loses its keys, and the store must say so rather than
 # pose as empty. Three //tools:node --kv processes form a cluster; a shell (//tools:kvsh, a late
-# node) puts 30 keys and keeps running. Node 2 is killed (SIGKILL) and started again: it joins
-# the running cluster and formats an empty shard. Then
+# node) puts 30 keys and keeps running.
+#  - Node 2 is paused (SIGSTOP) past its lease while the shell reads every key: the GET whose
+#    READ is in flight to node 2 ends with Unavailable when the CM evicts node 2 ("node 2 left
+#    the cluster ... abandoned"), not with DeadlineExceeded at the 10 s operation timeout, and
+#    every other key of node 0 and 1 is read.
+# Node 2 is then killed (SIGKILL) and started again: it joins the running cluster and formats an
+# empty shard. Then
 #  - the shell that cached node 2's old shard description drops it (the membership changed) and
 #    gets DataLoss for node 2's keys (not Unavailable forever);
 #  - a new shell gets DataLoss for node 2's keys, for GET and PUT alike (not NotFound, which
@@ -75,9 +80,42 @@ done
 [ "$(grep -c '^"v' "$TMP/shell.out")" = "$keys" ] || fail "gets: $(cat "$TMP/shell.out" "$TMP/shell.err")"
 echo "ok: $keys keys put and read back"
 
+# Node 2 paused past its 5 s lease while the shell reads every key (10 s operation timeout).
+kill -STOP "${pids[2]}"
+# kill returns before every thread stopped (one takes the signal and stops the rest when it runs).
+all_stopped() {  # PID: every thread's state (after the last ')' of its stat line) is T
+  local t st
+  for t in /proc/"$1"/task/*/stat; do
+    st=$(sed -E 's/.*\) (.).*/\1/' "$t" 2>/dev/null) || continue
+    [ "$st" = T ] || return 1
+  done
+}
+for _ in $(seq 3000); do all_stopped "${pids[2]}" && break; sleep 0.01; done
+all_stopped "${pids[2]}" || fail "node 2 did not stop within 30 s"
+: >"$TMP/shell.out"
+: >"$TMP/shell.err"
+for i in $(seq 0 $((keys - 1))); do echo "get k$i" >&9; done
+answers() { echo $(($(grep -c '^"v' "$TMP/shell.out") + $(grep -c '(error)' "$TMP/shell.err"))); }
+for _ in $(seq 600); do
+  [ "$(answers)" = "$keys" ] && break
+  sleep 0.1
+done
+values=$(grep -c '^"v' "$TMP/shell.out")
+errors=$(grep -c '(error)' "$TMP/shell.err")
+[ "$((values + errors))" = "$keys" ] ||
+  fail "$values values and $errors errors for $keys GETs with node 2 paused:"$'\n'"$(cat \
+    "$TMP/shell.out" "$TMP/shell.err")"
+[ "$errors" -gt 0 ] || fail "no GET of node 2's keys failed while it was paused and evicted"
+! grep '(error)' "$TMP/shell.err" | grep -v UNAVAILABLE ||
+  fail "errors other than Unavailable with node 2 paused and evicted:"$'\n'"$(cat "$TMP/shell.err")"
+grep -q "UNAVAILABLE.*node 2 left the cluster.*abandoned" "$TMP/shell.err" ||
+  fail "the GET in flight to node 2 did not end at its eviction:"$'\n'"$(cat "$TMP/shell.err")"
+wait_for "$TMP/n0.1.err" "CM: node 2 (left|is no longer a member)"
+echo "ok: node 2 paused past its lease: the GET in flight to it ended at its eviction;" \
+  "$values keys read, $errors Unavailable"
+
 kill -KILL "${pids[2]}"
 wait "${pids[2]}" 2>/dev/null
-wait_for "$TMP/n0.1.err" "CM: node 2 (left|is no longer a member)"
 start_node 2 2
 wait_for "$TMP/n2.2.out" '^READY'
 grep -q "kv: node 2 joined a running cluster" "$TMP/n2.2.err" ||

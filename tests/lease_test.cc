@@ -6,6 +6,8 @@
 // per line, answering each on its standard output:
 //   call N      -> "CALL N OK" or "CALL N <status code> <message>" (one RPC to node N)
 //   waitgone N  -> "GONE N" once its membership no longer lists node N ("STILL N" after 30 s)
+//   read N      -> "READ N OK" or "READ N <status code> <message>" (a one-sided READ of 8 bytes
+//                  of node N's first region, waiting up to 60 s)
 //   members     -> "MEMBERS 0,1,2"
 //   quit        -> leaves (as does the end of its input)
 // A node that is evicted prints "EVICTED <why>" and exits with status 3 (as tools/node does).
@@ -13,19 +15,23 @@
 // The driver runs a 3-node cluster with a 2 s lease and a 300 ms messenger write timeout, then:
 //  1. pauses node 2 for 600 ms (well under the lease) while node 1 calls it: that call may time
 //     out, but afterwards calls in both directions work on the same lanes and nobody was evicted;
-//  2. pauses node 2 for longer than the lease: nodes 0 and 1 see it leave through membership and
-//     calls to it fail with Unavailable saying its lease expired; resumed, node 2 exits with status
-//     3 and "its lease expired";
+//  2. pauses node 2 for longer than the lease while node 0 READs its memory: the READ (which
+//     cannot complete on tcp;ofi_rxm while the target does not poll; shm may complete it) ends
+//     with Unavailable when node 2 leaves the membership, not at its 60 s timeout; nodes 0 and 1
+//     see node 2 leave through membership and calls to it fail with Unavailable saying its
+//     lease expired; resumed, node 2 exits with status 3 and "its lease expired";
 //  3. starts node 2 again under the same id: it joins and calls work in both directions.
 //
 // Environment (as tests/multinode_test.sh): FARM_TEST_PROVIDERS (default "shm tcp;ofi_rxm"),
 // FARM_TEST_HOST (default 127.0.0.1).
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -102,6 +108,22 @@ void RunCommand(const std::string& cmd, Node& node, Rpc& rpc, Messenger::Lane& l
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     while (Lists(node, target) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
     Emit(absl::StrCat(Lists(node, target) ? "STILL " : "GONE ", target));
+  } else if (words.size() == 2 && words[0] == "read" && absl::SimpleAtoi(words[1], &target)) {
+    std::vector<control::RegionInfo> regions = node.RegionsOf(target);
+    absl::Status s = regions.empty()
+                         ? absl::NotFoundError(absl::StrCat("node ", target, " has no region"))
+                         : absl::OkStatus();
+    char word[8];
+    const absl::Time start = absl::Now();
+    if (s.ok()) {
+      s = node.Read(GlobalAddress{regions[0].region_id(), 0}, word, sizeof(word),
+                    absl::Seconds(60));
+    }
+    spdlog::info("node {}: READ of node {} ended after {}: {}", node.id(), target,
+                 absl::FormatDuration(absl::Now() - start), s.ToString());
+    Emit(absl::StrCat("READ ", target, " ",
+                      s.ok() ? "OK"
+                             : absl::StrCat(absl::StatusCodeToString(s.code()), " ", s.message())));
   } else if (cmd == "members") {
     Emit(absl::StrCat("MEMBERS ", Members(node)));
   } else {
@@ -254,6 +276,34 @@ absl::Status Expect(bool ok, const std::string& what) {
   return ok ? absl::OkStatus() : absl::InternalError(what);
 }
 
+// Waits until every thread of `pid` is stopped. kill(SIGSTOP) returns before that: one thread
+// takes the signal and stops the others when it next runs, and on a loaded machine the rest may
+// go on serving for a while (a READ posted meanwhile can complete).
+absl::Status WaitStopped(pid_t pid, absl::Time deadline) {
+  const std::string tasks = absl::StrCat("/proc/", pid, "/task");
+  for (;;) {
+    bool all = true, any = false;
+    if (DIR* dir = opendir(tasks.c_str()); dir != nullptr) {
+      while (dirent* e = readdir(dir)) {
+        if (e->d_name[0] == '.') continue;
+        std::ifstream stat(absl::StrCat(tasks, "/", e->d_name, "/stat"));
+        std::string line;
+        if (!std::getline(stat, line)) continue;  // the thread exited
+        // "tid (comm) S ...": the state follows the last ')'.
+        const size_t paren = line.rfind(')');
+        any = true;
+        all &= paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T';
+      }
+      closedir(dir);
+    }
+    if (any && all) return absl::OkStatus();
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("process ", pid, " did not stop"));
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
 // Phase 1: a pause well under the lease.
 absl::Status ShortPause(Driver& d) {
   RETURN_IF_ERROR(d.ExpectCallOk(1, 2));
@@ -278,8 +328,40 @@ absl::Status ShortPause(Driver& d) {
 }
 
 // Phase 2: a pause longer than the lease.
-absl::Status LongPause(Driver& d) {
+absl::Status LongPause(Driver& d, const std::string& provider) {
   RETURN_IF_ERROR(Expect(kill(d.node(2).pid(), SIGSTOP) == 0, "SIGSTOP failed"));
+  if (absl::Status s = WaitStopped(d.node(2).pid(), absl::Now() + absl::Seconds(30)); !s.ok()) {
+    kill(d.node(2).pid(), SIGCONT);
+    return s;
+  }
+  // Node 0 READs the paused node's memory: the READ must end when node 2 leaves the cluster.
+  RETURN_IF_ERROR(d.node(0).Send("read 2\n"));
+  absl::StatusOr<std::string> gone = d.Ask(1, "waitgone 2", "GONE");
+  if (!gone.ok()) {
+    kill(d.node(2).pid(), SIGCONT);
+    return gone.status();
+  }
+  absl::StatusOr<std::string> read = d.Line(0, "READ");
+  if (!read.ok()) {
+    kill(d.node(2).pid(), SIGCONT);
+    return read.status();
+  }
+  std::printf("  node 0 READ of paused node 2: %s\n", read->c_str());
+  // On tcp;ofi_rxm (manual progress: the target's process serves READs) the READ cannot
+  // complete while node 2 is stopped. Elsewhere it may: shm copies small READs straight out of
+  // the target's memory (process_vm_readv), and on verbs the target's kernel or NIC answers.
+  const bool may_complete = provider != "tcp;ofi_rxm";
+  if (!(may_complete && *read == "READ 2 OK") &&
+      !(absl::StartsWith(*read, "READ 2 UNAVAILABLE") &&
+        absl::StrContains(*read, "node 2 left the cluster") &&
+        absl::StrContains(*read, "its lease expired") &&
+        absl::StrContains(*read, "abandoned"))) {
+    kill(d.node(2).pid(), SIGCONT);
+    return absl::InternalError(absl::StrCat(
+        "a READ of node 2 in flight when it was evicted should end with Unavailable saying it "
+        "left the cluster: ",
+        *read));
+  }
   for (int id : {0, 1}) {
     absl::StatusOr<std::string> gone = d.Ask(id, "waitgone 2", "GONE");
     if (!gone.ok()) {
@@ -336,7 +418,7 @@ absl::Status Run(const std::string& provider, const std::string& host) {
   for (int id = 0; id < kNodes; ++id) RETURN_IF_ERROR(d.Start(id));
   for (int id = 0; id < kNodes; ++id) RETURN_IF_ERROR(d.WaitReady(id));
   absl::Status s = ShortPause(d);
-  if (s.ok()) s = LongPause(d);
+  if (s.ok()) s = LongPause(d, provider);
   if (s.ok()) s = Restart(d);
   absl::Status stopped = d.StopAll();
   return s.ok() ? stopped : s;

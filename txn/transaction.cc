@@ -11,6 +11,7 @@
 #include "platform/mutant.h"
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
+#include "spdlog/spdlog.h"
 #include "txn/object.h"
 
 namespace farm {
@@ -22,6 +23,14 @@ namespace {
 // repeat the whole transaction.
 constexpr absl::Duration kTxnLockedWait = absl::Milliseconds(2);
 
+// After a batch's Wait failed: its READs still in flight may land later, so the thread's next
+// READs go to fresh memory.
+void RetireStaging(ThreadContext& ctx, const Node::Batch& batch) {
+  if (absl::Status s = ctx.staging->Retire(batch.in_flight()); !s.ok()) {
+    spdlog::error("node {}: {}", ctx.engine->node()->id(), std::string(s.message()));
+  }
+}
+
 // One copy of the object: a local one, or a READ into the thread's buffer.
 absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std::string* copy) {
   Node* node = ctx.engine->node();
@@ -32,19 +41,20 @@ absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std
     CopyLocalObject(t->local, copy->data(), span);
     return absl::OkStatus();
   }
-  if (span > ctx.buffer_size) {
+  if (span > ctx.staging->size()) {
     return absl::InvalidArgumentError(absl::StrCat("an object of ", span,
                                                    " bytes does not fit the thread's ",
-                                                   ctx.buffer_size, "-byte buffer"));
+                                                   ctx.staging->size(), "-byte buffer"));
   }
   Node::Batch batch(ctx.channel);
-  batch.Read(addr, LocalBuffer{ctx.registration, ctx.buffer, span}).IgnoreError();
+  batch.Read(addr, ctx.staging->At(0, span)).IgnoreError();
   absl::Status s = batch.Wait(ctx.timeout);
   if (!s.ok()) {
+    RetireStaging(ctx, batch);
     return absl::Status(s.code(), absl::StrCat("READ of object ", addr.ToString(), " on node ",
                                                t->node_id, ": ", s.message()));
   }
-  std::memcpy(copy->data(), ctx.buffer, span);
+  std::memcpy(copy->data(), ctx.staging->data(), span);
   return absl::OkStatus();
 }
 
@@ -143,31 +153,38 @@ absl::Status CopyRanges(ThreadContext& ctx, absl::Span<const Range> ranges,
     for (; i < ranges.size(); ++i) {
       const Range& r = ranges[i];
       absl::StatusOr<RemoteTarget> t = node->Resolve(r.addr, r.len);
-      if (!t.ok()) return t.status();
+      if (!t.ok()) {
+        RetireStaging(ctx, batch);  // this batch's READs posted so far are not waited for
+        return t.status();
+      }
       std::string& copy = (*out)[i];
       copy.resize(r.len);
       if (t->local != nullptr) {
         CopyLocalObject(t->local, copy.data(), r.len);
         continue;
       }
-      if (r.len > ctx.buffer_size) {
+      if (r.len > ctx.staging->size()) {
+        RetireStaging(ctx, batch);
         return absl::InvalidArgumentError(absl::StrCat("a READ of ", r.len,
                                                        " bytes does not fit the thread's ",
-                                                       ctx.buffer_size, "-byte buffer"));
+                                                       ctx.staging->size(), "-byte buffer"));
       }
       const uint64_t at = RoundUp8(used);
-      if (at + r.len > ctx.buffer_size) break;  // the next batch
-      batch.Read(r.addr, LocalBuffer{ctx.registration, ctx.buffer + at, r.len}).IgnoreError();
+      if (at + r.len > ctx.staging->size()) break;  // the next batch
+      batch.Read(r.addr, ctx.staging->At(at, r.len)).IgnoreError();
       remote.emplace_back(i, at);
       used = at + r.len;
     }
     if (remote.empty()) continue;
     if (absl::Status s = batch.Wait(ctx.timeout); !s.ok()) {
+      RetireStaging(ctx, batch);
       return absl::Status(s.code(), absl::StrCat("READ of ", remote.size(), " range(s) from ",
                                                  ranges[remote[0].first].addr.ToString(), ": ",
                                                  s.message()));
     }
-    for (const auto& [k, at] : remote) std::memcpy((*out)[k].data(), ctx.buffer + at, ranges[k].len);
+    for (const auto& [k, at] : remote) {
+      std::memcpy((*out)[k].data(), ctx.staging->data() + at, ranges[k].len);
+    }
   }
   return absl::OkStatus();
 }
@@ -494,7 +511,7 @@ absl::Status Transaction::ReadLockWords(const std::vector<GlobalAddress>& addrs,
     uint64_t len = 0;
     size_t begin = 0, end = 0;  // in `remote`
   };
-  const uint64_t max_span = std::min<uint64_t>(kMaxCoalescedRead, ctx_->buffer_size);
+  const uint64_t max_span = std::min<uint64_t>(kMaxCoalescedRead, ctx_->staging->size());
   std::vector<Span> spans;
   for (size_t k = 0; k < remote.size(); ++k) {
     const GlobalAddress a = addrs[remote[k]];
@@ -513,23 +530,22 @@ absl::Status Transaction::ReadLockWords(const std::vector<GlobalAddress>& addrs,
     std::vector<uint64_t> at;  // each span's place in the buffer
     uint64_t used = 0;
     size_t end = begin;
-    for (; end < spans.size() && used + spans[end].len <= ctx_->buffer_size; ++end) {
+    for (; end < spans.size() && used + spans[end].len <= ctx_->staging->size(); ++end) {
       at.push_back(used);
-      batch.Read(spans[end].first, LocalBuffer{ctx_->registration, ctx_->buffer + used,
-                                               spans[end].len})
-          .IgnoreError();
+      batch.Read(spans[end].first, ctx_->staging->At(used, spans[end].len)).IgnoreError();
       used += (spans[end].len + 7) & ~uint64_t{7};
     }
     validation_reads_ += static_cast<int>(end - begin);
     if (absl::Status s = batch.Wait(ctx_->timeout); !s.ok()) {
+      RetireStaging(*ctx_, batch);
       return absl::Status(s.code(), absl::StrCat("READ of lock words: ", s.message()));
     }
     for (size_t j = begin; j < end; ++j) {
       const Span& s = spans[j];
       for (size_t k = s.begin; k < s.end; ++k) {
         const size_t i = remote[k];
-        std::memcpy(&(*words)[i], ctx_->buffer + at[j - begin] + (addrs[i].offset - s.first.offset),
-                    8);
+        std::memcpy(&(*words)[i],
+                    ctx_->staging->data() + at[j - begin] + (addrs[i].offset - s.first.offset), 8);
       }
     }
     begin = end;

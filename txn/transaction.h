@@ -70,10 +70,9 @@ struct ThreadContext {
   Engine* engine = nullptr;
   Messenger::Lane* lane = nullptr;
   Node::Channel* channel = nullptr;
-  // Registered staging memory for this thread's READs.
-  char* buffer = nullptr;
-  uint64_t buffer_size = 0;
-  const MemoryRegistration* registration = nullptr;
+  // Registered staging memory for this thread's READs. A READ abandoned by a failed Wait
+  // may still land in it: the memory is then replaced (Node::StagingBuffer::Retire).
+  Node::StagingBuffer* staging = nullptr;
   absl::Duration timeout = absl::Seconds(10);
 };
 
