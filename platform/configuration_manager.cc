@@ -1,9 +1,12 @@
 #include "platform/configuration_manager.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <list>
 #include <map>
 #include <mutex>
@@ -14,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "platform/config.h"
 #include "platform/control_channel.h"
+#include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 
 namespace farm {
@@ -21,7 +25,6 @@ namespace {
 
 constexpr absl::Duration kTick = absl::Milliseconds(50);
 constexpr absl::Duration kFirstMessageTimeout = absl::Seconds(5);
-constexpr absl::Duration kPendingTick = absl::Milliseconds(1);
 
 constexpr char kLeft[] = "it left";
 
@@ -68,12 +71,20 @@ class CmServerImpl : public CmServer {
   void Run() {
     spdlog::info("configuration manager listening on port {}, expecting {} node(s)",
                  listener_->port(), RequiredNodes());
+    std::vector<pollfd> fds;
     while (!stop_.load(std::memory_order_relaxed)) {
-      // While a connection waits for its join request, look again soon: a joining node sends
-      // it right after connecting.
-      absl::StatusOr<std::unique_ptr<ControlChannel>> ch =
-          listener_->Accept(pending_.empty() ? kTick : kPendingTick);
-      if (ch.ok()) pending_.push_back({std::move(*ch), absl::Now() + kFirstMessageTimeout});
+      // Wakes as soon as a connection or a message arrives (a heartbeat is acknowledged at once,
+      // so that short leases work), else after a tick to judge leases and pending joins.
+      fds.clear();
+      fds.push_back({listener_->fd(), POLLIN, 0});
+      for (const Pending& p : pending_) fds.push_back({p.channel->fd(), POLLIN, 0});
+      for (const auto& [id, m] : members_) fds.push_back({m.channel->fd(), POLLIN, 0});
+      if (poll(fds.data(), fds.size(), static_cast<int>(absl::ToInt64Milliseconds(kTick))) > 0 &&
+          (fds[0].revents & POLLIN) != 0) {
+        absl::StatusOr<std::unique_ptr<ControlChannel>> ch =
+            listener_->Accept(absl::ZeroDuration());
+        if (ch.ok()) pending_.push_back({std::move(*ch), absl::Now() + kFirstMessageTimeout});
+      }
       AdmitPending();
       if (!formed_ && !failed_ && absl::Now() > join_deadline_) FailFormation();
       if (formed_) WatchMembers();
@@ -251,7 +262,10 @@ class CmServerImpl : public CmServer {
           }
           break;
         }
-        m.last_heard = now;
+        // Read after the message arrived, so after the node sent it: the node's lease, which runs
+        // from its send time, ends before this view of it (the time judged below is `now`, from
+        // before the reads, so a message read late never counts against the node).
+        m.last_heard = std::max(m.last_heard, Clock::now());
         if (msg->has_leave()) {
           gone[id] = kLeft;
           break;
@@ -259,6 +273,7 @@ class CmServerImpl : public CmServer {
         if (msg->has_heartbeat()) {
           control::ControlMessage ack;
           ack.mutable_heartbeat_ack()->set_epoch(epoch_);
+          ack.mutable_heartbeat_ack()->set_seq(msg->heartbeat().seq());
           (void)m.channel->Send(ack);  // a failed send shows up as a closed connection next
         } else if (msg->has_suspect()) {
           control::Suspect suspect = msg->suspect();
@@ -344,6 +359,9 @@ class TcpConfigurationManager : public ConfigurationManager {
     channel_ = std::move(*ch);
     control::ControlMessage join;
     *join.mutable_join() = request;
+    // The lease runs from here until the first heartbeat is acknowledged: the CM starts its view
+    // of it when it admits the node (or forms the cluster), after it received this request.
+    const Clock::time_point join_sent = Clock::now();
     absl::Status s = channel_->Send(join);
     if (!s.ok()) return s;
     for (;;) {
@@ -367,7 +385,10 @@ class TcpConfigurationManager : public ConfigurationManager {
         continue;
       }
       if (reply->has_membership()) {
-        last_heard_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+        {
+          std::lock_guard<std::mutex> l(lease_mu_);
+          lease_start_ = join_sent;
+        }
         watcher_ = std::thread([this] { Watch(); });
         heartbeat_ = std::thread([this] { Heartbeat(); });
         return reply->membership();
@@ -382,6 +403,11 @@ class TcpConfigurationManager : public ConfigurationManager {
     m.mutable_suspect()->set_reason(reason);
     std::lock_guard<std::mutex> l(send_mu_);
     (void)channel_->Send(m);  // if the CM is gone, this node's own lease expires instead
+  }
+
+  Clock::time_point lease_expiry() const override {
+    std::lock_guard<std::mutex> l(lease_mu_);
+    return lease_start_ + lease_ - lease_ / kLeaseSlackDivisor;
   }
 
   void Leave() override {
@@ -405,8 +431,6 @@ class TcpConfigurationManager : public ConfigurationManager {
   }
 
  private:
-  using Clock = std::chrono::steady_clock;
-
   bool stopping() {
     std::lock_guard<std::mutex> l(stop_mu_);
     return stop_;
@@ -435,8 +459,7 @@ class TcpConfigurationManager : public ConfigurationManager {
         }
         return;
       }
-      // Relaxed: only the heartbeat thread reads it, to judge the lease; no data hangs on it.
-      last_heard_ns_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      if (msg->has_heartbeat_ack()) Renew(msg->heartbeat_ack().seq());
       if (msg->has_eviction()) {
         Evict(msg->eviction().reason());
         return;
@@ -445,32 +468,63 @@ class TcpConfigurationManager : public ConfigurationManager {
     }
   }
 
-  // Renews the lease every lease/4 and gives the node up when no word came from the CM for a
-  // whole lease (the CM evicts it at about the same time: it hears no heartbeat either).
+  // The CM acknowledged heartbeat `seq`: the lease runs from when it was sent. Acknowledgements
+  // of heartbeats older than the last one acknowledged change nothing.
+  void Renew(uint64_t seq) {
+    std::lock_guard<std::mutex> l(lease_mu_);
+    while (!sent_.empty() && sent_.front().first < seq) sent_.pop_front();
+    if (sent_.empty() || sent_.front().first != seq) return;  // unknown, or older
+    lease_start_ = std::max(lease_start_, sent_.front().second);
+    sent_.pop_front();
+  }
+
+  // Sends a heartbeat every lease/4 and gives the node up once its lease ended (lease_expiry):
+  // no heartbeat sent in the last lease (less the slack) was acknowledged. It wakes at the
+  // expiry too, so that the node stops acting as a member no later than the CM removes it.
   void Heartbeat() {
     const Clock::duration period = lease_ / 4;
+    uint64_t seq = 0;
     std::unique_lock<std::mutex> lock(stop_mu_);
     while (!stop_) {
       lock.unlock();
-      const Clock::duration silent =
-          Clock::now() -
-          Clock::time_point(Clock::duration(last_heard_ns_.load(std::memory_order_relaxed)));
-      if (silent > lease_) {
-        Evict(absl::StrCat("its lease expired (no word from the configuration manager for ",
-                           absl::FormatDuration(absl::FromChrono(silent)), ", lease ",
-                           absl::FormatDuration(absl::FromChrono(lease_)), ")"));
+      const Clock::time_point now = Clock::now();
+      const Clock::time_point expiry = lease_expiry();
+      if (now >= expiry) {
+        Clock::time_point start;
+        {
+          std::lock_guard<std::mutex> l(lease_mu_);
+          start = lease_start_;
+        }
+        Evict(absl::StrCat(
+            "its lease expired (no heartbeat acknowledged by the configuration manager for ",
+            absl::FormatDuration(absl::FromChrono(now - start)), ", lease ",
+            absl::FormatDuration(absl::FromChrono(lease_)), ")"));
         return;
       }
       control::ControlMessage hb;
       hb.mutable_heartbeat()->set_node_id(node_id_);
-      {
+      hb.mutable_heartbeat()->set_seq(++seq);
+      // Tests drop heartbeats here: the argument is (this node's id, whether to send).
+      std::pair<uint32_t, bool> send(node_id_, true);
+      FARM_SYNC_POINT_CALLBACK("TcpConfigurationManager::Heartbeat:Send", &send);
+      if (send.second) {
+        {
+          std::lock_guard<std::mutex> l(lease_mu_);
+          sent_.emplace_back(seq, now);  // `now` is before the send: the lease starts no later
+          if (sent_.size() > kMaxUnacknowledged) sent_.pop_front();
+        }
         std::lock_guard<std::mutex> l(send_mu_);
-        (void)channel_->Send(hb);  // a dead CM shows up as silence: the check above
+        (void)channel_->Send(hb);  // a dead CM shows up as no acknowledgement: the check above
       }
       lock.lock();
-      stop_cv_.wait_for(lock, period, [this] { return stop_; });
+      const Clock::duration to_expiry = expiry - Clock::now();
+      stop_cv_.wait_for(lock, std::max(Clock::duration::zero(), std::min(period, to_expiry)),
+                        [this] { return stop_; });
     }
   }
+
+  // Heartbeats remembered until acknowledged: a lease's worth and more (one every lease/4).
+  static constexpr size_t kMaxUnacknowledged = 64;
 
   const std::string host_;
   const uint16_t port_;
@@ -482,7 +536,10 @@ class TcpConfigurationManager : public ConfigurationManager {
   std::mutex send_mu_;  // one Send at a time on channel_
   std::thread watcher_;
   std::thread heartbeat_;
-  std::atomic<int64_t> last_heard_ns_{0};  // Clock ticks of the last message from the CM
+  mutable std::mutex lease_mu_;
+  Clock::time_point lease_start_;  // guarded by lease_mu_: when the lease started (Renew)
+  // Heartbeats sent and not yet acknowledged (seq, send time), oldest first; guarded by lease_mu_.
+  std::deque<std::pair<uint64_t, Clock::time_point>> sent_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by stop_mu_

@@ -16,16 +16,21 @@
 //
 // Leases (as in FaRM): from the first membership on, each node sends Heartbeat every lease/4
 // (ClusterConfig.lease_ms) from a thread that does nothing else, and the CM answers each with
-// HeartbeatAck. The CM evicts a node it has not heard from for a lease: it sends it Eviction,
-// closes its connection and broadcasts a membership without it. A node that has not heard from
-// the CM for a lease, whose connection to the CM closed, or that received Eviction, considers
-// itself evicted (OnEviction) and must stop acting as a member. A node that can no longer talk to
-// a member (e.g. a ring from it stays corrupt) reports it (Suspect); the CM evicts the suspect,
-// so that every node agrees it is gone instead of one node silently cutting it off. A report
-// against the CM's own node evicts the reporter instead (the CM cannot evict itself).
+// HeartbeatAck as soon as it arrives. The CM evicts a node it has not heard from for a lease: it
+// sends it Eviction, closes its connection and broadcasts a membership without it. A node's own
+// lease runs from when it SENT the last heartbeat the CM acknowledged (nothing else renews it),
+// for a lease less a small slack for clock rates (kLeaseSlackDivisor): the CM received that
+// heartbeat later, so the node's lease always ends before the CM's view of it, and a node never
+// acts as a member after the CM may have removed it. A node whose lease ended, whose connection
+// to the CM closed, or that received Eviction, considers itself evicted (OnEviction) and must
+// stop acting as a member. A node that can no longer talk to a member (e.g. a ring from it stays
+// corrupt) reports it (Suspect); the CM evicts the suspect, so that every node agrees it is gone
+// instead of one node silently cutting it off. A report against the CM's own node evicts the
+// reporter instead (the CM cannot evict itself).
 #ifndef FARM_PLATFORM_CONFIGURATION_MANAGER_H_
 #define FARM_PLATFORM_CONFIGURATION_MANAGER_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -68,7 +73,17 @@ class ConfigurationManager {
 
   // Leaves the cluster. Idempotent.
   virtual void Leave() = 0;
+
+  // When this node's lease ends, on the steady clock: the send time of the last heartbeat the CM
+  // acknowledged (or of the join request, before the first), plus the lease less the slack. It
+  // only moves forward. Before Join: the clock's epoch.
+  virtual std::chrono::steady_clock::time_point lease_expiry() const = 0;
 };
+
+// The part of a lease a node gives up for the CM's clock running slower than its own: the node's
+// lease is lease * (1 - 1/kLeaseSlackDivisor) long (FaRM's precise membership needs the node's
+// lease to end before the CM's view of it; clocks of different hosts drift by far less).
+inline constexpr int kLeaseSlackDivisor = 64;
 
 // Client of the built-in CM at host:port, renewing a lease of `lease` (ClusterConfig.lease_ms).
 std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(const std::string& host,

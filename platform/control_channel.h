@@ -50,6 +50,8 @@ class ControlChannel {
   const std::string& peer() const { return peer_; }
   // This end's TCP port (0 if the socket has none).
   uint16_t local_port() const;
+  // The socket, to wait for input with poll() (readable: a message, or the end, can be received).
+  int fd() const { return fd_; }
 
  private:
   absl::Status ReadFully(char* buf, size_t len, absl::Time deadline);
@@ -71,6 +73,8 @@ class ControlListener {
   // Waits up to `timeout` for a connection; DeadlineExceeded if none came.
   absl::StatusOr<std::unique_ptr<ControlChannel>> Accept(absl::Duration timeout);
   uint16_t port() const { return port_; }
+  // The socket, to wait for connections with poll().
+  int fd() const { return fd_; }
 
  private:
   ControlListener(int fd, uint16_t port) : fd_(fd), port_(port) {}
