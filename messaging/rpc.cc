@@ -281,8 +281,14 @@ void Rpc::OnRequest(uint32_t from, const Envelope& e, absl::string_view body,
   const RpcInPlaceHandler* handler = FindHandler(e.method);
   RpcResponder out(reply, from, e.id, e.method,
                    MaxPayload(messenger_->options().ring_size) - sizeof(Envelope));
+  Node* node = messenger_->node();
+  // A node whose lease ended serves nothing: the CM may have removed it already, and a request
+  // that waited in a ring (this process was paused) may be stale.
   const absl::Status result =
-      handler != nullptr
+      !node->lease_held()
+          ? absl::UnavailableError(absl::StrCat("node ", node->id(),
+                                                "'s lease expired: it serves no requests"))
+      : handler != nullptr
           ? (*handler)(RpcRequest{from, e.method, body}, out)
           : absl::UnimplementedError(absl::StrCat("no handler for method ", e.method));
   absl::Status s = out.Finish(result);

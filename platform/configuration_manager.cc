@@ -387,7 +387,7 @@ class TcpConfigurationManager : public ConfigurationManager {
       if (reply->has_membership()) {
         {
           std::lock_guard<std::mutex> l(lease_mu_);
-          lease_start_ = join_sent;
+          SetLeaseStart(join_sent);
         }
         watcher_ = std::thread([this] { Watch(); });
         heartbeat_ = std::thread([this] { Heartbeat(); });
@@ -406,8 +406,8 @@ class TcpConfigurationManager : public ConfigurationManager {
   }
 
   Clock::time_point lease_expiry() const override {
-    std::lock_guard<std::mutex> l(lease_mu_);
-    return lease_start_ + lease_ - lease_ / kLeaseSlackDivisor;
+    // Acquire: pairs with the release in SetLeaseStart.
+    return Clock::time_point(Clock::duration(expiry_.load(std::memory_order_acquire)));
   }
 
   void Leave() override {
@@ -440,6 +440,8 @@ class TcpConfigurationManager : public ConfigurationManager {
   void Evict(const std::string& reason) {
     if (evicted_.exchange(true)) return;
     if (stopping()) return;  // leaving on purpose: nothing to report
+    // Tests hold the eviction back here, as a node scheduled late would (lease_test).
+    FARM_SYNC_POINT("TcpConfigurationManager::Evict");
     if (eviction_callback_) eviction_callback_(reason);
     {
       std::lock_guard<std::mutex> l(stop_mu_);
@@ -474,8 +476,14 @@ class TcpConfigurationManager : public ConfigurationManager {
     std::lock_guard<std::mutex> l(lease_mu_);
     while (!sent_.empty() && sent_.front().first < seq) sent_.pop_front();
     if (sent_.empty() || sent_.front().first != seq) return;  // unknown, or older
-    lease_start_ = std::max(lease_start_, sent_.front().second);
+    SetLeaseStart(std::max(lease_start_, sent_.front().second));
     sent_.pop_front();
+  }
+
+  void SetLeaseStart(Clock::time_point start) {  // lease_mu_ held
+    lease_start_ = start;
+    const Clock::time_point expiry = start + lease_ - lease_ / kLeaseSlackDivisor;
+    expiry_.store(expiry.time_since_epoch().count(), std::memory_order_release);
   }
 
   // Sends a heartbeat every lease/4 and gives the node up once its lease ended (lease_expiry):
@@ -540,6 +548,8 @@ class TcpConfigurationManager : public ConfigurationManager {
   Clock::time_point lease_start_;  // guarded by lease_mu_: when the lease started (Renew)
   // Heartbeats sent and not yet acknowledged (seq, send time), oldest first; guarded by lease_mu_.
   std::deque<std::pair<uint64_t, Clock::time_point>> sent_;
+  // lease_expiry(), written under lease_mu_, read without it (on every request served).
+  std::atomic<int64_t> expiry_{0};
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by stop_mu_

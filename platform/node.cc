@@ -209,6 +209,10 @@ void Node::Deliver(const control::Membership& m) {
   for (const auto& [id, listener] : listeners_) listener(m);
 }
 
+bool Node::lease_held() const {
+  return cm_ == nullptr || std::chrono::steady_clock::now() < cm_->lease_expiry();
+}
+
 void Node::Evict(const std::string& reason) {
   std::lock_guard<std::mutex> l(listeners_mu_);
   EvictLocked(reason);

@@ -284,6 +284,11 @@ class Node {
   // every address, and no later membership is applied. A process should exit; a new process may
   // join again under the same id.
   absl::Status evicted() const;
+  // Whether this node's lease with the CM still runs (ConfigurationManager::lease_expiry). Once
+  // it ended the node must not serve, answer or commit anything: the CM may have removed it and
+  // the others may have moved on, even if no eviction reached this node yet (a paused process,
+  // resumed). Cheap: a clock read and an atomic load.
+  bool lease_held() const;
   // Waits up to `timeout` for the eviction; true if the node was evicted. On true the eviction is
   // complete: the node lists no member, resolves no address, and its listeners were told.
   bool WaitForEviction(absl::Duration timeout);

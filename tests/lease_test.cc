@@ -4,7 +4,9 @@
 // The test re-executes itself once per node (--role=node). A node starts a farm::Node with
 // messaging and an echo RPC, prints "READY <id>", and runs commands from its standard input, one
 // per line, answering each on its standard output:
-//   call N      -> "CALL N OK" or "CALL N <status code> <message>" (one RPC to node N)
+//   call N [P]  -> "CALL N OK" or "CALL N <status code> <message>" (one RPC to node N with
+//                  payload P, default "ping"; node N prints "HANDLED stale from node M" when it
+//                  serves the payload "stale")
 //   waitgone N  -> "GONE N" once its membership no longer lists node N ("STILL N" after 30 s)
 //   read N      -> "READ N OK" or "READ N <status code> <message>" (a one-sided READ of 8 bytes
 //                  of node N's first region, waiting up to 60 s)
@@ -19,7 +21,9 @@
 //     cannot complete on tcp;ofi_rxm while the target does not poll; shm may complete it) ends
 //     with Unavailable when node 2 leaves the membership, not at its 60 s timeout; nodes 0 and 1
 //     see node 2 leave through membership and calls to it fail with Unavailable saying its
-//     lease expired; resumed, node 2 exits with status 3 and "its lease expired";
+//     lease expired; resumed, node 2 serves none of the requests that waited for it (node 1
+//     called it while it was paused), although its eviction is held back for a second there,
+//     and exits with status 3 and "its lease expired";
 //  3. starts node 2 again under the same id: it joins and calls work in both directions.
 //
 // Environment (as tests/multinode_test.sh): FARM_TEST_PROVIDERS (default "shm tcp;ofi_rxm"),
@@ -27,6 +31,7 @@
 #include <dirent.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -51,6 +56,7 @@
 #include "platform/config.h"
 #include "platform/logging.h"
 #include "platform/node.h"
+#include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 #include "tests/messaging_node.h"
 #include "tools/child_process.h"
@@ -95,9 +101,11 @@ bool Lists(const Node& node, uint32_t id) {
 void RunCommand(const std::string& cmd, Node& node, Rpc& rpc, Messenger::Lane& lane) {
   std::vector<std::string> words = absl::StrSplit(cmd, ' ', absl::SkipEmpty());
   uint32_t target = 0;
-  if (words.size() == 2 && words[0] == "call" && absl::SimpleAtoi(words[1], &target)) {
-    absl::StatusOr<std::string> r = rpc.Call(lane, target, kEcho, "ping", absl::Seconds(20));
-    if (r.ok() && *r != absl::StrCat(target, ":ping")) {
+  if ((words.size() == 2 || words.size() == 3) && words[0] == "call" &&
+      absl::SimpleAtoi(words[1], &target)) {
+    const std::string payload = words.size() == 3 ? words[2] : "ping";
+    absl::StatusOr<std::string> r = rpc.Call(lane, target, kEcho, payload, absl::Seconds(20));
+    if (r.ok() && *r != absl::StrCat(target, ":", payload)) {
       r = absl::InternalError(absl::StrCat("wrong answer '", *r, "'"));
     }
     Emit(absl::StrCat("CALL ", target, " ",
@@ -168,8 +176,15 @@ int NodeMain() {
   {
     Rpc rpc(n.messenger.get());
     rpc.RegisterHandler(kEcho, [id](const RpcRequest& r) -> absl::StatusOr<std::string> {
+      if (r.payload == "stale") Emit(absl::StrCat("HANDLED stale from node ", r.from));
       return absl::StrCat(id, ":", r.payload);
     });
+    // An eviction is held back for a second, as on a node whose threads are scheduled late after
+    // it resumes: a node whose lease ended must serve nothing meanwhile (phase 2).
+    SyncPoint* sp = SyncPoint::GetInstance();
+    sp->SetCallBack("TcpConfigurationManager::Evict",
+                    [](void*) { absl::SleepFor(absl::Seconds(1)); });
+    sp->EnableProcessing();
     // One lane for every call: a lane that gave up on a paused peer would show in later calls.
     absl::StatusOr<Messenger::LaneLease> lane = n.messenger->AcquireLane();
     if (!lane.ok()) {
@@ -234,11 +249,16 @@ class Driver {
   // Waits (until the deadline) for node `id` to exit; returns how it ended.
   absl::StatusOr<std::string> WaitExit(int id) {
     std::string how;
-    while (!nodes_[id]->Exited(&how)) {
+    while (!nodes_[id]->reaped() && !nodes_[id]->Exited(&how)) {
       if (absl::Now() > deadline_) {
         return absl::DeadlineExceededError(absl::StrCat("node ", id, " did not exit"));
       }
       absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (how.empty()) {  // reaped before (by Line, when it saw the end of the output)
+      const int status = nodes_[id]->wait_status();
+      how = WIFEXITED(status) ? absl::StrCat("exited with status ", WEXITSTATUS(status))
+                              : absl::StrCat("ended with wait status ", status);
     }
     return how;
   }
@@ -336,11 +356,16 @@ absl::Status LongPause(Driver& d, const std::string& provider) {
   }
   // Node 0 READs the paused node's memory: the READ must end when node 2 leaves the cluster.
   RETURN_IF_ERROR(d.node(0).Send("read 2\n"));
-  absl::StatusOr<std::string> gone = d.Ask(1, "waitgone 2", "GONE");
+  // Node 1 calls it: the request waits for node 2 (in its ring, or on the way), which must not
+  // serve it when it resumes, its lease over.
+  RETURN_IF_ERROR(d.node(1).Send("call 2 stale\nwaitgone 2\n"));
+  absl::StatusOr<std::string> stale = d.Line(1, "CALL");
+  absl::StatusOr<std::string> gone = stale.ok() ? d.Line(1, "GONE") : stale;
   if (!gone.ok()) {
     kill(d.node(2).pid(), SIGCONT);
     return gone.status();
   }
+  std::printf("  node 1 call of paused node 2: %s\n", stale->c_str());
   absl::StatusOr<std::string> read = d.Line(0, "READ");
   if (!read.ok()) {
     kill(d.node(2).pid(), SIGCONT);
@@ -382,7 +407,19 @@ absl::Status LongPause(Driver& d, const std::string& provider) {
     std::printf("  node %d -> evicted node 2: %s\n", id, r->c_str());
   }
   RETURN_IF_ERROR(Expect(kill(d.node(2).pid(), SIGCONT) == 0, "SIGCONT failed"));
-  absl::StatusOr<std::string> evicted = d.Line(2, "EVICTED");
+  // Everything node 2 prints from its resume to its exit: its eviction, and no request served.
+  std::string evicted_line;
+  for (;;) {
+    absl::StatusOr<std::string> line = d.Line(2, "");
+    if (!line.ok()) break;  // it exited (or the deadline passed: WaitExit says)
+    RETURN_IF_ERROR(Expect(!absl::StartsWith(*line, "HANDLED"),
+                           absl::StrCat("node 2 served a request after its lease ended: ", *line)));
+    if (absl::StartsWith(*line, "EVICTED") && evicted_line.empty()) evicted_line = *line;
+  }
+  absl::StatusOr<std::string> evicted =
+      evicted_line.empty() ? absl::StatusOr<std::string>(absl::InternalError(
+                                 "node 2 did not say it was evicted"))
+                           : absl::StatusOr<std::string>(evicted_line);
   if (!evicted.ok()) return evicted.status();
   std::printf("  node 2 on resume: %s\n", evicted->c_str());
   RETURN_IF_ERROR(
