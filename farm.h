@@ -82,10 +82,13 @@
 // hold objects must not be written raw (Worker::Write) at the same time.
 //
 // Errors are absl::Status values: InvalidArgument (bad arguments), OutOfRange (address outside
-// every region), Unavailable (the node left or cannot be reached), DeadlineExceeded (no answer in
-// time), DataLoss (corrupt messages from that node), Unimplemented (no handler for the method),
-// ResourceExhausted (back-pressure; retry, or memory full for Alloc), Aborted (a transaction
-// conflicted with another; run it again), NotFound (no object at the address: freed or never
+// every region), Unavailable (the node left or cannot be reached, or a node's lease with the
+// configuration manager expired: this node's, and it then reads and commits nothing, or the
+// target's, which then serves nothing), DeadlineExceeded (no answer in time), DataLoss (corrupt
+// messages from that node), Unimplemented (no handler for the method), ResourceExhausted
+// (back-pressure; retry, or memory full for Alloc), Aborted (a transaction conflicted with another,
+// or a request was refused unexecuted because it was sent just before a configuration change its
+// target had applied; run it again), NotFound (no object at the address: freed or never
 // allocated), FailedPrecondition (a transaction used after Commit or Abort), or the handler's own
 // error, prefixed with the node.
 #ifndef FARM_FARM_H_

@@ -1312,6 +1312,12 @@ absl::StatusOr<std::string> Client::GetRpc(absl::string_view key) {
   const absl::Time deadline = absl::Now() + impl_->ctx->timeout;
   for (int attempt = 0;; ++attempt) {
     absl::StatusOr<std::string> r = impl_->worker->Call((*s)->node, impl_->store->get_method(), key);
+    if (absl::IsAborted(r.status()) && absl::Now() < deadline) {
+      // Refused unexecuted (sent just before a configuration change the shard's node had
+      // applied, rpc.h): ask again.
+      absl::SleepFor(absl::Microseconds(20));
+      continue;
+    }
     if (!r.ok()) return impl_->Annotate(r.status(), **s);
     if (r->empty()) return absl::DataLossError("kv: an empty GET answer");
     if ((*r)[0] == kRpcFound) return r->substr(1);

@@ -253,6 +253,11 @@ uint64_t Messenger::membership_epoch() const {
   return applied_epoch_.load(std::memory_order_acquire);
 }
 
+uint64_t Messenger::fence_epoch() const {
+  // Acquire: pairs with the release store in OnMembership.
+  return fence_epoch_.load(std::memory_order_acquire);
+}
+
 int Messenger::IndexOf(uint32_t node) const {
   for (int i = 0; i < nodes_; ++i) {
     if (node_ids_[i] == node) return i;
@@ -338,6 +343,14 @@ void Messenger::OnMembership(const control::Membership& m) {
     for (const absl::Status& s : receive_status_) any |= !s.ok();
     // Release: pairs with the acquire load in ReceiveStatus.
     any_down_.store(any, std::memory_order_release);
+  }
+  // A peer left or restarted: requests sent in an earlier configuration are refused from now on
+  // (Rpc::OnRequest). Raised to the maximum (Create's call and the listener may overlap).
+  if (!down.empty()) {
+    uint64_t fence = fence_epoch_.load(std::memory_order_relaxed);
+    while (fence < m.epoch() &&
+           !fence_epoch_.compare_exchange_weak(fence, m.epoch(), std::memory_order_release)) {
+    }
   }
   // Published before the close listener runs: whoever sees a call fail because of epoch E also
   // sees membership_epoch() >= E.

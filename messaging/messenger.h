@@ -179,6 +179,10 @@ class Messenger {
   // The epoch of the latest membership the messenger has applied (sends and the close listener
   // follow it from then on).
   uint64_t membership_epoch() const;
+  // The epoch of the latest membership applied here in which a peer left or restarted (0 if
+  // none did yet): the fence below which requests are refused (Rpc, FaRM's configuration ids).
+  // Published before membership_epoch() reaches that epoch.
+  uint64_t fence_epoch() const;
   // Index of `node` in the configuration's node list, or -1.
   int IndexOf(uint32_t node) const;
   // Region id of node `index`'s messaging area in the current membership (0: not a member).
@@ -258,6 +262,7 @@ class Messenger {
   uint64_t epoch_ ABSL_GUARDED_BY(peer_mu_) = 0;
   std::atomic<uint64_t> peer_version_{0};
   std::atomic<uint64_t> applied_epoch_{0};  // OnMembership finished, listener included
+  std::atomic<uint64_t> fence_epoch_{0};    // see fence_epoch(); only grows
   // Frame staging buffers (one per lane and destination) and head write-back staging, registered.
   std::unique_ptr<Region> send_memory_;
   std::unique_ptr<MemoryRegistration> send_mr_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 
 namespace farm {
@@ -159,7 +160,10 @@ absl::StatusOr<std::shared_ptr<Rpc::Pending>> Rpc::Start(Messenger::Lane& lane, 
   p->timeout_ = timeout;
   p->deadline_ = CoarseDeadline(timeout);
   pending_.Insert(p->id_, p);
-  const Envelope e{p->id_, method, 0, 0};
+  uint32_t epoch = EpochWord(messenger_->membership_epoch());
+  // Tests stamp an older epoch here (platform/sync_point.h; compiled out in NDEBUG).
+  FARM_SYNC_POINT_CALLBACK("Rpc::Start:Epoch", &epoch);
+  const Envelope e{p->id_, method, 0, epoch};
   absl::Status s = lane.Send(node, kRequestType, {Bytes(e), request}, timeout);
   if (!s.ok()) {
     Take(p->id_);
@@ -283,11 +287,18 @@ void Rpc::OnRequest(uint32_t from, const Envelope& e, absl::string_view body,
                    MaxPayload(messenger_->options().ring_size) - sizeof(Envelope));
   Node* node = messenger_->node();
   // A node whose lease ended serves nothing: the CM may have removed it already, and a request
-  // that waited in a ring (this process was paused) may be stale.
+  // that waited in a ring (this process was paused) may be stale. A request sent before a
+  // configuration change that this node has applied (a peer left or restarted) is refused too:
+  // its sender acted on a configuration that no longer holds (see rpc.h).
+  const uint64_t fence = messenger_->fence_epoch();
   const absl::Status result =
       !node->lease_held()
           ? absl::UnavailableError(absl::StrCat("node ", node->id(),
                                                 "'s lease expired: it serves no requests"))
+      : e.epoch < EpochWord(fence)
+          ? absl::AbortedError(absl::StrCat(
+                "refused unexecuted: it was sent in membership epoch ", e.epoch,
+                ", before epoch ", fence, " (in which a node left or restarted); retry"))
       : handler != nullptr
           ? (*handler)(RpcRequest{from, e.method, body}, out)
           : absl::UnimplementedError(absl::StrCat("no handler for method ", e.method));

@@ -34,8 +34,16 @@
 // Errors seen by callers: DeadlineExceeded (no response in time), DataLoss (a ring between us and
 // that node was found corrupt, in either direction: the messages on it are lost), Unimplemented (no
 // handler for the method there), ResourceExhausted (back-pressure: the request could not be queued
-// in time), Unavailable (the WRITE failed), or the handler's own error, prefixed with the node and
+// in time), Unavailable (the WRITE failed, or the target's lease with the configuration manager
+// ended), Aborted (fenced: see below), or the handler's own error, prefixed with the node and
 // method.
+//
+// Configuration fencing (FaRM's configuration ids): every request carries the membership epoch
+// its sender had applied when it was started. A node refuses, without running the handler, a
+// request sent in an epoch below the latest one in which it saw a peer leave or restart
+// (Messenger::fence_epoch): its sender acted on a configuration that no longer holds. The caller
+// gets Aborted ("... refused unexecuted ..."); nothing ran, so it may simply retry, and by then
+// it has normally applied the new membership. Epochs are carried in 32 bits, saturating.
 //
 // Calls nobody awaits: a call that was started and never awaited (its caller dropped the
 // Pending, or keeps it and never asks) leaves the call table once its deadline has passed, so
@@ -244,8 +252,11 @@ class Rpc {
     uint64_t id;  // of the call; 0 in a response written in place and then voided
     uint16_t method;
     uint16_t code;  // absl::StatusCode of a response; 0 in requests
-    uint32_t reserved;
+    uint32_t epoch;  // requests: the sender's membership epoch (EpochWord); responses: 0
   };
+  static uint32_t EpochWord(uint64_t epoch) {
+    return epoch > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(epoch);
+  }
   static_assert(sizeof(Envelope) == 16, "envelope layout");
   static absl::string_view Bytes(const Envelope& e) {
     return absl::string_view(reinterpret_cast<const char*>(&e), sizeof(e));

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "messaging/test_cluster.h"
 #include "platform/mutex.h"
+#include "platform/sync_point.h"
 
 namespace farm {
 namespace {
@@ -468,6 +469,44 @@ TEST_CASE("a node that leaves fails the calls waiting for it and refuses new one
   ok = rpcs[1]->Call(0, kEcho, "and back");
   REQUIRE(ok.ok());
   CHECK(*ok == "0:and back");
+}
+
+TEST_CASE("a request sent before a configuration change the target applied is refused unexecuted",
+          "[rpc]") {
+  TestCluster c(3, Options());
+  REQUIRE(c.status().ok());
+  REQUIRE(c.StartMessengers().ok());
+  std::vector<std::unique_ptr<Rpc>> rpcs = EchoRpcs(c, 2);
+  std::atomic<int> ran{0};
+  rpcs[0]->RegisterHandler(kIncrement, [&ran](const RpcRequest&) -> absl::StatusOr<std::string> {
+    ran.fetch_add(1);
+    return std::string("ran");
+  });
+  CHECK(c.messenger(0)->fence_epoch() == 0);  // nobody left yet
+  const uint64_t before = c.messenger(1)->membership_epoch();
+  c.StopNode(2);
+  REQUIRE(WaitForEpoch(c, 0, before + 1));
+  REQUIRE(WaitForEpoch(c, 1, before + 1));
+  CHECK(c.messenger(0)->fence_epoch() > before);
+
+  // Node 1 sends as if it had not applied the departure yet: its request carries the old epoch.
+  SyncPoint* sp = SyncPoint::GetInstance();
+  const auto stale = static_cast<uint32_t>(before);
+  sp->SetCallBack("Rpc::Start:Epoch", [stale](void* arg) { *static_cast<uint32_t*>(arg) = stale; });
+  sp->EnableProcessing();
+  absl::StatusOr<std::string> r = rpcs[1]->Call(0, kIncrement, "stale");
+  sp->Reset();
+  INFO(r.status().ToString());
+  CHECK(absl::IsAborted(r.status()));
+  CHECK_THAT(std::string(r.status().message()),
+             Catch::Contains("refused unexecuted: it was sent in membership epoch " +
+                             std::to_string(before)));
+  CHECK(ran.load() == 0);
+  // Stamped with the sender's current epoch, the same request runs.
+  r = rpcs[1]->Call(0, kIncrement, "current");
+  REQUIRE(r.ok());
+  CHECK(*r == "ran");
+  CHECK(ran.load() == 1);
 }
 
 TEST_CASE("a node restarted with the same id talks again in both directions", "[rpc]") {

@@ -290,7 +290,14 @@ class CmServerImpl : public CmServer {
           }
         }
       }
+      // Tests hold a node's expiry back here (the argument: its id, whether to evict it now), as
+      // a CM scheduled late would: the node's own lease has ended all the same
+      // (tests/txn_fault_test.sh). The check repeats on every round.
+      std::pair<uint32_t, bool> expire(id, true);
       if (!gone.count(id) && now - m.last_heard > lease_) {
+        FARM_SYNC_POINT_CALLBACK("CmServer::Expire", &expire);
+      }
+      if (!gone.count(id) && now - m.last_heard > lease_ && expire.second) {
         gone[id] = absl::StrCat("its lease expired (no heartbeat for ",
                                 absl::FormatDuration(absl::FromChrono(now - m.last_heard)),
                                 ", lease ", absl::FormatDuration(absl::FromChrono(lease_)), ")");

@@ -20,6 +20,14 @@
 //                                expires, the owners settle the transaction (x = 1, y = 2), then
 //                                node 0 resumes node 1 (SIGCONT), whose late decisions must change
 //                                nothing; node 1 exits as an evicted node does (status 3).
+//   TXN_FAULT=coordinator-lease  node 1 commits the same transaction and stops itself (SIGSTOP)
+//                                after validation, before its decision, with x and y locked.
+//                                The CM (on node 0) sees its lease expire but holds the eviction
+//                                back (as a CM scheduled late would), and node 1 holds back its
+//                                own; node 0 then resumes node 1, which is still listed as a member
+//                                everywhere but whose lease has ended: it must not decide (its
+//                                commit fails with Unavailable naming the lease, and x and y keep
+//                                100 and 200). It then exits as an evicted node does (status 3).
 //
 // The dying node arms its sync point (platform/sync_point.h) only when told to, so that the set-up
 // transactions pass. Node 0 prints "RESULT ..." lines that the test checks.
@@ -30,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -54,6 +63,11 @@ constexpr farm::Method<int32_t, Objects> kObjects{2};
 std::atomic<int32_t> g_coordinator_pid{0};
 std::atomic<bool> g_published{false};
 Objects g_objects;
+// coordinator-lease: node 0's CM holds node 1's expiry (held: it did; released: evict it now);
+// node 1 holds its own eviction until its commit returned.
+std::atomic<bool> g_expiry_held{false};
+std::atomic<bool> g_expiry_released{false};
+std::atomic<bool> g_commit_returned{false};
 
 std::string Scenario() {
   const char* s = std::getenv("TXN_FAULT");
@@ -128,6 +142,41 @@ void ArmHalfCommit(bool stop) {
   sp->EnableProcessing();
 }
 
+// Waits up to `limit` for `flag`.
+bool WaitFor(const std::atomic<bool>& flag, absl::Duration limit) {
+  const absl::Time deadline = absl::Now() + limit;
+  while (!flag.load() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  return flag.load();
+}
+
+// coordinator-lease, node 0: the CM keeps node 1 a member after its lease expired, until released.
+void ArmExpiryHold() {
+  farm::SyncPoint* sp = farm::SyncPoint::GetInstance();
+  sp->SetCallBack("CmServer::Expire", [](void* arg) {
+    auto* expire = static_cast<std::pair<uint32_t, bool>*>(arg);
+    if (expire->first != 1 || g_expiry_released.load()) return;
+    expire->second = false;
+    g_expiry_held.store(true);
+  });
+  sp->EnableProcessing();
+}
+
+// coordinator-lease, node 1: stops before the decision; once resumed, its own eviction (its
+// heartbeat thread finds the lease expired) waits until the commit returned.
+void ArmStaleCoordinator() {
+  farm::SyncPoint* sp = farm::SyncPoint::GetInstance();
+  sp->SetCallBack("Transaction::Commit:AfterValidate", [](void*) {
+    std::printf("stopping at Transaction::Commit:AfterValidate (x and y locked)\n");
+    std::fflush(stdout);
+    raise(SIGSTOP);  // until node 0 sends SIGCONT, once the CM saw the lease expire
+    std::printf("resumed with an expired lease\n");
+    std::fflush(stdout);
+  });
+  sp->SetCallBack("TcpConfigurationManager::Evict",
+                  [](void*) { WaitFor(g_commit_returned, absl::Seconds(20)); });
+  sp->EnableProcessing();
+}
+
 // x and y hold `x_want` and `y_want` (y only if its owner is alive), and a transaction can write
 // both (no lock was left behind).
 absl::Status CheckValuesAndWritable(farm::Worker& w, const Objects& o, bool y_alive,
@@ -184,6 +233,20 @@ absl::Status CoordinatorDies(farm::Runtime& rt, farm::Worker& w, const std::stri
     if (!o.ok()) return o.status();
     g_objects = *o;
     g_published.store(true, std::memory_order_release);  // kObjects answers from now on
+    if (point == "lease") {
+      if (!WaitFor(g_expiry_held, absl::Seconds(60))) {
+        return absl::DeadlineExceededError("the CM never saw node 1's lease expire");
+      }
+      const int32_t pid = g_coordinator_pid.load();
+      if (pid <= 0 || kill(pid, SIGCONT) != 0) return absl::InternalError("cannot resume node 1");
+      std::printf("node 1 resumed while the CM holds its eviction back\n");
+      std::fflush(stdout);
+      absl::Status gone = WaitGone(rt, 1);  // it exits, evicted by itself
+      g_expiry_released.store(true);
+      if (!gone.ok()) return gone;
+      std::printf("node 1 is gone\n");
+      return CheckUnchangedAndWritable(w, *o, /*y_alive=*/true);
+    }
     if (absl::Status g = WaitGone(rt, 1); !g.ok()) return g;
     std::printf("node 1 is gone\n");
     if (point == "commit") return CheckValuesAndWritable(w, *o, /*y_alive=*/true, 1, 2);
@@ -210,6 +273,8 @@ absl::Status CoordinatorDies(farm::Runtime& rt, farm::Worker& w, const std::stri
   }
   if (point == "commit" || point == "evicted") {
     ArmHalfCommit(point == "evicted");
+  } else if (point == "lease") {
+    ArmStaleCoordinator();
   } else {
     ArmDeath(point);
   }
@@ -217,6 +282,13 @@ absl::Status CoordinatorDies(farm::Runtime& rt, farm::Worker& w, const std::stri
   if (absl::Status s = t->Put(o->x, int64_t{1}); !s.ok()) return s;
   if (absl::Status s = t->Put(o->y, int64_t{2}); !s.ok()) return s;
   absl::Status s = t->Commit();
+  if (point == "lease") {
+    std::printf("commit after resuming: %s\n", s.ToString().c_str());
+    std::fflush(stdout);
+    g_commit_returned.store(true);
+    absl::SleepFor(absl::Seconds(30));  // the eviction ends this process (status 3) meanwhile
+    return absl::InternalError("node 1 was not evicted after its lease expired");
+  }
   return absl::InternalError(absl::StrCat("node 1 should have died at ", point, "; commit: ",
                                           s.ToString()));
 }
@@ -255,6 +327,10 @@ int main(int argc, char** argv) {
     }
     if (scenario == "coordinator-commit") return CoordinatorDies(rt, **w, "commit");
     if (scenario == "coordinator-evicted") return CoordinatorDies(rt, **w, "evicted");
+    if (scenario == "coordinator-lease") {
+      if (rt.node_id() == 0) ArmExpiryHold();
+      return CoordinatorDies(rt, **w, "lease");
+    }
     return absl::InvalidArgumentError(absl::StrCat("unknown TXN_FAULT '", scenario, "'"));
   };
   return farm::RunNode(argc, argv, app);

@@ -10,6 +10,9 @@
 #    them.
 #  - coordinator-commit: the coordinator's COMMIT-PRIMARY reaches one owner (the other's is
 #    dropped) and it exits: the owners settle the transaction among themselves and both commit.
+#  - coordinator-lease: the coordinator is stopped before its decision until its lease expired,
+#    and resumed while the CM holds its eviction back (it is still a member everywhere): a node
+#    whose lease ended does not decide, so both objects are unchanged; it ends evicted (status 3).
 # Each run must report exactly the dying node as failed (status 17) and leave no process behind.
 #
 # Not on shm. libfabric 1.17's shm provider guards each process's command queue with a spinlock
@@ -71,5 +74,11 @@ for provider in "${providers[@]}"; do
     grep -q "\[node 0\] RESULT y is 2 (2): ok" "$TMP/out" &&
     grep -q "\[node 0\] RESULT the resumed coordinator changed nothing: ok" "$TMP/out" ||
     fail "coordinator-evicted: the settlement or the fence failed"
+  run coordinator-lease "$provider" 1 3
+  grep -q "\[node 1\] commit after resuming: UNAVAILABLE: .* aborted before its decision: .*lease" \
+    "$TMP/out" || fail "coordinator-lease: the commit did not fail naming the lease"
+  grep -q "\[node 0\] RESULT x is 100 (100): ok" "$TMP/out" &&
+    grep -q "\[node 0\] RESULT y is 200 (200): ok" "$TMP/out" ||
+    fail "coordinator-lease: a coordinator whose lease had expired decided"
 done
 echo "PASS"

@@ -11,7 +11,6 @@
 #include "platform/mutant.h"
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
-#include "spdlog/spdlog.h"
 #include "txn/object.h"
 
 namespace farm {
@@ -31,6 +30,16 @@ void RetireStaging(ThreadContext& ctx, const Node::Batch& batch) {
   }
 }
 
+// Reads end with this check (FaRM's leases): once this node's lease with the configuration
+// manager ended, the CM may have moved on without it, so what it just read, even in its own
+// memory, may no longer be the configuration's current value.
+absl::Status CheckLease(const Node& node) {
+  if (node.lease_held()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "node ", node.id(), "'s lease with the configuration manager expired: what it read may be "
+      "stale (the cluster may have moved on without it), so it reads and commits nothing"));
+}
+
 // One copy of the object: a local one, or a READ into the thread's buffer.
 absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std::string* copy) {
   Node* node = ctx.engine->node();
@@ -39,7 +48,7 @@ absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std
   copy->resize(span);
   if (t->local != nullptr) {
     CopyLocalObject(t->local, copy->data(), span);
-    return absl::OkStatus();
+    return CheckLease(*node);
   }
   if (span > ctx.staging->size()) {
     return absl::InvalidArgumentError(absl::StrCat("an object of ", span,
@@ -55,7 +64,7 @@ absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std
                                                t->node_id, ": ", s.message()));
   }
   std::memcpy(copy->data(), ctx.staging->data(), span);
-  return absl::OkStatus();
+  return CheckLease(*node);
 }
 
 // What a read saw of an object when it found a consistent state (a value, no object, or an
@@ -186,7 +195,7 @@ absl::Status CopyRanges(ThreadContext& ctx, absl::Span<const Range> ranges,
       std::memcpy((*out)[k].data(), ctx.staging->data() + at, ranges[k].len);
     }
   }
-  return absl::OkStatus();
+  return CheckLease(*node);
 }
 
 absl::Status LockFreeRead(ThreadContext& ctx, GlobalAddress addr, uint64_t size, std::string* out,
@@ -760,6 +769,10 @@ absl::Status Transaction::Commit() {
       AbortAt({});
       return s;
     }
+    if (absl::Status s = CheckLease(*engine_->node()); !s.ok()) {
+      AbortAt({});
+      return s;
+    }
     if (!reserve_owners_.empty()) AbortAt({});  // releases the reservations; still a commit
     state_ = State::kCommitted;
     return absl::OkStatus();
@@ -791,6 +804,13 @@ absl::Status Transaction::Commit() {
     return s;
   }
   FARM_SYNC_POINT("Transaction::Commit:AfterValidate");
+  // A coordinator whose lease ended does not decide: the CM may have removed it, and with it the
+  // right to commit (the others settle what it left locked).
+  if (absl::Status s = CheckLease(*engine_->node()); !s.ok()) {
+    AbortAt(owners);
+    return absl::Status(s.code(), absl::StrCat("transaction ", id_.ToString(),
+                                               " aborted before its decision: ", s.message()));
+  }
   // The decision is COMMIT: every owner locked and validation passed. COMMIT-BACKUP: no backups
   // yet (f = 0). COMMIT-PRIMARY until every owner acknowledged or left; the owners of slots it
   // reserved and did not use get their release too.
