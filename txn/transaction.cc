@@ -442,7 +442,19 @@ absl::StatusOr<GlobalAddress> Transaction::Alloc(uint64_t size, const AllocHint&
     slot = GlobalAddress::Unpack(packed);
   }
   if (!slot.ok()) return slot.status();
-  writes_[slot->Pack()] = WriteEntry{WriteKind::kAlloc, 0, size, std::string(size, '\0'), target};
+  const uint64_t key = slot->Pack();
+  if (auto r = reads_.find(key);
+      writes_.count(key) > 0 || (r != reads_.end() && IsAllocated(r->second.word))) {
+    // This transaction read (or wrote) an object in this slot, another commit freed it since,
+    // and the slot came back here: what it read is gone, so it cannot commit. Left alone, a
+    // write of the old object would land in the new one unnoticed (an allocation is not
+    // version-checked at LOCK), as the KV store's PUT once wrote an overflow block it had read
+    // into its new item of the same size. The reservation is released with the transaction.
+    return absl::AbortedError(absl::StrCat(
+        "object ", slot->ToString(), " was freed after this transaction read it (its slot was "
+        "just reserved for this transaction)"));
+  }
+  writes_[key] = WriteEntry{WriteKind::kAlloc, 0, size, std::string(size, '\0'), target};
   return *slot;
 }
 
