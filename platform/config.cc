@@ -1,10 +1,12 @@
 #include "platform/config.h"
 
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
@@ -94,7 +96,37 @@ absl::Status ValidateAndComplete(config::ClusterConfig* c) {
     return absl::InvalidArgumentError(absl::StrCat(
         "node ", cm->id(), " is the configuration manager and cannot be late"));
   }
-  return absl::OkStatus();
+  return CheckReplication(c);
+}
+
+absl::Status CheckReplication(config::ClusterConfig* c) {
+  if (!c->has_f()) c->set_f(kDefaultF);
+  if (c->f() > kMaxF) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("f ", c->f(), " is out of range (0 .. ", kMaxF, " backups per region)"));
+  }
+  // The failure domains of the nodes that form the cluster, with their nodes.
+  std::map<std::string, std::vector<uint32_t>> domains;
+  for (const config::NodeConfig& n : c->node()) {
+    if (!n.late()) domains[FailureDomainOf(n)].push_back(n.id());
+  }
+  if (c->f() + 1 <= domains.size()) return absl::OkStatus();
+  std::vector<std::string> listed;
+  for (const auto& [domain, ids] : domains) {
+    listed.push_back(absl::StrCat("'", domain, "' (node", ids.size() > 1 ? "s " : " ",
+                                  absl::StrJoin(ids, ", "), ")"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "f ", c->f(), " keeps ", c->f() + 1,
+      " copies of every region in distinct failure domains, but the nodes that form the cluster "
+      "are in ", domains.size(), ": ", absl::StrJoin(listed, ", "),
+      ". Give nodes their own failure_domain (a host each; on a single host, a process each, "
+      "which then tolerates process failures only), add nodes, or lower f (f: 0 is no fault "
+      "tolerance)"));
+}
+
+std::string FailureDomainOf(const config::NodeConfig& n) {
+  return n.failure_domain().empty() ? absl::StrCat("host ", n.host()) : n.failure_domain();
 }
 
 absl::StatusOr<config::ClusterConfig> ParseClusterConfig(absl::string_view text,

@@ -20,6 +20,10 @@ inline constexpr uint64_t kDefaultRegionSize = uint64_t{4} << 20;
 inline constexpr uint32_t kDefaultRegionCount = 2;
 inline constexpr uint32_t kDefaultJoinTimeoutS = 30;
 inline constexpr uint32_t kDefaultLeaseMs = 3000;
+// Backups per region (ClusterConfig.f): none by default until the commit protocol keeps them
+// up to date (issue 16).
+inline constexpr uint32_t kDefaultF = 0;
+inline constexpr uint32_t kMaxF = 7;
 
 // Reads and validates a configuration file. Errors (NotFound, InvalidArgument) name the file and,
 // for syntax errors, the line and column.
@@ -31,6 +35,13 @@ absl::StatusOr<config::ClusterConfig> ParseClusterConfig(absl::string_view text,
 
 // Checks a configuration and fills in defaults. Errors say which field is wrong and why.
 absl::Status ValidateAndComplete(config::ClusterConfig* c);
+
+// Fills in f and checks that the failure domains of the nodes that form the cluster can hold
+// f + 1 copies of each region (part of ValidateAndComplete).
+absl::Status CheckReplication(config::ClusterConfig* c);
+
+// A node's failure domain: its failure_domain, or "host H" when it names none.
+std::string FailureDomainOf(const config::NodeConfig& n);
 
 // The node entry with this id, or null.
 const config::NodeConfig* FindNode(const config::ClusterConfig& c, uint32_t id);

@@ -14,6 +14,7 @@ TEST_CASE("a minimal configuration gets every default", "[config]") {
   CHECK(c->cm_node_id() == 4);
   CHECK(c->lock_memory());
   CHECK(c->lease_ms() == kDefaultLeaseMs);
+  CHECK(c->f() == kDefaultF);
 }
 
 TEST_CASE("syntax errors name the origin, line and column", "[config]") {
@@ -51,6 +52,56 @@ TEST_CASE("semantic errors say which field is wrong", "[config]") {
     auto c = ParseClusterConfig(tc.text);
     REQUIRE_FALSE(c.ok());
     CHECK(std::string(c.status().message()).find(tc.expect) != std::string::npos);
+  }
+}
+
+TEST_CASE("f needs as many failure domains as copies among the nodes that form the cluster",
+          "[config]") {
+  // Three processes on one host: one failure domain unless they name their own.
+  const std::string same_host = R"(
+      node { id: 0 host: "127.0.0.1" control_port: 1 }
+      node { id: 1 host: "127.0.0.1" control_port: 2 }
+      node { id: 2 host: "127.0.0.1" control_port: 3 })";
+  SECTION("f = 0 needs one domain") {
+    auto c = ParseClusterConfig("f: 0" + same_host);
+    REQUIRE(c.ok());
+    CHECK(c->f() == 0);
+  }
+  SECTION("f = 1 on one host is refused, naming the domain and its nodes") {
+    auto c = ParseClusterConfig("f: 1" + same_host, "c.textproto");
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().code() == absl::StatusCode::kInvalidArgument);
+    const std::string m(c.status().message());
+    INFO(m);
+    CHECK(m.find("c.textproto: f 1 keeps 2 copies") == 0);
+    CHECK(m.find("'host 127.0.0.1' (nodes 0, 1, 2)") != std::string::npos);
+    CHECK(m.find("f: 0 is no fault tolerance") != std::string::npos);
+  }
+  SECTION("one failure domain per process holds f = 2") {
+    auto c = ParseClusterConfig(R"(f: 2
+        node { id: 0 host: "127.0.0.1" control_port: 1 failure_domain: "p0" }
+        node { id: 1 host: "127.0.0.1" control_port: 2 failure_domain: "p1" }
+        node { id: 2 host: "127.0.0.1" control_port: 3 failure_domain: "p2" })");
+    REQUIRE(c.ok());
+    CHECK(c->f() == 2);
+  }
+  SECTION("hosts are domains; late nodes do not count") {
+    auto ok = ParseClusterConfig(R"(f: 1
+        node { id: 0 host: "10.0.0.1" control_port: 1 }
+        node { id: 1 host: "10.0.0.2" control_port: 1 })");
+    CHECK(ok.ok());
+    auto late = ParseClusterConfig(R"(f: 1
+        node { id: 0 host: "10.0.0.1" control_port: 1 }
+        node { id: 1 host: "10.0.0.2" control_port: 1 late: true })");
+    REQUIRE_FALSE(late.ok());
+    CHECK(std::string(late.status().message()).find("are in 1: 'host 10.0.0.1' (node 0)") !=
+          std::string::npos);
+  }
+  SECTION("f above the limit") {
+    auto c = ParseClusterConfig("f: 8" + same_host);
+    REQUIRE_FALSE(c.ok());
+    CHECK(std::string(c.status().message()).find("f 8 is out of range (0 .. 7") !=
+          std::string::npos);
   }
 }
 

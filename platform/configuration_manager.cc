@@ -13,10 +13,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "platform/config.h"
 #include "platform/control_channel.h"
+#include "platform/placement.h"
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 
@@ -207,6 +209,7 @@ class CmServerImpl : public CmServer {
     members_[*id] = std::move(m);
     if (formed_) {
       AssignRegionIds(members_[*id]);
+      PlaceBackups({&members_[*id]});
       Broadcast();
     } else if (AllRequiredJoined()) {
       formed_ = true;
@@ -215,12 +218,75 @@ class CmServerImpl : public CmServer {
         AssignRegionIds(member);
         member.last_heard = Clock::now();
       }
+      std::vector<Member*> all;
+      for (auto& [mid, member] : members_) all.push_back(&member);
+      PlaceBackups(all);
       Broadcast();
     }
   }
 
   void AssignRegionIds(Member& m) {
     for (control::RegionInfo& r : m.regions) r.set_region_id(next_region_id_++);
+  }
+
+  std::string DomainOf(uint32_t node) const {
+    const config::NodeConfig* n = FindNode(config_, node);
+    return n == nullptr ? absl::StrCat("node ", node) : FailureDomainOf(*n);
+  }
+
+  // Places the f backups of the new members' data regions (they are empty, as are the copies
+  // the backups allocate, so nothing needs copying) on members that form the cluster, in other
+  // failure domains than the region's other copies (platform/placement.h), in turns (each new
+  // member's first region, then each one's second, ...) so that the backups spread evenly. Late
+  // nodes come and go (clients), so they hold no backups. A region placed while too few domains
+  // are up (a node restarted while another is down) gets fewer backups, and the log says so.
+  void PlaceBackups(const std::vector<Member*>& new_members) {
+    if (config_.f() == 0) return;
+    std::vector<PlacementNode> candidates;
+    absl::flat_hash_map<uint32_t, uint64_t> load;
+    for (const auto& [id, member] : members_) {
+      const config::NodeConfig* n = FindNode(config_, id);
+      if (n != nullptr && !n->late()) candidates.push_back(PlacementNode{id, DomainOf(id)});
+      for (const control::RegionInfo& r : member.regions) {
+        for (uint32_t b : r.backup_node()) ++load[b];
+      }
+    }
+    for (size_t k = 0;; ++k) {
+      bool any = false;
+      for (Member* m : new_members) {
+        if (k >= m->regions.size()) continue;
+        any = true;
+        control::RegionInfo& r = m->regions[k];
+        if (!r.purpose().empty() || r.backup_node_size() > 0) continue;
+        const uint32_t primary = m->info.node_id();
+        BackupChoice c = ChooseBackups(r.region_id(), {primary}, {DomainOf(primary)},
+                                       config_.f(), candidates, &load);
+        for (uint32_t b : c.nodes) r.add_backup_node(b);
+        if (!c.shortfall.empty()) {
+          spdlog::warn("CM: region {} of node {} has {} of f = {} backups: {}", r.region_id(),
+                       primary, c.nodes.size(), config_.f(), c.shortfall);
+        }
+      }
+      if (!any) break;
+    }
+  }
+
+  // Drops the departed nodes' backup copies from the regions they backed up. The regions stay
+  // with the copies they have left (degraded) until re-replication copies them anew.
+  void DropBackups(const std::map<uint32_t, std::string>& gone) {
+    for (auto& [id, m] : members_) {
+      for (control::RegionInfo& r : m.regions) {
+        auto* backups = r.mutable_backup_node();
+        const int before = backups->size();
+        backups->erase(std::remove_if(backups->begin(), backups->end(),
+                                      [&](uint32_t b) { return gone.count(b) > 0; }),
+                       backups->end());
+        if (backups->size() != before) {
+          spdlog::warn("CM: region {} of node {} lost a backup: {} of f = {} left", r.region_id(),
+                       id, backups->size(), config_.f());
+        }
+      }
+    }
   }
 
   // Sends the current membership to every member; `departed` says why nodes dropped since the
@@ -231,12 +297,19 @@ class CmServerImpl : public CmServer {
     for (const auto& [id, why] : departed) (*mem->mutable_departed())[id] = why;
     mem->set_epoch(++epoch_);
     mem->set_cm_node_id(config_.cm_node_id());
+    mem->set_f(config_.f());
     for (const auto& [id, m] : members_) {
       *mem->add_nodes() = m.info;
       for (const control::RegionInfo& r : m.regions) *mem->add_regions() = r;
     }
-    spdlog::info("CM: membership epoch {}: {} node(s), {} region(s)", epoch_, mem->nodes_size(),
-                 mem->regions_size());
+    int degraded = 0;
+    for (const control::RegionInfo& r : mem->regions()) {
+      degraded += r.purpose().empty() && r.backup_node_size() < static_cast<int>(config_.f());
+    }
+    spdlog::info("CM: membership epoch {}: {} node(s), {} region(s), f = {}{}", epoch_,
+                 mem->nodes_size(), mem->regions_size(), config_.f(),
+                 degraded > 0 ? absl::StrCat(" (", degraded, " region(s) with fewer backups)")
+                              : std::string());
     for (auto& [id, m] : members_) {
       absl::Status s = m.channel->Send(msg);
       if (!s.ok())
@@ -320,6 +393,7 @@ class CmServerImpl : public CmServer {
       m.channel->Shutdown();
       members_.erase(id);
     }
+    DropBackups(gone);
     if (!members_.empty()) Broadcast(gone);
   }
 

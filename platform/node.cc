@@ -151,7 +151,68 @@ absl::Status Node::Init() {
   return absl::OkStatus();
 }
 
+absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> Node::BackupCopiesFor(
+    const control::Membership& m) {
+  absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> held;
+  {
+    farm::MutexLock l(&map_mu_);
+    held = backups_;
+  }
+  absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> out;
+  for (const control::RegionInfo& r : m.regions()) {
+    if (std::find(r.backup_node().begin(), r.backup_node().end(), id_) == r.backup_node().end()) {
+      continue;
+    }
+    if (auto it = held.find(r.region_id()); it != held.end()) {
+      out.insert(*it);
+      continue;
+    }
+    // Outside map_mu_: mapping and locking a region takes a while, and Resolve waits for it.
+    absl::StatusOr<std::unique_ptr<Region>> copy =
+        Region::Allocate(r.size(), options_.config.lock_memory());
+    if (!copy.ok() && options_.config.lock_memory()) {
+      // A copy in memory that may be paged out still keeps the region's data; one that does not
+      // exist keeps nothing.
+      spdlog::warn("node {}: backup copy of region {} is not locked in RAM: {}", id_,
+                   r.region_id(), std::string(copy.status().message()));
+      copy = Region::Allocate(r.size(), false);
+    }
+    if (!copy.ok()) {
+      spdlog::error("node {}: cannot hold the backup copy of region {} ({} bytes): {}", id_,
+                    r.region_id(), r.size(), std::string(copy.status().message()));
+      continue;
+    }
+    out.emplace(r.region_id(), std::shared_ptr<Region>(std::move(*copy)));
+  }
+  return out;
+}
+
+std::vector<uint32_t> Node::BackupsOf(uint32_t region_id) const {
+  farm::MutexLock l(&map_mu_);
+  auto it = region_map_.find(region_id);
+  if (it == region_map_.end()) return {};
+  return std::vector<uint32_t>(it->second.info.backup_node().begin(),
+                               it->second.info.backup_node().end());
+}
+
+std::shared_ptr<Region> Node::BackupCopy(uint32_t region_id) const {
+  farm::MutexLock l(&map_mu_);
+  auto it = backups_.find(region_id);
+  return it == backups_.end() ? nullptr : it->second;
+}
+
+std::vector<uint32_t> Node::BackupRegions() const {
+  std::vector<uint32_t> out;
+  {
+    farm::MutexLock l(&map_mu_);
+    for (const auto& [id, copy] : backups_) out.push_back(id);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 absl::Status Node::ApplyMembership(const control::Membership& m) {
+  absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> backups = BackupCopiesFor(m);
   farm::MutexLock l(&map_mu_);
   if (m.epoch() <= membership_.epoch()) return absl::OkStatus();
   // Forget the addresses of nodes that left: a later process may reuse an address (an
@@ -186,6 +247,7 @@ absl::Status Node::ApplyMembership(const control::Membership& m) {
     map[r.region_id()] = e;
   }
   region_map_ = std::move(map);
+  backups_ = std::move(backups);
   membership_ = m;
   map_version_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();

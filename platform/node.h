@@ -109,6 +109,22 @@ class Node {
   std::vector<control::RegionInfo> RegionsOf(uint32_t node_id,
                                              const std::string& purpose = "") const;
 
+  // Replication (ClusterConfig.f). Every data region has a primary copy, the one RegionsOf,
+  // Resolve, READs and LOCKs see, and up to f backup copies on nodes in other failure domains
+  // (platform/placement.h), which hold the region's memory and apply the commit protocol's
+  // records to it. A node allocates its copy of a region when a membership first names it as a
+  // backup (zeroed: a region's copies are made when the region is new), and frees it when a
+  // membership no longer does.
+  uint32_t f() const { return options_.config.f(); }
+  // The nodes holding backup copies of data region `region_id` in the current membership
+  // (fewer than f while it is degraded; empty for f = 0 or an unknown region).
+  std::vector<uint32_t> BackupsOf(uint32_t region_id) const;
+  // This node's backup copy of `region_id`, or null if it holds none. The memory stays valid
+  // while the caller holds the pointer, even if a later membership drops the copy.
+  std::shared_ptr<Region> BackupCopy(uint32_t region_id) const;
+  // The data regions this node holds backup copies of, ascending.
+  std::vector<uint32_t> BackupRegions() const;
+
   // This node's own data regions.
   int local_region_count() const { return static_cast<int>(regions_.size()); }
   char* local_region_data(int index) const { return regions_[index]->data(); }
@@ -306,6 +322,10 @@ class Node {
   explicit Node(NodeOptions options) : options_(std::move(options)) {}
   absl::Status Init();
   absl::Status ApplyMembership(const control::Membership& m);
+  // The backup copies membership `m` asks this node to hold: the ones it holds already, and new
+  // zeroed ones.
+  absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> BackupCopiesFor(
+      const control::Membership& m);
   // Applies a membership from the CM and tells the listeners (the CM client's thread).
   void Deliver(const control::Membership& m);
   void Evict(const std::string& reason);
@@ -345,6 +365,8 @@ class Node {
   control::Membership membership_ ABSL_GUARDED_BY(map_mu_);
   absl::flat_hash_map<uint32_t, RegionEntry> region_map_ ABSL_GUARDED_BY(map_mu_);
   absl::flat_hash_map<std::string, PeerId> peers_by_address_ ABSL_GUARDED_BY(map_mu_);
+  // The backup copies this node holds, by region id.
+  absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> backups_ ABSL_GUARDED_BY(map_mu_);
 
   // Staging buffer for Read/Write of unregistered memory; one operation at a time.
   farm::Mutex staging_mu_;

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -19,14 +20,18 @@
 namespace farm {
 namespace {
 
-config::ClusterConfig ThreeNodes(const std::string& provider = testing::AnyProvider()) {
+// Three nodes on this host; with f > 0 each is its own failure domain.
+config::ClusterConfig ThreeNodes(const std::string& provider = testing::AnyProvider(),
+                                 int f = 0) {
   std::string text = "provider: \"" + provider +
-                     "\" region_size: 1048576 region_count: 2 lock_memory: false";
+                     "\" region_size: 1048576 region_count: 2 lock_memory: false f: " +
+                     std::to_string(f);
   absl::StatusOr<std::vector<uint16_t>> ports = testing::FreePorts(3);
   REQUIRE(ports.ok());
   for (int i = 0; i < 3; ++i) {
     text += " node { id: " + std::to_string(i) + " host: \"" + testing::TestHost() +
-            "\" control_port: " + std::to_string((*ports)[i]) + " }";
+            "\" control_port: " + std::to_string((*ports)[i]) +
+            (f > 0 ? " failure_domain: \"process " + std::to_string(i) + "\"" : "") + " }";
   }
   auto c = ParseClusterConfig(text);
   REQUIRE(c.ok());
@@ -219,6 +224,77 @@ TEST_CASE("a node that leaves is dropped from the others' membership", "[node]")
   }
   CHECK(nodes[0]->evicted().ok());
   CHECK(nodes[1]->evicted().ok());
+}
+
+TEST_CASE("with f = 1 every data region has a backup copy on another node", "[node]") {
+  auto nodes = StartCluster(ThreeNodes(testing::AnyProvider(), 1), {{"messaging", 65536}});
+  const control::Membership m = nodes[0]->membership();
+  CHECK(m.f() == 1);
+  int data_regions = 0;
+  std::map<uint32_t, int> held;  // backups per node
+  for (const control::RegionInfo& r : m.regions()) {
+    INFO("region " << r.region_id() << " of node " << r.node_id());
+    if (!r.purpose().empty()) {
+      CHECK(r.backup_node_size() == 0);  // areas are a layer's own, not replicated
+      continue;
+    }
+    ++data_regions;
+    REQUIRE(r.backup_node_size() == 1);
+    const uint32_t b = r.backup_node(0);
+    CHECK(b != r.node_id());
+    ++held[b];
+    for (auto& n : nodes) {
+      CHECK(n->BackupsOf(r.region_id()) == std::vector<uint32_t>{b});
+      std::shared_ptr<Region> copy = n->BackupCopy(r.region_id());
+      if (n->id() != b) {
+        CHECK(copy == nullptr);
+        continue;
+      }
+      REQUIRE(copy != nullptr);
+      CHECK(copy->size() == r.size());
+      // A new region's copy is zeroed, as the region was before anything was written to it.
+      CHECK(std::all_of(copy->data(), copy->data() + copy->size(),
+                        [](char c) { return c == 0; }));
+    }
+  }
+  CHECK(data_regions == 6);
+  // Six backups over three nodes: two each.
+  CHECK(held == std::map<uint32_t, int>{{0, 2}, {1, 2}, {2, 2}});
+  for (auto& n : nodes) CHECK(n->BackupRegions().size() == 2);
+
+  SECTION("a node that leaves takes its copies with it; the others free theirs of its regions") {
+    const std::vector<control::RegionInfo> leaving = nodes[0]->RegionsOf(2);
+    nodes[2].reset();
+    for (int i = 0; i < 200 && (nodes[0]->members().size() != 2 || nodes[1]->members().size() != 2);
+         ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    REQUIRE(nodes[0]->members() == std::vector<uint32_t>{0, 1});
+    REQUIRE(nodes[1]->members() == std::vector<uint32_t>{0, 1});
+    for (const control::RegionInfo& r : leaving) {
+      CHECK(nodes[0]->BackupCopy(r.region_id()) == nullptr);
+      CHECK(nodes[1]->BackupCopy(r.region_id()) == nullptr);
+    }
+    std::map<uint32_t, uint32_t> backup_before;  // region -> its backup before node 2 left
+    for (const control::RegionInfo& r : m.regions()) {
+      if (r.purpose().empty()) backup_before[r.region_id()] = r.backup_node(0);
+    }
+    int degraded = 0;
+    const control::Membership after = nodes[0]->membership();
+    for (const control::RegionInfo& r : after.regions()) {
+      if (!r.purpose().empty()) continue;
+      INFO("region " << r.region_id() << " of node " << r.node_id());
+      if (backup_before[r.region_id()] == 2) {
+        // Degraded: no backup until re-replication copies the region again.
+        CHECK(r.backup_node_size() == 0);
+        CHECK(nodes[0]->BackupsOf(r.region_id()).empty());
+        ++degraded;
+      } else {
+        CHECK(r.backup_node_size() == 1);
+      }
+    }
+    CHECK(degraded == 2);  // node 2 held two backups; neither of them of its own regions
+  }
 }
 
 // A READ that stays in flight while its target polls nothing needs a provider whose target side

@@ -73,6 +73,10 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or of
 ABSL_FLAG(int, lease_ms, 0,
           "the nodes' lease with the configuration manager (0: the configuration's default, "
           "3000); longer on slow or overloaded machines, where healthy nodes can miss it");
+ABSL_FLAG(int, f, 0,
+          "backups per data region (FaRM's f; 0: no fault tolerance). Each launched node is its "
+          "own failure domain (\"process N\") unless --hosts names different hosts, so a cluster "
+          "on one host tolerates the failure of f node processes, not of the host");
 ABSL_FLAG(int, late_nodes, 0,
           "extra node ids after the launched ones, marked `late` in the configuration: not "
           "launched, not needed to form; clients (//tools:kvsh, //tools:kvbench) attach as them");
@@ -116,6 +120,8 @@ class Cluster {
     c.set_region_count(static_cast<uint32_t>(absl::GetFlag(FLAGS_region_count)));
     c.set_lock_memory(absl::GetFlag(FLAGS_lock_memory));
     if (absl::GetFlag(FLAGS_lease_ms) != 0) c.set_lease_ms(absl::GetFlag(FLAGS_lease_ms));
+    if (absl::GetFlag(FLAGS_f) < 0) return absl::InvalidArgumentError("--f must be 0 or more");
+    c.set_f(static_cast<uint32_t>(absl::GetFlag(FLAGS_f)));
     const int base_port = absl::GetFlag(FLAGS_base_port);
     const int late = absl::GetFlag(FLAGS_late_nodes);
     if (late < 0 || n + late > 64) {
@@ -132,6 +138,9 @@ class Cluster {
       node->set_id(i);
       node->set_host(hosts.empty() ? absl::GetFlag(FLAGS_host) : hosts[i]);
       node->set_control_port(base_port > 0 ? base_port + i : (*held)[next_free++]->port());
+      // Processes on one host fail alone (a crash, a kill): each is a failure domain of its own,
+      // unless the nodes are on different hosts, which are then the domains.
+      if (hosts.empty()) node->set_failure_domain(absl::StrCat("process ", i));
     }
     for (int i = n; i < n + late; ++i) {
       config::NodeConfig* node = c.add_node();
