@@ -42,10 +42,11 @@ BackupChoice ChooseBackups(uint32_t region_id, const std::vector<uint32_t>& hold
     if (best == nullptr) {
       std::set<std::string> all;
       for (const PlacementNode& n : candidates) all.insert(n.domain);
-      out.shortfall = absl::StrCat(
-          "found ", k, " of ", wanted, " backup(s): the failure domains of the nodes that may "
-          "hold copies (", absl::StrJoin(all, ", "), ") all hold a copy of it already (",
-          absl::StrJoin(used, ", "), ")");
+      out.shortfall = absl::StrCat("found ", k, " of ", wanted,
+                                   " backup(s): the failure domains of the nodes that may "
+                                   "hold copies (",
+                                   absl::StrJoin(all, ", "), ") all hold a copy of it already (",
+                                   absl::StrJoin(used, ", "), ")");
       break;
     }
     out.nodes.push_back(best->id);

@@ -17,8 +17,7 @@ std::vector<PlacementNode> Nodes(const std::vector<std::string>& domains) {
 
 }  // namespace
 
-TEST_CASE("backups go to other failure domains than every copy's, spread evenly",
-          "[placement]") {
+TEST_CASE("backups go to other failure domains than every copy's, spread evenly", "[placement]") {
   const std::vector<PlacementNode> nodes = Nodes({"a", "b", "c", "d", "e", "f"});
   absl::flat_hash_map<uint32_t, uint64_t> load;
   const uint32_t f = 2;
@@ -50,8 +49,7 @@ TEST_CASE("nodes sharing a domain never hold two copies of a region", "[placemen
   absl::flat_hash_map<uint32_t, uint64_t> load;
   for (uint32_t region = 1; region <= 6; ++region) {
     const uint32_t primary = region % 3;
-    BackupChoice c =
-        ChooseBackups(region, {primary}, {nodes[primary].domain}, 1, nodes, &load);
+    BackupChoice c = ChooseBackups(region, {primary}, {nodes[primary].domain}, 1, nodes, &load);
     REQUIRE(c.nodes.size() == 1);
     CHECK(nodes[c.nodes[0]].domain != nodes[primary].domain);
   }

@@ -27,6 +27,8 @@ mutants=(
   "accept_torn              //txn:object_test,//tests:txn_test"  # a copy failing its check is accepted
   "kv_skip_miss_recheck     //tests:kv_linearizability_test"  # a KV miss is not re-checked
   "kv_skip_block_identity   //tests:kv_linearizability_test"  # overflow blocks' identity unchecked
+  "skip_commit_backup       //tests:replication_test"  # no COMMIT-BACKUP: backups never get the writes
+  "backup_apply_older       //txn:backup_log_test"  # a backup applies an older write over a newer one
 )
 
 runs=1

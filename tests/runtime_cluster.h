@@ -3,12 +3,13 @@
 #ifndef FARM_TESTS_RUNTIME_CLUSTER_H_
 #define FARM_TESTS_RUNTIME_CLUSTER_H_
 
+#include <catch2/catch.hpp>
+#include <functional>
 #include <future>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "farm/farm.h"
@@ -20,9 +21,8 @@ namespace testing {
 
 // A configuration of n nodes on free ports, `region_count` regions of `region_size` bytes each.
 inline std::string RuntimeClusterConfig(int n, uint64_t region_size, int region_count = 2) {
-  std::string text =
-      absl::StrCat("provider: \"", AnyProvider(), "\" region_size: ", region_size,
-                   " region_count: ", region_count, " lock_memory: false");
+  std::string text = absl::StrCat("provider: \"", AnyProvider(), "\" region_size: ", region_size,
+                                  " region_count: ", region_count, " lock_memory: false");
   absl::StatusOr<std::vector<uint16_t>> ports = FreePorts(n);
   REQUIRE(ports.ok());
   for (int i = 0; i < n; ++i) {
@@ -35,7 +35,7 @@ inline std::string RuntimeClusterConfig(int n, uint64_t region_size, int region_
 // Starts n runtimes concurrently (a cluster forms only once all have joined) with `base`'s
 // options and `config` (RuntimeClusterConfig(n, 1 MiB) if empty).
 inline std::vector<std::unique_ptr<Runtime>> StartRuntimes(int n, RuntimeOptions base = {},
-                                                          std::string config = "") {
+                                                           std::string config = "") {
   base.config_text = config.empty() ? RuntimeClusterConfig(n, 1 << 20) : config;
   std::vector<std::future<absl::StatusOr<std::unique_ptr<Runtime>>>> starting;
   for (int i = 0; i < n; ++i) {
@@ -51,6 +51,49 @@ inline std::vector<std::unique_ptr<Runtime>> StartRuntimes(int n, RuntimeOptions
     out.push_back(std::move(*rt));
   }
   return out;
+}
+
+// `n` int64 accounts of `initial` each, spread over the members (AllocHint::Anywhere), created
+// in one transaction run by `w`.
+inline std::vector<GlobalAddress> CreateAccounts(Worker& w, int n, int64_t initial) {
+  std::vector<GlobalAddress> accounts;
+  absl::Status s = w.Run([&](Txn& t) -> absl::Status {
+    accounts.clear();
+    for (int i = 0; i < n; ++i) {
+      absl::StatusOr<GlobalAddress> a = t.Alloc(sizeof(int64_t), AllocHint::Anywhere(i));
+      if (!a.ok()) return a.status();
+      if (absl::Status s = t.Put(*a, initial); !s.ok()) return s;
+      accounts.push_back(*a);
+    }
+    return absl::OkStatus();
+  });
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  return accounts;
+}
+
+// `count` transfers by `w` between random accounts (a generator seeded with `seed`), each a
+// transaction that Worker::Run retries on conflicts. Calls `on_error` with each failure. Safe to
+// run on several threads (no Catch2 assertions).
+inline void RandomTransfers(Worker& w, const std::vector<GlobalAddress>& accounts, int count,
+                            uint32_t seed,
+                            const std::function<void(const absl::Status&)>& on_error) {
+  std::mt19937 rng(seed);
+  const int n = static_cast<int>(accounts.size());
+  for (int i = 0; i < count; ++i) {
+    const int from = rng() % n;
+    const int to = (from + 1 + rng() % (n - 1)) % n;
+    const int64_t amount = rng() % 50;
+    absl::Status s = w.Run([&](Txn& t) -> absl::Status {
+      absl::StatusOr<int64_t> a = t.Get<int64_t>(accounts[from]);
+      absl::StatusOr<int64_t> b = t.Get<int64_t>(accounts[to]);
+      if (!a.ok()) return a.status();
+      if (!b.ok()) return b.status();
+      if (absl::Status s = t.Put(accounts[from], *a - amount); !s.ok()) return s;
+      return t.Put(accounts[to], *b + amount);
+    });
+    if (!s.ok()) on_error(s);
+  }
 }
 
 }  // namespace testing

@@ -229,21 +229,8 @@ TEST_CASE("a bank's total never changes under concurrent transfers", "[txn]") {
   std::vector<std::unique_ptr<Runtime>> rts = StartCluster();
   constexpr int kAccounts = 24;
   constexpr int64_t kInitial = 1000;
-  std::vector<GlobalAddress> accounts;
-  {
-    std::unique_ptr<Worker> w = NewWorker(*rts[0]);
-    REQUIRE(w->Run([&](Txn& t) -> absl::Status {
-                 accounts.clear();
-                 for (int i = 0; i < kAccounts; ++i) {
-                   absl::StatusOr<GlobalAddress> a = t.Alloc(sizeof(int64_t), AllocHint::Anywhere(i));
-                   if (!a.ok()) return a.status();
-                   if (absl::Status s = t.Put(*a, kInitial); !s.ok()) return s;
-                   accounts.push_back(*a);
-                 }
-                 return absl::OkStatus();
-               })
-                .ok());
-  }
+  std::vector<GlobalAddress> accounts =
+      testing::CreateAccounts(*NewWorker(*rts[0]), kAccounts, kInitial);
   std::atomic<bool> stop{false};
   std::atomic<int> transfers{0}, audits{0}, errors{0};
   std::mutex error_mu;
@@ -262,26 +249,13 @@ TEST_CASE("a bank's total never changes under concurrent transfers", "[txn]") {
   for (int n = 0; n < 3; ++n) {
     for (int k = 0; k < 2; ++k) {
       threads.emplace_back([&, n, k] {
-        Worker* w = workers[n * 3 + k].get();
-        std::mt19937 rng(n * 10 + k);
-        for (int i = 0; i < 150; ++i) {
-          const int from = rng() % kAccounts;
-          const int to = (from + 1 + rng() % (kAccounts - 1)) % kAccounts;
-          const int64_t amount = rng() % 50;
-          absl::Status s = w->Run([&](Txn& t) -> absl::Status {
-            absl::StatusOr<int64_t> a = t.Get<int64_t>(accounts[from]);
-            absl::StatusOr<int64_t> b = t.Get<int64_t>(accounts[to]);
-            if (!a.ok()) return a.status();
-            if (!b.ok()) return b.status();
-            if (absl::Status s = t.Put(accounts[from], *a - amount); !s.ok()) return s;
-            return t.Put(accounts[to], *b + amount);
-          });
-          if (s.ok()) {
-            transfers.fetch_add(1);
-          } else {
-            fail(s);
-          }
-        }
+        int failed = 0;
+        testing::RandomTransfers(*workers[n * 3 + k], accounts, 150, n * 10 + k,
+                                 [&](const absl::Status& s) {
+                                   ++failed;
+                                   fail(s);
+                                 });
+        transfers.fetch_add(150 - failed);
       });
     }
     threads.emplace_back([&, n] {

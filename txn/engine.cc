@@ -44,6 +44,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   e->allocator_ = std::make_unique<Allocator>(std::move(regions));
   e->participant_ = std::make_unique<Participant>(
       e->allocator_.get(), [node](uint32_t n) { return node->IsMember(n); });
+  e->backup_log_ = std::make_unique<BackupLog>(
+      [node](uint32_t region) { return node->BackupCopy(region); });
   // RPC's envelope is 16 bytes of the ring message.
   e->max_message_ = MaxPayload(rpc->messenger()->options().ring_size) - 16;
   if (e->max_message_ <= kLockOverhead + 64) {
@@ -97,9 +99,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
     if (!req.ok()) return req.status();
     absl::StatusOr<GlobalAddress> a = p->Reserve(r.from, *req);
     if (!a.ok()) return a.status();
-    const uint64_t packed = a->Pack();
-    return std::string(reinterpret_cast<const char*>(&packed), sizeof(packed));
+    absl::StatusOr<uint64_t> version = p->SlotVersion(*a);
+    if (!version.ok()) return version.status();
+    const uint64_t words[2] = {a->Pack(), *version};
+    return std::string(reinterpret_cast<const char*>(words), sizeof(words));
   });
+  BackupLog* b = e->backup_log_.get();
+  rpc->RegisterHandler(kCommitBackupMethod,
+                       [b](const RpcRequest& r) -> absl::StatusOr<std::string> {
+                         absl::StatusOr<LockRequest> req = DecodeLock(r.payload);
+                         if (!req.ok()) return req.status();
+                         absl::Status s = b->Append(r.from, *req);
+                         if (!s.ok()) return s;
+                         return std::string();
+                       });
   Engine* raw = e.get();
   rpc->RegisterHandler(kSettleMethod, [raw](const RpcRequest& r) -> absl::StatusOr<std::string> {
     absl::StatusOr<SettleRequest> req = DecodeSettle(r.payload);
@@ -218,7 +231,17 @@ void Engine::SettlementLoop() {
         }
         return static_cast<Departure*>(nullptr);
       };
-      cv_.wait(l, [&] { return stopping_ || next() != nullptr; });
+      // Backup truncations that no transaction took are sent after a short wait.
+      while (!stopping_ && next() == nullptr) {
+        if (backup_truncations_.empty()) {
+          cv_.wait(l);
+        } else if (cv_.wait_for(l, absl::ToChronoNanoseconds(kBackupTruncationDelay)) ==
+                   std::cv_status::timeout) {
+          l.unlock();
+          FlushBackupTruncations();
+          l.lock();
+        }
+      }
       if (stopping_) return;
       d = *next();
     }
@@ -304,21 +327,74 @@ size_t Engine::remembered_asks() const {
   return asked_.size();
 }
 
-std::vector<uint64_t> Engine::TakeTruncations(uint32_t owner, size_t max) {
-  std::lock_guard<std::mutex> l(mu_);
-  auto it = truncations_.find(owner);
-  if (it == truncations_.end()) return {};
+namespace {
+
+// Takes up to `max` of `node`'s truncations from `queues`. Caller holds the engine's mu_.
+std::vector<uint64_t> TakeFrom(absl::flat_hash_map<uint32_t, std::vector<uint64_t>>& queues,
+                               uint32_t node, size_t max) {
+  auto it = queues.find(node);
+  if (it == queues.end()) return {};
   std::vector<uint64_t>& all = it->second;
   const size_t n = std::min(max, all.size());
   std::vector<uint64_t> out(all.begin(), all.begin() + n);
   all.erase(all.begin(), all.begin() + n);
-  if (all.empty()) truncations_.erase(it);
+  if (all.empty()) queues.erase(it);
   return out;
+}
+
+}  // namespace
+
+std::vector<uint64_t> Engine::TakeTruncations(uint32_t owner, size_t max) {
+  std::lock_guard<std::mutex> l(mu_);
+  return TakeFrom(truncations_, owner, max);
 }
 
 void Engine::AddTruncation(uint32_t owner, uint64_t seq) {
   std::lock_guard<std::mutex> l(mu_);
   truncations_[owner].push_back(seq);
+}
+
+std::vector<uint64_t> Engine::TakeBackupTruncations(uint32_t backup, size_t max) {
+  std::lock_guard<std::mutex> l(mu_);
+  return TakeFrom(backup_truncations_, backup, max);
+}
+
+void Engine::AddBackupTruncation(uint32_t backup, uint64_t seq) {
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    first = backup_truncations_.empty();
+    backup_truncations_[backup].push_back(seq);
+  }
+  // The engine's thread sleeps until there is something to truncate.
+  if (first) cv_.notify_all();
+}
+
+void Engine::FlushBackupTruncations() {
+  std::vector<uint32_t> backups;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [b, seqs] : backup_truncations_) backups.push_back(b);
+  }
+  for (uint32_t b : backups) {
+    LockRequest r;
+    r.txn = TxnId{node_->id(), incarnation_, 0};  // no transaction: truncations only
+    while (!(r.truncate = TakeBackupTruncations(b)).empty()) {
+      absl::Status s;
+      if (b == node_->id()) {
+        s = backup_log_->Append(b, r);
+      } else if (node_->IsMember(b)) {
+        s = rpc_->Call(*lane_, b, kCommitBackupMethod, EncodeLock(r), absl::Seconds(10)).status();
+      }
+      if (!s.ok()) {
+        // The records stay at the backup until a later truncation or recovery applies them.
+        spdlog::warn("txn: could not truncate {} COMMIT-BACKUP record(s) at node {}: {}",
+                     r.truncate.size(), b, s.ToString());
+        for (uint64_t seq : r.truncate) AddBackupTruncation(b, seq);
+        break;
+      }
+    }
+  }
 }
 
 }  // namespace txn

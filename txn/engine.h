@@ -32,9 +32,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "messaging/rpc.h"
 #include "platform/node.h"
 #include "txn/allocator.h"
+#include "txn/backup_log.h"
 #include "txn/participant.h"
 #include "txn/protocol.h"
 
@@ -60,6 +62,8 @@ class Engine {
   Rpc* rpc() const { return rpc_; }
   Allocator& allocator() { return *allocator_; }
   Participant& participant() { return *participant_; }
+  // This node's COMMIT-BACKUP records of the regions it keeps backup copies of.
+  BackupLog& backup_log() { return *backup_log_; }
 
   // Largest protocol message (what one ring message holds, less RPC's envelope).
   uint64_t max_message() const { return max_message_; }
@@ -87,6 +91,13 @@ class Engine {
   // Transactions of this node whose records `owner` may drop: taken by the next LOCK to it.
   std::vector<uint64_t> TakeTruncations(uint32_t owner, size_t max = kMaxTruncationsPerLock);
   void AddTruncation(uint32_t owner, uint64_t seq);
+  // The same for the COMMIT-BACKUP records `backup` keeps of this node's transactions: taken by
+  // the next COMMIT-BACKUP to it, or sent alone by the engine's thread within
+  // kBackupTruncationDelay when no transaction takes them (so that idle backups catch up).
+  std::vector<uint64_t> TakeBackupTruncations(uint32_t backup,
+                                              size_t max = kMaxTruncationsPerLock);
+  void AddBackupTruncation(uint32_t backup, uint64_t seq);
+  static constexpr absl::Duration kBackupTruncationDelay = absl::Milliseconds(10);
 
  private:
   Engine(Node* node, Rpc* rpc) : node_(node), rpc_(rpc) {}
@@ -107,6 +118,8 @@ class Engine {
     bool graceful = false;
   };
   void SettlementLoop();
+  // Sends every pending backup truncation (the settlement thread, on its lane).
+  void FlushBackupTruncations();
   // Settles one departure: fence, ask, decide. Returns false if stopped.
   bool Settle(const Departure& d);
   // Forgets departures that every asker asked about (or left) and this node settled. Caller
@@ -117,6 +130,7 @@ class Engine {
   Rpc* const rpc_;
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Participant> participant_;
+  std::unique_ptr<BackupLog> backup_log_;
   uint64_t incarnation_ = 0;
   std::atomic<uint64_t> next_seq_{1};
   uint64_t max_message_ = 0;
@@ -135,7 +149,8 @@ class Engine {
   // Who asked (SETTLE) about a departure, by (coordinator, fence); guarded by mu_. An ask may
   // arrive before this node saw the departure itself.
   absl::flat_hash_map<std::pair<uint32_t, uint64_t>, absl::flat_hash_set<uint32_t>> asked_;
-  absl::flat_hash_map<uint32_t, std::vector<uint64_t>> truncations_;
+  absl::flat_hash_map<uint32_t, std::vector<uint64_t>> truncations_;         // guarded by mu_
+  absl::flat_hash_map<uint32_t, std::vector<uint64_t>> backup_truncations_;  // guarded by mu_
 };
 
 }  // namespace txn

@@ -72,6 +72,13 @@ void Participant::Install(const TxnId& txn, Record& r) {
   Release(txn);
 }
 
+absl::StatusOr<uint64_t> Participant::SlotVersion(GlobalAddress slot) const {
+  uint64_t slot_size = 0;
+  absl::StatusOr<char*> object = allocator_->SlotOf(slot, &slot_size);
+  if (!object.ok()) return object.status();
+  return VersionOf(LoadLockWord(*object));
+}
+
 absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
                                absl::string_view encoded) {
   std::lock_guard<std::mutex> l(mu_);

@@ -78,6 +78,9 @@ class Participant {
   absl::Status Abort(uint32_t coordinator, const DecisionRequest& request);
   // Reserves a slot for an allocation of `request.txn`.
   absl::StatusOr<GlobalAddress> Reserve(uint32_t coordinator, const ReserveRequest& request);
+  // The version in a slot's lock word (a reserved slot keeps it until its object is installed
+  // with the next one). InvalidArgument for an address that is not a slot here.
+  absl::StatusOr<uint64_t> SlotVersion(GlobalAddress slot) const;
 
   // A transaction of a departed coordinator, locked here and undecided.
   struct Undecided {

@@ -3,7 +3,10 @@
 //
 //   LOCK            coordinator -> owner of written objects: the writes (new values, the versions
 //                   read); the owner's CPU locks the objects if their versions are unchanged.
-//   COMMIT-BACKUP   coordinator -> backups (none until replication: f = 0).
+//   COMMIT-BACKUP   coordinator -> backups of written regions (ClusterConfig.f > 0), after
+//                   validation and before any COMMIT-PRIMARY: the writes to that backup's
+//                   copies, kept until truncated, then applied (txn/backup_log.h). Encoded as a
+//                   LOCK (the versions are the ones read; an allocation's is the slot's).
 //   COMMIT-PRIMARY  coordinator -> owners: install the new versions and unlock. Sent until every
 //                   owner acknowledged it or left (idempotent at the owner).
 //   ABORT           coordinator -> owners: unlock, cancel the transaction's reservations. Sent
@@ -38,6 +41,7 @@ inline constexpr uint16_t kCommitMethod = 0xff21;
 inline constexpr uint16_t kAbortMethod = 0xff22;
 inline constexpr uint16_t kReserveMethod = 0xff23;
 inline constexpr uint16_t kSettleMethod = 0xff24;
+inline constexpr uint16_t kCommitBackupMethod = 0xff25;
 
 // A transaction: the coordinator's node, the coordinator's incarnation (the membership epoch in
 // which that process joined: a restarted node joins again under a higher one) and a sequence
@@ -113,7 +117,8 @@ absl::StatusOr<SettleRequest> DecodeSettle(absl::string_view b);
 std::string EncodeSettleAnswer(const std::vector<bool>& committed);
 absl::StatusOr<std::vector<bool>> DecodeSettleAnswer(absl::string_view b, size_t txns);
 
-// A reservation request: the object's size; the response is the packed slot address.
+// A reservation request: the object's size; the response is the packed slot address and the
+// slot's version (16 bytes), which the allocation's COMMIT-BACKUP carries.
 struct ReserveRequest {
   TxnId txn;
   uint64_t size = 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -430,16 +432,23 @@ absl::StatusOr<GlobalAddress> Transaction::Alloc(uint64_t size, const AllocHint&
   // comes back (a timeout): the decision sent there at the end releases it.
   reserve_owners_.insert(target);
   absl::StatusOr<GlobalAddress> slot;
+  uint64_t slot_version = 0;  // the free slot's: the object is created with the next one
   if (target == node->id()) {
     slot = engine_->participant().Reserve(target, req);
+    if (slot.ok()) {
+      absl::StatusOr<uint64_t> v = engine_->participant().SlotVersion(*slot);
+      if (!v.ok()) return v.status();
+      slot_version = *v;
+    }
   } else {
     absl::StatusOr<std::string> r =
         engine_->rpc()->Call(*ctx_->lane, target, kReserveMethod, EncodeReserve(req), ctx_->timeout);
     if (!r.ok()) return r.status();
-    if (r->size() != 8) return absl::DataLossError("malformed reservation response");
-    uint64_t packed = 0;
-    std::memcpy(&packed, r->data(), 8);
-    slot = GlobalAddress::Unpack(packed);
+    if (r->size() != 16) return absl::DataLossError("malformed reservation response");
+    uint64_t words[2] = {0, 0};
+    std::memcpy(words, r->data(), 16);
+    slot = GlobalAddress::Unpack(words[0]);
+    slot_version = words[1];
   }
   if (!slot.ok()) return slot.status();
   const uint64_t key = slot->Pack();
@@ -454,7 +463,7 @@ absl::StatusOr<GlobalAddress> Transaction::Alloc(uint64_t size, const AllocHint&
         "object ", slot->ToString(), " was freed after this transaction read it (its slot was "
         "just reserved for this transaction)"));
   }
-  writes_[key] = WriteEntry{WriteKind::kAlloc, 0, size, std::string(size, '\0'), target};
+  writes_[key] = WriteEntry{WriteKind::kAlloc, slot_version, size, std::string(size, '\0'), target};
   return *slot;
 }
 
@@ -646,64 +655,87 @@ absl::Status Transaction::SendLocks(
 }
 
 Transaction::Delivery Transaction::Decide(uint16_t method, std::vector<uint32_t> owners) {
-  Node* node = engine_->node();
-  Rpc* rpc = engine_->rpc();
-  Participant& local = engine_->participant();
   const DecisionRequest decision{id_};
   const std::string payload = EncodeDecision(decision);
-  const absl::string_view name = method == kCommitMethod ? "COMMIT-PRIMARY" : "ABORT";
+  std::vector<std::pair<uint32_t, std::string>> messages;
+  for (uint32_t o : owners) messages.emplace_back(o, payload);
+  Participant& local = engine_->participant();
+  const uint32_t self = engine_->node()->id();
+  return Deliver(method, method == kCommitMethod ? "COMMIT-PRIMARY" : "ABORT",
+                 std::move(messages), [&](const std::string&) {
+                   return method == kCommitMethod ? local.Commit(self, decision)
+                                                  : local.Abort(self, decision);
+                 });
+}
+
+Transaction::Delivery Transaction::Deliver(
+    uint16_t method, absl::string_view name,
+    std::vector<std::pair<uint32_t, std::string>> messages,
+    const std::function<absl::Status(const std::string&)>& local) {
+  Node* node = engine_->node();
+  Rpc* rpc = engine_->rpc();
   Delivery out;
-  // Back-off between rounds, and when to ask the CM to evict an owner that stays silent while it
+  // Back-off between rounds, and when to ask the CM to evict a node that stays silent while it
   // is still a member (a broken ring): its departure ends the wait, here and at the settlement.
   absl::Duration pause = absl::Microseconds(10);
   const absl::Time suspect_at = absl::Now() + ctx_->timeout;
   bool suspected = false;
-  auto classify = [&](uint32_t o, const absl::Status& s, std::vector<uint32_t>& again) {
-    if (s.ok()) {
-      out.acked.push_back(o);
-    } else if (absl::IsFailedPrecondition(s)) {
-      out.refused.emplace_back(o, s);  // the owner decided otherwise: a protocol violation
+  std::set<uint32_t> pending_nodes;  // nodes with a message not yet acknowledged
+  auto classify = [&](size_t i, const absl::Status& s, std::vector<size_t>& again) {
+    const uint32_t o = messages[i].first;
+    if (s.ok()) return;
+    pending_nodes.insert(o);
+    if (absl::IsFailedPrecondition(s)) {
+      out.refused.emplace_back(o, s);  // the node decided otherwise: a protocol violation
     } else {
       out.last_error = s;
-      again.push_back(o);
+      again.push_back(i);
     }
   };
-  while (!owners.empty()) {
-    std::vector<uint32_t> again;
-    std::vector<std::pair<uint32_t, std::shared_ptr<Rpc::Pending>>> calls;
-    for (uint32_t o : owners) {
+  std::vector<size_t> todo(messages.size());
+  for (size_t i = 0; i < todo.size(); ++i) todo[i] = i;
+  std::set<uint32_t> all_nodes;
+  for (const auto& [o, payload] : messages) all_nodes.insert(o);
+  std::set<uint32_t> left;
+  while (!todo.empty()) {
+    std::vector<size_t> again;
+    pending_nodes.clear();
+    std::vector<std::pair<size_t, std::shared_ptr<Rpc::Pending>>> calls;
+    for (size_t i : todo) {
+      const uint32_t o = messages[i].first;
       if (o == node->id()) continue;
-      // Tests drop or delay a decision here (as a back-pressured Start would).
+      // Tests drop or delay a message here (as a back-pressured Start would).
       absl::StatusOr<std::shared_ptr<Rpc::Pending>> p = StartUnlessDropped(
-          "Transaction::Decide:Send", *rpc, *ctx_->lane, o, method, payload, ctx_->timeout);
+          "Transaction::Decide:Send", *rpc, *ctx_->lane, o, method, messages[i].second,
+          ctx_->timeout);
       if (!p.ok()) {
         out.last_error = p.status();
-        again.push_back(o);
+        pending_nodes.insert(o);
+        again.push_back(i);
         continue;
       }
-      calls.emplace_back(o, *p);
+      calls.emplace_back(i, *p);
     }
-    for (uint32_t o : owners) {
-      if (o != node->id()) continue;
-      classify(o, method == kCommitMethod ? local.Commit(o, decision) : local.Abort(o, decision),
-               again);
+    for (size_t i : todo) {
+      if (messages[i].first == node->id()) classify(i, local(messages[i].second), again);
     }
-    for (auto& [o, call] : calls) {
+    for (auto& [i, call] : calls) {
       absl::StatusOr<std::string> r = rpc->Await(*ctx_->lane, *call);
-      classify(o, r.status(), again);
+      classify(i, r.status(), again);
       if (method == kCommitMethod && r.ok()) {
+        uint32_t o = messages[i].first;
         FARM_SYNC_POINT_CALLBACK("Transaction::Decide:Acked", &o);
       }
     }
-    owners.clear();
-    for (uint32_t o : again) {
-      if (node->IsMember(o)) {
-        owners.push_back(o);
+    todo.clear();
+    for (size_t i : again) {
+      if (node->IsMember(messages[i].first)) {
+        todo.push_back(i);
       } else {
-        out.left.push_back(o);  // it took its locks with it (f = 0)
+        left.insert(messages[i].first);  // it took its part with it
       }
     }
-    if (owners.empty()) break;
+    if (todo.empty()) break;
     if (!node->evicted().ok()) {
       // This node is out: the owners settle the transaction among themselves.
       out.evicted = true;
@@ -711,10 +743,11 @@ Transaction::Delivery Transaction::Decide(uint16_t method, std::vector<uint32_t>
     }
     if (!suspected && absl::Now() > suspect_at) {
       suspected = true;
-      for (uint32_t o : owners) {
+      std::set<uint32_t> silent;
+      for (size_t i : todo) silent.insert(messages[i].first);
+      for (uint32_t o : silent) {
         spdlog::warn("txn: node {} has not acknowledged {} of transaction {} for {}: {}", o,
-                     std::string(name),
-                     id_.ToString(), absl::FormatDuration(ctx_->timeout),
+                     std::string(name), id_.ToString(), absl::FormatDuration(ctx_->timeout),
                      out.last_error.ToString());
         node->ReportSuspect(o, absl::StrCat("it did not acknowledge ", name, " of transaction ",
                                             id_.ToString()));
@@ -723,12 +756,58 @@ Transaction::Delivery Transaction::Decide(uint16_t method, std::vector<uint32_t>
     absl::SleepFor(pause);
     pause = std::min(pause * 2, absl::Milliseconds(10));
   }
+  // A node is acked once none of its messages is still pending, refused or lost with it.
+  std::set<uint32_t> not_acked(left.begin(), left.end());
+  for (size_t i : todo) not_acked.insert(messages[i].first);
+  for (const auto& [o, s] : out.refused) not_acked.insert(o);
+  for (uint32_t o : all_nodes) {
+    if (!not_acked.count(o)) out.acked.push_back(o);
+  }
+  out.left.assign(left.begin(), left.end());
   for (const auto& [o, s] : out.refused) {
     spdlog::error("txn: node {} refused {} of transaction {}: {}", o, std::string(name),
-                  id_.ToString(),
-                  s.ToString());
+                  id_.ToString(), s.ToString());
   }
   return out;
+}
+
+std::vector<uint32_t> Transaction::SendBackups() {
+  Node* node = engine_->node();
+  // The writes by backup node, in COMMIT-BACKUP messages of at most max_message bytes each.
+  std::map<uint32_t, std::vector<LockRequest>> parts;
+  std::map<uint32_t, uint64_t> part_bytes;
+  for (const auto& [key, w] : writes_) {
+    if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) continue;  // never created
+    const GlobalAddress addr = GlobalAddress::Unpack(key);
+    for (uint32_t b : node->BackupsOf(addr.region)) {
+      std::vector<LockRequest>& p = parts[b];
+      const uint64_t bytes = 64 + w.data.size();
+      if (p.empty() || part_bytes[b] + bytes > engine_->max_message() - Engine::kLockOverhead) {
+        p.emplace_back();
+        p.back().txn = id_;
+        part_bytes[b] = 0;
+      }
+      part_bytes[b] += bytes;
+      p.back().writes.push_back(WriteRecord{addr, w.kind, w.version, w.data});
+    }
+  }
+  // Mutant: no COMMIT-BACKUP (the backups never learn of the writes).
+  if (parts.empty() || FARM_MUTANT("skip_commit_backup")) return {};
+  std::vector<std::pair<uint32_t, std::string>> messages;
+  for (auto& [b, ps] : parts) {
+    ps.front().truncate = engine_->TakeBackupTruncations(b);
+    for (const LockRequest& r : ps) messages.emplace_back(b, EncodeLock(r));
+  }
+  BackupLog& local = engine_->backup_log();
+  const uint32_t self = node->id();
+  const Delivery d = Deliver(kCommitBackupMethod, "COMMIT-BACKUP", std::move(messages),
+                             [&](const std::string& payload) {
+                               absl::StatusOr<LockRequest> r = DecodeLock(payload);
+                               return r.ok() ? local.Append(self, *r) : r.status();
+                             });
+  // A backup that left holds no copy to keep up to date (the region is degraded until it gets
+  // a new one); one that refused is a bug, logged by Deliver.
+  return d.acked;
 }
 
 std::vector<uint32_t> Transaction::ReservationOnlyOwners(const std::vector<uint32_t>& owners) const {
@@ -823,9 +902,17 @@ absl::Status Transaction::Commit() {
     return absl::Status(s.code(), absl::StrCat("transaction ", id_.ToString(),
                                                " aborted before its decision: ", s.message()));
   }
-  // The decision is COMMIT: every owner locked and validation passed. COMMIT-BACKUP: no backups
-  // yet (f = 0). COMMIT-PRIMARY until every owner acknowledged or left; the owners of slots it
-  // reserved and did not use get their release too.
+  // The decision is COMMIT: every owner locked and validation passed. COMMIT-BACKUP to every
+  // backup of the regions written, acknowledged before any COMMIT-PRIMARY (so that a committed
+  // write is on every copy's log before any primary shows it); then COMMIT-PRIMARY until every
+  // owner acknowledged or left; the owners of slots it reserved and did not use get their
+  // release too.
+  std::vector<uint32_t> backups;
+  if (engine_->node()->f() > 0) {
+    ++commit_rounds_;
+    backups = SendBackups();
+    FARM_SYNC_POINT("Transaction::Commit:AfterCommitBackup");
+  }
   ++commit_rounds_;
   std::vector<uint32_t> commit_at = owners;
   // Mutant: COMMIT-PRIMARY reaches only the first owner (the others keep their locks until the
@@ -837,6 +924,11 @@ absl::Status Transaction::Commit() {
     Decide(kAbortMethod, rest);
   }
   for (uint32_t o : d.acked) engine_->AddTruncation(o, id_.seq);
+  // The backups apply their records once told: after every owner applied COMMIT-PRIMARY (one
+  // that left took its part with it). Until then a record is only kept.
+  if (d.refused.empty() && !d.evicted) {
+    for (uint32_t b : backups) engine_->AddBackupTruncation(b, id_.seq);
+  }
   if (!d.acked.empty()) {
     // Committed at an owner: the decision is final (the owners settle the rest among
     // themselves if this node is evicted). Owners that left took their part with them (f = 0).

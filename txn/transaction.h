@@ -35,6 +35,7 @@
 #define FARM_TXN_TRANSACTION_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -147,8 +148,8 @@ class Transaction {
   // with one READ.
   static constexpr uint64_t kMaxCoalescedRead = 4096;
 
-  // Message rounds the last Commit used (LOCK, COMMIT-PRIMARY: one each when there were
-  // writes; 0 for a read-only transaction), and the one-sided READs of its validation.
+  // Message rounds the last Commit used (LOCK, COMMIT-BACKUP when the cluster keeps backups,
+  // COMMIT-PRIMARY: one each when there were writes; 0 for a read-only transaction), and the one-sided READs of its validation.
   int commit_rounds() const { return commit_rounds_; }
   int validation_reads() const { return validation_reads_; }
 
@@ -189,6 +190,16 @@ class Transaction {
   // transient failures (back-pressure, timeouts) with a growing pause, and after the context's
   // timeout reports an owner that is still silent to the CM (Node::ReportSuspect).
   Delivery Decide(uint16_t method, std::vector<uint32_t> owners);
+  // Decide's loop for any messages: each (node, payload) is sent with `method` until it is
+  // acknowledged, refused or its node left (or this node was evicted); this node's own ones
+  // go to `local` instead. A node counts as acked once all of its messages were.
+  Delivery Deliver(uint16_t method, absl::string_view name,
+                   std::vector<std::pair<uint32_t, std::string>> messages,
+                   const std::function<absl::Status(const std::string&)>& local);
+  // COMMIT-BACKUP (ClusterConfig.f > 0): the writes to every backup of the regions written, in
+  // messages of at most the engine's max_message, until each backup acknowledged or left. The
+  // backups that acknowledged, for the truncation after COMMIT-PRIMARY.
+  std::vector<uint32_t> SendBackups();
   // The nodes where this transaction may hold reservations and that are not in `owners`.
   std::vector<uint32_t> ReservationOnlyOwners(const std::vector<uint32_t>& owners) const;
   // InvalidArgument unless 1 <= size <= the engine's largest object.

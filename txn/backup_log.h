@@ -1,0 +1,79 @@
+// BackupLog: a backup's side of the commit protocol (FaRM, SOSP 2015, section 4): the
+// COMMIT-BACKUP records of the transactions that wrote regions this node keeps a backup copy of
+// (platform/node.h: Node::BackupCopy), applied to those copies when the coordinator truncates
+// them.
+//
+// A coordinator sends COMMIT-BACKUP once validation passed (the decision is commit) and before
+// any COMMIT-PRIMARY, to every backup of every region it writes: the writes to that backup's
+// regions, each with the version the transaction read (the slot's version, for an allocation),
+// so that the new version is known here without asking the primary. The record is kept, not
+// applied: a transaction whose coordinator fails before every COMMIT-BACKUP was acknowledged may
+// still be aborted by recovery. The coordinator truncates it (piggybacked on a later
+// COMMIT-BACKUP to this node, or sent alone when it has nothing else to send) once COMMIT-PRIMARY
+// was acknowledged by every primary: then it is applied to the copies and dropped.
+//
+// Records of different coordinators may be truncated in any order, so each write is applied only
+// if it is newer than what the copy holds (its new version above the copy's): every copy ends
+// with the newest committed version of each object, whatever the order. Writes of one object are
+// totally ordered by its primary's lock (a transaction locks it only after the previous writer
+// installed, which was after its COMMIT-BACKUP was acknowledged here), so versions never tie.
+//
+// Thread safety: all methods are safe for concurrent use (one mutex).
+#ifndef FARM_TXN_BACKUP_LOG_H_
+#define FARM_TXN_BACKUP_LOG_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "platform/region.h"
+#include "txn/protocol.h"
+
+namespace farm {
+namespace txn {
+
+class BackupLog {
+ public:
+  // `copy_of(region)` is this node's backup copy of a data region, or null if it holds none.
+  explicit BackupLog(std::function<std::shared_ptr<Region>(uint32_t)> copy_of)
+      : copy_of_(std::move(copy_of)) {}
+  BackupLog(const BackupLog&) = delete;
+  BackupLog& operator=(const BackupLog&) = delete;
+
+  // COMMIT-BACKUP from `coordinator` (encoded as a LOCK: the transaction, the writes to this
+  // node's copies, and sequence numbers of the coordinator's transactions to truncate). Applies
+  // and drops the truncated records first, then keeps the new one (a retry of a kept record
+  // changes nothing). InvalidArgument for a request from another node than its transaction's, a
+  // write to a region this node keeps no copy of, or one that leaves the copy.
+  absl::Status Append(uint32_t coordinator, const LockRequest& request);
+
+  // Records kept (received, not yet truncated).
+  size_t records() const;
+  // Writes applied to copies, and writes skipped because the copy held a newer version (for
+  // tests and statistics).
+  uint64_t applied() const;
+  uint64_t skipped() const;
+
+ private:
+  struct Kept {
+    std::vector<WriteRecord> writes;
+    std::vector<std::shared_ptr<Region>> copies;  // each write's copy, held until applied
+  };
+  // Applies a record's writes that are newer than the copies. Caller holds mu_.
+  void Apply(const Kept& k);
+
+  const std::function<std::shared_ptr<Region>(uint32_t)> copy_of_;
+  mutable std::mutex mu_;
+  absl::flat_hash_map<TxnId, Kept> records_;
+  uint64_t applied_ = 0;
+  uint64_t skipped_ = 0;
+};
+
+}  // namespace txn
+}  // namespace farm
+
+#endif  // FARM_TXN_BACKUP_LOG_H_
