@@ -18,6 +18,11 @@ packages=(
   libedit-dev                        # //tools:kvsh's line editing and history (BSD libedit 3.1)
   memcached libmemcached-dev libmemcached-tools  # //tools:kvbench's memcached peer (1.6, libmemcached 1.1)
   python3-matplotlib                 # tools/kvbench_plot.py (the README's plot)
+  # The configuration record in ZooKeeper (platform/zookeeper_store.h): the multi-threaded C client
+  # (libzookeeper_mt, <zookeeper/zookeeper.h>), and ZooKeeper 3.8 itself for the tests and local
+  # clusters, which start their own servers (platform/zookeeper_server.h). zookeeperd pulls in a
+  # JRE; its own service is not used (it is left stopped and disabled).
+  zookeeperd libzookeeper-mt-dev
 )
 # Go, for //tools/lincheck (the linearizability checker, built offline from its vendor/): Debian's
 # golang-go (Go 1.19) unless the machine has a Go toolchain already (tools/lincheck/go_build.sh
@@ -43,3 +48,14 @@ if [ "$(id -u)" != 0 ]; then
 fi
 "${sudo[@]}" apt-get update -qq
 DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# zookeeperd starts Debian's own ZooKeeper service on port 2181 when it is installed. Nothing here
+# uses it (tests and local clusters start their own servers on free ports), so stop and disable it
+# when this script installed it; a service an administrator set up before is left alone.
+if [[ " ${missing[*]} " == *" zookeeperd "* ]]; then
+  if [ -d /run/systemd/system ]; then
+    "${sudo[@]}" systemctl disable --now zookeeper || true
+  else
+    "${sudo[@]}" service zookeeper stop >/dev/null 2>&1 || true
+    "${sudo[@]}" update-rc.d zookeeper disable >/dev/null 2>&1 || true
+  fi
+fi
