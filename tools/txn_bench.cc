@@ -35,7 +35,7 @@
 //
 // Output: a table, or with --json one object per point:
 //   {"target":"farm","provider":"shm","transport":"shm","kind":"bank","dist":"uniform",
-//    "threads":1,"clients":3,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
+//    "threads":1,"clients":3,"f":0,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
 //    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"rpc_rtt_p50_us":..}
 // Exit status: 0 success, 1 runtime failure (or an audit that does not add up), 2 bad flags.
 #include <unistd.h>
@@ -94,6 +94,10 @@ ABSL_FLAG(int, nodes, 3, "node processes in the farm cluster (2..8)");
 ABSL_FLAG(int, active_nodes, 0,
           "nodes that run client threads (the first ones; the others only serve their objects); "
           "0: all. The peers get threads x active nodes clients");
+ABSL_FLAG(std::string, f, "0",
+          "backups per region of the farm cluster (FaRM's f), a comma-separated list: each value "
+          "runs a cluster of its own, every node process its own failure domain (e.g. 0,1 shows "
+          "what replication costs)");
 ABSL_FLAG(int, duration_ms, 2000, "measured milliseconds per point");
 ABSL_FLAG(int, warmup_ms, 300, "milliseconds run before each point's measurement");
 ABSL_FLAG(std::string, targets, "farm,redis,postgres", "what to measure: farm, redis, postgres");
@@ -596,6 +600,7 @@ struct Row {
   Kind kind = Kind::kBank;
   Distribution dist = Distribution::kUniform;
   int threads = 0, clients = 0;
+  int f = 0;  // backups per region (farm; 0 for the peers, which keep one copy)
   double tx_per_s = 0, p50 = 0, p99 = 0, txn_p50 = 0, txn_p99 = 0, abort_rate = 0;
   int msg_rounds = 0;
   double pw = 0, remote_share = 0;  // farm only
@@ -606,33 +611,34 @@ struct Row {
 std::string JsonRow(const Row& r) {
   return absl::StrFormat(
       "{\"target\":\"%s\",\"provider\":\"%s\",\"transport\":\"%s\",\"kind\":\"%s\","
-      "\"dist\":\"%s\",\"threads\":%d,\"clients\":%d,\"tx_per_s\":%.1f,\"p50_us\":%.3f,"
+      "\"dist\":\"%s\",\"threads\":%d,\"clients\":%d,\"f\":%d,\"tx_per_s\":%.1f,"
+      "\"p50_us\":%.3f,"
       "\"p99_us\":%.3f,\"txn_p50_us\":%.3f,\"txn_p99_us\":%.3f,\"abort_rate\":%.5f,"
       "\"msg_rounds\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%.3f}",
       r.target, r.provider, r.transport, KindName(r.kind), DistributionName(r.dist), r.threads,
-      r.clients, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
+      r.clients, r.f, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
       r.remote_p50, r.rpc_rtt);
 }
 
-// FaRM's message count for f = 0: Pw*(f+3) one-sided writes + Pr one-sided READs.
+// FaRM's message count: Pw*(f+3) one-sided writes + Pr one-sided READs.
 std::string FarmFormula(const Row& r) {
   if (r.target != "farm") return "";
   const int pr = ObjectsOf(r.kind) - WritesOf(r.kind);
-  return absl::StrFormat("%.1fw+%dr", 3 * r.pw, pr);
+  return absl::StrFormat("%.1fw+%dr", (3 + r.f) * r.pw, pr);
 }
 
 void PrintTableHeader() {
-  std::printf("%-8s %-11s %-9s %-8s %3s %4s %10s %9s %9s %9s %9s %7s %6s %9s\n", "target",
-              "transport", "kind", "dist", "thr", "cli", "tx/s", "commit50", "commit99", "remote50",
-              "txn50", "abort%", "rounds", "FaRM f=0");
+  std::printf("%-8s %1s %-11s %-9s %-8s %3s %4s %10s %9s %9s %9s %9s %7s %6s %9s\n", "target",
+              "f", "transport", "kind", "dist", "thr", "cli", "tx/s", "commit50", "commit99",
+              "remote50", "txn50", "abort%", "rounds", "FaRM");
 }
 
 void PrintTableRow(const Row& r) {
   const std::string remote = r.target == "farm" && r.kind != Kind::kReadOnly
                                  ? absl::StrFormat("%.2f", r.remote_p50)
                                  : std::string("-");
-  std::printf("%-8s %-11s %-9s %-8s %3d %4d %10.0f %9.2f %9.2f %9s %9.2f %7.2f %6d %9s\n",
-              r.target.c_str(), r.transport.c_str(), KindName(r.kind).c_str(),
+  std::printf("%-8s %1d %-11s %-9s %-8s %3d %4d %10.0f %9.2f %9.2f %9s %9.2f %7.2f %6d %9s\n",
+              r.target.c_str(), r.f, r.transport.c_str(), KindName(r.kind).c_str(),
               DistributionName(r.dist).c_str(), r.threads, r.clients, r.tx_per_s, r.p50, r.p99,
               remote.c_str(), r.txn_p50, 100 * r.abort_rate, r.msg_rounds, FarmFormula(r).c_str());
   std::fflush(stdout);
@@ -679,11 +685,19 @@ absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provi
 }
 
 // A configuration of o.nodes local nodes on `provider`, written into `dir`; its path.
-absl::StatusOr<std::string> WriteClusterConfig(const std::string& provider, const Options& o,
-                                               TempDir& dir) {
+absl::StatusOr<std::string> WriteClusterConfig(const std::string& provider, int f,
+                                               const Options& o, TempDir& dir) {
   absl::StatusOr<config::ClusterConfig> cfg =
       LocalClusterConfig(o.nodes, provider, absl::GetFlag(FLAGS_host));
   if (!cfg.ok()) return cfg.status();
+  // Every node process is a failure domain of its own (as //tools:cluster makes them).
+  cfg->set_f(static_cast<uint32_t>(f));
+  for (config::NodeConfig& n : *cfg->mutable_node()) {
+    n.set_failure_domain(absl::StrCat("process ", n.id()));
+  }
+  if (absl::Status s = ValidateAndComplete(&*cfg); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--f=", f, ": ", s.message()));
+  }
   // Objects take 64-byte slots; room for twice an even share, in 4 MiB regions.
   const uint64_t per_node = 2 * 64 * o.objects / o.nodes + (4 << 20);
   cfg->set_region_size(4 << 20);
@@ -738,11 +752,11 @@ absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, cons
 }
 
 // Starts the cluster on `provider` and runs every point; prints a row per point.
-absl::Status RunFarm(const std::string& provider, const Options& o,
+absl::Status RunFarm(const std::string& provider, int f, const Options& o,
                      const std::function<void(const Row&)>& print) {
   absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("txn_bench");
   if (!dir.ok()) return dir.status();
-  absl::StatusOr<std::string> config = WriteClusterConfig(provider, o, **dir);
+  absl::StatusOr<std::string> config = WriteClusterConfig(provider, f, o, **dir);
   if (!config.ok()) return config.status();
   std::vector<std::unique_ptr<ChildProcess>> nodes;
   for (int i = 0; i < o.nodes; ++i) {
@@ -750,7 +764,14 @@ absl::Status RunFarm(const std::string& provider, const Options& o,
     if (!child.ok()) return child.status();
     nodes.push_back(std::move(*child));
   }
-  absl::Status status = ReadNodeZero(*nodes[0], provider, o, print);
+  // The rows of this cluster: its f, and COMMIT-BACKUP's round when it keeps backups.
+  auto print_f = [&](const Row& r) {
+    Row with = r;
+    with.f = f;
+    if (f > 0 && with.kind != Kind::kReadOnly) ++with.msg_rounds;
+    print(with);
+  };
+  absl::Status status = ReadNodeZero(*nodes[0], provider, o, print_f);
   for (auto& n : nodes) {
     const std::string how = n->Stop(absl::Seconds(status.ok() ? 30 : 2));
     if (status.ok() && how != "exited with status 0") {
@@ -848,7 +869,24 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
   };
   for (const Row& f : rows) {
     if (f.provider != provider || f.target != "farm") continue;
-    if (f.kind == Kind::kBank) {
+    if (f.f > 0) {
+      // Replication's cost: against the same point of the cluster without backups.
+      for (const Row& z : rows) {
+        if (z.provider != provider || z.target != "farm" || z.f != 0 || z.kind != f.kind ||
+            z.dist != f.dist || z.threads != f.threads || f.kind == Kind::kReadOnly ||
+            z.tx_per_s <= 0) {
+          continue;
+        }
+        const double drop = 1 - f.tx_per_s / z.tx_per_s;
+        std::printf(
+            "  %s %-7s %d thr: f=%d %.0f tx/s vs f=0 %.0f tx/s: %.0f%% lower (target <= 35%%: "
+            "%s); remote commit p50 %.2f vs %.2f us (%+.2f us; one RPC RTT %.2f us)\n",
+            KindName(f.kind).c_str(), DistributionName(f.dist).c_str(), f.threads, f.f,
+            f.tx_per_s, z.tx_per_s, 100 * drop, drop <= 0.35 ? "met" : "MISSED", f.remote_p50,
+            z.remote_p50, f.remote_p50 - z.remote_p50, f.rpc_rtt);
+      }
+    }
+    if (f.kind == Kind::kBank && f.f == 0) {
       for (const char* peer : {"redis", "postgres"}) {
         const Row* p = find(peer, Kind::kBank, f.dist, f.threads);
         if (p == nullptr || p->tx_per_s <= 0) continue;
@@ -859,7 +897,7 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
                     p->transport.c_str(), want, ratio >= want ? "met" : "MISSED");
       }
     }
-    if (f.kind == Kind::kWrite1 && f.rpc_rtt > 0) {
+    if (f.kind == Kind::kWrite1 && f.rpc_rtt > 0 && f.f == 0) {
       // Judged on the commits that sent their 2 rounds (the local ones send none).
       const double bound = f.msg_rounds * f.rpc_rtt;
       std::printf(
@@ -875,6 +913,7 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
 struct DriverOptions {
   Options bench;
   std::vector<std::string> providers;
+  std::vector<int> fs;  // --f
   bool farm = false, redis = false, postgres = false;
 };
 
@@ -912,6 +951,15 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
   }
   if (absl::GetFlag(FLAGS_msg_iters) < 0)
     return absl::InvalidArgumentError("--msg_iters must be >= 0");
+  for (absl::string_view v : absl::StrSplit(absl::GetFlag(FLAGS_f), ',')) {
+    int f = -1;
+    if (!absl::SimpleAtoi(v, &f) || f < 0 || f > static_cast<int>(kMaxF) || f + 1 > o->nodes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--f: '", v, "' is not a number of backups from 0 to ", std::min<int>(kMaxF, o->nodes - 1),
+          " (each of the ", o->nodes, " node processes is one failure domain)"));
+    }
+    d.fs.push_back(f);
+  }
   return d;
 }
 
@@ -958,7 +1006,12 @@ int DriverMain() {
       }
     };
     std::vector<std::pair<std::string, std::function<absl::Status()>>> runs;
-    if (d->farm) runs.emplace_back("farm", [&] { return RunFarm(provider, o, print); });
+    if (d->farm) {
+      for (int f : d->fs) {
+        runs.emplace_back(absl::StrCat("farm (f = ", f, ")"),
+                          [&, f] { return RunFarm(provider, f, o, print); });
+      }
+    }
     if (d->redis)
       runs.emplace_back("redis", [&] { return RunPeer(Peer::kRedis, provider, o, print); });
     if (d->postgres)
@@ -996,7 +1049,8 @@ int main(int argc, char** argv) {
       "rate) on a cluster of node processes it starts, and the same bank transfer on Redis and "
       "PostgreSQL servers it starts on private sockets.\n"
       "  txn_bench [--provider=shm,tcp;ofi_rxm] [--threads=1,2,4] [--kinds=read_only,write_1,"
-      "write_4,bank] [--dists=uniform,zipf] [--targets=farm,redis,postgres] [--cpus=0-1] [--json]\n"
+      "write_4,bank] [--dists=uniform,zipf] [--targets=farm,redis,postgres] [--f=0,1] "
+      "[--cpus=0-1] [--json]\n"
       "--provider takes a comma-separated list here (default shm). Exit status: 0 ok, 1 runtime "
       "failure, 2 bad flags.");
   if (!farm::FlagsAreValid("txn_bench", argc, argv)) return farm::txnbench::kExitUsage;

@@ -50,9 +50,18 @@ echo "== table"
 out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=farm --kinds=write_1 --dists=zipf 2>&1)
 rc=$?
 [ $rc = 0 ] || fail "txn_bench (table) exited $rc: $out"
-grep -qE '^target +transport +kind' <<<"$out" || fail "no table header: $out"
-grep -qE '^farm +shm +write_1 +zipf' <<<"$out" || fail "no write_1 row: $out"
+grep -qE '^target +f +transport +kind' <<<"$out" || fail "no table header: $out"
+grep -qE '^farm +0 +shm +write_1 +zipf' <<<"$out" || fail "no write_1 row: $out"
 echo "ok: table"
+
+echo "== farm with backups (f = 1): COMMIT-BACKUP's round, and the audit still adds up"
+out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=farm --f=1 --kinds=bank --dists=uniform --json \
+  2>"$TMP/f1.err")
+rc=$?
+[ $rc = 0 ] || fail "txn_bench --f=1 exited $rc: $(tail -20 "$TMP/f1.err")"
+grep -q '"kind":"bank".*"f":1,.*"msg_rounds":3' <<<"$out" || fail "f=1 bank line: $out"
+grep -q 'AUDIT .* ok' "$TMP/f1.err" || fail "no successful audit with f=1: $(tail -5 "$TMP/f1.err")"
+echo "ok: f = 1"
 
 echo "== redis on a Unix socket"
 if command -v redis-server >/dev/null; then
@@ -73,7 +82,7 @@ fi
 
 echo "== bad flags exit 2"
 for bad in --threads=0 --kinds=write_3 --dists=normal --provider=nope --no_such_flag \
-           --duration_ms=abc --targets=mysql --cpus=x; do
+           --duration_ms=abc --targets=mysql --cpus=x --f=3 --f=x; do
   timeout 30 "$BENCH" "$bad" >"$TMP/bad.out" 2>&1
   rc=$?
   [ $rc = 2 ] || fail "$bad: exit $rc, not 2: $(cat "$TMP/bad.out")"
