@@ -204,6 +204,15 @@ class Runtime {
   std::vector<uint32_t> members() const;
   // Membership epoch: grows whenever a node leaves or joins.
   uint64_t epoch() const;
+  // This node's lease with the configuration manager (ClusterConfig.lease_ms) and the round
+  // trips of its heartbeats so far, from sending one to its acknowledgement: a lease many times
+  // the p99 is one that healthy nodes do not miss.
+  struct LeaseStats {
+    absl::Duration lease;
+    uint64_t heartbeats = 0;  // acknowledged
+    absl::Duration rtt_p50, rtt_p99, rtt_max;
+  };
+  LeaseStats lease_stats() const;
   // Largest object a transaction may allocate, read or write: kMaxObjectSize, or less with
   // smaller messaging rings (about 15 KiB with the default 64 KiB; RuntimeOptions::ring_size).
   uint64_t max_object_size() const;

@@ -106,6 +106,17 @@ uint32_t Runtime::node_id() const { return impl_->node->id(); }
 std::string Runtime::provider() const { return impl_->node->provider(); }
 std::vector<uint32_t> Runtime::members() const { return impl_->node->members(); }
 uint64_t Runtime::epoch() const { return impl_->messenger->membership_epoch(); }
+
+Runtime::LeaseStats Runtime::lease_stats() const {
+  const ConfigurationManager::HeartbeatStats h = impl_->node->heartbeat_stats();
+  LeaseStats out;
+  out.lease = absl::Milliseconds(impl_->node->config().lease_ms());
+  out.heartbeats = h.count;
+  out.rtt_p50 = h.p50;
+  out.rtt_p99 = h.p99;
+  out.rtt_max = h.max;
+  return out;
+}
 uint64_t Runtime::max_object_size() const { return impl_->txn->max_object_size(); }
 
 std::vector<RegionRef> Runtime::Regions(uint32_t node) const {

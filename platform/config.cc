@@ -44,11 +44,11 @@ absl::Status ValidateAndComplete(config::ClusterConfig* c) {
   if (c->join_timeout_s() == 0) c->set_join_timeout_s(kDefaultJoinTimeoutS);
   if (!c->has_lock_memory()) c->set_lock_memory(true);
   if (c->lease_ms() == 0) c->set_lease_ms(kDefaultLeaseMs);
-  if (c->lease_ms() < 200 || c->lease_ms() > 600000) {
+  if (c->lease_ms() < kMinLeaseMs || c->lease_ms() > 600000) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "lease_ms ", c->lease_ms(),
-        " is out of range (200 .. 600000; a few seconds suits most clusters: a shorter lease "
-        "evicts healthy nodes that are merely slow)"));
+        "lease_ms ", c->lease_ms(), " is out of range (", kMinLeaseMs,
+        " .. 600000; a lease shorter than the heartbeats' round trips under load evicts healthy "
+        "nodes that are merely slow: measure it with txn_bench --lease_ms)"));
   }
   if (c->region_size() % 4096 != 0) {
     return absl::InvalidArgumentError(

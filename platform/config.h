@@ -20,6 +20,8 @@ inline constexpr uint64_t kDefaultRegionSize = uint64_t{4} << 20;
 inline constexpr uint32_t kDefaultRegionCount = 2;
 inline constexpr uint32_t kDefaultJoinTimeoutS = 30;
 inline constexpr uint32_t kDefaultLeaseMs = 3000;
+// FaRM's leases are 10 ms, on machines that give the lease threads a core of their own.
+inline constexpr uint32_t kMinLeaseMs = 10;
 // Backups per region (ClusterConfig.f): none by default until the commit protocol keeps them
 // up to date (issue 16).
 inline constexpr uint32_t kDefaultF = 0;

@@ -259,8 +259,8 @@ class CmServerImpl : public CmServer {
         control::RegionInfo& r = m->regions[k];
         if (!r.purpose().empty() || r.backup_node_size() > 0) continue;
         const uint32_t primary = m->info.node_id();
-        BackupChoice c = ChooseBackups(r.region_id(), {primary}, {DomainOf(primary)},
-                                       config_.f(), candidates, &load);
+        BackupChoice c = ChooseBackups(r.region_id(), {primary}, {DomainOf(primary)}, config_.f(),
+                                       candidates, &load);
         for (uint32_t b : c.nodes) r.add_backup_node(b);
         if (!c.shortfall.empty()) {
           spdlog::warn("CM: region {} of node {} has {} of f = {} backups: {}", r.region_id(),
@@ -277,14 +277,21 @@ class CmServerImpl : public CmServer {
     for (auto& [id, m] : members_) {
       for (control::RegionInfo& r : m.regions) {
         auto* backups = r.mutable_backup_node();
-        const int before = backups->size();
+        // A backup that left on purpose (a shutdown) is no surprise; a failed one is.
+        bool lost = false, failed = false;
+        for (uint32_t b : *backups) {
+          auto it = gone.find(b);
+          if (it == gone.end()) continue;
+          lost = true;
+          failed |= it->second != kLeft;
+        }
+        if (!lost) continue;
         backups->erase(std::remove_if(backups->begin(), backups->end(),
                                       [&](uint32_t b) { return gone.count(b) > 0; }),
                        backups->end());
-        if (backups->size() != before) {
-          spdlog::warn("CM: region {} of node {} lost a backup: {} of f = {} left", r.region_id(),
-                       id, backups->size(), config_.f());
-        }
+        spdlog::log(failed ? spdlog::level::warn : spdlog::level::info,
+                    "CM: region {} of node {} lost a backup: {} of f = {} left", r.region_id(), id,
+                    backups->size(), config_.f());
       }
     }
   }
@@ -486,6 +493,26 @@ class TcpConfigurationManager : public ConfigurationManager {
     (void)channel_->Send(m);  // if the CM is gone, this node's own lease expires instead
   }
 
+  HeartbeatStats heartbeat_stats() const override {
+    std::vector<int64_t> rtts;
+    {
+      std::lock_guard<std::mutex> l(lease_mu_);
+      rtts = rtts_ns_;
+    }
+    HeartbeatStats out;
+    out.count = rtts.size();
+    if (rtts.empty()) return out;
+    std::sort(rtts.begin(), rtts.end());
+    auto at = [&](double q) {
+      return absl::Nanoseconds(
+          rtts[std::min(rtts.size() - 1, static_cast<size_t>(q * rtts.size()))]);
+    };
+    out.p50 = at(0.5);
+    out.p99 = at(0.99);
+    out.max = absl::Nanoseconds(rtts.back());
+    return out;
+  }
+
   Clock::time_point lease_expiry() const override {
     // Acquire: pairs with the release in SetLeaseStart.
     return Clock::time_point(Clock::duration(expiry_.load(std::memory_order_acquire)));
@@ -557,6 +584,11 @@ class TcpConfigurationManager : public ConfigurationManager {
     std::lock_guard<std::mutex> l(lease_mu_);
     while (!sent_.empty() && sent_.front().first < seq) sent_.pop_front();
     if (sent_.empty() || sent_.front().first != seq) return;  // unknown, or older
+    if (rtts_ns_.size() < kMaxRoundTrips) {
+      rtts_ns_.push_back(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - sent_.front().second)
+              .count());
+    }
     SetLeaseStart(std::max(lease_start_, sent_.front().second));
     sent_.pop_front();
   }
@@ -614,6 +646,8 @@ class TcpConfigurationManager : public ConfigurationManager {
 
   // Heartbeats remembered until acknowledged: a lease's worth and more (one every lease/4).
   static constexpr size_t kMaxUnacknowledged = 64;
+  // Round trips kept for heartbeat_stats (a 10 ms lease for 10 minutes).
+  static constexpr size_t kMaxRoundTrips = 250000;
 
   const std::string host_;
   const uint16_t port_;
@@ -629,6 +663,7 @@ class TcpConfigurationManager : public ConfigurationManager {
   Clock::time_point lease_start_;  // guarded by lease_mu_: when the lease started (Renew)
   // Heartbeats sent and not yet acknowledged (seq, send time), oldest first; guarded by lease_mu_.
   std::deque<std::pair<uint64_t, Clock::time_point>> sent_;
+  std::vector<int64_t> rtts_ns_;  // acknowledged heartbeats' round trips; guarded by lease_mu_
   // lease_expiry(), written under lease_mu_, read without it (on every request served).
   std::atomic<int64_t> expiry_{0};
   std::mutex stop_mu_;

@@ -74,6 +74,14 @@ class ConfigurationManager {
   // Leaves the cluster. Idempotent.
   virtual void Leave() = 0;
 
+  // Round trips of this node's heartbeats so far (from sending one to receiving its
+  // acknowledgement), for choosing a lease that healthy nodes never miss.
+  struct HeartbeatStats {
+    uint64_t count = 0;  // heartbeats acknowledged
+    absl::Duration p50, p99, max;
+  };
+  virtual HeartbeatStats heartbeat_stats() const = 0;
+
   // When this node's lease ends, on the steady clock: the send time of the last heartbeat the CM
   // acknowledged (or of the join request, before the first), plus the lease less the slack. It
   // only moves forward. Before Join: the clock's epoch.

@@ -305,6 +305,10 @@ class Node {
   // the others may have moved on, even if no eviction reached this node yet (a paused process,
   // resumed). Cheap: a clock read and an atomic load.
   bool lease_held() const;
+  // This node's heartbeat round trips to the CM so far (ConfigurationManager::heartbeat_stats).
+  ConfigurationManager::HeartbeatStats heartbeat_stats() const {
+    return cm_ == nullptr ? ConfigurationManager::HeartbeatStats{} : cm_->heartbeat_stats();
+  }
   // Waits up to `timeout` for the eviction; true if the node was evicted. On true the eviction is
   // complete: the node lists no member, resolves no address, and its listeners were told.
   bool WaitForEviction(absl::Duration timeout);

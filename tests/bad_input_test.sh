@@ -50,8 +50,8 @@ expect_fail 2 "region_size 1000 is not a multiple of 4096" -- "$NODE" --config="
 printf 'provider: "infiniband"\nnode { id: 0 host: "h" control_port: 1 }\n' >"$TMP/prov"
 expect_fail 2 "unknown provider 'infiniband'" -- "$NODE" --config="$TMP/prov" --node_id=0
 expect_fail 2 "--node_id=7 is not listed" -- "$NODE" --config="$cfg" --node_id=7
-printf 'lease_ms: 50\nnode { id: 0 host: "h" control_port: 1 }\n' >"$TMP/lease"
-expect_fail 2 "lease_ms 50 is out of range" -- "$NODE" --config="$TMP/lease" --node_id=0
+printf 'lease_ms: 5\nnode { id: 0 host: "h" control_port: 1 }\n' >"$TMP/lease"
+expect_fail 2 "lease_ms 5 is out of range" -- "$NODE" --config="$TMP/lease" --node_id=0
 printf 'f: 1\nnode { id: 0 host: "h" control_port: 1 }\nnode { id: 1 host: "h" control_port: 2 }\n' >"$TMP/f"
 expect_fail 2 "f 1 keeps 2 copies of every region in distinct failure domains, but the nodes that form the cluster are in 1: 'host h' \(nodes 0, 1\)" -- "$NODE" --config="$TMP/f" --node_id=0
 expect_fail 2 "f 3 keeps 4 copies .* are in 3: 'process 0' \(node 0\), 'process 1' \(node 1\), 'process 2' \(node 2\)" -- "$CLUSTER" --nodes=3 --f=3

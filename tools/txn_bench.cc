@@ -98,6 +98,11 @@ ABSL_FLAG(std::string, f, "0",
           "backups per region of the farm cluster (FaRM's f), a comma-separated list: each value "
           "runs a cluster of its own, every node process its own failure domain (e.g. 0,1 shows "
           "what replication costs)");
+ABSL_FLAG(std::string, lease_ms, "",
+          "the farm cluster's lease with the configuration manager, a comma-separated list of "
+          "milliseconds (each value runs a cluster of its own; empty: the default, 3000). Each "
+          "run also prints the heartbeats' round trips under the bench's own load and how many "
+          "nodes were evicted, to choose the shortest lease that evicts no healthy node");
 ABSL_FLAG(int, duration_ms, 2000, "measured milliseconds per point");
 ABSL_FLAG(int, warmup_ms, 300, "milliseconds run before each point's measurement");
 ABSL_FLAG(std::string, targets, "farm,redis,postgres", "what to measure: farm, redis, postgres");
@@ -584,6 +589,12 @@ absl::Status NodeRun(Runtime& rt) {
   }
   absl::Status s = PrepareCluster(rt, &c);
   if (s.ok()) s = RunPoints(c);
+  // This node's heartbeats under the bench's load (the driver reads every node's line).
+  const Runtime::LeaseStats l = rt.lease_stats();
+  Emit(absl::StrFormat("LEASE %d %d %d %.3f %.3f %.3f", rt.node_id(),
+                       absl::ToInt64Milliseconds(l.lease), l.heartbeats,
+                       absl::ToDoubleMicroseconds(l.rtt_p50), absl::ToDoubleMicroseconds(l.rtt_p99),
+                       absl::ToDoubleMicroseconds(l.rtt_max)));
   if (rt.node_id() == 0) {
     if (!s.ok()) TheConductor().Cancel();
     Emit(s.ok() ? std::string("DONE") : absl::StrCat("FAILED ", s.ToString()));
@@ -685,18 +696,20 @@ absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provi
 }
 
 // A configuration of o.nodes local nodes on `provider`, written into `dir`; its path.
-absl::StatusOr<std::string> WriteClusterConfig(const std::string& provider, int f,
+absl::StatusOr<std::string> WriteClusterConfig(const std::string& provider, int f, int lease_ms,
                                                const Options& o, TempDir& dir) {
   absl::StatusOr<config::ClusterConfig> cfg =
       LocalClusterConfig(o.nodes, provider, absl::GetFlag(FLAGS_host));
   if (!cfg.ok()) return cfg.status();
   // Every node process is a failure domain of its own (as //tools:cluster makes them).
   cfg->set_f(static_cast<uint32_t>(f));
+  if (lease_ms > 0) cfg->set_lease_ms(static_cast<uint32_t>(lease_ms));
   for (config::NodeConfig& n : *cfg->mutable_node()) {
     n.set_failure_domain(absl::StrCat("process ", n.id()));
   }
   if (absl::Status s = ValidateAndComplete(&*cfg); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--f=", f, ": ", s.message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--f=", f, " --lease_ms=", lease_ms, ": ", s.message()));
   }
   // Objects take 64-byte slots; room for twice an even share, in 4 MiB regions.
   const uint64_t per_node = 2 * 64 * o.objects / o.nodes + (4 << 20);
@@ -727,7 +740,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnNode(int i, const std::string
 
 // Reads node 0's TXNBENCH lines until DONE (OK) or FAILED; prints a row per RESULT.
 absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, const Options& o,
-                          const std::function<void(const Row&)>& print) {
+                          const std::function<void(const Row&)>& print,
+                          std::vector<std::string>* lease_lines) {
   const absl::Duration step = o.PointTime() + absl::Seconds(o.timeout_s);
   for (;;) {
     absl::StatusOr<std::string> line = node0.WaitForLine("TXNBENCH", absl::Now() + step);
@@ -741,6 +755,8 @@ absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, cons
       if (!r.ok()) return r.status();
       r->clients = r->threads * o.active_nodes;
       print(*r);
+    } else if (absl::StartsWith(rest, "LEASE ")) {
+      if (lease_lines != nullptr) lease_lines->push_back(std::string(rest));
     } else if (absl::StartsWith(rest, "SETUP ") || absl::StartsWith(rest, "AUDIT ")) {
       spdlog::info("{}: {}", provider, std::string(rest));
     } else if (absl::StartsWith(rest, "DONE")) {
@@ -751,12 +767,59 @@ absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, cons
   }
 }
 
-// Starts the cluster on `provider` and runs every point; prints a row per point.
-absl::Status RunFarm(const std::string& provider, int f, const Options& o,
-                     const std::function<void(const Row&)>& print) {
+// One cluster's lease: its heartbeats' round trips on every node that reported them (the worst
+// node's percentiles), and the nodes evicted (status 3: a lease that healthy nodes miss).
+struct LeaseRow {
+  std::string provider;
+  int f = 0, lease_ms = 0, nodes = 0, reported = 0, evictions = 0;
+  uint64_t heartbeats = 0;
+  double p50_us = 0, p99_us = 0, max_us = 0;
+};
+
+std::string JsonLease(const LeaseRow& l) {
+  return absl::StrFormat(
+      "{\"target\":\"farm\",\"kind\":\"lease\",\"provider\":\"%s\",\"f\":%d,"
+      "\"lease_ms\":%d,\"nodes\":%d,\"nodes_reported\":%d,\"heartbeats\":%d,"
+      "\"hb_rtt_p50_us\":%.3f,\"hb_rtt_p99_us\":%.3f,\"hb_rtt_max_us\":%.3f,"
+      "\"evictions\":%d}",
+      l.provider, l.f, l.lease_ms, l.nodes, l.reported, l.heartbeats, l.p50_us, l.p99_us,
+      l.max_us, l.evictions);
+}
+
+void PrintLease(const LeaseRow& l) {
+  std::printf(
+      "lease %d ms (f=%d): heartbeat round trip p50 %.1f us, p99 %.1f us, max %.1f us (worst of "
+      "%d nodes, %d heartbeats); lease = %.0fx the p99; nodes evicted: %d\n",
+      l.lease_ms, l.f, l.p50_us, l.p99_us, l.max_us, l.reported, static_cast<int>(l.heartbeats),
+      l.p99_us > 0 ? 1000.0 * l.lease_ms / l.p99_us : 0.0, l.evictions);
+  std::fflush(stdout);
+}
+
+// Adds a node's "LEASE node lease_ms count p50 p99 max" line to `l`.
+void AddLeaseLine(absl::string_view line, LeaseRow* l) {
+  std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  uint64_t count = 0;
+  double p50 = 0, p99 = 0, max = 0;
+  if (f.size() != 7 || !absl::SimpleAtoi(f[3], &count) || !absl::SimpleAtod(f[4], &p50) ||
+      !absl::SimpleAtod(f[5], &p99) || !absl::SimpleAtod(f[6], &max)) {
+    spdlog::warn("cannot read a node's lease line: {}", std::string(line));
+    return;
+  }
+  ++l->reported;
+  l->heartbeats += count;
+  l->p50_us = std::max(l->p50_us, p50);
+  l->p99_us = std::max(l->p99_us, p99);
+  l->max_us = std::max(l->max_us, max);
+}
+
+// Starts the cluster on `provider` and runs every point; prints a row per point, then the
+// lease's row.
+absl::Status RunFarm(const std::string& provider, int f, int lease_ms, const Options& o,
+                     const std::function<void(const Row&)>& print,
+                     const std::function<void(const LeaseRow&)>& print_lease) {
   absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("txn_bench");
   if (!dir.ok()) return dir.status();
-  absl::StatusOr<std::string> config = WriteClusterConfig(provider, f, o, **dir);
+  absl::StatusOr<std::string> config = WriteClusterConfig(provider, f, lease_ms, o, **dir);
   if (!config.ok()) return config.status();
   std::vector<std::unique_ptr<ChildProcess>> nodes;
   for (int i = 0; i < o.nodes; ++i) {
@@ -771,13 +834,27 @@ absl::Status RunFarm(const std::string& provider, int f, const Options& o,
     if (f > 0 && with.kind != Kind::kReadOnly) ++with.msg_rounds;
     print(with);
   };
-  absl::Status status = ReadNodeZero(*nodes[0], provider, o, print_f);
+  std::vector<std::string> lease_lines;
+  absl::Status status = ReadNodeZero(*nodes[0], provider, o, print_f, &lease_lines);
+  for (size_t i = 1; i < nodes.size() && status.ok(); ++i) {
+    absl::StatusOr<std::string> line =
+        nodes[i]->WaitForLine("TXNBENCH LEASE", absl::Now() + absl::Seconds(o.timeout_s));
+    if (line.ok()) lease_lines.push_back(line->substr(strlen("TXNBENCH ")));
+  }
+  LeaseRow lease;
+  lease.provider = provider;
+  lease.f = f;
+  lease.lease_ms = lease_ms > 0 ? lease_ms : static_cast<int>(kDefaultLeaseMs);
+  lease.nodes = o.nodes;
+  for (const std::string& l : lease_lines) AddLeaseLine(l, &lease);
   for (auto& n : nodes) {
     const std::string how = n->Stop(absl::Seconds(status.ok() ? 30 : 2));
+    if (how == "exited with status 3") ++lease.evictions;  // farm::RunNode: evicted
     if (status.ok() && how != "exited with status 0") {
       status = absl::InternalError(absl::StrCat("a node ", how));
     }
   }
+  print_lease(lease);
   return status;
 }
 
@@ -913,7 +990,8 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
 struct DriverOptions {
   Options bench;
   std::vector<std::string> providers;
-  std::vector<int> fs;  // --f
+  std::vector<int> fs;      // --f
+  std::vector<int> leases;  // --lease_ms (0: the default)
   bool farm = false, redis = false, postgres = false;
 };
 
@@ -960,6 +1038,16 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
     }
     d.fs.push_back(f);
   }
+  const std::string leases = absl::GetFlag(FLAGS_lease_ms);
+  for (absl::string_view v : absl::StrSplit(leases, ',', absl::SkipEmpty())) {
+    int ms = 0;
+    if (!absl::SimpleAtoi(v, &ms) || ms < static_cast<int>(kMinLeaseMs) || ms > 600000) {
+      return absl::InvalidArgumentError(absl::StrCat("--lease_ms: '", v, "' is not a lease from ",
+                                                     kMinLeaseMs, " to 600000 ms"));
+    }
+    d.leases.push_back(ms);
+  }
+  if (d.leases.empty()) d.leases.push_back(0);
   return d;
 }
 
@@ -1006,10 +1094,21 @@ int DriverMain() {
       }
     };
     std::vector<std::pair<std::string, std::function<absl::Status()>>> runs;
+    auto print_lease = [&](const LeaseRow& l) {
+      if (json) {
+        std::printf("%s\n", JsonLease(l).c_str());
+        std::fflush(stdout);
+      } else {
+        PrintLease(l);
+      }
+    };
     if (d->farm) {
       for (int f : d->fs) {
-        runs.emplace_back(absl::StrCat("farm (f = ", f, ")"),
-                          [&, f] { return RunFarm(provider, f, o, print); });
+        for (int lease : d->leases) {
+          runs.emplace_back(absl::StrCat("farm (f = ", f, ", lease ", lease, " ms)"), [&, f, lease] {
+            return RunFarm(provider, f, lease, o, print, print_lease);
+          });
+        }
       }
     }
     if (d->redis)

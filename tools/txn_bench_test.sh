@@ -34,11 +34,14 @@ echo "== farm on shm, JSON"
 out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=farm --json 2>"$TMP/farm.err")
 rc=$?
 [ $rc = 0 ] || fail "txn_bench exited $rc: $(tail -20 "$TMP/farm.err")"
-lines=$(grep -c '^{' <<<"$out")
-[ "$lines" = 8 ] || fail "expected 8 JSON lines (4 kinds x 2 distributions), got $lines:"$'\n'"$out"
+lines=$(grep -c '"tx_per_s":' <<<"$out")
+[ "$lines" = 8 ] || fail "expected 8 JSON points (4 kinds x 2 distributions), got $lines:"$'\n'"$out"
+# One line for the cluster's lease: every node's heartbeats, none evicted.
+grep -qE '^\{"target":"farm","kind":"lease",.*"lease_ms":3000,"nodes":3,"nodes_reported":3,"heartbeats":[1-9][0-9]*,.*"evictions":0\}$' <<<"$out" ||
+  fail "no lease line with 3 nodes' heartbeats and no eviction:"$'\n'"$out"
 for key in target provider kind threads tx_per_s p50_us p99_us abort_rate msg_rounds; do
-  n=$(grep -c "\"$key\":" <<<"$out")
-  [ "$n" = 8 ] || fail "key $key is in $n of 8 lines:"$'\n'"$out"
+  n=$(grep '"tx_per_s":' <<<"$out" | grep -c "\"$key\":")
+  [ "$n" = 8 ] || fail "key $key is in $n of 8 points:"$'\n'"$out"
 done
 grep -q '"target":"farm","provider":"shm"' <<<"$out" || fail "no farm/shm line"
 grep -q '"kind":"read_only".*"msg_rounds":0' <<<"$out" || fail "read_only should have 0 rounds"
@@ -82,7 +85,7 @@ fi
 
 echo "== bad flags exit 2"
 for bad in --threads=0 --kinds=write_3 --dists=normal --provider=nope --no_such_flag \
-           --duration_ms=abc --targets=mysql --cpus=x --f=3 --f=x; do
+           --duration_ms=abc --targets=mysql --cpus=x --f=3 --f=x --lease_ms=5; do
   timeout 30 "$BENCH" "$bad" >"$TMP/bad.out" 2>&1
   rc=$?
   [ $rc = 2 ] || fail "$bad: exit $rc, not 2: $(cat "$TMP/bad.out")"
