@@ -38,6 +38,7 @@
 //    "threads":1,"clients":3,"f":0,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
 //    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"rpc_rtt_p50_us":..}
 // Exit status: 0 success, 1 runtime failure (or an audit that does not add up), 2 bad flags.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -849,7 +850,9 @@ absl::Status RunFarm(const std::string& provider, int f, int lease_ms, const Opt
   for (const std::string& l : lease_lines) AddLeaseLine(l, &lease);
   for (auto& n : nodes) {
     const std::string how = n->Stop(absl::Seconds(status.ok() ? 30 : 2));
-    if (how == "exited with status 3") ++lease.evictions;  // farm::RunNode: evicted
+    // farm::RunNode exits with status 3 once evicted (also a node reaped before Stop).
+    const int ws = n->wait_status();
+    if (n->reaped() && WIFEXITED(ws) && WEXITSTATUS(ws) == 3) ++lease.evictions;
     if (status.ok() && how != "exited with status 0") {
       status = absl::InternalError(absl::StrCat("a node ", how));
     }
