@@ -40,7 +40,16 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
     Apply(it->second);
     records_.erase(it);
   }
-  if (!k.writes.empty()) records_.emplace(request.txn, std::move(k));
+  if (k.writes.empty()) return absl::OkStatus();
+  // A transaction's writes to this node may come in several COMMIT-BACKUPs (each at most a
+  // message): they add up. A message delivered twice (its answer was lost) adds its writes
+  // twice, which changes nothing: the second of two equal writes is never newer.
+  auto [it, inserted] = records_.try_emplace(request.txn, std::move(k));
+  if (!inserted) {
+    Kept& kept = it->second;
+    kept.writes.insert(kept.writes.end(), k.writes.begin(), k.writes.end());
+    kept.copies.insert(kept.copies.end(), k.copies.begin(), k.copies.end());
+  }
   return absl::OkStatus();
 }
 

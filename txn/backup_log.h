@@ -46,8 +46,8 @@ class BackupLog {
 
   // COMMIT-BACKUP from `coordinator` (encoded as a LOCK: the transaction, the writes to this
   // node's copies, and sequence numbers of the coordinator's transactions to truncate). Applies
-  // and drops the truncated records first, then keeps the new one (a retry of a kept record
-  // changes nothing). InvalidArgument for a request from another node than its transaction's, a
+  // and drops the truncated records first, then keeps the writes (several COMMIT-BACKUPs of one
+  // transaction add up; a retry of one changes nothing). InvalidArgument for a request from another node than its transaction's, a
   // write to a region this node keeps no copy of, or one that leaves the copy.
   absl::Status Append(uint32_t coordinator, const LockRequest& request);
 

@@ -56,11 +56,26 @@ TEST_CASE("a COMMIT-BACKUP record is kept, and applied only when truncated", "[b
   // A retry of the same record changes nothing.
   REQUIRE(f.log.Append(kCoordinator, Record(1, {{a, WriteKind::kAlloc, 0, "hello"}})).ok());
   CHECK(f.log.records() == 1);
+  CHECK(f.At(128, 5) == "empty");
   // The truncation rides on the next record (or comes alone, with no writes).
   REQUIRE(f.log.Append(kCoordinator, Record(0, {}, {1})).ok());
   CHECK(f.log.records() == 0);
   CHECK(f.At(128, 5) == "hello v1");
   CHECK(f.log.applied() == 1);
+}
+
+TEST_CASE("a transaction's writes in several COMMIT-BACKUPs add up", "[backup]") {
+  Fixture f;
+  const GlobalAddress a{kRegion, 512}, b{kRegion, 1024};
+  REQUIRE(f.log.Append(kCoordinator, Record(1, {{a, WriteKind::kAlloc, 0, "part one"}})).ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(1, {{b, WriteKind::kAlloc, 0, "part two"}})).ok());
+  // The first part again (its answer was lost): nothing changes.
+  REQUIRE(f.log.Append(kCoordinator, Record(1, {{a, WriteKind::kAlloc, 0, "part one"}})).ok());
+  CHECK(f.log.records() == 1);
+  REQUIRE(f.log.Append(kCoordinator, Record(0, {}, {1})).ok());
+  CHECK(f.At(512, 8) == "part one v1");
+  CHECK(f.At(1024, 8) == "part two v1");
+  CHECK(f.log.applied() == 2);
 }
 
 TEST_CASE("truncations in any order leave the newest version of each object", "[backup]") {
