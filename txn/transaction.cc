@@ -680,11 +680,9 @@ Transaction::Delivery Transaction::Deliver(
   absl::Duration pause = absl::Microseconds(10);
   const absl::Time suspect_at = absl::Now() + ctx_->timeout;
   bool suspected = false;
-  std::set<uint32_t> pending_nodes;  // nodes with a message not yet acknowledged
   auto classify = [&](size_t i, const absl::Status& s, std::vector<size_t>& again) {
     const uint32_t o = messages[i].first;
     if (s.ok()) return;
-    pending_nodes.insert(o);
     if (absl::IsFailedPrecondition(s)) {
       out.refused.emplace_back(o, s);  // the node decided otherwise: a protocol violation
     } else {
@@ -699,7 +697,6 @@ Transaction::Delivery Transaction::Deliver(
   std::set<uint32_t> left;
   while (!todo.empty()) {
     std::vector<size_t> again;
-    pending_nodes.clear();
     std::vector<std::pair<size_t, std::shared_ptr<Rpc::Pending>>> calls;
     for (size_t i : todo) {
       const uint32_t o = messages[i].first;
@@ -710,7 +707,6 @@ Transaction::Delivery Transaction::Deliver(
           ctx_->timeout);
       if (!p.ok()) {
         out.last_error = p.status();
-        pending_nodes.insert(o);
         again.push_back(i);
         continue;
       }
