@@ -1,0 +1,1174 @@
+// chaos: the fault-injection driver (issue 16 item 6, first version). For each scenario it starts
+// a fresh cluster of node processes running a bank workload, injects faults into it, and checks
+// what the cluster guarantees: no committed transaction lost, no anomaly in the history of every
+// transaction (the strict-serializability checker, txn/history.h), the bank's total conserved; and
+// measures how long throughput takes to come back after each fault.
+//
+//   bazel run //tools:chaos -- --provider='tcp;ofi_rxm' --faults=4 --json
+//   bazel run //tools:chaos -- --provider=shm --scenarios=sigstop_short,client_kill --faults=2
+//
+// Scenarios (tools/chaos_lib.h): sigstop_short, sigstop_long, kill9, kill_cm, client_kill, and
+// crashes of a client coordinator at the commit path's sync points (crash_mid_commit_backup,
+// crash_after_commit_backup, crash_between_primaries; compiled out with NDEBUG, i.e. -c opt).
+// Not yet: veth partitions between network namespaces, crashes mid-TRUNCATE and during recovery
+// (recovery does not exist yet), and the KV workload checked by Porcupine.
+//
+// How a scenario runs. The driver writes a configuration (--nodes data nodes, node 0 the
+// configuration manager, each process its own failure domain, --f backups, --lease_ms; one late
+// client-only node for the client scenarios) and re-executes itself as each node (`--role=node`,
+// farm::RunNode with the App below). Node 0 allocates --accounts accounts of {balance, tag}
+// spread over the data nodes (AllocHint::Anywhere) and serves their addresses; every node then
+// runs --threads client threads: transfers of 1..5 between two random accounts, and one time in
+// eight a read-only transaction of three. Every write installs a fresh tag, unique in the run,
+// so the history names exactly which write each read saw. Each transaction is appended to the
+// node's history file (one JSON line, txn/history.h's format; a write, so a killed process loses
+// nothing it wrote) with outcome unknown before its commit and again with the outcome after it.
+// The driver then keeps time: --warmup_ms, and per fault a phase of --duration_ms before it,
+// the fault, and a phase of --duration_ms after it (a killed or evicted victim is started again
+// before the next fault's phase). At the end it tells every node to stop its clients, has node 0
+// read every account (each read a recorded transaction), and checks the merged history.
+//
+// What the line says (the issue's keys first): committed = transactions acknowledged committed;
+// lost_commits = those with a write missing from the final state (its value not on the chain of
+// versions that leads to the account's final value, or the account unreadable at the end; when
+// nothing is readable at the end, all of them); anomalies = the checker's; recovery_ms = from the
+// fault to the end of the first --window_ms window whose throughput is >= 90 % of the phase
+// before (p50 and p99 over the faults, null when it did not come back within the phase after);
+// tput_before / tput_after = committed transactions per second in the phase before the fault and
+// in the second half of the phase after it (means over the faults).
+//
+// Exit status: 0 every scenario met its targets, 1 one did not (lost commits, anomalies, the
+// bank's total, a fault not injected, an eviction where none may happen), 2 bad flags, 3 a
+// scenario could not run (the cluster did not start), 130 stopped by a signal. Every node process
+// is stopped on every exit path (and dies with the driver even if it is killed: ChildProcess).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "farm/farm.h"
+#include "platform/config.h"
+#include "platform/fabric.h"
+#include "platform/logging.h"
+#include "platform/sync_point.h"
+#include "spdlog/spdlog.h"
+#include "tools/bench_driver.h"
+#include "tools/chaos_lib.h"
+#include "tools/child_process.h"
+#include "txn/history.h"
+#include "txn/protocol.h"
+#include "txn/transaction.h"
+
+// --provider, --poll and --log_level are the node flags of farm::RunNode (api/node_main.cc),
+// which this binary links: the driver reads them too.
+ABSL_DECLARE_FLAG(std::string, provider);
+ABSL_DECLARE_FLAG(std::string, poll);
+ABSL_DECLARE_FLAG(std::string, log_level);
+ABSL_FLAG(std::string, scenarios, "all",
+          "comma-separated scenarios: sigstop_short, sigstop_long, kill9, kill_cm, client_kill, "
+          "crash_mid_commit_backup, crash_after_commit_backup, crash_between_primaries; all: "
+          "every one this build can run (the crash_* ones need sync points: not with -c opt)");
+ABSL_FLAG(int, nodes, 3, "data node processes (2..8); node 0 is the configuration manager");
+ABSL_FLAG(int, f, 1, "backups per region (0 .. nodes-1); each node process is a failure domain");
+ABSL_FLAG(int, lease_ms, 1000,
+          "the nodes' lease with the configuration manager (100..60000); long enough that a "
+          "loaded machine evicts no healthy node");
+ABSL_FLAG(int, faults, 2, "faults injected per scenario (1..1000; kill_cm: 1)");
+ABSL_FLAG(uint64_t, seed, 1, "seed of the victims and of the clients' choices");
+ABSL_FLAG(bool, json, false, "one JSON line per scenario instead of a table");
+ABSL_FLAG(int, duration_ms, 3000, "milliseconds of each phase: before each fault, after each");
+ABSL_FLAG(int, warmup_ms, 1000, "milliseconds run before the first phase");
+ABSL_FLAG(int, window_ms, 500, "throughput window of the recovery time (50 .. --duration_ms)");
+ABSL_FLAG(int, accounts, 30, "bank accounts, spread over the data nodes (4..1024)");
+ABSL_FLAG(int, threads, 2, "client threads per node (1..8)");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address the nodes bind to");
+ABSL_FLAG(int, timeout_s, 60, "seconds a step (start, stop, final reads) may take");
+ABSL_FLAG(std::string, keep_histories, "",
+          "directory to write each scenario's merged history to (SCENARIO.jsonl), for "
+          "//tools:check_history; empty: none kept");
+ABSL_FLAG(std::string, role, "", "internal: 'node' when re-executed as a node process");
+ABSL_FLAG(std::string, history_dir, "", "internal (node role): where to append the history");
+
+namespace farm {
+namespace chaos {
+namespace {
+
+constexpr int kExitMissed = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitCannotRun = 3;
+constexpr int kExitSignal = 130;
+constexpr int kCrashStatus = 17;   // a node that died at its sync point
+constexpr int kEvictedStatus = 3;  // farm::RunNode's exit after an eviction
+constexpr int64_t kInitialBalance = 1000;
+constexpr int kMaxAccounts = 1024;
+constexpr int kMaxThreads = 8;
+constexpr char kAuditClient[] = "audit";
+
+int64_t MonoNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // one clock for every process on this machine
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Node side: the bank workload.
+
+struct Account {
+  int64_t balance = 0;
+  uint64_t tag = 0;  // the write that installed this value (0: the initial one)
+};
+struct AddressChunk {
+  uint32_t total = 0;
+  uint64_t packed[kMaxAccounts] = {};
+};
+constexpr Method<uint32_t, AddressChunk> kAddresses{1};
+
+// Node 0's accounts, served to the others (handlers run on the poller; the run thread publishes).
+std::mutex g_published_mu;
+std::vector<uint64_t> g_published;  // guarded by g_published_mu; empty until allocated
+
+void Emit(const std::string& line) {
+  std::printf("CHAOS %s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+// The node's history: one JSON line per write(2) on an O_APPEND file, so lines of concurrent
+// threads never interleave and a killed process leaves every line it wrote.
+class HistoryFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<HistoryFile>> Open(const std::string& path) {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      return absl::UnavailableError(absl::StrCat("cannot open ", path, ": ", strerror(errno)));
+    }
+    return std::unique_ptr<HistoryFile>(new HistoryFile(fd));
+  }
+  ~HistoryFile() { close(fd_); }
+  void Append(const txn::TxnRecord& r) {
+    const std::string line = txn::TxnRecordToJson(r) + "\n";
+    if (write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      failed_.store(true, std::memory_order_relaxed);
+    }
+  }
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+
+ private:
+  explicit HistoryFile(int fd) : fd_(fd) {}
+  int fd_;
+  std::atomic<bool> failed_{false};
+};
+
+struct Workload {
+  Runtime* rt = nullptr;
+  std::vector<GlobalAddress> accounts;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::unique_ptr<HistoryFile> history;
+  uint64_t salt = 0;  // makes tags and client names unique per process
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> committed{0}, aborted{0}, unknown{0}, failed{0};
+};
+
+absl::StatusOr<std::vector<uint64_t>> AllocateAccounts(Worker& w, int n) {
+  std::vector<uint64_t> packed;
+  for (int begin = 0; begin < n; begin += 64) {
+    const int end = std::min(n, begin + 64);
+    std::vector<uint64_t> batch;
+    absl::Status s = w.Run([&](Txn& t) -> absl::Status {
+      batch.clear();
+      for (int i = begin; i < end; ++i) {
+        absl::StatusOr<GlobalAddress> a =
+            t.Alloc(sizeof(Account), AllocHint::Anywhere(static_cast<uint64_t>(i)));
+        if (!a.ok()) return a.status();
+        if (absl::Status p = t.Put(*a, Account{kInitialBalance, 0}); !p.ok()) return p;
+        batch.push_back(a->Pack());
+      }
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("allocating accounts: ", s.message()));
+    packed.insert(packed.end(), batch.begin(), batch.end());
+  }
+  return packed;
+}
+
+absl::StatusOr<std::vector<uint64_t>> FetchAccounts(Worker& w, int n, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    absl::StatusOr<AddressChunk> c = kAddresses.Call(w, 0, 0);
+    if (absl::IsFailedPrecondition(c.status()) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+      continue;
+    }
+    if (!c.ok()) {
+      return absl::Status(c.status().code(), absl::StrCat("fetching the accounts from node 0: ",
+                                                          c.status().message()));
+    }
+    if (c->total != static_cast<uint32_t>(n)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("node 0 has ", c->total, " accounts, not ", n));
+    }
+    return std::vector<uint64_t>(c->packed, c->packed + n);
+  }
+}
+
+// One client thread: transfers and read-only transactions until told to stop.
+void RunClient(Workload& w, int thread) {
+  Worker& worker = *w.workers[thread];
+  std::mt19937_64 rng(w.salt * 31 + static_cast<uint64_t>(thread));
+  const uint32_t node = w.rt->node_id();
+  const std::string client = absl::StrCat(node, ".", thread, "#", w.salt % 1000000);
+  uint32_t counter = 0;
+  auto next_tag = [&] {
+    return (uint64_t{node + 1} << 56) | ((w.salt & 0xfffff) << 36) |
+           (static_cast<uint64_t>(thread) << 32) | ++counter;
+  };
+  const uint64_t n = w.accounts.size();
+  while (!w.stop.load(std::memory_order_acquire)) {
+    const bool read_only = rng() % 8 == 0;
+    std::vector<uint64_t> keys;
+    while (keys.size() < (read_only ? 3u : 2u)) {
+      const uint64_t k = rng() % n;
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+    }
+    txn::TxnRecord r;
+    r.client = client;
+    r.start_ns = MonoNs();
+    std::unique_ptr<Txn> t = worker.Begin();
+    std::vector<Account> seen;
+    absl::Status s;
+    for (uint64_t k : keys) {
+      absl::StatusOr<Account> a = t->Get<Account>(w.accounts[k]);
+      if (!a.ok()) {
+        s = a.status();
+        break;
+      }
+      seen.push_back(*a);
+      r.ops.push_back(txn::TxnOp::Read(k, a->tag));
+    }
+    const int64_t amount = 1 + static_cast<int64_t>(rng() % 5);
+    if (s.ok() && !read_only && seen[0].balance >= amount) {
+      const Account from{seen[0].balance - amount, next_tag()};
+      const Account to{seen[1].balance + amount, next_tag()};
+      s = t->Put(w.accounts[keys[0]], from);
+      if (s.ok()) s = t->Put(w.accounts[keys[1]], to);
+      r.ops.push_back(txn::TxnOp::Write(keys[0], from.tag, seen[0].tag));
+      r.ops.push_back(txn::TxnOp::Write(keys[1], to.tag, seen[1].tag));
+    }
+    if (!s.ok()) {
+      // Nothing was sent for commit: nothing to record (reads of aborted transactions are not
+      // checked). An account on a node that left stays Unavailable: do not spin on it.
+      t->Abort();
+      w.failed.fetch_add(1, std::memory_order_relaxed);
+      if (!absl::IsAborted(s)) absl::SleepFor(absl::Milliseconds(1));
+      continue;
+    }
+    const bool writes = r.ops.size() > keys.size();
+    if (writes) {
+      r.outcome = txn::TxnOutcome::kUnknown;  // until the commit returns
+      r.end_ns = MonoNs();
+      w.history->Append(r);
+    }
+    s = t->Commit();
+    r.end_ns = MonoNs();
+    // OK: committed. Aborted: nothing applied (farm.h). Anything else may or may not have
+    // committed (e.g. every owner left after the decision): unknown, for the checker to judge.
+    r.outcome = s.ok()               ? txn::TxnOutcome::kCommitted
+                : absl::IsAborted(s) ? txn::TxnOutcome::kAborted
+                                     : txn::TxnOutcome::kUnknown;
+    if (writes || s.ok()) w.history->Append(r);
+    (s.ok()               ? w.committed
+     : absl::IsAborted(s) ? w.aborted
+                          : w.unknown)
+        .fetch_add(1, std::memory_order_relaxed);
+    if (!s.ok() && !absl::IsAborted(s)) absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
+// Node 0 at the end: reads every account in a transaction of its own (recorded, so the checker
+// also sees the final state) and prints "FINAL i balance tag" or "FINAL i unavailable why".
+void FinalReads(Workload& w) {
+  Worker& worker = *w.workers[0];
+  for (size_t i = 0; i < w.accounts.size(); ++i) {
+    txn::TxnRecord r;
+    r.client = kAuditClient;
+    r.start_ns = MonoNs();
+    Account a;
+    absl::Status s = worker.Run(
+        [&](Txn& t) -> absl::Status {
+          absl::StatusOr<Account> v = t.Get<Account>(w.accounts[i]);
+          if (!v.ok()) return v.status();
+          a = *v;
+          return absl::OkStatus();
+        },
+        absl::Seconds(20));
+    r.end_ns = MonoNs();
+    if (!s.ok()) {
+      Emit(absl::StrCat("FINAL ", i, " unavailable ", absl::StatusCodeToString(s.code())));
+      continue;
+    }
+    r.outcome = txn::TxnOutcome::kCommitted;
+    r.ops.push_back(txn::TxnOp::Read(i, a.tag));
+    w.history->Append(r);
+    Emit(absl::StrCat("FINAL ", i, " ", a.balance, " ", a.tag));
+  }
+}
+
+// Crashes this process at the commit path's sync point `where` (the driver's "arm" command):
+// after_commit_backup, or the second COMMIT-BACKUP / COMMIT-PRIMARY send of a transaction
+// (mid_commit_backup, between_primaries). Returns false where sync points are compiled out.
+#ifndef NDEBUG
+thread_local int t_decision_sends = 0;  // of the transaction this thread is committing
+
+[[noreturn]] void DieAt(const std::string& where) {
+  Emit(absl::StrCat("CRASH ", where));
+  _exit(kCrashStatus);
+}
+#endif
+
+bool ArmCrash(const std::string& where) {
+#ifdef NDEBUG
+  (void)where;
+  return false;
+#else
+  SyncPoint* sp = SyncPoint::GetInstance();
+  if (where == "after_commit_backup") {
+    sp->SetCallBack("Transaction::Commit:AfterCommitBackup", [where](void*) { DieAt(where); });
+  } else if (where == "mid_commit_backup" || where == "between_primaries") {
+    const uint16_t method =
+        where == "mid_commit_backup" ? txn::kCommitBackupMethod : txn::kCommitMethod;
+    sp->SetCallBack("Transaction::Commit:AfterValidate", [](void*) { t_decision_sends = 0; });
+    sp->SetCallBack("Transaction::Decide:Send", [where, method](void* arg) {
+      const auto* probe = static_cast<const txn::DecisionProbe*>(arg);
+      if (probe->method == method && ++t_decision_sends == 2) DieAt(where);
+    });
+  } else {
+    return false;
+  }
+  sp->EnableProcessing();
+  return true;
+#endif
+}
+
+void StopClients(Workload& w, std::vector<std::thread>* threads) {
+  w.stop.store(true, std::memory_order_release);
+  for (std::thread& t : *threads) t.join();
+  threads->clear();
+}
+
+absl::Status NodeRun(Runtime& rt) {
+  const int accounts = absl::GetFlag(FLAGS_accounts);
+  const int threads = absl::GetFlag(FLAGS_threads);
+  Workload w;
+  w.rt = &rt;
+  std::random_device rd;
+  w.salt = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  absl::StatusOr<std::unique_ptr<HistoryFile>> h = HistoryFile::Open(absl::StrCat(
+      absl::GetFlag(FLAGS_history_dir), "/history-", rt.node_id(), "-", getpid(), ".jsonl"));
+  if (!h.ok()) return h.status();
+  w.history = std::move(*h);
+  for (int i = 0; i < threads; ++i) {
+    absl::StatusOr<std::unique_ptr<Worker>> worker = rt.NewWorker();
+    if (!worker.ok()) return worker.status();
+    w.workers.push_back(std::move(*worker));
+  }
+  absl::StatusOr<std::vector<uint64_t>> packed =
+      rt.node_id() == 0
+          ? AllocateAccounts(*w.workers[0], accounts)
+          : FetchAccounts(*w.workers[0], accounts, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+  if (!packed.ok()) return packed.status();
+  if (rt.node_id() == 0) {
+    std::lock_guard<std::mutex> l(g_published_mu);
+    g_published = *packed;
+  }
+  std::map<uint32_t, uint32_t> region_owner;
+  for (uint32_t m : rt.members()) {
+    for (const RegionRef& r : rt.Regions(m)) region_owner[r.id] = r.node;
+  }
+  std::map<uint32_t, int> per_node;
+  for (uint64_t p : *packed) {
+    w.accounts.push_back(GlobalAddress::Unpack(p));
+    ++per_node[region_owner[w.accounts.back().region]];
+  }
+  std::vector<std::string> layout;
+  for (const auto& [node, count] : per_node) layout.push_back(absl::StrCat(node, ":", count));
+  std::vector<std::thread> clients;
+  for (int i = 0; i < threads; ++i) clients.emplace_back([&w, i] { RunClient(w, i); });
+  Emit(absl::StrCat("RUNNING node=", rt.node_id(), " accounts=", absl::StrJoin(layout, ",")));
+
+  // Commands from the driver, one per line; the end of input (the driver went away) stops too.
+  for (std::string line; std::getline(std::cin, line) && line != "done";) {
+    if (line == "stop") {
+      StopClients(w, &clients);
+      Emit(absl::StrCat("STOPPED node=", rt.node_id(), " committed=", w.committed.load(),
+                        " aborted=", w.aborted.load(), " unknown=", w.unknown.load(),
+                        " failed=", w.failed.load(), w.history->failed() ? " HISTORY_FAILED" : ""));
+    } else if (line == "final") {
+      FinalReads(w);
+      Emit("FINAL_DONE");
+    } else if (absl::StartsWith(line, "arm ")) {
+      const std::string where = line.substr(4);
+      Emit(absl::StrCat(ArmCrash(where) ? "ARMED " : "NOT_ARMED ", where));
+    }
+  }
+  StopClients(w, &clients);
+  return absl::OkStatus();
+}
+
+absl::Status NodeSetup(Runtime& rt) {
+  return kAddresses.Serve(rt, [](uint32_t, const uint32_t&) -> absl::StatusOr<AddressChunk> {
+    std::lock_guard<std::mutex> l(g_published_mu);
+    if (g_published.empty()) return absl::FailedPreconditionError("accounts not allocated yet");
+    AddressChunk c;
+    c.total = static_cast<uint32_t>(g_published.size());
+    std::copy(g_published.begin(), g_published.end(), c.packed);
+    return c;
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Driver side.
+
+struct DriverOptions {
+  std::vector<Scenario> scenarios;
+  std::string provider;
+  int nodes = 3, f = 1, lease_ms = 1000, faults = 2, duration_ms = 3000, warmup_ms = 1000;
+  int window_ms = 500, accounts = 30, threads = 2, timeout_s = 60;
+  uint64_t seed = 1;
+  std::string host, keep_histories;
+};
+
+absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
+  DriverOptions o;
+#ifdef NDEBUG
+  constexpr bool kSyncPoints = false;
+#else
+  constexpr bool kSyncPoints = true;
+#endif
+  absl::StatusOr<std::vector<Scenario>> s =
+      ParseScenarios(absl::GetFlag(FLAGS_scenarios), kSyncPoints);
+  if (!s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--scenarios: ", s.status().message()));
+  o.scenarios = *s;
+  o.provider = absl::GetFlag(FLAGS_provider);
+  if (o.provider.empty()) o.provider = "tcp;ofi_rxm";
+  if (absl::Status c = CheckProvider(o.provider); !c.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--provider: ", c.message()));
+  }
+  if (o.provider.find(',') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        "--provider takes one provider (run the tool once per provider)");
+  }
+  o.nodes = absl::GetFlag(FLAGS_nodes);
+  o.f = absl::GetFlag(FLAGS_f);
+  o.lease_ms = absl::GetFlag(FLAGS_lease_ms);
+  o.faults = absl::GetFlag(FLAGS_faults);
+  o.duration_ms = absl::GetFlag(FLAGS_duration_ms);
+  o.warmup_ms = absl::GetFlag(FLAGS_warmup_ms);
+  o.window_ms = absl::GetFlag(FLAGS_window_ms);
+  o.accounts = absl::GetFlag(FLAGS_accounts);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.host = absl::GetFlag(FLAGS_host);
+  o.keep_histories = absl::GetFlag(FLAGS_keep_histories);
+  if (o.nodes < 2 || o.nodes > 8) return absl::InvalidArgumentError("--nodes must be 2..8");
+  if (o.f < 0 || o.f >= o.nodes) {
+    return absl::InvalidArgumentError(absl::StrCat("--f must be 0..", o.nodes - 1, " (each of the ",
+                                                   o.nodes,
+                                                   " node processes is one failure domain)"));
+  }
+  if (o.lease_ms < 100 || o.lease_ms > 60000) {
+    return absl::InvalidArgumentError("--lease_ms must be 100..60000");
+  }
+  if (o.faults < 1 || o.faults > 1000)
+    return absl::InvalidArgumentError("--faults must be 1..1000");
+  if (o.duration_ms < 200 || o.duration_ms > 600000) {
+    return absl::InvalidArgumentError("--duration_ms must be 200..600000");
+  }
+  if (o.warmup_ms < 0 || o.warmup_ms > 600000) {
+    return absl::InvalidArgumentError("--warmup_ms must be 0..600000");
+  }
+  if (o.window_ms < 50 || o.window_ms > o.duration_ms) {
+    return absl::InvalidArgumentError("--window_ms must be 50..--duration_ms");
+  }
+  if (o.accounts < 4 || o.accounts > kMaxAccounts) {
+    return absl::InvalidArgumentError(absl::StrCat("--accounts must be 4..", kMaxAccounts));
+  }
+  if (o.threads < 1 || o.threads > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads must be 1..", kMaxThreads));
+  }
+  if (o.timeout_s < 5) return absl::InvalidArgumentError("--timeout_s must be at least 5");
+  for (Scenario sc : o.scenarios) {
+    if (Info(sc).min_f > o.f) {
+      return absl::InvalidArgumentError(absl::StrCat("scenario ", Info(sc).name,
+                                                     " needs --f >= ", Info(sc).min_f,
+                                                     " (its sync point is on the "
+                                                     "path with backups)"));
+    }
+  }
+  if (!o.keep_histories.empty() && !std::filesystem::is_directory(o.keep_histories)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--keep_histories: ", o.keep_histories, " is not a directory"));
+  }
+  return o;
+}
+
+// The last line of a node's log, for messages.
+std::string LastLogLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
+// The node processes of one scenario: started, watched (their CHAOS lines queued per node), sent
+// commands, signalled, and stopped. A signal to the driver (SIGINT, SIGTERM, SIGHUP: its
+// signalfd) ends any wait with Cancelled; the destructor kills whatever still runs.
+class ChaosCluster {
+ public:
+  ChaosCluster(const DriverOptions& o, int signal_fd, TempDir& dir, bool client)
+      : o_(o), signal_fd_(signal_fd), dir_(dir), client_(client) {}
+  ~ChaosCluster() {
+    for (auto& [id, s] : slots_) {
+      if (s.proc == nullptr || s.proc->reaped()) continue;
+      s.proc->Kill(SIGCONT);
+      s.proc->Kill(SIGKILL);
+      s.proc->Stop(absl::ZeroDuration());
+    }
+  }
+
+  absl::Status Configure() {
+    absl::StatusOr<config::ClusterConfig> c =
+        LocalClusterConfig(o_.nodes + (client_ ? 1 : 0), o_.provider, o_.host);
+    if (!c.ok()) return c.status();
+    c->set_f(static_cast<uint32_t>(o_.f));
+    c->set_lease_ms(static_cast<uint32_t>(o_.lease_ms));
+    c->set_join_timeout_s(static_cast<uint32_t>(o_.timeout_s));
+    c->set_region_size(1 << 20);
+    c->set_region_count(2);
+    for (config::NodeConfig& n : *c->mutable_node()) {
+      n.set_failure_domain(absl::StrCat("process ", n.id()));
+      if (static_cast<int>(n.id()) == o_.nodes) n.set_late(true);  // the client
+    }
+    if (absl::Status s = ValidateAndComplete(&*c); !s.ok()) return s;
+    absl::StatusOr<std::string> path = dir_.Write("cluster.textproto", ToText(*c));
+    if (!path.ok()) return path.status();
+    config_path_ = *path;
+    return absl::OkStatus();
+  }
+
+  // Starts node `id` (again); WaitRunning waits until its clients run.
+  absl::Status Start(uint32_t id) {
+    Slot& s = slots_[id];
+    if (s.proc != nullptr && !s.proc->reaped()) return absl::InternalError("node still running");
+    s.lines.clear();
+    ++s.incarnation;
+    s.log = absl::StrCat(dir_.path(), "/node-", id, "-", s.incarnation, ".log");
+    const std::string log_level = absl::GetFlag(FLAGS_log_level);
+    std::vector<std::string> args = {
+        "--role=node",
+        absl::StrCat("--config=", config_path_),
+        absl::StrCat("--node_id=", id),
+        absl::StrCat("--provider=", o_.provider),
+        absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
+        absl::StrCat("--log_level=", log_level == "info" ? "warn" : log_level),
+        absl::StrCat("--workers=", o_.threads + 2),
+        absl::StrCat("--accounts=", o_.accounts),
+        absl::StrCat("--threads=", o_.threads),
+        absl::StrCat("--timeout_s=", o_.timeout_s),
+        absl::StrCat("--history_dir=", dir_.path())};
+    ChildProcess::Options options;
+    options.stderr_path = s.log;
+    options.own_process_group = true;  // a Ctrl-C reaches the driver only, which stops them all
+    absl::StatusOr<std::unique_ptr<ChildProcess>> p =
+        ChildProcess::Spawn("/proc/self/exe", args, options);
+    if (!p.ok()) return p.status();
+    s.proc = std::move(*p);
+    s.victim = false;
+    return absl::OkStatus();
+  }
+  absl::Status WaitRunning(uint32_t id) {
+    absl::StatusOr<std::string> line = WaitLine(id, "RUNNING", Deadline());
+    if (!line.ok()) return line.status();
+    spdlog::info("node {}: {}", id, *line);
+    return absl::OkStatus();
+  }
+  absl::Status StartAndWait(uint32_t id) {
+    absl::Status s = Start(id);
+    return s.ok() ? WaitRunning(id) : s;
+  }
+
+  // The next line of node `id` starting with `prefix` (earlier ones are dropped).
+  absl::StatusOr<std::string> WaitLine(uint32_t id, absl::string_view prefix, absl::Time deadline) {
+    Slot& s = slots_[id];
+    for (;;) {
+      while (!s.lines.empty()) {
+        std::string line = std::move(s.lines.front());
+        s.lines.pop_front();
+        if (absl::StartsWith(line, prefix)) return line;
+      }
+      if (s.proc == nullptr || s.proc->reaped()) {
+        const std::string log = LastLogLine(s.log);
+        return absl::AbortedError(absl::StrCat(
+            "node ", id, " ", s.proc == nullptr ? "was not started" : s.how, " before it printed ",
+            prefix, log.empty() ? "" : absl::StrCat(" (its log: ", log, ")")));
+      }
+      if (absl::Now() >= deadline) {
+        const std::string log = LastLogLine(s.log);
+        return absl::DeadlineExceededError(
+            absl::StrCat("node ", id, " did not print ", prefix, " in time",
+                         log.empty() ? "" : absl::StrCat(" (its log: ", log, ")")));
+      }
+      if (absl::Status p = Pump(deadline); !p.ok()) return p;
+    }
+  }
+
+  // Watches the nodes until `d` has passed.
+  absl::Status Sleep(absl::Duration d) {
+    const absl::Time until = absl::Now() + d;
+    while (absl::Now() < until) {
+      if (absl::Status s = Pump(until); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
+
+  // Waits (watching the others) until node `id` exits; false at `deadline`.
+  absl::StatusOr<bool> WaitExit(uint32_t id, absl::Time deadline) {
+    Slot& s = slots_[id];
+    while (s.proc != nullptr && !s.proc->reaped()) {
+      if (absl::Now() >= deadline) return false;
+      if (absl::Status p = Pump(std::min(deadline, absl::Now() + absl::Milliseconds(20))); !p.ok())
+        return p;
+    }
+    return true;
+  }
+
+  void Signal(uint32_t id, int signal) {
+    Slot& s = slots_[id];
+    if (signal == SIGKILL) s.victim = true;
+    if (s.proc != nullptr) s.proc->Kill(signal);
+  }
+  void MarkVictim(uint32_t id) { slots_[id].victim = true; }
+  absl::Status Send(uint32_t id, const std::string& command) {
+    Slot& s = slots_[id];
+    if (!Alive(id)) return absl::UnavailableError(absl::StrCat("node ", id, " is not running"));
+    return s.proc->Send(command + "\n");
+  }
+  bool Alive(uint32_t id) {
+    auto it = slots_.find(id);
+    return it != slots_.end() && it->second.proc != nullptr && !it->second.proc->reaped();
+  }
+  std::vector<uint32_t> AliveNodes() {
+    std::vector<uint32_t> out;
+    for (const auto& [id, s] : slots_) {
+      if (Alive(id)) out.push_back(id);
+    }
+    return out;
+  }
+  // How processes ended: exits with status 3 (evicted) and, for processes that were not a
+  // fault's victim, a note each.
+  int evictions() const { return evictions_; }
+  const std::vector<std::string>& unexpected() const { return unexpected_; }
+
+  // Lets every node leave ("done"; each waits for the others' applications), then kills what did
+  // not leave within the timeout.
+  void Finish() {
+    for (uint32_t id : AliveNodes()) Send(id, "done").IgnoreError();
+    const absl::Time deadline = Deadline();
+    for (uint32_t id : AliveNodes()) {
+      absl::StatusOr<bool> gone = WaitExit(id, deadline);
+      if (gone.ok() && *gone) continue;
+      unexpected_.push_back(absl::StrCat("node ", id, " did not leave when told; killed"));
+      slots_[id].victim = true;
+      slots_[id].proc->Kill(SIGCONT);
+      slots_[id].proc->Kill(SIGKILL);
+      WaitExit(id, absl::Now() + absl::Seconds(5)).IgnoreError();
+    }
+  }
+
+  absl::Time Deadline() const { return absl::Now() + absl::Seconds(o_.timeout_s); }
+
+ private:
+  struct Slot {
+    std::unique_ptr<ChildProcess> proc;
+    std::deque<std::string> lines;  // CHAOS lines not yet taken, without the prefix
+    int incarnation = 0;
+    std::string log;
+    std::string how;      // how the last process ended
+    bool victim = false;  // a fault hit this process: its end is expected
+  };
+
+  absl::Status Pump(absl::Time deadline) {
+    std::vector<ChildProcess*> procs;
+    std::vector<uint32_t> ids;
+    for (auto& [id, s] : slots_) {
+      if (s.proc == nullptr || s.proc->reaped()) continue;
+      procs.push_back(s.proc.get());
+      ids.push_back(id);
+    }
+    std::vector<std::vector<std::string>> got;
+    absl::StatusOr<int> signal = WaitForChildOutput(
+        procs, signal_fd_,
+        std::clamp(deadline - absl::Now(), absl::ZeroDuration(), absl::Milliseconds(50)), &got);
+    if (!signal.ok()) return signal.status();
+    if (*signal != 0) return absl::CancelledError(absl::StrCat("stopped by signal ", *signal));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      Slot& s = slots_[ids[i]];
+      Take(s, got[i]);
+      std::string how;
+      if (!s.proc->Exited(&how)) continue;
+      std::vector<std::string> rest;
+      s.proc->ReadLines(&rest);
+      Take(s, rest);
+      s.how = how;
+      const int ws = s.proc->wait_status();
+      if (WIFEXITED(ws) && WEXITSTATUS(ws) == kEvictedStatus) ++evictions_;
+      const bool clean = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+      if (!clean && !s.victim) {
+        const std::string log = LastLogLine(s.log);
+        unexpected_.push_back(
+            absl::StrCat("node ", ids[i], " ", how, log.empty() ? "" : absl::StrCat(": ", log)));
+      }
+      spdlog::info("node {} {}", ids[i], how);
+    }
+    return absl::OkStatus();
+  }
+
+  static void Take(Slot& s, std::vector<std::string>& lines) {
+    for (std::string& l : lines) {
+      if (absl::StartsWith(l, "CHAOS ")) s.lines.push_back(l.substr(6));
+    }
+  }
+
+  const DriverOptions& o_;
+  int signal_fd_;
+  TempDir& dir_;
+  bool client_;
+  std::string config_path_;
+  std::map<uint32_t, Slot> slots_;
+  int evictions_ = 0;
+  std::vector<std::string> unexpected_;
+};
+
+// One fault's times on the monotonic clock.
+struct FaultTimes {
+  int64_t fault_ns = 0;  // injected
+  int64_t end_ns = 0;    // end of the phase after it
+};
+
+// Injects `f`; true when it happened as planned (notes say otherwise).
+absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const DriverOptions& o,
+                            std::vector<std::string>* notes) {
+  const uint32_t v = f.victim;
+  if (!c.Alive(v)) {
+    notes->push_back(absl::StrCat("node ", v, " was not running when its fault was due"));
+    return false;
+  }
+  switch (s) {
+    case Scenario::kSigstopShort:
+    case Scenario::kSigstopLong: {
+      if (s == Scenario::kSigstopLong) c.MarkVictim(v);  // its eviction's exit is expected
+      c.Signal(v, SIGSTOP);
+      if (absl::Status st = c.Sleep(f.pause); !st.ok()) return st;
+      c.Signal(v, SIGCONT);
+      if (s == Scenario::kSigstopShort) return true;
+      // Evicted while stopped: on SIGCONT it must learn so and exit (status 3) without acting.
+      absl::StatusOr<bool> gone =
+          c.WaitExit(v, absl::Now() + absl::Milliseconds(3 * o.lease_ms) + absl::Seconds(10));
+      if (!gone.ok()) return gone.status();
+      if (!*gone) {
+        notes->push_back(absl::StrCat("node ", v, " kept running after a stop of ",
+                                      absl::FormatDuration(f.pause), " (not evicted?); killed"));
+        c.Signal(v, SIGKILL);
+        c.WaitExit(v, absl::Now() + absl::Seconds(5)).IgnoreError();
+        return false;
+      }
+      return true;
+    }
+    case Scenario::kKill9:
+    case Scenario::kKillCm:
+    case Scenario::kClientKill: {
+      c.Signal(v, SIGKILL);
+      absl::StatusOr<bool> gone = c.WaitExit(v, absl::Now() + absl::Seconds(5));
+      if (!gone.ok()) return gone.status();
+      return *gone;
+    }
+    case Scenario::kCrashMidCommitBackup:
+    case Scenario::kCrashAfterCommitBackup:
+    case Scenario::kCrashBetweenPrimaries: {
+      const std::string where = s == Scenario::kCrashMidCommitBackup     ? "mid_commit_backup"
+                                : s == Scenario::kCrashAfterCommitBackup ? "after_commit_backup"
+                                                                         : "between_primaries";
+      c.MarkVictim(v);
+      if (absl::Status st = c.Send(v, absl::StrCat("arm ", where)); !st.ok()) return st;
+      absl::StatusOr<std::string> armed = c.WaitLine(v, "", c.Deadline());
+      if (!armed.ok()) return armed.status();
+      if (!absl::StartsWith(*armed, "ARMED")) {
+        notes->push_back(absl::StrCat("node ", v, " could not arm ", where, ": ", *armed));
+        return false;
+      }
+      absl::StatusOr<std::string> crash = c.WaitLine(v, "CRASH", c.Deadline());
+      if (!crash.ok()) {
+        notes->push_back(
+            absl::StrCat("node ", v, " did not crash at ", where, ": ", crash.status().message()));
+        if (c.Alive(v)) c.Signal(v, SIGKILL);
+        return false;
+      }
+      absl::StatusOr<bool> gone = c.WaitExit(v, absl::Now() + absl::Seconds(5));
+      if (!gone.ok()) return gone.status();
+      return *gone;
+    }
+  }
+  return false;
+}
+
+// Reads every history file of the scenario; lines that do not parse are counted.
+txn::History ReadHistories(const std::string& dir, std::vector<std::string>* notes) {
+  std::vector<txn::TxnRecord> records;
+  int bad = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!absl::StartsWith(name, "history-")) continue;
+    std::ifstream in(e.path());
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty()) continue;
+      absl::StatusOr<txn::TxnRecord> r = txn::ParseTxnRecordJson(line);
+      if (r.ok()) {
+        records.push_back(std::move(*r));
+      } else {
+        ++bad;
+      }
+    }
+  }
+  if (bad > 0) notes->push_back(absl::StrCat(bad, " history lines could not be parsed"));
+  return MergeRecords(std::move(records));
+}
+
+// Fills the result's measurements from the history, the final reads and the faults' times.
+void Analyse(const txn::History& h, const std::map<uint64_t, std::optional<uint64_t>>& final_tags,
+             const std::map<uint64_t, int64_t>& balances, bool final_known,
+             const std::vector<FaultTimes>& times, const DriverOptions& o, ScenarioResult* r) {
+  std::vector<int64_t> commits;
+  for (const txn::TxnRecord& t : h) {
+    if (t.client == kAuditClient) continue;
+    if (t.outcome == txn::TxnOutcome::kCommitted) {
+      ++r->committed;
+      commits.push_back(t.end_ns);
+    }
+    r->aborted += t.outcome == txn::TxnOutcome::kAborted;
+    r->unknown += t.outcome == txn::TxnOutcome::kUnknown;
+  }
+  std::sort(commits.begin(), commits.end());
+  absl::StatusOr<txn::HistoryCheck> check = txn::CheckStrictSerializability(h);
+  if (!check.ok()) {
+    r->notes.push_back(
+        absl::StrCat("the history could not be checked: ", check.status().message()));
+    r->anomalies = 1;
+    r->first_anomaly = std::string(check.status().message());
+  } else {
+    r->anomalies = check->anomaly_count;
+    if (!check->anomalies.empty())
+      r->first_anomaly = check->anomalies[0].description.substr(0, 600);
+  }
+  const LossReport loss = CountLostCommits(h, final_tags, final_known, kAuditClient);
+  r->lost_commits = loss.lost_commits;
+  r->lost_on_unavailable = loss.lost_on_unavailable;
+  r->accounts = static_cast<uint64_t>(o.accounts);
+  r->unavailable = final_known ? loss.unavailable_keys : r->accounts;
+  if (!balances.empty()) {
+    int64_t total = 0;
+    for (const auto& [k, b] : balances) total += b;
+    r->bank_total = total;
+  }
+  r->bank_expected = kInitialBalance * o.accounts;
+  // Throughput around each fault.
+  const int64_t phase = int64_t{o.duration_ms} * 1000000;
+  std::vector<double> recovery, before, after;
+  for (const FaultTimes& t : times) {
+    const double b = Rate(commits, t.fault_ns - phase, t.fault_ns);
+    before.push_back(b);
+    after.push_back(Rate(commits, t.fault_ns + (t.end_ns - t.fault_ns) / 2, t.end_ns));
+    std::optional<double> ms =
+        RecoveryMs(commits, t.fault_ns, t.end_ns, b, int64_t{o.window_ms} * 1000000, 50 * 1000000);
+    r->recovered += ms.has_value();
+    recovery.push_back(ms.value_or(std::numeric_limits<double>::infinity()));
+  }
+  auto finite = [](std::optional<double> v) -> std::optional<double> {
+    if (!v || std::isinf(*v)) return std::nullopt;
+    return v;
+  };
+  r->recovery_ms_p50 = finite(Percentile(recovery, 0.5));
+  r->recovery_ms_p99 = finite(Percentile(recovery, 0.99));
+  auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+  };
+  r->tput_before = mean(before);
+  r->tput_after = mean(after);
+}
+
+// Node 0's final reads: "FINAL i balance tag" / "FINAL i unavailable why" lines until FINAL_DONE.
+absl::Status CollectFinalReads(ChaosCluster& c, std::map<uint64_t, std::optional<uint64_t>>* tags,
+                               std::map<uint64_t, int64_t>* balances) {
+  if (absl::Status s = c.Send(0, "final"); !s.ok()) return s;
+  const absl::Time deadline = c.Deadline() + absl::Seconds(30);
+  for (;;) {
+    absl::StatusOr<std::string> line = c.WaitLine(0, "FINAL", deadline);
+    if (!line.ok()) return line.status();
+    if (*line == "FINAL_DONE") return absl::OkStatus();
+    std::vector<std::string> f = absl::StrSplit(*line, ' ');
+    uint64_t key = 0, tag = 0;
+    int64_t balance = 0;
+    if (f.size() < 3 || !absl::SimpleAtoi(f[1], &key)) {
+      return absl::InternalError(absl::StrCat("node 0 printed: ", *line));
+    }
+    if (f[2] == "unavailable") {
+      (*tags)[key] = std::nullopt;
+    } else if (f.size() == 4 && absl::SimpleAtoi(f[2], &balance) && absl::SimpleAtoi(f[3], &tag)) {
+      (*tags)[key] = tag;
+      (*balances)[key] = balance;
+    } else {
+      return absl::InternalError(absl::StrCat("node 0 printed: ", *line));
+    }
+  }
+}
+
+// Runs one scenario on a fresh cluster. Errors: the cluster did not start (Unavailable...), or a
+// signal (Cancelled).
+absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, int signal_fd) {
+  const ScenarioInfo& info = Info(s);
+  ScenarioResult r;
+  r.scenario = info.name;
+  r.provider = o.provider;
+  r.f = o.f;
+  r.lease_ms = o.lease_ms;
+  r.nodes = o.nodes;
+  const std::vector<Fault> plan = PlanFaults(s, o.faults, o.nodes, o.lease_ms, o.seed);
+  r.faults_planned = static_cast<int>(plan.size());
+  if (s == Scenario::kKillCm && o.faults > 1) {
+    r.notes.push_back("one fault only: the cluster does not survive its configuration manager");
+  }
+  if (o.provider == "shm" && s != Scenario::kSigstopShort && s != Scenario::kSigstopLong) {
+    r.notes.push_back(
+        "shm is not crash-tolerant: a killed process can leave a peer's queue locked (README, "
+        "Providers)");
+  }
+  absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("chaos");
+  if (!dir.ok()) return dir.status();
+  ChaosCluster c(o, signal_fd, **dir, info.client);
+  if (absl::Status st = c.Configure(); !st.ok()) return st;
+  // The data nodes form the cluster together; the client attaches to it afterwards.
+  absl::Status up;
+  for (int i = 0; i < o.nodes && up.ok(); ++i) up = c.Start(static_cast<uint32_t>(i));
+  for (int i = 0; i < o.nodes && up.ok(); ++i) up = c.WaitRunning(static_cast<uint32_t>(i));
+  if (!up.ok()) {
+    return absl::IsCancelled(up) ? up
+                                 : absl::UnavailableError(
+                                       absl::StrCat("the cluster did not come up: ", up.message()));
+  }
+  if (info.client) {
+    if (absl::Status st = c.StartAndWait(static_cast<uint32_t>(o.nodes)); !st.ok()) {
+      return absl::IsCancelled(st) ? st
+                                   : absl::UnavailableError(absl::StrCat(
+                                         "the client node did not attach: ", st.message()));
+    }
+  }
+  if (absl::Status st = c.Sleep(absl::Milliseconds(o.warmup_ms)); !st.ok()) return st;
+  std::vector<FaultTimes> times;
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const Fault& f = plan[k];
+    if (k > 0 && info.restart && !c.Alive(f.victim)) {
+      if (absl::Status st = c.StartAndWait(f.victim); !st.ok()) {
+        if (absl::IsCancelled(st)) return st;
+        r.notes.push_back(
+            absl::StrCat("node ", f.victim, " could not be started again: ", st.message()));
+        break;
+      }
+    }
+    if (absl::Status st = c.Sleep(absl::Milliseconds(o.duration_ms)); !st.ok()) return st;
+    FaultTimes t;
+    t.fault_ns = MonoNs();
+    spdlog::info("{}: fault {} of {}: node {}", info.name, k + 1, plan.size(), f.victim);
+    absl::StatusOr<bool> injected = Inject(s, f, c, o, &r.notes);
+    if (!injected.ok()) return injected.status();
+    r.faults += *injected;
+    if (absl::Status st = c.Sleep(absl::Milliseconds(o.duration_ms)); !st.ok()) return st;
+    t.end_ns = MonoNs();
+    times.push_back(t);
+  }
+  // Stop every client, then read the final state through node 0.
+  std::vector<uint32_t> alive = c.AliveNodes();
+  for (uint32_t id : alive) c.Send(id, "stop").IgnoreError();
+  for (uint32_t id : alive) {
+    absl::StatusOr<std::string> stopped = c.WaitLine(id, "STOPPED", c.Deadline());
+    if (absl::IsCancelled(stopped.status())) return stopped.status();
+    if (!stopped.ok()) {
+      r.notes.push_back(absl::StrCat("stopping: ", stopped.status().message()));
+    } else if (absl::StrContains(*stopped, "HISTORY_FAILED")) {
+      r.notes.push_back(absl::StrCat("node ", id, " could not write its whole history"));
+    }
+  }
+  std::map<uint64_t, std::optional<uint64_t>> final_tags;
+  std::map<uint64_t, int64_t> balances;
+  bool final_known = false;
+  if (c.Alive(0)) {
+    absl::Status st = CollectFinalReads(c, &final_tags, &balances);
+    if (absl::IsCancelled(st)) return st;
+    final_known = st.ok();
+    if (!st.ok()) r.notes.push_back(absl::StrCat("final reads: ", st.message()));
+  } else {
+    r.notes.push_back("node 0 is gone: the final state cannot be read (every commit counts lost)");
+  }
+  c.Finish();
+  r.evictions = c.evictions();
+  for (const std::string& u : c.unexpected()) r.notes.push_back(u);
+  const txn::History h = ReadHistories((*dir)->path(), &r.notes);
+  Analyse(h, final_tags, balances, final_known, times, o, &r);
+  if (!o.keep_histories.empty()) {
+    std::ofstream out(absl::StrCat(o.keep_histories, "/", info.name, ".jsonl"));
+    for (const txn::TxnRecord& t : h) out << txn::TxnRecordToJson(t) << "\n";
+  }
+  return r;
+}
+
+bool EvictionsAllowed(Scenario s) { return s == Scenario::kSigstopLong || s == Scenario::kKillCm; }
+
+void PrintTableHeader(const DriverOptions& o) {
+  std::printf(
+      "chaos: provider %s, %d nodes, f=%d, lease %d ms, %d fault(s) per scenario, phases of %d "
+      "ms\n",
+      o.provider.c_str(), o.nodes, o.f, o.lease_ms, o.faults, o.duration_ms);
+  std::printf("%-26s %6s %9s %5s %9s %5s %9s %9s %8s %8s %4s\n", "scenario", "faults", "committed",
+              "lost", "anomalies", "unav", "rec p50", "rec p99", "tx/s pre", "tx/s post", "ok");
+  std::fflush(stdout);
+}
+
+void PrintTableRow(const ScenarioResult& r, bool ok) {
+  auto ms = [](const std::optional<double>& v) {
+    return v ? absl::StrFormat("%.0f ms", *v) : std::string("never");
+  };
+  std::printf(
+      "%-26s %3d/%-2d %9llu %5llu %9llu %5llu %9s %9s %8.0f %8.0f %4s\n", r.scenario.c_str(),
+      r.faults, r.faults_planned, static_cast<unsigned long long>(r.committed),
+      static_cast<unsigned long long>(r.lost_commits), static_cast<unsigned long long>(r.anomalies),
+      static_cast<unsigned long long>(r.unavailable), ms(r.recovery_ms_p50).c_str(),
+      ms(r.recovery_ms_p99).c_str(), r.tput_before, r.tput_after, ok ? "yes" : "NO");
+  for (const std::string& n : r.notes) std::printf("    note: %s\n", n.c_str());
+  if (!r.first_anomaly.empty()) std::printf("    anomaly: %s\n", r.first_anomaly.c_str());
+  std::fflush(stdout);
+}
+
+int DriverMain() {
+  if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "chaos"); !s.ok()) {
+    std::fprintf(stderr, "chaos: %s\n", std::string(s.message()).c_str());
+    return kExitUsage;
+  }
+  absl::StatusOr<DriverOptions> o = DriverOptionsFromFlags();
+  if (!o.ok()) {
+    std::fprintf(stderr, "chaos: %s\n", std::string(o.status().message()).c_str());
+    return kExitUsage;
+  }
+  // Signals are read from a signalfd, so that any wait ends and every node is stopped.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGHUP);
+  sigprocmask(SIG_BLOCK, &mask, nullptr);
+  const int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
+  signal(SIGPIPE, SIG_IGN);
+  const bool json = absl::GetFlag(FLAGS_json);
+  if (!json) PrintTableHeader(*o);
+  int exit_code = 0;
+  for (Scenario s : o->scenarios) {
+    absl::StatusOr<ScenarioResult> r = RunScenario(s, *o, signal_fd);
+    if (!r.ok()) {
+      if (absl::IsCancelled(r.status())) {
+        spdlog::error("{}: {}; every node was stopped", Info(s).name,
+                      std::string(r.status().message()));
+        return kExitSignal;
+      }
+      spdlog::error("{}: {}", Info(s).name, std::string(r.status().message()));
+      exit_code = kExitCannotRun;
+      continue;
+    }
+    const bool ok = r->ok(EvictionsAllowed(s));
+    if (!ok && exit_code == 0) exit_code = kExitMissed;
+    if (json) {
+      std::printf("%s\n", ToJsonLine(*r, ok).c_str());
+      std::fflush(stdout);
+    } else {
+      PrintTableRow(*r, ok);
+    }
+  }
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace chaos
+}  // namespace farm
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--role=node") {
+      farm::App app;
+      app.name = "chaos";
+      app.setup = farm::chaos::NodeSetup;
+      app.run = farm::chaos::NodeRun;
+      return farm::RunNode(argc, argv, app);
+    }
+  }
+  absl::SetProgramUsageMessage(
+      "Injects faults into clusters of node processes running a bank workload, and checks that "
+      "no committed transaction is lost, the history is strictly serializable and the bank's "
+      "total holds; measures the recovery of throughput.\n"
+      "  chaos [--provider=tcp;ofi_rxm] [--scenarios=sigstop_short,kill9,...] [--faults=N] "
+      "[--nodes=3] [--f=1] [--lease_ms=1000] [--duration_ms=3000] [--seed=1] [--json]\n"
+      "Exit status: 0 every scenario met its targets, 1 one did not, 2 bad flags, 3 a scenario "
+      "could not run, 130 stopped by a signal.");
+  if (!farm::FlagsAreValid("chaos", argc, argv)) return farm::chaos::kExitUsage;
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr, "chaos: unexpected argument '%s'\n", positional[1]);
+    return farm::chaos::kExitUsage;
+  }
+  if (!absl::GetFlag(FLAGS_role).empty()) {
+    std::fprintf(stderr, "chaos: --role: only 'node' (internal) is accepted\n");
+    return farm::chaos::kExitUsage;
+  }
+  return farm::chaos::DriverMain();
+}
