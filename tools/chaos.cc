@@ -990,7 +990,9 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("chaos");
   if (!dir.ok()) return dir.status();
   ChaosCluster c(o, signal_fd, **dir, info.client);
-  if (absl::Status st = c.Configure(); !st.ok()) return st;
+  if (absl::Status st = c.Configure(); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("cannot configure the cluster: ", st.message()));
+  }
   // The data nodes form the cluster together; the client attaches to it afterwards.
   absl::Status up;
   for (int i = 0; i < o.nodes && up.ok(); ++i) up = c.Start(static_cast<uint32_t>(i));

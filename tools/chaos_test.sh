@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# //tools:chaos end to end, on the scenarios that must pass today (issue 16 item 6):
+#  - sigstop_short on shm: a data node stopped for 2/5 of a lease and resumed, twice: nothing
+#    lost, no anomaly, no eviction, the bank's total whole;
+#  - client_kill and crash_between_primaries on tcp;ofi_rxm: a client-only node killed with
+#    SIGKILL mid-transaction, or crashed at its sync point after its first COMMIT-PRIMARY send
+#    (the owners settle), twice each: the same targets;
+#  - the table (without --json); bad flags (exit 2, a clear message); a cluster that cannot start
+#    (exit 3); SIGTERM to the driver mid-run (exit 130, every node process gone).
+# Killing processes is tested on tcp;ofi_rxm, not shm: libfabric 1.17's shm provider leaves a
+# peer's command queue locked when a process dies holding its spinlock (README, "Providers"); two
+# client_kill runs on shm here wedged the survivors both times (evicted for not acknowledging).
+# Never asserts on timings (recovery_ms, tput_*): only on what must hold whatever the load.
+set -u
+CHAOS=${1:-bazel-bin/tools/chaos}
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+export TMPDIR=$TMP
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+no_nodes_left() {
+  local left
+  left=$(pgrep -af -- "--role=node --config=$TMP/" | grep -v pgrep || true)
+  [ -z "$left" ] || fail "node processes left behind:"$'\n'"$left"
+}
+
+short=(--faults=2 --duration_ms=1500 --warmup_ms=500 --timeout_s=40 --json)
+
+# check_line LINE SCENARIO PROVIDER: the targets of a scenario that must pass today.
+check_line() {
+  local line=$1 scenario=$2 provider=$3
+  grep -qF "\"scenario\":\"$scenario\",\"provider\":\"$provider\"," <<<"$line" ||
+    fail "no line for $scenario on $provider:"$'\n'"$line"
+  for want in '"faults":2,' '"lost_commits":0,' '"anomalies":0,' '"unavailable":0,' \
+              '"bank_total":30000,"bank_expected":30000,' '"evictions":0,' '"ok":true}'; do
+    grep -qF "$want" <<<"$line" || fail "$scenario on $provider: expected $want in:"$'\n'"$line"
+  done
+  grep -qE '"committed":[1-9][0-9]*,' <<<"$line" || fail "$scenario: nothing committed: $line"
+  # The issue's keys, in its order, first.
+  grep -qE '^\{"scenario":"[a-z_0-9]+","provider":"[^"]+","f":1,"lease_ms":1000,"faults":[0-9]+,"committed":[0-9]+,"lost_commits":[0-9]+,"anomalies":[0-9]+,"recovery_ms_p50":([0-9.]+|null),"recovery_ms_p99":([0-9.]+|null),"tput_before":[0-9.]+,"tput_after":[0-9.]+,' \
+    <<<"$line" || fail "the line does not start with the issue's keys: $line"
+  echo "ok: $scenario on $provider: $line"
+}
+
+echo "== sigstop_short on shm"
+out=$(timeout 120 "$CHAOS" --provider=shm --scenarios=sigstop_short "${short[@]}" 2>"$TMP/shm.err")
+rc=$?
+[ $rc = 0 ] || fail "chaos exited $rc: $out"$'\n'"$(tail -20 "$TMP/shm.err")"
+[ "$(wc -l <<<"$out")" = 1 ] || fail "expected one JSON line: $out"
+check_line "$out" sigstop_short shm
+no_nodes_left
+
+echo "== client_kill, crash_between_primaries on tcp;ofi_rxm"
+out=$(timeout 150 "$CHAOS" --provider='tcp;ofi_rxm' --scenarios=client_kill,crash_between_primaries \
+  "${short[@]}" 2>"$TMP/tcp.err")
+rc=$?
+[ $rc = 0 ] || fail "chaos exited $rc: $out"$'\n'"$(tail -20 "$TMP/tcp.err")"
+[ "$(wc -l <<<"$out")" = 2 ] || fail "expected two JSON lines: $out"
+check_line "$(sed -n 1p <<<"$out")" client_kill 'tcp;ofi_rxm'
+check_line "$(sed -n 2p <<<"$out")" crash_between_primaries 'tcp;ofi_rxm'
+no_nodes_left
+
+echo "== the table"
+out=$(timeout 60 "$CHAOS" --provider=shm --scenarios=sigstop_short --faults=1 --duration_ms=500 \
+  --warmup_ms=200 --window_ms=100 --timeout_s=40 2>"$TMP/table.err")
+rc=$?
+[ $rc = 0 ] || fail "chaos (table) exited $rc: $out"$'\n'"$(tail -20 "$TMP/table.err")"
+grep -qE '^scenario +faults +committed +lost +anomalies' <<<"$out" || fail "no table header: $out"
+grep -qE '^sigstop_short +1/1 +[1-9][0-9]* +0 +0 +0 .* yes$' <<<"$out" || fail "no row: $out"
+no_nodes_left
+
+echo "== bad flags and a cluster that cannot start"
+expect() {  # WANT PATTERN CMD...
+  local want=$1 pattern=$2
+  shift 2
+  local got rc
+  got=$(timeout 60 "$@" 2>&1)
+  rc=$?
+  [ "$rc" = "$want" ] || fail "expected exit $want, got $rc from: $*"$'\n'"$got"
+  grep -qE -- "$pattern" <<<"$got" || fail "output of [$*] lacks /$pattern/:"$'\n'"$got"
+  echo "ok: exit $rc, /$pattern/ <- $*"
+}
+expect 2 "unknown scenario 'partition' \(known: sigstop_short" "$CHAOS" --scenarios=kill9,partition
+expect 2 "--f must be 0..2" "$CHAOS" --f=3
+expect 2 "--nodes must be 2..8" "$CHAOS" --nodes=1
+expect 2 "--provider" "$CHAOS" --provider=carrier-pigeon
+expect 2 "scenario crash_after_commit_backup needs --f >= 1" "$CHAOS" --f=0 \
+  --scenarios=crash_after_commit_backup
+expect 2 "unknown flag --bogus" "$CHAOS" --bogus=1
+expect 2 "unexpected argument 'extra'" "$CHAOS" extra
+expect 2 "--role: only 'node'" "$CHAOS" --role=cm
+# An address no node can bind: the cluster cannot be set up.
+expect 3 "sigstop_short: cannot configure the cluster: .*192.0.2.1" "$CHAOS" --provider='tcp;ofi_rxm' \
+  --host=192.0.2.1 --scenarios=sigstop_short --faults=1 --timeout_s=10
+"$CHAOS" --help >"$TMP/help" 2>&1
+grep -q -- "--scenarios" "$TMP/help" || fail "--help does not list --scenarios"
+no_nodes_left
+
+echo "== SIGTERM mid-run"
+timeout 120 "$CHAOS" --provider=shm --scenarios=sigstop_short --faults=5 --duration_ms=5000 \
+  --json >"$TMP/term.out" 2>"$TMP/term.err" &
+pid=$!
+for _ in $(seq 1 300); do
+  grep -q "RUNNING node=2" "$TMP/term.err" && break
+  sleep 0.1
+done
+grep -q "RUNNING node=2" "$TMP/term.err" || fail "the cluster did not start: $(tail "$TMP/term.err")"
+pgrep -f -- "--role=node --config=$TMP/" >/dev/null || fail "no node process while running"
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc = 130 ] || fail "chaos exited $rc after SIGTERM, not 130: $(tail "$TMP/term.err")"
+grep -q "stopped by signal 15; every node was stopped" "$TMP/term.err" ||
+  fail "no message about the signal: $(tail "$TMP/term.err")"
+no_nodes_left
+echo "PASS"
