@@ -1105,14 +1105,7 @@ int DriverMain() {
     return kExitUsage;
   }
   // Signals are read from a signalfd, so that any wait ends and every node is stopped.
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
-  const int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
-  signal(SIGPIPE, SIG_IGN);
+  const int signal_fd = BlockTerminationSignals();
   const bool json = absl::GetFlag(FLAGS_json);
   if (!json) PrintTableHeader(*o);
   int exit_code = 0;

@@ -131,6 +131,12 @@ absl::StatusOr<int> WaitForChildOutput(const std::vector<ChildProcess*>& childre
 // "exited with status N" / "was killed by signal N".
 std::string DescribeWaitStatus(int status);
 
+// For supervisors: blocks SIGINT, SIGTERM and SIGHUP in the calling thread (call it before any
+// thread starts, so that every thread inherits the mask) and returns a signalfd that reads them
+// (for WaitForChildOutput), -1 if it cannot be made; ignores SIGPIPE (a child that went away is
+// seen at its reaping, not as a signal).
+int BlockTerminationSignals();
+
 // A configuration of `nodes` nodes on `host` with free control ports (node i has id i), the
 // given provider, 1 MiB regions, memory not locked (local tests and benchmarks).
 absl::StatusOr<config::ClusterConfig> LocalClusterConfig(int nodes, const std::string& provider,

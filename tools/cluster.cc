@@ -475,14 +475,7 @@ int Main(const std::vector<std::string>& node_args) {
     return 2;
   }
 
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  sigprocmask(SIG_BLOCK, &mask, nullptr);
-  int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
-  signal(SIGPIPE, SIG_IGN);
+  const int signal_fd = BlockTerminationSignals();
 
   Cluster cluster;
   if (absl::Status s = cluster.Configure(); !s.ok()) {

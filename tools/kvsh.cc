@@ -1028,14 +1028,7 @@ int Main(int argc, char** argv, const std::vector<std::string>& node_args) {
   }
 
   // Signals are taken through a signalfd; block them before any thread starts.
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGINT);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
-  const int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
-  signal(SIGPIPE, SIG_IGN);
+  const int signal_fd = BlockTerminationSignals();
 
   std::unique_ptr<LocalCluster> local;
   std::string config_path;
