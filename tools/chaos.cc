@@ -687,6 +687,10 @@ class ChaosCluster {
     if (!Alive(id)) return absl::UnavailableError(absl::StrCat("node ", id, " is not running"));
     return s.proc->Send(command + "\n");
   }
+  pid_t Pid(uint32_t id) {
+    const Slot& s = slots_[id];
+    return s.proc == nullptr ? 0 : std::abs(s.proc->pid());
+  }
   bool Alive(uint32_t id) {
     auto it = slots_.find(id);
     return it != slots_.end() && it->second.proc != nullptr && !it->second.proc->reaped();
@@ -789,9 +793,17 @@ struct FaultTimes {
   int64_t end_ns = 0;    // end of the phase after it
 };
 
+// A process stopped past its lease and resumed (sigstop_long): its history file and the time of
+// its SIGCONT.
+struct Resumed {
+  uint32_t node = 0;
+  pid_t pid = 0;
+  int64_t cont_ns = 0;
+};
+
 // Injects `f`; true when it happened as planned (notes say otherwise).
 absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const DriverOptions& o,
-                            std::vector<std::string>* notes) {
+                            std::vector<std::string>* notes, std::vector<Resumed>* resumed) {
   const uint32_t v = f.victim;
   if (!c.Alive(v)) {
     notes->push_back(absl::StrCat("node ", v, " was not running when its fault was due"));
@@ -805,6 +817,7 @@ absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const D
       if (absl::Status st = c.Sleep(f.pause); !st.ok()) return st;
       c.Signal(v, SIGCONT);
       if (s == Scenario::kSigstopShort) return true;
+      resumed->push_back(Resumed{v, c.Pid(v), MonoNs()});
       // Evicted while stopped: on SIGCONT it must learn so and exit (status 3) without acting.
       absl::StatusOr<bool> gone =
           c.WaitExit(v, absl::Now() + absl::Milliseconds(3 * o.lease_ms) + absl::Seconds(10));
@@ -855,23 +868,30 @@ absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const D
   return false;
 }
 
-// Reads every history file of the scenario; lines that do not parse are counted.
+// The records of one history file; lines that do not parse are counted in `bad` (if given).
+std::vector<txn::TxnRecord> ReadHistoryFile(const std::string& path, int* bad) {
+  std::vector<txn::TxnRecord> records;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    absl::StatusOr<txn::TxnRecord> r = txn::ParseTxnRecordJson(line);
+    if (r.ok()) {
+      records.push_back(std::move(*r));
+    } else if (bad != nullptr) {
+      ++*bad;
+    }
+  }
+  return records;
+}
+
+// Every history file of the scenario, merged.
 txn::History ReadHistories(const std::string& dir, std::vector<std::string>* notes) {
   std::vector<txn::TxnRecord> records;
   int bad = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (!absl::StartsWith(name, "history-")) continue;
-    std::ifstream in(e.path());
-    for (std::string line; std::getline(in, line);) {
-      if (line.empty()) continue;
-      absl::StatusOr<txn::TxnRecord> r = txn::ParseTxnRecordJson(line);
-      if (r.ok()) {
-        records.push_back(std::move(*r));
-      } else {
-        ++bad;
-      }
-    }
+    if (!absl::StartsWith(e.path().filename().string(), "history-")) continue;
+    std::vector<txn::TxnRecord> file = ReadHistoryFile(e.path().string(), &bad);
+    records.insert(records.end(), file.begin(), file.end());
   }
   if (bad > 0) notes->push_back(absl::StrCat(bad, " history lines could not be parsed"));
   return MergeRecords(std::move(records));
@@ -1011,6 +1031,7 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   }
   if (absl::Status st = c.Sleep(absl::Milliseconds(o.warmup_ms)); !st.ok()) return st;
   std::vector<FaultTimes> times;
+  std::vector<Resumed> resumed;
   for (size_t k = 0; k < plan.size(); ++k) {
     const Fault& f = plan[k];
     if (k > 0 && info.restart && !c.Alive(f.victim)) {
@@ -1025,7 +1046,7 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
     FaultTimes t;
     t.fault_ns = MonoNs();
     spdlog::info("{}: fault {} of {}: node {}", info.name, k + 1, plan.size(), f.victim);
-    absl::StatusOr<bool> injected = Inject(s, f, c, o, &r.notes);
+    absl::StatusOr<bool> injected = Inject(s, f, c, o, &r.notes, &resumed);
     if (!injected.ok()) return injected.status();
     r.faults += *injected;
     if (absl::Status st = c.Sleep(absl::Milliseconds(o.duration_ms)); !st.ok()) return st;
@@ -1059,6 +1080,13 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   r.evictions = c.evictions();
   for (const std::string& u : c.unexpected()) r.notes.push_back(u);
   const txn::History h = ReadHistories((*dir)->path(), &r.notes);
+  for (const Resumed& p : resumed) {
+    const std::string path =
+        absl::StrCat((*dir)->path(), "/history-", p.node, "-", p.pid, ".jsonl");
+    for (const txn::TxnRecord& t : MergeRecords(ReadHistoryFile(path, nullptr))) {
+      r.resumed_commits += t.outcome == txn::TxnOutcome::kCommitted && t.end_ns > p.cont_ns;
+    }
+  }
   Analyse(h, final_tags, balances, final_known, times, o, &r);
   if (!o.keep_histories.empty()) {
     std::ofstream out(absl::StrCat(o.keep_histories, "/", info.name, ".jsonl"));

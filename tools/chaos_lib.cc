@@ -240,6 +240,7 @@ std::string ToJsonLine(const ScenarioResult& r, bool ok) {
       ",\"unavailable\":", r.unavailable,
       ",\"bank_total\":", r.bank_total ? absl::StrCat(*r.bank_total) : std::string("null"),
       ",\"bank_expected\":", r.bank_expected, ",\"evictions\":", r.evictions,
+      ",\"resumed_commits\":", r.resumed_commits,
       ",\"first_anomaly\":", JsonString(r.first_anomaly), ",\"notes\":[", absl::StrJoin(notes, ","),
       "],\"ok\":", ok ? "true" : "false", "}");
 }

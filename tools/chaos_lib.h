@@ -125,6 +125,10 @@ struct ScenarioResult {
   std::optional<int64_t> bank_total;       // sum of the readable balances; nullopt: none read
   int64_t bank_expected = 0;
   int evictions = 0;  // node processes that ended evicted (exit status 3)
+  // sigstop_long: transactions of a resumed (evicted) process that returned committed after its
+  // SIGCONT. Not a violation by itself (the decision may predate the stop); the checker and the
+  // final state judge whether any of them acted on a stale membership.
+  uint64_t resumed_commits = 0;
   std::vector<std::string> notes;
 
   bool bank_ok() const { return unavailable == 0 && bank_total && *bank_total == bank_expected; }
