@@ -120,6 +120,7 @@ ABSL_FLAG(std::string, keep_histories, "",
           "//tools:check_history; empty: none kept");
 ABSL_FLAG(std::string, role, "", "internal: 'node' when re-executed as a node process");
 ABSL_FLAG(std::string, history_dir, "", "internal (node role): where to append the history");
+ABSL_FLAG(int, incarnation, 0, "internal (node role): this process's number in the scenario");
 
 namespace farm {
 namespace chaos {
@@ -195,7 +196,9 @@ struct Workload {
   std::vector<GlobalAddress> accounts;
   std::vector<std::unique_ptr<Worker>> workers;
   std::unique_ptr<HistoryFile> history;
-  uint64_t salt = 0;  // makes tags and client names unique per process
+  // This process's number among the scenario's processes (--incarnation): tags and client
+  // names carry it, so that they stay unique when a node id is started again.
+  uint64_t incarnation = 0;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> committed{0}, aborted{0}, unknown{0}, failed{0};
 };
@@ -245,12 +248,13 @@ absl::StatusOr<std::vector<uint64_t>> FetchAccounts(Worker& w, int n, absl::Dura
 // One client thread: transfers and read-only transactions until told to stop.
 void RunClient(Workload& w, int thread) {
   Worker& worker = *w.workers[thread];
-  std::mt19937_64 rng(w.salt * 31 + static_cast<uint64_t>(thread));
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed) * 0x9e3779b97f4a7c15ull + w.incarnation * 64 +
+                      static_cast<uint64_t>(thread));
   const uint32_t node = w.rt->node_id();
-  const std::string client = absl::StrCat(node, ".", thread, "#", w.salt % 1000000);
+  const std::string client = absl::StrCat(node, ".", thread, "#", w.incarnation);
   uint32_t counter = 0;
   auto next_tag = [&] {
-    return (uint64_t{node + 1} << 56) | ((w.salt & 0xfffff) << 36) |
+    return (uint64_t{node + 1} << 56) | ((w.incarnation & 0xfffff) << 36) |
            (static_cast<uint64_t>(thread) << 32) | ++counter;
   };
   const uint64_t n = w.accounts.size();
@@ -391,8 +395,7 @@ absl::Status NodeRun(Runtime& rt) {
   const int threads = absl::GetFlag(FLAGS_threads);
   Workload w;
   w.rt = &rt;
-  std::random_device rd;
-  w.salt = (uint64_t{rd()} << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+  w.incarnation = static_cast<uint64_t>(absl::GetFlag(FLAGS_incarnation));
   absl::StatusOr<std::unique_ptr<HistoryFile>> h = HistoryFile::Open(absl::StrCat(
       absl::GetFlag(FLAGS_history_dir), "/history-", rt.node_id(), "-", getpid(), ".jsonl"));
   if (!h.ok()) return h.status();
@@ -596,6 +599,7 @@ class ChaosCluster {
     if (s.proc != nullptr && !s.proc->reaped()) return absl::InternalError("node still running");
     s.lines.clear();
     ++s.incarnation;
+    ++spawned_;
     s.log = absl::StrCat(dir_.path(), "/node-", id, "-", s.incarnation, ".log");
     const std::string log_level = absl::GetFlag(FLAGS_log_level);
     std::vector<std::string> args = {
@@ -609,7 +613,9 @@ class ChaosCluster {
         absl::StrCat("--accounts=", o_.accounts),
         absl::StrCat("--threads=", o_.threads),
         absl::StrCat("--timeout_s=", o_.timeout_s),
-        absl::StrCat("--history_dir=", dir_.path())};
+        absl::StrCat("--history_dir=", dir_.path()),
+        absl::StrCat("--incarnation=", spawned_),
+        absl::StrCat("--seed=", o_.seed)};
     ChildProcess::Options options;
     options.stderr_path = s.log;
     options.own_process_group = true;  // a Ctrl-C reaches the driver only, which stops them all
@@ -783,6 +789,7 @@ class ChaosCluster {
   bool client_;
   std::string config_path_;
   std::map<uint32_t, Slot> slots_;
+  int spawned_ = 0;  // processes started so far: each one's --incarnation
   int evictions_ = 0;
   std::vector<std::string> unexpected_;
 };
