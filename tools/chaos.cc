@@ -1,8 +1,9 @@
 // chaos: the fault-injection driver (issue 16 item 6, first version). For each scenario it starts
-// a fresh cluster of node processes running a bank workload, injects faults into it, and checks
-// what the cluster guarantees: no committed transaction lost, no anomaly in the history of every
-// transaction (the strict-serializability checker, txn/history.h), the bank's total conserved; and
-// measures how long throughput takes to come back after each fault.
+// a fresh cluster of node processes running a bank workload and a KV workload, injects faults into
+// it, and checks what the cluster guarantees: no committed transaction lost, no anomaly in the
+// history of every transaction (the strict-serializability checker, txn/history.h), the bank's
+// total conserved, the KV operations linearizable (//tools/lincheck, Porcupine); and measures how
+// long throughput takes to come back after each fault.
 //
 //   bazel run //tools:chaos -- --provider='tcp;ofi_rxm' --faults=4 --json
 //   bazel run //tools:chaos -- --provider=shm --scenarios=sigstop_short,client_kill --faults=2
@@ -11,7 +12,7 @@
 // crashes of a client coordinator at the commit path's sync points (crash_mid_commit_backup,
 // crash_after_commit_backup, crash_between_primaries; compiled out with NDEBUG, i.e. -c opt).
 // Not yet: veth partitions between network namespaces, crashes mid-TRUNCATE and during recovery
-// (recovery does not exist yet), and the KV workload checked by Porcupine.
+// (recovery does not exist yet).
 //
 // How a scenario runs. The driver writes a configuration (--nodes data nodes, node 0 the
 // configuration manager, each process its own failure domain, --f backups, --lease_ms; one late
@@ -27,6 +28,9 @@
 // the fault, and a phase of --duration_ms after it (a killed or evicted victim is started again
 // before the next fault's phase). At the end it tells every node to stop its clients, has node 0
 // read every account (each read a recorded transaction), and checks the merged history.
+// Beside the bank, --kv_threads threads per node run get, put and delete on --kv_keys keys of the
+// farm KV store (every data node a shard; values unique in the run), journalled by
+// kv::HistoryRecorder (kv/history.h) and checked at the end by //tools/lincheck.
 //
 // What the line says (the issue's keys first): committed = transactions acknowledged committed;
 // lost_commits = those with a write missing from the final state (its value not on the chain of
@@ -38,7 +42,8 @@
 // in the second half of the phase after it (means over the faults).
 //
 // Exit status: 0 every scenario met its targets, 1 one did not (lost commits, anomalies, the
-// bank's total, a fault not injected, an eviction where none may happen), 2 bad flags, 3 a
+// bank's total, a KV history that is not linearizable or could not be checked, a fault not
+// injected, an eviction where none may happen), 2 bad flags, 3 a
 // scenario could not run (the cluster did not start), 130 stopped by a signal. Every node process
 // is stopped on every exit path (and dies with the driver even if it is killed: ChildProcess).
 #include <fcntl.h>
@@ -79,6 +84,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "farm/farm.h"
+#include "farm/kv/kv.h"
+#include "kv/history.h"
 #include "platform/config.h"
 #include "platform/fabric.h"
 #include "platform/logging.h"
@@ -121,6 +128,11 @@ ABSL_FLAG(std::string, keep_histories, "",
 ABSL_FLAG(std::string, role, "", "internal: 'node' when re-executed as a node process");
 ABSL_FLAG(std::string, history_dir, "", "internal (node role): where to append the history");
 ABSL_FLAG(int, incarnation, 0, "internal (node role): this process's number in the scenario");
+ABSL_FLAG(bool, client, false, "internal (node role): a client-only (late) node, no KV shard");
+ABSL_FLAG(int, kv_threads, 1,
+          "threads per node running the KV workload (get, put, delete on --kv_keys keys of the "
+          "farm KV store), checked by //tools/lincheck (Porcupine); 0: no KV workload");
+ABSL_FLAG(int, kv_keys, 16, "keys of the KV workload (1..1000)");
 
 namespace farm {
 namespace chaos {
@@ -201,7 +213,14 @@ struct Workload {
   uint64_t incarnation = 0;
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> committed{0}, aborted{0}, unknown{0}, failed{0};
+  // The KV workload (--kv_threads): its threads' Workers and its journal.
+  std::vector<std::unique_ptr<Worker>> kv_workers;
+  kv::HistoryRecorder kv_history;
+  std::atomic<uint64_t> kv_ops{0}, kv_errors{0};
 };
+
+// This node's KV store (App::setup creates it before the node serves).
+std::unique_ptr<kv::Store> g_store;
 
 absl::StatusOr<std::vector<uint64_t>> AllocateAccounts(Worker& w, int n) {
   std::vector<uint64_t> packed;
@@ -319,6 +338,54 @@ void RunClient(Workload& w, int thread) {
   }
 }
 
+// One KV client thread: get (40 %), put (40 %) and delete (20 %) of random keys with values
+// unique in the run, each call and return journalled for Porcupine. A key whose operation failed
+// (outcome unknown: it may or may not have happened) is left alone for 2 s, so that a node that
+// is gone does not fill the history with unknown operations, which the checker must try at every
+// later point.
+void RunKvClient(Workload& w, int t) {
+  kv::Client kv(*g_store, *w.kv_workers[t]);
+  std::mt19937_64 rng(absl::GetFlag(FLAGS_seed) * 0x9e3779b97f4a7c15ull + w.incarnation * 64 + 32 +
+                      static_cast<uint64_t>(t));
+  const uint32_t client = static_cast<uint32_t>(w.incarnation * kMaxThreads + t);
+  const int keys = absl::GetFlag(FLAGS_kv_keys);
+  std::map<int, absl::Time> resting;  // key -> when it may be used again
+  for (uint64_t seq = 0; !w.stop.load(std::memory_order_acquire); ++seq) {
+    const int k = static_cast<int>(rng() % static_cast<uint64_t>(keys));
+    if (auto it = resting.find(k); it != resting.end()) {
+      if (absl::Now() < it->second) {
+        absl::SleepFor(absl::Microseconds(200));
+        continue;
+      }
+      resting.erase(it);
+    }
+    const std::string key = absl::StrCat("k", k);
+    const int pick = static_cast<int>(rng() % 10);
+    absl::Status st;
+    if (pick < 4) {
+      kv::HistoryRecorder::Handle h = w.kv_history.Call(client, kv::HistoryOp::Get(key));
+      absl::StatusOr<std::string> v = kv.Get(key);
+      (void)w.kv_history.ReturnGet(h, v);
+      st = v.status();
+    } else if (pick < 8) {
+      const std::string value = absl::StrCat("v", w.incarnation, "-", t, "-", seq);
+      kv::HistoryRecorder::Handle h = w.kv_history.Call(client, kv::HistoryOp::Put(key, value));
+      st = kv.Put(key, value);
+      (void)w.kv_history.ReturnPut(h, st);
+    } else {
+      kv::HistoryRecorder::Handle h = w.kv_history.Call(client, kv::HistoryOp::Del(key));
+      absl::StatusOr<bool> d = kv.Delete(key);
+      (void)w.kv_history.ReturnDel(h, d);
+      st = d.status();
+    }
+    w.kv_ops.fetch_add(1, std::memory_order_relaxed);
+    if (!st.ok() && !absl::IsNotFound(st)) {
+      w.kv_errors.fetch_add(1, std::memory_order_relaxed);
+      resting[k] = absl::Now() + absl::Seconds(2);
+    }
+  }
+}
+
 // Node 0 at the end: reads every account in a transaction of its own (recorded, so the checker
 // also sees the final state) and prints "FINAL i balance tag" or "FINAL i unavailable why".
 void FinalReads(Workload& w) {
@@ -400,10 +467,18 @@ absl::Status NodeRun(Runtime& rt) {
       absl::GetFlag(FLAGS_history_dir), "/history-", rt.node_id(), "-", getpid(), ".jsonl"));
   if (!h.ok()) return h.status();
   w.history = std::move(*h);
-  for (int i = 0; i < threads; ++i) {
+  const int kv_threads = g_store == nullptr ? 0 : absl::GetFlag(FLAGS_kv_threads);
+  for (int i = 0; i < threads + kv_threads; ++i) {
     absl::StatusOr<std::unique_ptr<Worker>> worker = rt.NewWorker();
     if (!worker.ok()) return worker.status();
-    w.workers.push_back(std::move(*worker));
+    (i < threads ? w.workers : w.kv_workers).push_back(std::move(*worker));
+  }
+  if (kv_threads > 0) {
+    if (absl::Status s = w.kv_history.StartJournal(absl::StrCat(
+            absl::GetFlag(FLAGS_history_dir), "/kv-", rt.node_id(), "-", getpid(), ".jsonl"));
+        !s.ok()) {
+      return s;
+    }
   }
   absl::StatusOr<std::vector<uint64_t>> packed =
       rt.node_id() == 0
@@ -427,15 +502,18 @@ absl::Status NodeRun(Runtime& rt) {
   for (const auto& [node, count] : per_node) layout.push_back(absl::StrCat(node, ":", count));
   std::vector<std::thread> clients;
   for (int i = 0; i < threads; ++i) clients.emplace_back([&w, i] { RunClient(w, i); });
+  for (int i = 0; i < kv_threads; ++i) clients.emplace_back([&w, i] { RunKvClient(w, i); });
   Emit(absl::StrCat("RUNNING node=", rt.node_id(), " accounts=", absl::StrJoin(layout, ",")));
 
   // Commands from the driver, one per line; the end of input (the driver went away) stops too.
   for (std::string line; std::getline(std::cin, line) && line != "done";) {
     if (line == "stop") {
       StopClients(w, &clients);
-      Emit(absl::StrCat("STOPPED node=", rt.node_id(), " committed=", w.committed.load(),
-                        " aborted=", w.aborted.load(), " unknown=", w.unknown.load(),
-                        " failed=", w.failed.load(), w.history->failed() ? " HISTORY_FAILED" : ""));
+      Emit(absl::StrCat(
+          "STOPPED node=", rt.node_id(), " committed=", w.committed.load(),
+          " aborted=", w.aborted.load(), " unknown=", w.unknown.load(), " failed=", w.failed.load(),
+          " kv_ops=", w.kv_ops.load(), " kv_errors=", w.kv_errors.load(),
+          w.history->failed() || !w.kv_history.JournalStatus().ok() ? " HISTORY_FAILED" : ""));
     } else if (line == "final") {
       FinalReads(w);
       Emit("FINAL_DONE");
@@ -449,6 +527,16 @@ absl::Status NodeRun(Runtime& rt) {
 }
 
 absl::Status NodeSetup(Runtime& rt) {
+  if (absl::GetFlag(FLAGS_kv_threads) > 0) {
+    // A small table: the workload's few keys, in regions shared with the accounts.
+    kv::Options o;
+    o.buckets = 64;
+    o.bucket_bytes = 256;
+    o.hold_shard = !absl::GetFlag(FLAGS_client);
+    absl::StatusOr<std::unique_ptr<kv::Store>> store = kv::Store::Create(rt, o);
+    if (!store.ok()) return store.status();
+    g_store = std::move(*store);
+  }
   return kAddresses.Serve(rt, [](uint32_t, const uint32_t&) -> absl::StatusOr<AddressChunk> {
     std::lock_guard<std::mutex> l(g_published_mu);
     if (g_published.empty()) return absl::FailedPreconditionError("accounts not allocated yet");
@@ -466,7 +554,7 @@ struct DriverOptions {
   std::vector<Scenario> scenarios;
   std::string provider;
   int nodes = 3, f = 1, lease_ms = 1000, faults = 2, duration_ms = 3000, warmup_ms = 1000;
-  int window_ms = 500, accounts = 30, threads = 2, timeout_s = 60;
+  int window_ms = 500, accounts = 30, threads = 2, timeout_s = 60, kv_threads = 1, kv_keys = 16;
   uint64_t seed = 1;
   std::string host, keep_histories;
 };
@@ -501,6 +589,8 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
   o.window_ms = absl::GetFlag(FLAGS_window_ms);
   o.accounts = absl::GetFlag(FLAGS_accounts);
   o.threads = absl::GetFlag(FLAGS_threads);
+  o.kv_threads = absl::GetFlag(FLAGS_kv_threads);
+  o.kv_keys = absl::GetFlag(FLAGS_kv_keys);
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.host = absl::GetFlag(FLAGS_host);
@@ -530,6 +620,12 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
   }
   if (o.threads < 1 || o.threads > kMaxThreads) {
     return absl::InvalidArgumentError(absl::StrCat("--threads must be 1..", kMaxThreads));
+  }
+  if (o.kv_threads < 0 || o.kv_threads > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv_threads must be 0..", kMaxThreads));
+  }
+  if (o.kv_keys < 1 || o.kv_keys > 1000) {
+    return absl::InvalidArgumentError("--kv_keys must be 1..1000");
   }
   if (o.timeout_s < 5) return absl::InvalidArgumentError("--timeout_s must be at least 5");
   for (Scenario sc : o.scenarios) {
@@ -609,7 +705,10 @@ class ChaosCluster {
         absl::StrCat("--provider=", o_.provider),
         absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
         absl::StrCat("--log_level=", log_level == "info" ? "warn" : log_level),
-        absl::StrCat("--workers=", o_.threads + 2),
+        absl::StrCat("--workers=", o_.threads + o_.kv_threads + 2),
+        absl::StrCat("--kv_threads=", o_.kv_threads),
+        absl::StrCat("--kv_keys=", o_.kv_keys),
+        absl::StrCat("--client=", static_cast<int>(id) == o_.nodes ? "true" : "false"),
         absl::StrCat("--accounts=", o_.accounts),
         absl::StrCat("--threads=", o_.threads),
         absl::StrCat("--timeout_s=", o_.timeout_s),
@@ -994,6 +1093,60 @@ absl::Status CollectFinalReads(ChaosCluster& c, std::map<uint64_t, std::optional
   }
 }
 
+// The KV histories (kv-*.jsonl) checked by //tools/lincheck (Porcupine): r->kv_ops, and
+// r->kv_linearizable (nullopt when the check did not finish: a timeout, or no lincheck).
+void CheckKvHistories(const std::string& dir, int timeout_s, ScenarioResult* r) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!absl::StartsWith(e.path().filename().string(), "kv-")) continue;
+    files.push_back(e.path().string());
+    std::ifstream in(e.path());
+    // One line per call and one per return ("return": null for an unknown outcome); a call
+    // without a return line is unknown too (its process died).
+    for (std::string line; std::getline(in, line);) {
+      if (absl::StrContains(line, "\"call\":")) {
+        ++r->kv_ops;
+        ++r->kv_unknown;
+      } else if (absl::StrContains(line, "\"return\":") &&
+                 !absl::StrContains(line, "\"return\": null")) {
+        --r->kv_unknown;
+      }
+    }
+  }
+  if (files.empty()) {
+    r->notes.push_back("no KV history was written");
+    return;
+  }
+  const std::string lincheck = FindRunfile("tools/lincheck/lincheck", "lincheck");
+  if (lincheck.empty()) {
+    r->notes.push_back("//tools/lincheck is not built: the KV history was not checked");
+    return;
+  }
+  std::string cmd = absl::StrCat("'", lincheck, "' --timeout=", timeout_s, "s --visualize=never");
+  for (const std::string& f : files) absl::StrAppend(&cmd, " '", f, "'");
+  absl::StrAppend(&cmd, " 2>&1");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) {
+    r->notes.push_back("cannot run //tools/lincheck");
+    return;
+  }
+  std::string out;
+  char buf[1024];
+  while (fgets(buf, sizeof(buf), p) != nullptr) {
+    if (out.size() < 4000) out += buf;
+  }
+  const int ws = pclose(p);
+  const int rc = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+  if (rc == 0 || rc == 1) {
+    r->kv_linearizable = rc == 0;
+    if (rc == 1)
+      r->notes.push_back(absl::StrCat("KV history not linearizable: ", out.substr(0, 600)));
+  } else {
+    r->notes.push_back(
+        absl::StrCat("lincheck did not decide (exit ", rc, "): ", out.substr(0, 300)));
+  }
+}
+
 // Runs one scenario on a fresh cluster. Errors: the cluster did not start (Unavailable...), or a
 // signal (Cancelled).
 absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, int signal_fd) {
@@ -1087,6 +1240,8 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   r.evictions = c.evictions();
   for (const std::string& u : c.unexpected()) r.notes.push_back(u);
   const txn::History h = ReadHistories((*dir)->path(), &r.notes);
+  r.kv_checked = o.kv_threads > 0;
+  if (r.kv_checked) CheckKvHistories((*dir)->path(), o.timeout_s, &r);
   for (const Resumed& p : resumed) {
     const std::string path =
         absl::StrCat((*dir)->path(), "/history-", p.node, "-", p.pid, ".jsonl");

@@ -197,7 +197,7 @@ std::optional<double> Percentile(std::vector<double> v, double q) {
 
 bool ScenarioResult::ok(bool evictions_allowed) const {
   return faults == faults_planned && lost_commits == 0 && anomalies == 0 && bank_ok() &&
-         (evictions_allowed || evictions == 0);
+         (evictions_allowed || evictions == 0) && (!kv_checked || kv_linearizable == true);
 }
 
 std::string JsonString(absl::string_view s) {
@@ -240,7 +240,10 @@ std::string ToJsonLine(const ScenarioResult& r, bool ok) {
       ",\"unavailable\":", r.unavailable,
       ",\"bank_total\":", r.bank_total ? absl::StrCat(*r.bank_total) : std::string("null"),
       ",\"bank_expected\":", r.bank_expected, ",\"evictions\":", r.evictions,
-      ",\"resumed_commits\":", r.resumed_commits,
+      ",\"resumed_commits\":", r.resumed_commits, ",\"kv_ops\":", r.kv_ops,
+      ",\"kv_unknown\":", r.kv_unknown, ",\"kv_linearizable\":",
+      !r.kv_checked || !r.kv_linearizable ? std::string("null")
+                                          : std::string(*r.kv_linearizable ? "true" : "false"),
       ",\"first_anomaly\":", JsonString(r.first_anomaly), ",\"notes\":[", absl::StrJoin(notes, ","),
       "],\"ok\":", ok ? "true" : "false", "}");
 }

@@ -129,11 +129,18 @@ struct ScenarioResult {
   // SIGCONT. Not a violation by itself (the decision may predate the stop); the checker and the
   // final state judge whether any of them acted on a stale membership.
   uint64_t resumed_commits = 0;
+  // The KV workload: operations called, and Porcupine's verdict on their history (nullopt: not
+  // checked, or the check did not finish).
+  bool kv_checked = false;
+  uint64_t kv_ops = 0;
+  uint64_t kv_unknown = 0;  // of which the client learnt no outcome (errors, killed processes)
+  std::optional<bool> kv_linearizable;
   std::vector<std::string> notes;
 
   bool bank_ok() const { return unavailable == 0 && bank_total && *bank_total == bank_expected; }
   // The scenario's targets: every fault injected, nothing lost, no anomaly, the bank conserved,
-  // and no eviction where none may happen (`evictions_allowed`).
+  // the KV history linearizable (when there is one), and no eviction where none may happen
+  // (`evictions_allowed`).
   bool ok(bool evictions_allowed) const;
 };
 

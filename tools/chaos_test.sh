@@ -5,6 +5,7 @@
 #  - client_kill and crash_between_primaries on tcp;ofi_rxm: a client-only node killed with
 #    SIGKILL mid-transaction, or crashed at its sync point after its first COMMIT-PRIMARY send
 #    (the owners settle), twice each: the same targets;
+#  - in each, the KV workload beside the bank: its history linearizable (//tools/lincheck);
 #  - the table (without --json); bad flags (exit 2, a clear message); a cluster that cannot start
 #    (exit 3); SIGTERM to the driver mid-run (exit 130, every node process gone).
 # Killing processes is tested on tcp;ofi_rxm, not shm: libfabric 1.17's shm provider leaves a
@@ -36,10 +37,12 @@ check_line() {
   grep -qF "\"scenario\":\"$scenario\",\"provider\":\"$provider\"," <<<"$line" ||
     fail "no line for $scenario on $provider:"$'\n'"$line"
   for want in '"faults":2,' '"lost_commits":0,' '"anomalies":0,' '"unavailable":0,' \
-              '"bank_total":30000,"bank_expected":30000,' '"evictions":0,' '"ok":true}'; do
+              '"bank_total":30000,"bank_expected":30000,' '"evictions":0,' \
+              '"kv_linearizable":true,' '"ok":true}'; do
     grep -qF "$want" <<<"$line" || fail "$scenario on $provider: expected $want in:"$'\n'"$line"
   done
   grep -qE '"committed":[1-9][0-9]*,' <<<"$line" || fail "$scenario: nothing committed: $line"
+  grep -qE '"kv_ops":[1-9][0-9]*,' <<<"$line" || fail "$scenario: no KV operation: $line"
   # The issue's keys, in its order, first.
   grep -qE '^\{"scenario":"[a-z_0-9]+","provider":"[^"]+","f":1,"lease_ms":2000,"faults":[0-9]+,"committed":[0-9]+,"lost_commits":[0-9]+,"anomalies":[0-9]+,"recovery_ms_p50":([0-9.]+|null),"recovery_ms_p99":([0-9.]+|null),"tput_before":[0-9.]+,"tput_after":[0-9.]+,' \
     <<<"$line" || fail "the line does not start with the issue's keys: $line"
