@@ -132,7 +132,10 @@ ABSL_FLAG(bool, client, false, "internal (node role): a client-only (late) node,
 ABSL_FLAG(int, kv_threads, 1,
           "threads per node running the KV workload (get, put, delete on --kv_keys keys of the "
           "farm KV store), checked by //tools/lincheck (Porcupine); 0: no KV workload");
-ABSL_FLAG(int, kv_keys, 16, "keys of the KV workload (1..1000)");
+ABSL_FLAG(int, kv_keys, 48, "keys of the KV workload (1..1000)");
+ABSL_FLAG(int, kv_buckets, 4,
+          "home buckets of 128 bytes per KV shard (1..4096): a tiny table makes the workload's "
+          "keys displace each other and chain overflow blocks");
 
 namespace farm {
 namespace chaos {
@@ -457,7 +460,7 @@ void StopClients(Workload& w, std::vector<std::thread>* threads) {
   threads->clear();
 }
 
-absl::Status NodeRun(Runtime& rt) {
+absl::Status RunWorkload(Runtime& rt) {
   const int accounts = absl::GetFlag(FLAGS_accounts);
   const int threads = absl::GetFlag(FLAGS_threads);
   Workload w;
@@ -526,12 +529,22 @@ absl::Status NodeRun(Runtime& rt) {
   return absl::OkStatus();
 }
 
+// The application: the workload, and a FAILED line for the driver when it cannot run (e.g. node 0
+// cannot be reached), so that the driver does not wait for a RUNNING line that never comes.
+absl::Status NodeRun(Runtime& rt) {
+  absl::Status s = RunWorkload(rt);
+  if (!s.ok()) Emit(absl::StrCat("FAILED ", s.ToString()));
+  return s;
+}
+
 absl::Status NodeSetup(Runtime& rt) {
   if (absl::GetFlag(FLAGS_kv_threads) > 0) {
-    // A small table: the workload's few keys, in regions shared with the accounts.
+    // A tiny table (as tests/kv_history_app.cc's): keys are displaced (hopscotch) and overflow
+    // blocks are chained, freed and reused, so the workload reaches every path of a lookup.
     kv::Options o;
-    o.buckets = 64;
-    o.bucket_bytes = 256;
+    o.buckets = static_cast<uint64_t>(absl::GetFlag(FLAGS_kv_buckets));
+    o.bucket_bytes = 128;
+    o.neighbourhood = 2;
     o.hold_shard = !absl::GetFlag(FLAGS_client);
     absl::StatusOr<std::unique_ptr<kv::Store>> store = kv::Store::Create(rt, o);
     if (!store.ok()) return store.status();
@@ -554,7 +567,8 @@ struct DriverOptions {
   std::vector<Scenario> scenarios;
   std::string provider;
   int nodes = 3, f = 1, lease_ms = 1000, faults = 2, duration_ms = 3000, warmup_ms = 1000;
-  int window_ms = 500, accounts = 30, threads = 2, timeout_s = 60, kv_threads = 1, kv_keys = 16;
+  int window_ms = 500, accounts = 30, threads = 2, timeout_s = 60, kv_threads = 1, kv_keys = 48;
+  int kv_buckets = 4;
   uint64_t seed = 1;
   std::string host, keep_histories;
 };
@@ -591,6 +605,7 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
   o.threads = absl::GetFlag(FLAGS_threads);
   o.kv_threads = absl::GetFlag(FLAGS_kv_threads);
   o.kv_keys = absl::GetFlag(FLAGS_kv_keys);
+  o.kv_buckets = absl::GetFlag(FLAGS_kv_buckets);
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.host = absl::GetFlag(FLAGS_host);
@@ -626,6 +641,9 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
   }
   if (o.kv_keys < 1 || o.kv_keys > 1000) {
     return absl::InvalidArgumentError("--kv_keys must be 1..1000");
+  }
+  if (o.kv_buckets < 1 || o.kv_buckets > 4096) {
+    return absl::InvalidArgumentError("--kv_buckets must be 1..4096");
   }
   if (o.timeout_s < 5) return absl::InvalidArgumentError("--timeout_s must be at least 5");
   for (Scenario sc : o.scenarios) {
@@ -708,6 +726,7 @@ class ChaosCluster {
         absl::StrCat("--workers=", o_.threads + o_.kv_threads + 2),
         absl::StrCat("--kv_threads=", o_.kv_threads),
         absl::StrCat("--kv_keys=", o_.kv_keys),
+        absl::StrCat("--kv_buckets=", o_.kv_buckets),
         absl::StrCat("--client=", static_cast<int>(id) == o_.nodes ? "true" : "false"),
         absl::StrCat("--accounts=", o_.accounts),
         absl::StrCat("--threads=", o_.threads),
@@ -723,14 +742,26 @@ class ChaosCluster {
     if (!p.ok()) return p.status();
     s.proc = std::move(*p);
     s.victim = false;
+    s.failed = false;
     return absl::OkStatus();
   }
   absl::Status WaitRunning(uint32_t id) {
-    absl::StatusOr<std::string> line = WaitLine(id, "RUNNING", Deadline());
-    if (!line.ok()) return line.status();
-    spdlog::info("node {}: {}", id, *line);
-    return absl::OkStatus();
+    const absl::Time deadline = Deadline();
+    for (;;) {
+      absl::StatusOr<std::string> line = WaitLine(id, "", deadline);
+      if (!line.ok()) return line.status();
+      if (absl::StartsWith(*line, "FAILED ")) {
+        slots_[id].failed = true;  // it takes no more commands
+        return absl::UnavailableError(absl::StrCat("node ", id, ": ", line->substr(7)));
+      }
+      if (absl::StartsWith(*line, "RUNNING")) {
+        spdlog::info("node {}: {}", id, *line);
+        return absl::OkStatus();
+      }
+    }
   }
+  // Its workload failed to start: it waits for the others to leave and takes no commands.
+  bool Failed(uint32_t id) { return slots_[id].failed; }
   absl::Status StartAndWait(uint32_t id) {
     absl::Status s = Start(id);
     return s.ok() ? WaitRunning(id) : s;
@@ -838,6 +869,7 @@ class ChaosCluster {
     std::string log;
     std::string how;      // how the last process ended
     bool victim = false;  // a fault hit this process: its end is expected
+    bool failed = false;  // its workload did not start (FAILED)
   };
 
   absl::Status Pump(absl::Time deadline) {
@@ -1098,7 +1130,8 @@ absl::Status CollectFinalReads(ChaosCluster& c, std::map<uint64_t, std::optional
 void CheckKvHistories(const std::string& dir, int timeout_s, ScenarioResult* r) {
   std::vector<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (!absl::StartsWith(e.path().filename().string(), "kv-")) continue;
+    // A journal without a call (a process that never got to its first operation) is no history.
+    if (!absl::StartsWith(e.path().filename().string(), "kv-") || e.file_size() == 0) continue;
     files.push_back(e.path().string());
     std::ifstream in(e.path());
     // One line per call and one per return ("return": null for an unknown outcome); a call
@@ -1214,7 +1247,10 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
     times.push_back(t);
   }
   // Stop every client, then read the final state through node 0.
-  std::vector<uint32_t> alive = c.AliveNodes();
+  std::vector<uint32_t> alive;
+  for (uint32_t id : c.AliveNodes()) {
+    if (!c.Failed(id)) alive.push_back(id);
+  }
   for (uint32_t id : alive) c.Send(id, "stop").IgnoreError();
   for (uint32_t id : alive) {
     absl::StatusOr<std::string> stopped = c.WaitLine(id, "STOPPED", c.Deadline());
