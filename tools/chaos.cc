@@ -1180,8 +1180,88 @@ void CheckKvHistories(const std::string& dir, int timeout_s, ScenarioResult* r) 
   }
 }
 
-// Runs one scenario on a fresh cluster. Errors: the cluster did not start (Unavailable...), or a
-// signal (Cancelled).
+// Starts the data nodes, which form the cluster together, then the client node (if any), which
+// attaches to it.
+absl::Status StartCluster(ChaosCluster& c, const DriverOptions& o, bool client) {
+  absl::Status up;
+  for (int i = 0; i < o.nodes && up.ok(); ++i) up = c.Start(static_cast<uint32_t>(i));
+  for (int i = 0; i < o.nodes && up.ok(); ++i) up = c.WaitRunning(static_cast<uint32_t>(i));
+  if (!up.ok()) {
+    return absl::IsCancelled(up) ? up
+                                 : absl::UnavailableError(
+                                       absl::StrCat("the cluster did not come up: ", up.message()));
+  }
+  if (!client) return absl::OkStatus();
+  up = c.StartAndWait(static_cast<uint32_t>(o.nodes));
+  if (up.ok() || absl::IsCancelled(up)) return up;
+  return absl::UnavailableError(absl::StrCat("the client node did not attach: ", up.message()));
+}
+
+// Injects the plan's faults, each between two phases (a victim that is gone is started again
+// first); counts those injected in r->faults.
+absl::Status RunFaults(Scenario s, const std::vector<Fault>& plan, ChaosCluster& c,
+                       const DriverOptions& o, ScenarioResult* r, std::vector<FaultTimes>* times,
+                       std::vector<Resumed>* resumed) {
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const Fault& f = plan[k];
+    if (k > 0 && Info(s).restart && !c.Alive(f.victim)) {
+      if (absl::Status st = c.StartAndWait(f.victim); !st.ok()) {
+        if (absl::IsCancelled(st)) return st;
+        r->notes.push_back(
+            absl::StrCat("node ", f.victim, " could not be started again: ", st.message()));
+        return absl::OkStatus();
+      }
+    }
+    if (absl::Status st = c.Sleep(absl::Milliseconds(o.duration_ms)); !st.ok()) return st;
+    FaultTimes t;
+    t.fault_ns = MonoNs();
+    spdlog::info("{}: fault {} of {}: node {}", Info(s).name, k + 1, plan.size(), f.victim);
+    absl::StatusOr<bool> injected = Inject(s, f, c, o, &r->notes, resumed);
+    if (!injected.ok()) return injected.status();
+    r->faults += *injected;
+    if (absl::Status st = c.Sleep(absl::Milliseconds(o.duration_ms)); !st.ok()) return st;
+    t.end_ns = MonoNs();
+    times->push_back(t);
+  }
+  return absl::OkStatus();
+}
+
+// What node 0 read at the end.
+struct FinalState {
+  std::map<uint64_t, std::optional<uint64_t>> tags;  // nullopt: unreadable
+  std::map<uint64_t, int64_t> balances;              // the readable accounts
+  bool known = false;                                // the reads finished
+};
+
+// Stops every node's clients, then reads every account through node 0 (if it is still there).
+absl::Status StopAndReadFinal(ChaosCluster& c, ScenarioResult* r, FinalState* final_state) {
+  std::vector<uint32_t> alive;
+  for (uint32_t id : c.AliveNodes()) {
+    if (!c.Failed(id)) alive.push_back(id);
+  }
+  for (uint32_t id : alive) c.Send(id, "stop").IgnoreError();
+  for (uint32_t id : alive) {
+    absl::StatusOr<std::string> stopped = c.WaitLine(id, "STOPPED", c.Deadline());
+    if (absl::IsCancelled(stopped.status())) return stopped.status();
+    if (!stopped.ok()) {
+      r->notes.push_back(absl::StrCat("stopping: ", stopped.status().message()));
+    } else if (absl::StrContains(*stopped, "HISTORY_FAILED")) {
+      r->notes.push_back(absl::StrCat("node ", id, " could not write its whole history"));
+    }
+  }
+  if (!c.Alive(0)) {
+    r->notes.push_back("node 0 is gone: the final state cannot be read (every commit counts lost)");
+    return absl::OkStatus();
+  }
+  absl::Status st = CollectFinalReads(c, &final_state->tags, &final_state->balances);
+  if (absl::IsCancelled(st)) return st;
+  final_state->known = st.ok();
+  if (!st.ok()) r->notes.push_back(absl::StrCat("final reads: ", st.message()));
+  return absl::OkStatus();
+}
+
+// Runs one scenario on a fresh cluster. Errors: the cluster could not be set up or did not start,
+// or a signal (Cancelled).
 absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, int signal_fd) {
   const ScenarioInfo& info = Info(s);
   ScenarioResult r;
@@ -1206,72 +1286,13 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   if (absl::Status st = c.Configure(); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("cannot configure the cluster: ", st.message()));
   }
-  // The data nodes form the cluster together; the client attaches to it afterwards.
-  absl::Status up;
-  for (int i = 0; i < o.nodes && up.ok(); ++i) up = c.Start(static_cast<uint32_t>(i));
-  for (int i = 0; i < o.nodes && up.ok(); ++i) up = c.WaitRunning(static_cast<uint32_t>(i));
-  if (!up.ok()) {
-    return absl::IsCancelled(up) ? up
-                                 : absl::UnavailableError(
-                                       absl::StrCat("the cluster did not come up: ", up.message()));
-  }
-  if (info.client) {
-    if (absl::Status st = c.StartAndWait(static_cast<uint32_t>(o.nodes)); !st.ok()) {
-      return absl::IsCancelled(st) ? st
-                                   : absl::UnavailableError(absl::StrCat(
-                                         "the client node did not attach: ", st.message()));
-    }
-  }
+  if (absl::Status st = StartCluster(c, o, info.client); !st.ok()) return st;
   if (absl::Status st = c.Sleep(absl::Milliseconds(o.warmup_ms)); !st.ok()) return st;
   std::vector<FaultTimes> times;
   std::vector<Resumed> resumed;
-  for (size_t k = 0; k < plan.size(); ++k) {
-    const Fault& f = plan[k];
-    if (k > 0 && info.restart && !c.Alive(f.victim)) {
-      if (absl::Status st = c.StartAndWait(f.victim); !st.ok()) {
-        if (absl::IsCancelled(st)) return st;
-        r.notes.push_back(
-            absl::StrCat("node ", f.victim, " could not be started again: ", st.message()));
-        break;
-      }
-    }
-    if (absl::Status st = c.Sleep(absl::Milliseconds(o.duration_ms)); !st.ok()) return st;
-    FaultTimes t;
-    t.fault_ns = MonoNs();
-    spdlog::info("{}: fault {} of {}: node {}", info.name, k + 1, plan.size(), f.victim);
-    absl::StatusOr<bool> injected = Inject(s, f, c, o, &r.notes, &resumed);
-    if (!injected.ok()) return injected.status();
-    r.faults += *injected;
-    if (absl::Status st = c.Sleep(absl::Milliseconds(o.duration_ms)); !st.ok()) return st;
-    t.end_ns = MonoNs();
-    times.push_back(t);
-  }
-  // Stop every client, then read the final state through node 0.
-  std::vector<uint32_t> alive;
-  for (uint32_t id : c.AliveNodes()) {
-    if (!c.Failed(id)) alive.push_back(id);
-  }
-  for (uint32_t id : alive) c.Send(id, "stop").IgnoreError();
-  for (uint32_t id : alive) {
-    absl::StatusOr<std::string> stopped = c.WaitLine(id, "STOPPED", c.Deadline());
-    if (absl::IsCancelled(stopped.status())) return stopped.status();
-    if (!stopped.ok()) {
-      r.notes.push_back(absl::StrCat("stopping: ", stopped.status().message()));
-    } else if (absl::StrContains(*stopped, "HISTORY_FAILED")) {
-      r.notes.push_back(absl::StrCat("node ", id, " could not write its whole history"));
-    }
-  }
-  std::map<uint64_t, std::optional<uint64_t>> final_tags;
-  std::map<uint64_t, int64_t> balances;
-  bool final_known = false;
-  if (c.Alive(0)) {
-    absl::Status st = CollectFinalReads(c, &final_tags, &balances);
-    if (absl::IsCancelled(st)) return st;
-    final_known = st.ok();
-    if (!st.ok()) r.notes.push_back(absl::StrCat("final reads: ", st.message()));
-  } else {
-    r.notes.push_back("node 0 is gone: the final state cannot be read (every commit counts lost)");
-  }
+  if (absl::Status st = RunFaults(s, plan, c, o, &r, &times, &resumed); !st.ok()) return st;
+  FinalState final_state;
+  if (absl::Status st = StopAndReadFinal(c, &r, &final_state); !st.ok()) return st;
   c.Finish();
   r.evictions = c.evictions();
   for (const std::string& u : c.unexpected()) r.notes.push_back(u);
@@ -1285,7 +1306,7 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
       r.resumed_commits += t.outcome == txn::TxnOutcome::kCommitted && t.end_ns > p.cont_ns;
     }
   }
-  Analyse(h, final_tags, balances, final_known, times, o, &r);
+  Analyse(h, final_state.tags, final_state.balances, final_state.known, times, o, &r);
   if (!o.keep_histories.empty()) {
     std::ofstream out(absl::StrCat(o.keep_histories, "/", info.name, ".jsonl"));
     for (const txn::TxnRecord& t : h) out << txn::TxnRecordToJson(t) << "\n";
