@@ -1395,9 +1395,10 @@ int main(int argc, char** argv) {
     }
   }
   absl::SetProgramUsageMessage(
-      "Injects faults into clusters of node processes running a bank workload, and checks that "
-      "no committed transaction is lost, the history is strictly serializable and the bank's "
-      "total holds; measures the recovery of throughput.\n"
+      "Injects faults into clusters of node processes running a bank and a KV workload, and "
+      "checks that no committed transaction is lost, the history is strictly serializable, the "
+      "bank's total holds and the KV history is linearizable; measures the recovery of "
+      "throughput.\n"
       "  chaos [--provider=tcp;ofi_rxm] [--scenarios=sigstop_short,kill9,...] [--faults=N] "
       "[--nodes=3] [--f=1] [--lease_ms=1000] [--duration_ms=3000] [--seed=1] [--json]\n"
       "Exit status: 0 every scenario met its targets, 1 one did not, 2 bad flags, 3 a scenario "
