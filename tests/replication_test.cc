@@ -94,6 +94,15 @@ TEST_CASE("with f = 1 every backup copy ends equal to its primary", "[replicatio
   constexpr int64_t kInitial = 1000;
   std::vector<GlobalAddress> accounts =
       testing::CreateAccounts(*NewWorker(*rts[0]), kAccounts, kInitial);
+  // An object array on each node (the KV store's buckets), written by transactions below.
+  constexpr uint64_t kArrayObjects = 40, kArrayObjectSize = 100;
+  std::vector<GlobalAddress> arrays;
+  for (auto& rt : rts) {
+    absl::StatusOr<GlobalAddress> a =
+        EngineOf(*rt).CreateObjectArray(kArrayObjectSize, kArrayObjects);
+    REQUIRE(a.ok());
+    arrays.push_back(*a);
+  }
   // Transfers on every node, and on each a thread that allocates objects of several sizes on
   // every node and frees every other one (slots are reused, versions continue).
   std::vector<std::unique_ptr<Worker>> workers;
@@ -128,6 +137,12 @@ TEST_CASE("with f = 1 every backup copy ends equal to its primary", "[replicatio
           return t.Write(a, value.data(), value.size());
         });
         if (s.ok() && i % 2 == 1) s = w->Run([&](Txn& t) { return t.Free(a); });
+        if (s.ok() && i % 3 == 0) {
+          const GlobalAddress& array = arrays[rng() % 3];
+          const GlobalAddress slot{array.region, array.offset + (rng() % kArrayObjects) * 128};
+          const std::string value(kArrayObjectSize, static_cast<char>('A' + i % 26));
+          s = w->Run([&](Txn& t) { return t.Write(slot, value.data(), value.size()); });
+        }
         std::lock_guard<std::mutex> l(mu);
         if (!s.ok()) {
           errors.push_back(s.ToString());
@@ -172,6 +187,43 @@ TEST_CASE("with f = 1 every backup copy ends equal to its primary", "[replicatio
     Copies c = CopiesOf(rts, a, 8);  // a freed slot: its lock word (version, not allocated)
     CHECK(c.backup == c.primary);
     CHECK_FALSE(txn::IsAllocated(txn::LoadLockWord(c.backup.data())));
+  }
+  for (const GlobalAddress& a : arrays) {
+    for (uint64_t i = 0; i < kArrayObjects; ++i) {
+      const GlobalAddress e{a.region, a.offset + i * 128};
+      INFO("array object " << e.ToString());
+      Copies c = CopiesOf(rts, e, txn::ObjectSpan(kArrayObjectSize));
+      CHECK(c.backup == c.primary);
+      CHECK(txn::IsAllocated(txn::LoadLockWord(c.backup.data())));
+    }
+  }
+  // Each backup learnt its regions' allocator layout: a promoted copy would rebuild the
+  // primary's allocator (every slot in use still in use, arrays kept, nothing else taken).
+  for (auto& primary_rt : rts) {
+    txn::Allocator& primary = EngineOf(*primary_rt).allocator();
+    for (const control::RegionInfo& r : NodeOf(*primary_rt).RegionsOf(NodeOf(*primary_rt).id())) {
+      INFO("region " << r.region_id());
+      REQUIRE(r.backup_node_size() == 1);
+      Runtime& backup_rt = *rts[r.backup_node(0)];
+      const txn::RegionLayout want = primary.LayoutOf(r.region_id());
+      const txn::RegionLayout learnt = EngineOf(backup_rt).backup_log().Layout(r.region_id());
+      if (learnt.block_size == 0) continue;  // nothing was ever written there
+      CHECK(learnt.arrays == want.arrays);
+      std::shared_ptr<Region> copy = NodeOf(backup_rt).BackupCopy(r.region_id());
+      REQUIRE(copy != nullptr);
+      for (size_t b = 0; b < learnt.block_class.size(); ++b) {
+        if (learnt.block_class[b] >= 0) CHECK(learnt.block_class[b] == want.block_class[b]);
+      }
+      std::vector<char> mem(copy->data(), copy->data() + copy->size());
+      txn::Allocator adopted({});
+      REQUIRE(adopted.Adopt(txn::LocalRegion{r.region_id(), mem.data(), mem.size()}, learnt).ok());
+      txn::Allocator just_this({});
+      std::vector<char> primary_mem(NodeOf(*primary_rt).local_region_data(r.index()),
+                                    NodeOf(*primary_rt).local_region_data(r.index()) + mem.size());
+      REQUIRE(just_this.Adopt(txn::LocalRegion{r.region_id(), primary_mem.data(), mem.size()}, want)
+                  .ok());
+      CHECK(adopted.slots_in_use() == just_this.slots_in_use());
+    }
   }
 }
 

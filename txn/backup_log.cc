@@ -1,5 +1,7 @@
 #include "txn/backup_log.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "platform/mutant.h"
 #include "txn/object.h"
@@ -34,6 +36,10 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
   }
   k.writes = request.writes;
   std::lock_guard<std::mutex> l(mu_);
+  for (size_t i = 0; i < k.writes.size(); ++i) {
+    const WriteRecord& w = k.writes[i];
+    if (w.kind != WriteKind::kFree) LearnBlock(w.addr, k.copies[i]->size(), w.data.size());
+  }
   for (uint64_t seq : request.truncate) {
     auto it = records_.find(TxnId{coordinator, request.txn.incarnation, seq});
     if (it == records_.end()) continue;  // it wrote nothing here, or was truncated already
@@ -70,6 +76,73 @@ void BackupLog::Apply(const Kept& k) {
     }
     ++applied_;
   }
+}
+
+RegionLayout& BackupLog::LayoutLocked(uint32_t region, uint64_t region_size) {
+  RegionLayout& layout = layouts_[region];
+  if (layout.block_size == 0) {
+    layout.block_size = Allocator::BlockSizeOf(region_size);
+    if (layout.block_size != 0) layout.block_class.assign(region_size / layout.block_size, -1);
+  }
+  return layout;
+}
+
+void BackupLog::LearnBlock(GlobalAddress addr, uint64_t region_size, uint64_t size) {
+  RegionLayout& layout = LayoutLocked(addr.region, region_size);
+  if (layout.block_size == 0) return;
+  const int c = Allocator::SlotClassOf(size);
+  const uint64_t b = addr.offset / layout.block_size;
+  if (b >= layout.block_class.size() || Allocator::SlotSize(c) > layout.block_size) return;
+  // A block keeps its class for good (txn/allocator.h), so the first write learnt says it.
+  if (layout.block_class[b] < 0) layout.block_class[b] = c;
+}
+
+absl::Status BackupLog::InstallArray(const ArrayRecord& record) {
+  std::shared_ptr<Region> copy = copy_of_(record.first.region);
+  if (copy == nullptr) {
+    // Perhaps not yet: the membership naming this node a backup of a new node's region may not
+    // be applied here yet. The primary retries while this node is its backup.
+    return absl::UnavailableError(
+        absl::StrCat("an object array at ", record.first.ToString(),
+                     " for a region this node keeps no backup copy of (yet)"));
+  }
+  const uint64_t block_size = Allocator::BlockSizeOf(copy->size());
+  const int c = Allocator::SlotClassOf(record.size);
+  const uint64_t slot = Allocator::SlotSize(c);
+  if (record.count == 0 || record.size == 0 || record.size > kMaxObjectSize || block_size == 0 ||
+      slot > block_size || record.first.offset % block_size != 0 ||
+      record.first.offset > copy->size() ||
+      (copy->size() - record.first.offset) / slot < record.count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an object array of ", record.count, " objects of ", record.size, " bytes at ",
+        record.first.ToString(), " does not fit the region's ", copy->size(), " bytes"));
+  }
+  const std::string zeros(record.size, '\0');
+  std::lock_guard<std::mutex> l(mu_);
+  RegionLayout& layout = LayoutLocked(record.first.region, copy->size());
+  const uint64_t per_block = block_size / slot;
+  const uint64_t first_block = record.first.offset / block_size;
+  for (uint64_t b = first_block; b < first_block + (record.count + per_block - 1) / per_block;
+       ++b) {
+    layout.block_class[b] = c;
+  }
+  const RegionLayout::Array range{record.first.offset, record.first.offset + record.count * slot};
+  if (std::find(layout.arrays.begin(), layout.arrays.end(), range) == layout.arrays.end()) {
+    layout.arrays.push_back(range);
+  }
+  for (uint64_t i = 0; i < record.count; ++i) {
+    char* object = copy->data() + range.begin + i * slot;
+    // Version 1 is the array's first; a copy that holds a later one (a retried record) keeps it.
+    if (VersionOf(LoadLockWord(object)) >= 1) continue;
+    InstallObject(object, 1, zeros.data(), record.size);
+  }
+  return absl::OkStatus();
+}
+
+RegionLayout BackupLog::Layout(uint32_t region) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = layouts_.find(region);
+  return it == layouts_.end() ? RegionLayout{} : it->second;
 }
 
 size_t BackupLog::records() const {

@@ -18,6 +18,12 @@
 // totally ordered by its primary's lock (a transaction locks it only after the previous writer
 // installed, which was after its COMMIT-BACKUP was acknowledged here), so versions never tie.
 //
+// A promoted backup also needs the region's allocator layout (txn/allocator.h: which blocks are
+// carved for which slot class, and the object arrays), which lives only in the primary's memory.
+// It is learned here from what arrives: every allocation or write names an object whose size
+// gives its block's slot class, and an object array comes as a record of its own (InstallArray),
+// installed at once (the primary sends it before anyone knows the array's address).
+//
 // Thread safety: all methods are safe for concurrent use (one mutex).
 #ifndef FARM_TXN_BACKUP_LOG_H_
 #define FARM_TXN_BACKUP_LOG_H_
@@ -31,6 +37,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "platform/region.h"
+#include "txn/allocator.h"
 #include "txn/protocol.h"
 
 namespace farm {
@@ -47,9 +54,19 @@ class BackupLog {
   // COMMIT-BACKUP from `coordinator` (encoded as a LOCK: the transaction, the writes to this
   // node's copies, and sequence numbers of the coordinator's transactions to truncate). Applies
   // and drops the truncated records first, then keeps the writes (several COMMIT-BACKUPs of one
-  // transaction add up; a retry of one changes nothing). InvalidArgument for a request from another node than its transaction's, a
-  // write to a region this node keeps no copy of, or one that leaves the copy.
+  // transaction add up; a retry of one changes nothing). InvalidArgument for a request from another
+  // node than its transaction's, a write to a region this node keeps no copy of, or one that leaves
+  // the copy.
   absl::Status Append(uint32_t coordinator, const LockRequest& request);
+
+  // An object array from the primary of its region: installs its objects (version 1, zeros)
+  // where the copy holds no newer version, and learns the array's blocks. Unavailable for a
+  // region this node keeps no copy of (yet), InvalidArgument for an array that leaves the copy.
+  absl::Status InstallArray(const ArrayRecord& record);
+
+  // The allocator layout of `region` as learned from the records received so far (Allocator::
+  // Adopt rebuilds the allocator from it and the copy). Empty for a region never written.
+  RegionLayout Layout(uint32_t region) const;
 
   // Records kept (received, not yet truncated).
   size_t records() const;
@@ -65,10 +82,15 @@ class BackupLog {
   };
   // Applies a record's writes that are newer than the copies. Caller holds mu_.
   void Apply(const Kept& k);
+  // Notes that the block holding the object at `addr` (in a copy of `region_size` bytes) has the
+  // slot class of objects of `size` bytes. Caller holds mu_.
+  void LearnBlock(GlobalAddress addr, uint64_t region_size, uint64_t size);
+  RegionLayout& LayoutLocked(uint32_t region, uint64_t region_size);
 
   const std::function<std::shared_ptr<Region>(uint32_t)> copy_of_;
   mutable std::mutex mu_;
   absl::flat_hash_map<TxnId, Kept> records_;
+  absl::flat_hash_map<uint32_t, RegionLayout> layouts_;
   uint64_t applied_ = 0;
   uint64_t skipped_ = 0;
 };

@@ -122,5 +122,60 @@ TEST_CASE("a COMMIT-BACKUP that does not fit this node's copies is refused", "[b
   CHECK(f.log.records() == 0);
 }
 
+TEST_CASE("an object array is installed at once and its blocks learnt", "[backup]") {
+  Fixture f;
+  // 40 objects of 100 bytes (128-byte slots) from block 0 on.
+  const ArrayRecord array{GlobalAddress{kRegion, 0}, 100, 40};
+  REQUIRE(f.log.InstallArray(array).ok());
+  CHECK(f.At(0, 100) == std::string(100, '\0') + " v1");
+  CHECK(f.At(39 * 128, 100) == std::string(100, '\0') + " v1");
+  CHECK(f.At(40 * 128, 100) == "empty");
+  // A write to it is kept and applied like any; the array record again changes nothing.
+  REQUIRE(f.log
+              .Append(kCoordinator, Record(1,
+                                           {{GlobalAddress{kRegion, 128}, WriteKind::kWrite, 1,
+                                             std::string(100, 'x')}},
+                                           {}))
+              .ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(0, {}, {1})).ok());
+  REQUIRE(f.log.InstallArray(array).ok());
+  CHECK(f.At(128, 100) == std::string(100, 'x') + " v2");
+  const RegionLayout layout = f.log.Layout(kRegion);
+  REQUIRE(layout.block_size == Allocator::BlockSizeOf(1 << 16));
+  CHECK(layout.block_class[0] == Allocator::SlotClassOf(100));
+  CHECK(layout.arrays == std::vector<RegionLayout::Array>{{0, 40 * 128}});
+  // Arrays that do not fit are refused, and nothing is installed.
+  CHECK(absl::IsInvalidArgument(f.log.InstallArray({GlobalAddress{kRegion, 0}, 100, 600})));
+  CHECK(absl::IsInvalidArgument(f.log.InstallArray({GlobalAddress{kRegion, 64}, 10, 1})));
+  CHECK(absl::IsUnavailable(f.log.InstallArray({GlobalAddress{kRegion + 1, 0}, 10, 1})));
+  CHECK(absl::IsInvalidArgument(f.log.InstallArray({GlobalAddress{kRegion, 0}, 0, 1})));
+}
+
+TEST_CASE("the allocator layout is learnt from the writes received", "[backup]") {
+  std::vector<char> primary(1 << 20);
+  Allocator alloc({LocalRegion{kRegion, primary.data(), 1 << 20}});
+  std::shared_ptr<Region> copy(std::move(*Region::Allocate(1 << 20, false)));
+  BackupLog log([&](uint32_t region) { return region == kRegion ? copy : nullptr; });
+  // Objects of three classes, as the primary's allocator places them; the records name them.
+  uint64_t seq = 0;
+  for (uint64_t size : {10, 10, 3000, 100, 40000, 10}) {
+    const GlobalAddress a = *alloc.Reserve(size);
+    REQUIRE(
+        log.Append(kCoordinator, Record(++seq, {{a, WriteKind::kAlloc, 0, std::string(size, 'a')}}))
+            .ok());
+  }
+  // A block carved for an allocation that aborted holds nothing: unknown to the backup.
+  const GlobalAddress aborted = *alloc.Reserve(500);
+  alloc.CancelReservation(aborted);
+  const RegionLayout primary_layout = alloc.LayoutOf(kRegion);
+  const RegionLayout learnt = log.Layout(kRegion);
+  REQUIRE(learnt.block_class.size() == primary_layout.block_class.size());
+  const uint64_t aborted_block = aborted.offset / primary_layout.block_size;
+  for (size_t b = 0; b < learnt.block_class.size(); ++b) {
+    INFO("block " << b);
+    CHECK(learnt.block_class[b] == (b == aborted_block ? -1 : primary_layout.block_class[b]));
+  }
+}
+
 }  // namespace txn
 }  // namespace farm

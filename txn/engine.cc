@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "messaging/ring.h"
+#include "platform/mutant.h"
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 #include "txn/object.h"
@@ -29,6 +30,31 @@ absl::StatusOr<GlobalAddress> Engine::CreateObjectArray(uint64_t size, uint64_t 
     }
     InstallObject(object, 1, zeros.data(), size);
   }
+  // The backups install the array too, before anyone learns its address (so before any
+  // transaction's COMMIT-BACKUP can name one of its objects): they hold it, and learn its blocks
+  // for the allocator, if they are promoted.
+  const ArrayRecord record{*first, size, count};
+  const std::string payload = EncodeArray(record);
+  // Mutant: the backups never get the array (a promoted copy would have no buckets).
+  for (uint32_t b : FARM_MUTANT("skip_array_backup") ? std::vector<uint32_t>{}
+                                                     : node_->BackupsOf(first->region)) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    for (;;) {
+      absl::StatusOr<std::string> r =
+          rpc_->Call(b, kArrayBackupMethod, payload, deadline - absl::Now());
+      if (r.ok()) break;
+      const std::vector<uint32_t> now = node_->BackupsOf(first->region);
+      if (std::find(now.begin(), now.end(), b) == now.end()) break;  // it left: one copy less
+      // A backup that has not applied the membership naming it yet has no copy: it answers
+      // Unavailable until it has. Anything else is a bug, or the deadline.
+      if (!absl::IsUnavailable(r.status()) || absl::Now() >= deadline) {
+        return absl::Status(r.status().code(),
+                            absl::StrCat("object array at ", first->ToString(), ": backup node ", b,
+                                         " did not install it: ", r.status().message()));
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
   return *first;
 }
 
@@ -38,14 +64,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   const std::vector<control::RegionInfo> infos = node->RegionsOf(node->id());
   for (size_t i = 0; i < infos.size(); ++i) {
     if (static_cast<int>(infos[i].index()) >= node->local_region_count()) continue;
-    regions.push_back(LocalRegion{infos[i].region_id(), node->local_region_data(static_cast<int>(infos[i].index())),
+    regions.push_back(LocalRegion{infos[i].region_id(),
+                                  node->local_region_data(static_cast<int>(infos[i].index())),
                                   infos[i].size()});
   }
   e->allocator_ = std::make_unique<Allocator>(std::move(regions));
-  e->participant_ = std::make_unique<Participant>(
-      e->allocator_.get(), [node](uint32_t n) { return node->IsMember(n); });
-  e->backup_log_ = std::make_unique<BackupLog>(
-      [node](uint32_t region) { return node->BackupCopy(region); });
+  e->participant_ = std::make_unique<Participant>(e->allocator_.get(),
+                                                  [node](uint32_t n) { return node->IsMember(n); });
+  e->backup_log_ =
+      std::make_unique<BackupLog>([node](uint32_t region) { return node->BackupCopy(region); });
   // RPC's envelope is 16 bytes of the ring message.
   e->max_message_ = MaxPayload(rpc->messenger()->options().ring_size) - 16;
   if (e->max_message_ <= kLockOverhead + 64) {
@@ -53,8 +80,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
         absl::StrCat("rings of ", rpc->messenger()->options().ring_size,
                      " bytes are too small for transactions (use at least 16 KiB)"));
   }
-  e->max_object_size_ =
-      std::min(e->allocator_->max_object_size(), e->max_message_ - kLockOverhead);
+  e->max_object_size_ = std::min(e->allocator_->max_object_size(), e->max_message_ - kLockOverhead);
   // Transaction ids: this incarnation (the epoch it joined in; a restarted node joins under a
   // higher one) and a count from 1.
   const control::Membership m = node->membership();
@@ -113,6 +139,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
                          if (!s.ok()) return s;
                          return std::string();
                        });
+  rpc->RegisterHandler(kArrayBackupMethod, [b](const RpcRequest& r) -> absl::StatusOr<std::string> {
+    absl::StatusOr<ArrayRecord> req = DecodeArray(r.payload);
+    if (!req.ok()) return req.status();
+    absl::Status s = b->InstallArray(*req);
+    if (!s.ok()) return s;
+    return std::string();
+  });
   Engine* raw = e.get();
   rpc->RegisterHandler(kSettleMethod, [raw](const RpcRequest& r) -> absl::StatusOr<std::string> {
     absl::StatusOr<SettleRequest> req = DecodeSettle(r.payload);
@@ -255,13 +288,13 @@ void Engine::SettlementLoop() {
 }
 
 bool Engine::Settle(const Departure& d) {
-  const std::vector<Participant::Undecided> undecided =
-      participant_->Fence(d.coordinator, d.fence);
+  const std::vector<Participant::Undecided> undecided = participant_->Fence(d.coordinator, d.fence);
   if (d.graceful && undecided.empty()) return true;  // fenced; nothing to settle or to ask
   if (d.graceful) {
-    spdlog::warn("txn: node {} left on its own with {} transaction(s) undecided here: settling "
-                 "them with the other members",
-                 d.coordinator, undecided.size());
+    spdlog::warn(
+        "txn: node {} left on its own with {} transaction(s) undecided here: settling "
+        "them with the other members",
+        d.coordinator, undecided.size());
   }
   SettleRequest req{d.coordinator, d.fence, {}};
   for (const Participant::Undecided& u : undecided) req.txns.push_back(u.txn);
@@ -280,7 +313,8 @@ bool Engine::Settle(const Departure& d) {
       absl::StatusOr<std::string> r =
           rpc_->Call(*lane_, m, kSettleMethod, payload, absl::Seconds(1));
       absl::StatusOr<std::vector<bool>> answer =
-          r.ok() ? DecodeSettleAnswer(*r, undecided.size()) : absl::StatusOr<std::vector<bool>>(r.status());
+          r.ok() ? DecodeSettleAnswer(*r, undecided.size())
+                 : absl::StatusOr<std::vector<bool>>(r.status());
       if (!answer.ok()) {
         spdlog::debug("txn: settling node {}'s transactions: node {} did not answer yet: {}",
                       d.coordinator, m, answer.status().ToString());
@@ -305,8 +339,8 @@ bool Engine::Settle(const Departure& d) {
     // had locked and validation passed) and it may have been reported to its client.
     FARM_SYNC_POINT("Engine::Settle:Decide");
     participant_->Settle(undecided[i].txn, commit[i]);
-    spdlog::info("txn: transaction {} of departed node {} settled: {}",
-                 undecided[i].txn.ToString(), d.coordinator, commit[i] ? "committed" : "aborted");
+    spdlog::info("txn: transaction {} of departed node {} settled: {}", undecided[i].txn.ToString(),
+                 d.coordinator, commit[i] ? "committed" : "aborted");
   }
   return true;
 }

@@ -158,5 +158,24 @@ absl::StatusOr<ReserveRequest> DecodeReserve(absl::string_view b) {
   return out;
 }
 
+std::string EncodeArray(const ArrayRecord& r) {
+  WireWriter w;
+  w.U64(r.first.Pack());
+  w.U64(r.size);
+  w.U64(r.count);
+  return std::move(w.str());
+}
+
+absl::StatusOr<ArrayRecord> DecodeArray(absl::string_view b) {
+  WireReader r(b);
+  ArrayRecord out;
+  uint64_t first = 0;
+  if (!r.U64(&first) || !r.U64(&out.size) || !r.U64(&out.count) || !r.done()) {
+    return WireReader::Corrupt("object array");
+  }
+  out.first = GlobalAddress::Unpack(first);
+  return out;
+}
+
 }  // namespace txn
 }  // namespace farm

@@ -42,6 +42,7 @@ inline constexpr uint16_t kAbortMethod = 0xff22;
 inline constexpr uint16_t kReserveMethod = 0xff23;
 inline constexpr uint16_t kSettleMethod = 0xff24;
 inline constexpr uint16_t kCommitBackupMethod = 0xff25;
+inline constexpr uint16_t kArrayBackupMethod = 0xff26;
 
 // A transaction: the coordinator's node, the coordinator's incarnation (the membership epoch in
 // which that process joined: a restarted node joins again under a higher one) and a sequence
@@ -125,6 +126,17 @@ struct ReserveRequest {
 };
 std::string EncodeReserve(const ReserveRequest& r);
 absl::StatusOr<ReserveRequest> DecodeReserve(absl::string_view b);
+
+// An object array (Engine::CreateObjectArray) for the backups of its region: `count` objects of
+// `size` payload bytes from `first` on, one slot (the size's class) apart, each at version 1
+// with zeros. The primary sends it before anyone learns the array's address.
+struct ArrayRecord {
+  GlobalAddress first;
+  uint64_t size = 0;
+  uint64_t count = 0;
+};
+std::string EncodeArray(const ArrayRecord& r);
+absl::StatusOr<ArrayRecord> DecodeArray(absl::string_view b);
 
 // One record of a pair's log.
 struct LogRecord {
