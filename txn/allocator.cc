@@ -98,6 +98,13 @@ absl::Status Allocator::Adopt(LocalRegion region, const RegionLayout& layout) {
   return absl::OkStatus();
 }
 
+RegionLayout Allocator::EmptyLayout(uint64_t region_size) {
+  RegionLayout out;
+  out.block_size = BlockSizeOf(region_size);
+  if (out.block_size != 0) out.block_class.assign(region_size / out.block_size, -1);
+  return out;
+}
+
 RegionLayout Allocator::LayoutOf(uint32_t region) const {
   std::lock_guard<std::mutex> l(mu_);
   RegionLayout out;

@@ -36,15 +36,33 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
   }
   k.writes = request.writes;
   std::lock_guard<std::mutex> l(mu_);
-  for (size_t i = 0; i < k.writes.size(); ++i) {
-    const WriteRecord& w = k.writes[i];
-    if (w.kind != WriteKind::kFree) LearnBlock(w.addr, k.copies[i]->size(), w.data.size());
+  if (auto f = fences_.find(coordinator);
+      f != fences_.end() && request.txn.incarnation < f->second) {
+    // Its settlement has begun: a record kept now would never be decided.
+    return absl::FailedPreconditionError(absl::StrCat("COMMIT-BACKUP of transaction ",
+                                                      request.txn.ToString(), ": node ",
+                                                      coordinator, " left the cluster"));
   }
+  // The truncations first: they are of earlier transactions, whatever becomes of this one (a
+  // refused message must not take them with it).
   for (uint64_t seq : request.truncate) {
     auto it = records_.find(TxnId{coordinator, request.txn.incarnation, seq});
     if (it == records_.end()) continue;  // it wrote nothing here, or was truncated already
     Apply(it->second);
     records_.erase(it);
+  }
+  for (const WriteRecord& w : k.writes) {
+    if (promoted_.contains(w.addr.region)) {
+      // Promote locked what the records kept then; a record now would be applied after
+      // transactions that did not wait for it. The coordinator aborts (its LOCK was elsewhere).
+      return absl::FailedPreconditionError(absl::StrCat(
+          "COMMIT-BACKUP of transaction ", request.txn.ToString(), ": region ", w.addr.region,
+          " is served by this node now (its backup copy was promoted)"));
+    }
+  }
+  for (size_t i = 0; i < k.writes.size(); ++i) {
+    const WriteRecord& w = k.writes[i];
+    if (w.kind != WriteKind::kFree) LearnBlock(w.addr, k.copies[i]->size(), w.data.size());
   }
   if (k.writes.empty()) return absl::OkStatus();
   // A transaction's writes to this node may come in several COMMIT-BACKUPs (each at most a
@@ -64,26 +82,73 @@ void BackupLog::Apply(const Kept& k) {
     const WriteRecord& w = k.writes[i];
     char* object = k.copies[i]->data() + w.addr.offset;
     const uint64_t version = w.version + 1;
+    // An object that Promote locked stays locked until its last kept record is decided.
+    const bool still_held = Recovering(w.addr) && (i >= k.recovering.size() || !k.recovering[i] ||
+                                                   recovery_locks_.at(w.addr.Pack()) > 1);
     // Mutant: apply whatever the order (an older write overwrites a newer one).
     if (VersionOf(LoadLockWord(object)) >= version && !FARM_MUTANT("backup_apply_older")) {
       ++skipped_;  // a later transaction's write of this object was applied first
       continue;
     }
     if (w.kind == WriteKind::kFree) {
-      InstallFree(object, version);
+      InstallFree(object, version, still_held);
     } else {
-      InstallObject(object, version, w.data.data(), w.data.size());
+      InstallObject(object, version, w.data.data(), w.data.size(), still_held);
     }
     ++applied_;
   }
+  Release(k);
+}
+
+void BackupLog::Release(const Kept& k) {
+  for (size_t i = 0; i < k.recovering.size(); ++i) {
+    if (!k.recovering[i]) continue;
+    const WriteRecord& w = k.writes[i];
+    auto it = recovery_locks_.find(w.addr.Pack());
+    if (it == recovery_locks_.end() || --it->second > 0) continue;
+    recovery_locks_.erase(it);
+    char* object = k.copies[i]->data() + w.addr.offset;
+    if (IsLocked(LoadLockWord(object))) Unlock(object);
+  }
+}
+
+absl::Status BackupLog::Drop(uint32_t coordinator, const TxnId& txn) {
+  if (txn.node != coordinator) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DROP-BACKUP for transaction ", txn.ToString(), " from node ", coordinator));
+  }
+  Settle(txn, false);
+  return absl::OkStatus();
+}
+
+void BackupLog::Promote(uint32_t region) {
+  std::lock_guard<std::mutex> l(mu_);
+  promoted_.insert(region);
+  for (auto& [txn, k] : records_) {
+    for (size_t i = 0; i < k.writes.size(); ++i) {
+      const WriteRecord& w = k.writes[i];
+      if (w.addr.region != region || (i < k.recovering.size() && k.recovering[i])) continue;
+      char* object = k.copies[i]->data() + w.addr.offset;
+      if (VersionOf(LoadLockWord(object)) >= w.version + 1) continue;  // a newer one is there
+      // Mutant: no lock recovery (a transaction may overtake a committed one's kept record).
+      if (FARM_MUTANT("skip_recovery_locks")) continue;
+      if (k.recovering.size() < k.writes.size()) k.recovering.resize(k.writes.size(), false);
+      k.recovering[i] = true;
+      if (recovery_locks_[w.addr.Pack()]++ > 0) continue;
+      uint64_t word = LoadLockWord(object), seen = 0;
+      while (!IsLocked(word) && !TryLock(object, word, &seen)) word = seen;
+    }
+  }
+}
+
+size_t BackupLog::recovery_locks() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return recovery_locks_.size();
 }
 
 RegionLayout& BackupLog::LayoutLocked(uint32_t region, uint64_t region_size) {
   RegionLayout& layout = layouts_[region];
-  if (layout.block_size == 0) {
-    layout.block_size = Allocator::BlockSizeOf(region_size);
-    if (layout.block_size != 0) layout.block_class.assign(region_size / layout.block_size, -1);
-  }
+  if (layout.block_size == 0) layout = Allocator::EmptyLayout(region_size);
   return layout;
 }
 
@@ -137,6 +202,29 @@ absl::Status BackupLog::InstallArray(const ArrayRecord& record) {
     InstallObject(object, 1, zeros.data(), record.size);
   }
   return absl::OkStatus();
+}
+
+std::vector<TxnId> BackupLog::Fence(uint32_t coordinator, uint64_t fence) {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t& f = fences_[coordinator];
+  f = std::max(f, fence);
+  std::vector<TxnId> out;
+  for (const auto& [txn, kept] : records_) {
+    if (txn.node == coordinator && txn.incarnation < f) out.push_back(txn);
+  }
+  return out;
+}
+
+void BackupLog::Settle(const TxnId& txn, bool commit) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = records_.find(txn);
+  if (it == records_.end()) return;
+  if (commit) {
+    Apply(it->second);
+  } else {
+    Release(it->second);
+  }
+  records_.erase(it);
 }
 
 RegionLayout BackupLog::Layout(uint32_t region) const {

@@ -177,5 +177,43 @@ TEST_CASE("the allocator layout is learnt from the writes received", "[backup]")
   }
 }
 
+TEST_CASE("a promoted copy locks what kept records write until they are decided", "[backup]") {
+  Fixture f;
+  const GlobalAddress a{kRegion, 256}, b{kRegion, 512}, c{kRegion, 768};
+  // Applied before the promotion: a at v1. Kept: a v1 -> v2 and v2 -> v3 (two transactions of
+  // a live coordinator), b (a coordinator that left), c (one that will abort).
+  REQUIRE(f.log.Append(kCoordinator, Record(1, {{a, WriteKind::kAlloc, 0, "one"}})).ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(0, {}, {1})).ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(2, {{a, WriteKind::kWrite, 1, "two"}})).ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(3, {{a, WriteKind::kWrite, 2, "tri"}})).ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(4, {{c, WriteKind::kAlloc, 0, "ccc"}})).ok());
+  LockRequest departed = Record(1, {{b, WriteKind::kAlloc, 0, "bbb"}});
+  departed.txn.node = kCoordinator + 1;
+  REQUIRE(f.log.Append(kCoordinator + 1, departed).ok());
+  f.log.Promote(kRegion);
+  CHECK(f.log.recovery_locks() == 3);
+  CHECK(IsLocked(LoadLockWord(f.copy->data() + 256)));
+  CHECK(IsLocked(LoadLockWord(f.copy->data() + 512)));
+  // A new record for the promoted region is refused (its coordinator aborts), but the
+  // truncation it carries is applied: the newer of a's records first, and a stays locked until
+  // the older one is decided too.
+  absl::Status s = f.log.Append(kCoordinator, Record(5, {{a, WriteKind::kWrite, 3, "new"}}, {3}));
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK(IsLocked(LoadLockWord(f.copy->data() + 256)));
+  REQUIRE(f.log.Append(kCoordinator, Record(0, {}, {2})).ok());
+  CHECK(f.At(256, 3) == "tri v3");
+  // The departed coordinator's record: fenced (later ones refused), then settled.
+  CHECK(f.log.Fence(kCoordinator + 1, 5) == std::vector<TxnId>{departed.txn});
+  CHECK(absl::IsFailedPrecondition(f.log.Append(kCoordinator + 1, departed)));
+  f.log.Settle(departed.txn, true);
+  CHECK(f.At(512, 3) == "bbb v1");
+  // The aborted one: DROP-BACKUP from its coordinator unlocks without applying.
+  CHECK(absl::IsInvalidArgument(f.log.Drop(kCoordinator + 1, TxnId{kCoordinator, 1, 4})));
+  REQUIRE(f.log.Drop(kCoordinator, TxnId{kCoordinator, 1, 4}).ok());
+  CHECK(f.At(768, 3) == "empty");
+  CHECK(f.log.recovery_locks() == 0);
+  CHECK(f.log.records() == 0);
+}
+
 }  // namespace txn
 }  // namespace farm
