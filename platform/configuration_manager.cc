@@ -271,6 +271,50 @@ class CmServerImpl : public CmServer {
     }
   }
 
+  // The data regions of departed primaries move to one of their backups that stays (the first
+  // one listed whose registered copy the CM knows): the region keeps its id, so every address
+  // into it stays valid, and its memory is now that node's copy (RegionInfo.promoted). A region
+  // with no such backup is lost with its primary. Called before the departed are erased.
+  void PromoteBackups(const std::map<uint32_t, std::string>& gone) {
+    for (const auto& [id, why] : gone) {
+      auto m = members_.find(id);
+      if (m == members_.end()) continue;
+      for (const control::RegionInfo& r : m->second.regions) {
+        if (!r.purpose().empty()) continue;
+        const control::BackupCopy* copy = nullptr;
+        uint32_t to = 0;
+        for (uint32_t b : r.backup_node()) {
+          auto c = backup_copies_.find({r.region_id(), b});
+          if (gone.count(b) || !members_.count(b) || c == backup_copies_.end()) continue;
+          copy = &c->second;
+          to = b;
+          break;
+        }
+        if (copy == nullptr) {
+          if (config_.f() > 0) {
+            spdlog::error("CM: region {} of node {} is lost: no backup copy of it is left",
+                          r.region_id(), id);
+          }
+          continue;
+        }
+        control::RegionInfo p = r;
+        p.set_node_id(to);
+        p.set_remote_base(copy->remote_base());
+        p.set_rkey(copy->rkey());
+        p.set_promoted(true);
+        p.clear_backup_node();
+        for (uint32_t b : r.backup_node()) {
+          if (b != to && !gone.count(b)) p.add_backup_node(b);
+        }
+        spdlog::warn(
+            "CM: region {} of node {} is now served by node {}, its backup ({} of f = {} "
+            "backups left)",
+            r.region_id(), id, to, p.backup_node_size(), config_.f());
+        members_[to].regions.push_back(std::move(p));
+      }
+    }
+  }
+
   // Drops the departed nodes' backup copies from the regions they backed up. The regions stay
   // with the copies they have left (degraded) until re-replication copies them anew.
   void DropBackups(const std::map<uint32_t, std::string>& gone) {
@@ -355,6 +399,8 @@ class CmServerImpl : public CmServer {
           ack.mutable_heartbeat_ack()->set_epoch(epoch_);
           ack.mutable_heartbeat_ack()->set_seq(msg->heartbeat().seq());
           (void)m.channel->Send(ack);  // a failed send shows up as a closed connection next
+        } else if (msg->has_backup_copy()) {
+          backup_copies_[{msg->backup_copy().region_id(), id}] = msg->backup_copy();
         } else if (msg->has_suspect()) {
           control::Suspect suspect = msg->suspect();
           if (suspect.node_id() == config_.cm_node_id()) {
@@ -398,7 +444,13 @@ class CmServerImpl : public CmServer {
       eviction.mutable_eviction()->set_reason(why);
       (void)m.channel->Send(eviction);  // it may be gone already; then nobody needs to know
       m.channel->Shutdown();
+    }
+    PromoteBackups(gone);
+    for (const auto& [id, why] : gone) {
       members_.erase(id);
+      for (auto it = backup_copies_.begin(); it != backup_copies_.end();) {
+        it = it->first.second == id ? backup_copies_.erase(it) : std::next(it);
+      }
     }
     DropBackups(gone);
     if (!members_.empty()) Broadcast(gone);
@@ -409,6 +461,8 @@ class CmServerImpl : public CmServer {
   const absl::Time join_deadline_;
   const Clock::duration lease_;
   std::map<uint32_t, Member> members_;
+  // The registered backup copies nodes reported, by (region, node).
+  std::map<std::pair<uint32_t, uint32_t>, control::BackupCopy> backup_copies_;
   std::list<Pending> pending_;
   bool formed_ = false;
   bool failed_ = false;
@@ -491,6 +545,14 @@ class TcpConfigurationManager : public ConfigurationManager {
     m.mutable_suspect()->set_reason(reason);
     std::lock_guard<std::mutex> l(send_mu_);
     (void)channel_->Send(m);  // if the CM is gone, this node's own lease expires instead
+  }
+
+  void ReportBackupCopy(const control::BackupCopy& copy) override {
+    if (channel_ == nullptr || left_.load(std::memory_order_relaxed)) return;
+    control::ControlMessage m;
+    *m.mutable_backup_copy() = copy;
+    std::lock_guard<std::mutex> l(send_mu_);
+    (void)channel_->Send(m);  // if the CM is gone, nothing can be promoted anyway
   }
 
   HeartbeatStats heartbeat_stats() const override {

@@ -71,6 +71,11 @@ class ConfigurationManager {
   // Does not wait; best effort (if the CM is unreachable, this node's own lease expires).
   virtual void ReportSuspect(uint32_t node, const std::string& reason) = 0;
 
+  // Tells the CM that this node holds a registered backup copy of a data region (made when a
+  // membership named it a backup), so that the CM can promote it if the primary leaves. Does not
+  // wait; best effort (a copy the CM does not know of is never promoted).
+  virtual void ReportBackupCopy(const control::BackupCopy& copy) = 0;
+
   // Leaves the cluster. Idempotent.
   virtual void Leave() = 0;
 

@@ -151,20 +151,27 @@ absl::Status Node::Init() {
   return absl::OkStatus();
 }
 
-absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> Node::BackupCopiesFor(
-    const control::Membership& m) {
-  absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> held;
+absl::flat_hash_map<uint32_t, Node::BackupEntry> Node::BackupCopiesFor(
+    const control::Membership& m, std::vector<uint32_t>* fresh) {
+  absl::flat_hash_map<uint32_t, BackupEntry> held;
   {
     farm::MutexLock l(&map_mu_);
     held = backups_;
   }
-  absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> out;
+  absl::flat_hash_map<uint32_t, BackupEntry> out;
   for (const control::RegionInfo& r : m.regions()) {
-    if (std::find(r.backup_node().begin(), r.backup_node().end(), id_) == r.backup_node().end()) {
-      continue;
-    }
+    const bool backup =
+        std::find(r.backup_node().begin(), r.backup_node().end(), id_) != r.backup_node().end();
+    const bool promoted = r.promoted() && r.node_id() == id_;
+    if (!backup && !promoted) continue;
     if (auto it = held.find(r.region_id()); it != held.end()) {
       out.insert(*it);
+      continue;
+    }
+    if (promoted) {
+      // Promoted copies are ones this node held as a backup; it never had this one.
+      spdlog::error("node {}: region {} was promoted to this node, which holds no copy of it", id_,
+                    r.region_id());
       continue;
     }
     // Outside map_mu_: mapping and locking a region takes a while, and Resolve waits for it.
@@ -173,8 +180,8 @@ absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> Node::BackupCopiesFor(
     if (!copy.ok() && options_.config.lock_memory()) {
       // A copy in memory that may be paged out still keeps the region's data; one that does not
       // exist keeps nothing.
-      spdlog::warn("node {}: backup copy of region {} is not locked in RAM: {}", id_,
-                   r.region_id(), std::string(copy.status().message()));
+      spdlog::warn("node {}: backup copy of region {} is not locked in RAM: {}", id_, r.region_id(),
+                   std::string(copy.status().message()));
       copy = Region::Allocate(r.size(), false);
     }
     if (!copy.ok()) {
@@ -182,7 +189,17 @@ absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> Node::BackupCopiesFor(
                     r.region_id(), r.size(), std::string(copy.status().message()));
       continue;
     }
-    out.emplace(r.region_id(), std::shared_ptr<Region>(std::move(*copy)));
+    // Registered now, so that a promotion needs no extra round: the CM learns the key at once.
+    absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
+        fabric_->Register((*copy)->data(), r.size());
+    if (!mr.ok()) {
+      spdlog::error("node {}: cannot register the backup copy of region {}: {}", id_, r.region_id(),
+                    std::string(mr.status().message()));
+      continue;
+    }
+    out.emplace(r.region_id(), BackupEntry{std::shared_ptr<Region>(std::move(*copy)),
+                                           std::shared_ptr<MemoryRegistration>(std::move(*mr))});
+    fresh->push_back(r.region_id());
   }
   return out;
 }
@@ -198,7 +215,7 @@ std::vector<uint32_t> Node::BackupsOf(uint32_t region_id) const {
 std::shared_ptr<Region> Node::BackupCopy(uint32_t region_id) const {
   farm::MutexLock l(&map_mu_);
   auto it = backups_.find(region_id);
-  return it == backups_.end() ? nullptr : it->second;
+  return it == backups_.end() ? nullptr : it->second.copy;
 }
 
 std::vector<uint32_t> Node::BackupRegions() const {
@@ -212,7 +229,28 @@ std::vector<uint32_t> Node::BackupRegions() const {
 }
 
 absl::Status Node::ApplyMembership(const control::Membership& m) {
-  absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> backups = BackupCopiesFor(m);
+  std::vector<uint32_t> fresh;
+  absl::flat_hash_map<uint32_t, BackupEntry> backups = BackupCopiesFor(m, &fresh);
+  absl::Status s = InstallMembership(m, std::move(backups));
+  if (s.ok() && cm_ != nullptr) {
+    for (uint32_t region : fresh) {
+      control::BackupCopy report;
+      report.set_region_id(region);
+      {
+        farm::MutexLock l(&map_mu_);
+        auto it = backups_.find(region);
+        if (it == backups_.end()) continue;
+        report.set_remote_base(it->second.registration->remote_base());
+        report.set_rkey(it->second.registration->key());
+      }
+      cm_->ReportBackupCopy(report);
+    }
+  }
+  return s;
+}
+
+absl::Status Node::InstallMembership(const control::Membership& m,
+                                     absl::flat_hash_map<uint32_t, BackupEntry> backups) {
   farm::MutexLock l(&map_mu_);
   if (m.epoch() <= membership_.epoch()) return absl::OkStatus();
   // Forget the addresses of nodes that left: a later process may reuse an address (an
@@ -243,7 +281,12 @@ absl::Status Node::ApplyMembership(const control::Membership& m) {
     RegionEntry e;
     e.info = r;
     e.peer = peer_of_node[r.node_id()];
-    if (r.node_id() == id_) e.local = LocalBase(r);
+    if (r.node_id() == id_ && r.promoted()) {
+      auto it = backups.find(r.region_id());
+      if (it != backups.end()) e.local = it->second.copy->data();
+    } else if (r.node_id() == id_) {
+      e.local = LocalBase(r);
+    }
     map[r.region_id()] = e;
   }
   region_map_ = std::move(map);
@@ -504,8 +547,8 @@ absl::Status Node::Batch::CheckTargets() {
 }
 
 absl::Status Node::Batch::Wait(absl::Duration timeout) {
-  absl::Status s = targets_.empty() ? ops_.Wait(timeout)
-                                    : ops_.Wait(timeout, [this] { return CheckTargets(); });
+  absl::Status s =
+      targets_.empty() ? ops_.Wait(timeout) : ops_.Wait(timeout, [this] { return CheckTargets(); });
   if (!early_error_.ok()) {
     s = early_error_;
     early_error_ = absl::OkStatus();
@@ -515,8 +558,9 @@ absl::Status Node::Batch::Wait(absl::Duration timeout) {
 
 Node::Batch::Batch(Channel* channel) : node_(channel->node()), ops_(channel->fabric_channel()) {}
 
-absl::StatusOr<std::unique_ptr<Node::StagingBuffer>> Node::StagingBuffer::Create(
-    Node* node, size_t size, bool lock_memory) {
+absl::StatusOr<std::unique_ptr<Node::StagingBuffer>> Node::StagingBuffer::Create(Node* node,
+                                                                                 size_t size,
+                                                                                 bool lock_memory) {
   std::unique_ptr<StagingBuffer> b(new StagingBuffer(node, size, lock_memory));
   if (absl::Status s = b->Allocate(&b->current_); !s.ok()) return s;
   return b;
@@ -551,9 +595,10 @@ absl::Status Node::StagingBuffer::Retire(OpBatch::InFlight in_flight) {
   retired_.emplace_back(std::move(in_flight), std::move(current_));
   current_ = std::move(fresh);
   if (retired_.size() % 16 == 0) {
-    spdlog::warn("node {}: {} staging buffers of {} bytes are held by operations that never "
-                 "completed (their peers are gone or unresponsive)",
-                 node_->id(), retired_.size(), size_);
+    spdlog::warn(
+        "node {}: {} staging buffers of {} bytes are held by operations that never "
+        "completed (their peers are gone or unresponsive)",
+        node_->id(), retired_.size(), size_);
   }
   return absl::OkStatus();
 }

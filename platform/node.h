@@ -113,8 +113,11 @@ class Node {
   // Resolve, READs and LOCKs see, and up to f backup copies on nodes in other failure domains
   // (platform/placement.h), which hold the region's memory and apply the commit protocol's
   // records to it. A node allocates its copy of a region when a membership first names it as a
-  // backup (zeroed: a region's copies are made when the region is new), and frees it when a
-  // membership no longer does.
+  // backup (zeroed: a region's copies are made when the region is new), registers it with the
+  // fabric and tells the CM (ConfigurationManager::ReportBackupCopy), and frees it when a
+  // membership no longer names it. When the primary leaves, the CM promotes a backup: the region
+  // keeps its id and its memory is that node's copy from then on (RegionInfo.promoted; Resolve
+  // gives the copy as the region's local memory).
   uint32_t f() const { return options_.config.f(); }
   // The nodes holding backup copies of data region `region_id` in the current membership
   // (fewer than f while it is degraded; empty for f = 0 or an unknown region).
@@ -325,11 +328,21 @@ class Node {
 
   explicit Node(NodeOptions options) : options_(std::move(options)) {}
   absl::Status Init();
+  // Makes `m` the current membership (if newer), with the copies it asks this node to hold, and
+  // reports the copies made for it to the CM.
   absl::Status ApplyMembership(const control::Membership& m);
-  // The backup copies membership `m` asks this node to hold: the ones it holds already, and new
-  // zeroed ones.
-  absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> BackupCopiesFor(
-      const control::Membership& m);
+  // A backup copy this node holds, registered with the fabric (a promoted copy is READ by peers).
+  struct BackupEntry {
+    std::shared_ptr<Region> copy;
+    std::shared_ptr<MemoryRegistration> registration;
+  };
+  // The copies membership `m` asks this node to hold (as a backup, or as the primary of a
+  // promoted region): the ones it holds already, and new zeroed ones, which are added to `fresh`.
+  absl::flat_hash_map<uint32_t, BackupEntry> BackupCopiesFor(const control::Membership& m,
+                                                             std::vector<uint32_t>* fresh);
+  // ApplyMembership's part under map_mu_.
+  absl::Status InstallMembership(const control::Membership& m,
+                                 absl::flat_hash_map<uint32_t, BackupEntry> backups);
   // Applies a membership from the CM and tells the listeners (the CM client's thread).
   void Deliver(const control::Membership& m);
   void Evict(const std::string& reason);
@@ -369,8 +382,8 @@ class Node {
   control::Membership membership_ ABSL_GUARDED_BY(map_mu_);
   absl::flat_hash_map<uint32_t, RegionEntry> region_map_ ABSL_GUARDED_BY(map_mu_);
   absl::flat_hash_map<std::string, PeerId> peers_by_address_ ABSL_GUARDED_BY(map_mu_);
-  // The backup copies this node holds, by region id.
-  absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> backups_ ABSL_GUARDED_BY(map_mu_);
+  // The backup copies this node holds (promoted ones included), by region id.
+  absl::flat_hash_map<uint32_t, BackupEntry> backups_ ABSL_GUARDED_BY(map_mu_);
 
   // Staging buffer for Read/Write of unregistered memory; one operation at a time.
   farm::Mutex staging_mu_;

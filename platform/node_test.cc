@@ -21,11 +21,10 @@ namespace farm {
 namespace {
 
 // Three nodes on this host; with f > 0 each is its own failure domain.
-config::ClusterConfig ThreeNodes(const std::string& provider = testing::AnyProvider(),
-                                 int f = 0) {
-  std::string text = "provider: \"" + provider +
-                     "\" region_size: 1048576 region_count: 2 lock_memory: false f: " +
-                     std::to_string(f);
+config::ClusterConfig ThreeNodes(const std::string& provider = testing::AnyProvider(), int f = 0) {
+  std::string text =
+      "provider: \"" + provider +
+      "\" region_size: 1048576 region_count: 2 lock_memory: false f: " + std::to_string(f);
   absl::StatusOr<std::vector<uint16_t>> ports = testing::FreePorts(3);
   REQUIRE(ports.ok());
   for (int i = 0; i < 3; ++i) {
@@ -253,8 +252,7 @@ TEST_CASE("with f = 1 every data region has a backup copy on another node", "[no
       REQUIRE(copy != nullptr);
       CHECK(copy->size() == r.size());
       // A new region's copy is zeroed, as the region was before anything was written to it.
-      CHECK(std::all_of(copy->data(), copy->data() + copy->size(),
-                        [](char c) { return c == 0; }));
+      CHECK(std::all_of(copy->data(), copy->data() + copy->size(), [](char c) { return c == 0; }));
     }
   }
   CHECK(data_regions == 6);
@@ -262,7 +260,7 @@ TEST_CASE("with f = 1 every data region has a backup copy on another node", "[no
   CHECK(held == std::map<uint32_t, int>{{0, 2}, {1, 2}, {2, 2}});
   for (auto& n : nodes) CHECK(n->BackupRegions().size() == 2);
 
-  SECTION("a node that leaves takes its copies with it; the others free theirs of its regions") {
+  SECTION("a node that leaves: its backups serve its regions, which keep their ids") {
     const std::vector<control::RegionInfo> leaving = nodes[0]->RegionsOf(2);
     nodes[2].reset();
     for (int i = 0; i < 200 && (nodes[0]->members().size() != 2 || nodes[1]->members().size() != 2);
@@ -272,8 +270,22 @@ TEST_CASE("with f = 1 every data region has a backup copy on another node", "[no
     REQUIRE(nodes[0]->members() == std::vector<uint32_t>{0, 1});
     REQUIRE(nodes[1]->members() == std::vector<uint32_t>{0, 1});
     for (const control::RegionInfo& r : leaving) {
-      CHECK(nodes[0]->BackupCopy(r.region_id()) == nullptr);
-      CHECK(nodes[1]->BackupCopy(r.region_id()) == nullptr);
+      INFO("region " << r.region_id() << " of node 2, backed up by node " << r.backup_node(0));
+      REQUIRE(r.backup_node_size() == 1);
+      Node& promoted = *nodes[r.backup_node(0)];
+      std::shared_ptr<Region> copy = promoted.BackupCopy(r.region_id());
+      REQUIRE(copy != nullptr);
+      for (auto& n : {nodes[0].get(), nodes[1].get()}) {
+        absl::StatusOr<RemoteTarget> t = n->Resolve(GlobalAddress{r.region_id(), 64}, 8);
+        REQUIRE(t.ok());
+        CHECK(t->node_id == promoted.id());
+        if (n == &promoted) CHECK(t->local == copy->data() + 64);
+      }
+      // Readable by the other node: the copy was registered when it was made.
+      Node& other = *nodes[1 - r.backup_node(0)];
+      char byte = 1;
+      REQUIRE(other.Read(GlobalAddress{r.region_id(), 64}, &byte, 1).ok());
+      CHECK(byte == 0);
     }
     std::map<uint32_t, uint32_t> backup_before;  // region -> its backup before node 2 left
     for (const control::RegionInfo& r : m.regions()) {
@@ -284,7 +296,9 @@ TEST_CASE("with f = 1 every data region has a backup copy on another node", "[no
     for (const control::RegionInfo& r : after.regions()) {
       if (!r.purpose().empty()) continue;
       INFO("region " << r.region_id() << " of node " << r.node_id());
-      if (backup_before[r.region_id()] == 2) {
+      if (r.promoted()) {
+        CHECK(r.backup_node_size() == 0);  // its other copy left with node 2
+      } else if (backup_before[r.region_id()] == 2) {
         // Degraded: no backup until re-replication copies the region again.
         CHECK(r.backup_node_size() == 0);
         CHECK(nodes[0]->BackupsOf(r.region_id()).empty());
@@ -371,9 +385,10 @@ TEST_CASE("a READ in flight to a node that is evicted ends when the membership w
   CHECK(nodes[0]->members() == std::vector<uint32_t>{0, 1});
 }
 
-TEST_CASE("a staging buffer whose READ was abandoned is replaced; the late READ lands in the old "
-          "memory, which is freed once it completed",
-          "[node]") {
+TEST_CASE(
+    "a staging buffer whose READ was abandoned is replaced; the late READ lands in the old "
+    "memory, which is freed once it completed",
+    "[node]") {
   const std::string provider = ManualProgressProvider();
   if (provider.empty()) return;
   ReadInFlight r = StartReadInFlight(provider, 64, 64);

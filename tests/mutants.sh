@@ -29,6 +29,8 @@ mutants=(
   "kv_skip_block_identity   //tests:kv_linearizability_test"  # overflow blocks' identity unchecked
   "skip_commit_backup       //tests:replication_test"  # no COMMIT-BACKUP: backups never get the writes
   "backup_apply_older       //txn:backup_log_test"  # a backup applies an older write over a newer one
+  "skip_array_backup        //tests:replication_test"  # backups never get an object array
+  "skip_recovery_locks      //tests:replication_test"  # a promoted copy does not lock kept records' objects
 )
 
 runs=1

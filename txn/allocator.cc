@@ -9,22 +9,124 @@
 namespace farm {
 namespace txn {
 
+uint64_t Allocator::BlockSizeOf(uint64_t region_size) {
+  uint64_t b = std::min<uint64_t>(kMaxBlockSize, region_size);
+  // Power of two, at least one slot of the smallest class.
+  while ((b & (b - 1)) != 0) b &= b - 1;
+  return b < kMinSlot ? 0 : b;
+}
+
+int Allocator::SlotClassOf(uint64_t size) {
+  int c = 0;
+  while (SlotSize(c) < ObjectSpan(size)) ++c;
+  return c;
+}
+
+void Allocator::GrowClasses(uint64_t block_size) {
+  while (block_size >= SlotSize(classes_)) ++classes_;
+  if (free_.size() < static_cast<size_t>(classes_)) free_.resize(classes_);
+}
+
 Allocator::Allocator(std::vector<LocalRegion> regions) {
-  uint64_t largest_block = 0;
   for (const LocalRegion& r : regions) {
     Region reg;
     reg.info = r;
-    reg.block_size = std::min<uint64_t>(kMaxBlockSize, r.size);
-    // Power of two, at least one slot of the smallest class.
-    while ((reg.block_size & (reg.block_size - 1)) != 0) reg.block_size &= reg.block_size - 1;
-    if (reg.block_size < kMinSlot) continue;
+    reg.block_size = BlockSizeOf(r.size);
+    if (reg.block_size == 0) continue;
     reg.block_class.assign(r.size / reg.block_size, -1);
-    largest_block = std::max(largest_block, reg.block_size);
+    GrowClasses(reg.block_size);
     region_index_[r.id] = regions_.size();
     regions_.push_back(std::move(reg));
   }
-  while (largest_block >= SlotSize(classes_)) ++classes_;
-  free_.resize(classes_);
+}
+
+absl::Status Allocator::Adopt(LocalRegion region, const RegionLayout& layout) {
+  const uint64_t block_size = BlockSizeOf(region.size);
+  if (block_size == 0 || layout.block_size != block_size ||
+      layout.block_class.size() != region.size / block_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the layout of region ", region.id, " (", layout.block_class.size(), " blocks of ",
+        layout.block_size, " bytes) does not fit its ", region.size, " bytes"));
+  }
+  for (int c : layout.block_class) {
+    if (c < -1 || (c >= 0 && SlotSize(c) > block_size)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the layout of region ", region.id, " has a block of slot class ", c));
+    }
+  }
+  for (const RegionLayout::Array& a : layout.arrays) {
+    if (a.begin >= a.end || a.end > region.size || layout.block_class[a.begin / block_size] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("the layout of region ", region.id,
+                                                     " has an array outside its carved blocks"));
+    }
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (region_index_.contains(region.id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("region ", region.id, " is already in this node's heap"));
+  }
+  Region reg;
+  reg.info = region;
+  reg.block_size = block_size;
+  reg.block_class = layout.block_class;
+  GrowClasses(block_size);
+  auto in_array = [&](uint64_t off) {
+    for (const RegionLayout::Array& a : layout.arrays) {
+      if (off >= a.begin && off < a.end) return true;
+    }
+    return false;
+  };
+  for (uint64_t b = 0; b < reg.block_class.size(); ++b) {
+    const int c = reg.block_class[b];
+    if (c < 0) continue;
+    const uint64_t slot = SlotSize(c);
+    // Pushed in reverse, so that slots are handed out in address order.
+    for (uint64_t off = block_size; off >= slot; off -= slot) {
+      const uint64_t at = b * block_size + off - slot;
+      if (!in_array(at) && !IsAllocated(LoadLockWord(region.base + at))) {
+        free_[c].push_back(GlobalAddress{region.id, at});
+      } else {
+        ++in_use_;
+      }
+    }
+  }
+  for (const RegionLayout::Array& a : layout.arrays) {
+    arrays_.push_back(Array{region.id, a.begin, a.end});
+  }
+  region_index_[region.id] = regions_.size();
+  regions_.push_back(std::move(reg));
+  return absl::OkStatus();
+}
+
+RegionLayout Allocator::EmptyLayout(uint64_t region_size) {
+  RegionLayout out;
+  out.block_size = BlockSizeOf(region_size);
+  if (out.block_size != 0) out.block_class.assign(region_size / out.block_size, -1);
+  return out;
+}
+
+RegionLayout Allocator::LayoutOf(uint32_t region) const {
+  std::lock_guard<std::mutex> l(mu_);
+  RegionLayout out;
+  auto it = region_index_.find(region);
+  if (it == region_index_.end()) return out;
+  const Region& r = regions_[it->second];
+  out.block_size = r.block_size;
+  out.block_class = r.block_class;
+  for (const Array& a : arrays_) {
+    if (a.region == region) out.arrays.push_back(RegionLayout::Array{a.begin, a.end});
+  }
+  return out;
+}
+
+uint64_t Allocator::FindUncarved(const Region& r, uint64_t n) {
+  const uint64_t blocks = r.block_class.size();
+  uint64_t run = 0;
+  for (uint64_t b = r.next_block; b < blocks; ++b) {
+    run = r.block_class[b] < 0 ? run + 1 : 0;
+    if (run == n) return b + 1 - n;
+  }
+  return blocks;
 }
 
 uint64_t Allocator::max_object_size() const {
@@ -35,8 +137,10 @@ uint64_t Allocator::max_object_size() const {
 bool Allocator::CarveBlock(int c) {
   const uint64_t slot = SlotSize(c);
   for (Region& r : regions_) {
-    if (r.block_size < slot || r.next_block >= r.block_class.size()) continue;
-    const uint64_t b = r.next_block++;
+    if (r.block_size < slot) continue;
+    const uint64_t b = FindUncarved(r, 1);
+    if (b >= r.block_class.size()) continue;
+    r.next_block = b + 1;  // FindUncarved found every block from the hint to b carved
     r.block_class[b] = c;
     char* base = r.info.base + b * r.block_size;
     // The region may hold anything (a fill pattern, raw writes): the slots start as never
@@ -58,9 +162,7 @@ absl::StatusOr<int> Allocator::ClassOf(uint64_t size) const {
                                                    " bytes is larger than the largest object (",
                                                    max_object_size(), " bytes)"));
   }
-  int c = 0;
-  while (SlotSize(c) < ObjectSpan(size)) ++c;
-  return c;
+  return SlotClassOf(size);
 }
 
 absl::StatusOr<GlobalAddress> Allocator::Reserve(uint64_t size) {
@@ -91,9 +193,9 @@ absl::StatusOr<GlobalAddress> Allocator::ReserveArray(uint64_t size, uint64_t co
     if (r.block_size < slot) continue;
     const uint64_t per_block = r.block_size / slot;
     const uint64_t blocks = (count + per_block - 1) / per_block;
-    if (r.block_class.size() - r.next_block < blocks) continue;
-    const uint64_t first = r.next_block;
-    r.next_block += blocks;
+    const uint64_t first = FindUncarved(r, blocks);
+    if (first >= r.block_class.size()) continue;
+    if (first == r.next_block) r.next_block += blocks;
     char* base = r.info.base + first * r.block_size;
     std::memset(base, 0, blocks * r.block_size);
     for (uint64_t b = first; b < first + blocks; ++b) r.block_class[b] = c;
@@ -105,9 +207,9 @@ absl::StatusOr<GlobalAddress> Allocator::ReserveArray(uint64_t size, uint64_t co
     arrays_.push_back(Array{r.info.id, first * r.block_size, first * r.block_size + count * slot});
     return GlobalAddress{r.info.id, first * r.block_size};
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "out of memory: no region of this node has ", count, " consecutive free ", slot,
-      "-byte slots (", count * slot, " bytes) left"));
+  return absl::ResourceExhaustedError(absl::StrCat("out of memory: no region of this node has ",
+                                                   count, " consecutive free ", slot,
+                                                   "-byte slots (", count * slot, " bytes) left"));
 }
 
 bool Allocator::InArray(GlobalAddress slot) const {
@@ -162,8 +264,9 @@ absl::StatusOr<char*> Allocator::Locate(GlobalAddress addr, uint64_t* slot_size)
   }
   const uint64_t slot = SlotSize(r.block_class[b]);
   if ((addr.offset % r.block_size) % slot != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        addr.ToString(), " is not an object: it is inside a ", slot, "-byte slot, not at its start"));
+    return absl::InvalidArgumentError(absl::StrCat(addr.ToString(),
+                                                   " is not an object: it is inside a ", slot,
+                                                   "-byte slot, not at its start"));
   }
   *slot_size = slot;
   return r.info.base + addr.offset;
@@ -179,8 +282,9 @@ absl::StatusOr<char*> Allocator::Object(GlobalAddress addr, uint64_t size) const
   absl::StatusOr<char*> p = SlotOf(addr, &slot);
   if (!p.ok()) return p.status();
   if (ObjectSpan(size) > slot) {
-    return absl::InvalidArgumentError(absl::StrCat("an object of ", size, " bytes does not fit the ",
-                                                   slot, "-byte slot at ", addr.ToString()));
+    return absl::InvalidArgumentError(absl::StrCat("an object of ", size,
+                                                   " bytes does not fit the ", slot,
+                                                   "-byte slot at ", addr.ToString()));
   }
   return p;
 }

@@ -14,6 +14,15 @@
 // when that transaction commits (the participant installs it); an aborted transaction's
 // reservations are released, so an abort leaks nothing.
 //
+// Replication. A region's allocator state is its objects' lock words (which slots hold objects)
+// plus its layout (RegionLayout: each block's slot class, and the object arrays), which exists
+// only in the primary's memory. A backup learns the layout from the records it receives (every
+// allocation or write names an object whose size gives its block's class; an object array comes
+// as a record of its own), so that when it is promoted it rebuilds the allocator with Adopt: the
+// free slots are those of the carved blocks whose lock words say "not allocated". A block that
+// was carved on the old primary but never held a committed object looks uncarved to the backup:
+// nobody holds an address in it, so carving it again (perhaps for another class) is safe.
+//
 // Thread safety: all methods are safe for concurrent use.
 #ifndef FARM_TXN_ALLOCATOR_H_
 #define FARM_TXN_ALLOCATOR_H_
@@ -38,6 +47,19 @@ struct LocalRegion {
   uint64_t size = 0;
 };
 
+// A region's allocator state besides its objects (see the file comment).
+struct RegionLayout {
+  uint64_t block_size = 0;
+  std::vector<int> block_class;  // per block: slot class index, or -1 while not carved
+  struct Array {
+    uint64_t begin = 0, end = 0;  // offsets of the array's first slot and one past its last
+    friend bool operator==(const Array& a, const Array& b) {
+      return a.begin == b.begin && a.end == b.end;
+    }
+  };
+  std::vector<Array> arrays;
+};
+
 class Allocator {
  public:
   static constexpr uint64_t kMaxBlockSize = 64 << 10;
@@ -46,6 +68,22 @@ class Allocator {
   explicit Allocator(std::vector<LocalRegion> regions);
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
+
+  // The block size of a region of `region_size` bytes (0: too small to hold a slot).
+  static uint64_t BlockSizeOf(uint64_t region_size);
+  // The slot class (index) of an object of `size` payload bytes, whatever the blocks hold.
+  static int SlotClassOf(uint64_t size);
+  static uint64_t SlotSize(int c) { return kMinSlot << c; }
+
+  // Takes over a region whose objects already exist (a promoted backup copy): its blocks carved
+  // as `layout` says, its free slots the carved slots outside arrays whose lock words say "not
+  // allocated", its other blocks free to carve. InvalidArgument for a layout that does not fit
+  // the region, AlreadyExists for a region the allocator has.
+  absl::Status Adopt(LocalRegion region, const RegionLayout& layout);
+  // The layout of a region of `region_size` bytes that has nothing carved.
+  static RegionLayout EmptyLayout(uint64_t region_size);
+  // The layout of one of the allocator's regions (empty for an unknown one).
+  RegionLayout LayoutOf(uint32_t region) const;
 
   // Reserves a slot for an object of `size` payload bytes. InvalidArgument for 0 bytes or more
   // than the largest object (txn/object.h kMaxObjectSize, or what this node's blocks hold);
@@ -86,10 +124,12 @@ class Allocator {
     LocalRegion info;
     uint64_t block_size = 0;
     std::vector<int> block_class;  // per block: slot class index, or -1 while not carved
-    uint64_t next_block = 0;       // blocks below this are carved
+    uint64_t next_block = 0;       // blocks below this are carved (a hint after Adopt)
   };
-  // Slot size of class `c`.
-  static uint64_t SlotSize(int c) { return kMinSlot << c; }
+  // The first run of `n` uncarved blocks of `r` from its hint on, or block_class.size().
+  static uint64_t FindUncarved(const Region& r, uint64_t n);
+  // Makes room for slot classes up to blocks of `block_size`. Caller holds mu_ (or constructs).
+  void GrowClasses(uint64_t block_size);
   // The slot class of an object of `size` payload bytes; InvalidArgument for 0 or too many.
   absl::StatusOr<int> ClassOf(uint64_t size) const;
   // Carves a new block for class `c`; false when none is left. Caller holds mu_.

@@ -1,5 +1,7 @@
 #include "txn/backup_log.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "platform/mutant.h"
 #include "txn/object.h"
@@ -34,11 +36,33 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
   }
   k.writes = request.writes;
   std::lock_guard<std::mutex> l(mu_);
+  if (auto f = fences_.find(coordinator);
+      f != fences_.end() && request.txn.incarnation < f->second) {
+    // Its settlement has begun: a record kept now would never be decided.
+    return absl::FailedPreconditionError(absl::StrCat("COMMIT-BACKUP of transaction ",
+                                                      request.txn.ToString(), ": node ",
+                                                      coordinator, " left the cluster"));
+  }
+  // The truncations first: they are of earlier transactions, whatever becomes of this one (a
+  // refused message must not take them with it).
   for (uint64_t seq : request.truncate) {
     auto it = records_.find(TxnId{coordinator, request.txn.incarnation, seq});
     if (it == records_.end()) continue;  // it wrote nothing here, or was truncated already
     Apply(it->second);
     records_.erase(it);
+  }
+  for (const WriteRecord& w : k.writes) {
+    if (promoted_.contains(w.addr.region)) {
+      // Promote locked what the records kept then; a record now would be applied after
+      // transactions that did not wait for it. The coordinator aborts (its LOCK was elsewhere).
+      return absl::FailedPreconditionError(absl::StrCat(
+          "COMMIT-BACKUP of transaction ", request.txn.ToString(), ": region ", w.addr.region,
+          " is served by this node now (its backup copy was promoted)"));
+    }
+  }
+  for (size_t i = 0; i < k.writes.size(); ++i) {
+    const WriteRecord& w = k.writes[i];
+    if (w.kind != WriteKind::kFree) LearnBlock(w.addr, k.copies[i]->size(), w.data.size());
   }
   if (k.writes.empty()) return absl::OkStatus();
   // A transaction's writes to this node may come in several COMMIT-BACKUPs (each at most a
@@ -58,18 +82,155 @@ void BackupLog::Apply(const Kept& k) {
     const WriteRecord& w = k.writes[i];
     char* object = k.copies[i]->data() + w.addr.offset;
     const uint64_t version = w.version + 1;
+    // An object that Promote locked stays locked until its last kept record is decided.
+    const bool still_held = Recovering(w.addr) && (i >= k.recovering.size() || !k.recovering[i] ||
+                                                   recovery_locks_.at(w.addr.Pack()) > 1);
     // Mutant: apply whatever the order (an older write overwrites a newer one).
     if (VersionOf(LoadLockWord(object)) >= version && !FARM_MUTANT("backup_apply_older")) {
       ++skipped_;  // a later transaction's write of this object was applied first
       continue;
     }
     if (w.kind == WriteKind::kFree) {
-      InstallFree(object, version);
+      InstallFree(object, version, still_held);
     } else {
-      InstallObject(object, version, w.data.data(), w.data.size());
+      InstallObject(object, version, w.data.data(), w.data.size(), still_held);
     }
     ++applied_;
   }
+  Release(k);
+}
+
+void BackupLog::Release(const Kept& k) {
+  for (size_t i = 0; i < k.recovering.size(); ++i) {
+    if (!k.recovering[i]) continue;
+    const WriteRecord& w = k.writes[i];
+    auto it = recovery_locks_.find(w.addr.Pack());
+    if (it == recovery_locks_.end() || --it->second > 0) continue;
+    recovery_locks_.erase(it);
+    char* object = k.copies[i]->data() + w.addr.offset;
+    if (IsLocked(LoadLockWord(object))) Unlock(object);
+  }
+}
+
+absl::Status BackupLog::Drop(uint32_t coordinator, const TxnId& txn) {
+  if (txn.node != coordinator) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DROP-BACKUP for transaction ", txn.ToString(), " from node ", coordinator));
+  }
+  Settle(txn, false);
+  return absl::OkStatus();
+}
+
+void BackupLog::Promote(uint32_t region) {
+  std::lock_guard<std::mutex> l(mu_);
+  promoted_.insert(region);
+  for (auto& [txn, k] : records_) {
+    for (size_t i = 0; i < k.writes.size(); ++i) {
+      const WriteRecord& w = k.writes[i];
+      if (w.addr.region != region || (i < k.recovering.size() && k.recovering[i])) continue;
+      char* object = k.copies[i]->data() + w.addr.offset;
+      if (VersionOf(LoadLockWord(object)) >= w.version + 1) continue;  // a newer one is there
+      // Mutant: no lock recovery (a transaction may overtake a committed one's kept record).
+      if (FARM_MUTANT("skip_recovery_locks")) continue;
+      if (k.recovering.size() < k.writes.size()) k.recovering.resize(k.writes.size(), false);
+      k.recovering[i] = true;
+      if (recovery_locks_[w.addr.Pack()]++ > 0) continue;
+      uint64_t word = LoadLockWord(object), seen = 0;
+      while (!IsLocked(word) && !TryLock(object, word, &seen)) word = seen;
+    }
+  }
+}
+
+size_t BackupLog::recovery_locks() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return recovery_locks_.size();
+}
+
+RegionLayout& BackupLog::LayoutLocked(uint32_t region, uint64_t region_size) {
+  RegionLayout& layout = layouts_[region];
+  if (layout.block_size == 0) layout = Allocator::EmptyLayout(region_size);
+  return layout;
+}
+
+void BackupLog::LearnBlock(GlobalAddress addr, uint64_t region_size, uint64_t size) {
+  RegionLayout& layout = LayoutLocked(addr.region, region_size);
+  if (layout.block_size == 0) return;
+  const int c = Allocator::SlotClassOf(size);
+  const uint64_t b = addr.offset / layout.block_size;
+  if (b >= layout.block_class.size() || Allocator::SlotSize(c) > layout.block_size) return;
+  // A block keeps its class for good (txn/allocator.h), so the first write learnt says it.
+  if (layout.block_class[b] < 0) layout.block_class[b] = c;
+}
+
+absl::Status BackupLog::InstallArray(const ArrayRecord& record) {
+  std::shared_ptr<Region> copy = copy_of_(record.first.region);
+  if (copy == nullptr) {
+    // Perhaps not yet: the membership naming this node a backup of a new node's region may not
+    // be applied here yet. The primary retries while this node is its backup.
+    return absl::UnavailableError(
+        absl::StrCat("an object array at ", record.first.ToString(),
+                     " for a region this node keeps no backup copy of (yet)"));
+  }
+  const uint64_t block_size = Allocator::BlockSizeOf(copy->size());
+  const int c = Allocator::SlotClassOf(record.size);
+  const uint64_t slot = Allocator::SlotSize(c);
+  if (record.count == 0 || record.size == 0 || record.size > kMaxObjectSize || block_size == 0 ||
+      slot > block_size || record.first.offset % block_size != 0 ||
+      record.first.offset > copy->size() ||
+      (copy->size() - record.first.offset) / slot < record.count) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an object array of ", record.count, " objects of ", record.size, " bytes at ",
+        record.first.ToString(), " does not fit the region's ", copy->size(), " bytes"));
+  }
+  const std::string zeros(record.size, '\0');
+  std::lock_guard<std::mutex> l(mu_);
+  RegionLayout& layout = LayoutLocked(record.first.region, copy->size());
+  const uint64_t per_block = block_size / slot;
+  const uint64_t first_block = record.first.offset / block_size;
+  for (uint64_t b = first_block; b < first_block + (record.count + per_block - 1) / per_block;
+       ++b) {
+    layout.block_class[b] = c;
+  }
+  const RegionLayout::Array range{record.first.offset, record.first.offset + record.count * slot};
+  if (std::find(layout.arrays.begin(), layout.arrays.end(), range) == layout.arrays.end()) {
+    layout.arrays.push_back(range);
+  }
+  for (uint64_t i = 0; i < record.count; ++i) {
+    char* object = copy->data() + range.begin + i * slot;
+    // Version 1 is the array's first; a copy that holds a later one (a retried record) keeps it.
+    if (VersionOf(LoadLockWord(object)) >= 1) continue;
+    InstallObject(object, 1, zeros.data(), record.size);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<TxnId> BackupLog::Fence(uint32_t coordinator, uint64_t fence) {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t& f = fences_[coordinator];
+  f = std::max(f, fence);
+  std::vector<TxnId> out;
+  for (const auto& [txn, kept] : records_) {
+    if (txn.node == coordinator && txn.incarnation < f) out.push_back(txn);
+  }
+  return out;
+}
+
+void BackupLog::Settle(const TxnId& txn, bool commit) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = records_.find(txn);
+  if (it == records_.end()) return;
+  if (commit) {
+    Apply(it->second);
+  } else {
+    Release(it->second);
+  }
+  records_.erase(it);
+}
+
+RegionLayout BackupLog::Layout(uint32_t region) const {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = layouts_.find(region);
+  return it == layouts_.end() ? RegionLayout{} : it->second;
 }
 
 size_t BackupLog::records() const {

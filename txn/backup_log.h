@@ -18,6 +18,12 @@
 // totally ordered by its primary's lock (a transaction locks it only after the previous writer
 // installed, which was after its COMMIT-BACKUP was acknowledged here), so versions never tie.
 //
+// A promoted backup also needs the region's allocator layout (txn/allocator.h: which blocks are
+// carved for which slot class, and the object arrays), which lives only in the primary's memory.
+// It is learned here from what arrives: every allocation or write names an object whose size
+// gives its block's slot class, and an object array comes as a record of its own (InstallArray),
+// installed at once (the primary sends it before anyone knows the array's address).
+//
 // Thread safety: all methods are safe for concurrent use (one mutex).
 #ifndef FARM_TXN_BACKUP_LOG_H_
 #define FARM_TXN_BACKUP_LOG_H_
@@ -31,6 +37,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "platform/region.h"
+#include "txn/allocator.h"
 #include "txn/protocol.h"
 
 namespace farm {
@@ -47,9 +54,38 @@ class BackupLog {
   // COMMIT-BACKUP from `coordinator` (encoded as a LOCK: the transaction, the writes to this
   // node's copies, and sequence numbers of the coordinator's transactions to truncate). Applies
   // and drops the truncated records first, then keeps the writes (several COMMIT-BACKUPs of one
-  // transaction add up; a retry of one changes nothing). InvalidArgument for a request from another node than its transaction's, a
-  // write to a region this node keeps no copy of, or one that leaves the copy.
+  // transaction add up; a retry of one changes nothing). InvalidArgument for a request from another
+  // node than its transaction's, a write to a region this node keeps no copy of, or one that leaves
+  // the copy.
   absl::Status Append(uint32_t coordinator, const LockRequest& request);
+
+  // An object array from the primary of its region: installs its objects (version 1, zeros)
+  // where the copy holds no newer version, and learns the array's blocks. Unavailable for a
+  // region this node keeps no copy of (yet), InvalidArgument for an array that leaves the copy.
+  absl::Status InstallArray(const ArrayRecord& record);
+
+  // The allocator layout of `region` as learned from the records received so far (Allocator::
+  // Adopt rebuilds the allocator from it and the copy). Empty for a region never written.
+  RegionLayout Layout(uint32_t region) const;
+
+  // A coordinator that left (txn/engine.h, settlement): from now on nothing its incarnations
+  // below `fence` send is kept (Append refuses it with Aborted), and their kept records are
+  // returned, to be decided with the other members (Settle). Idempotent.
+  std::vector<TxnId> Fence(uint32_t coordinator, uint64_t fence);
+  // Applies (commit) or drops (abort) the kept record of a fenced coordinator's transaction.
+  void Settle(const TxnId& txn, bool commit);
+  // DROP-BACKUP from `coordinator`: drops the kept record of its transaction `txn` (aborted after
+  // COMMIT-BACKUP). InvalidArgument for another node's transaction.
+  absl::Status Drop(uint32_t coordinator, const TxnId& txn);
+
+  // Promotion: this node's copy of `region` becomes the region's primary. Every object of it that
+  // a kept record writes (and the copy holds older) is locked first, until every such record is
+  // decided (applied at its truncation or settlement, or dropped): a transaction that committed
+  // before the failure must not be overtaken by one that read the object's older version here
+  // (FaRM's lock recovery). Call before the region serves.
+  void Promote(uint32_t region);
+  // Objects locked by Promote and not yet released (for tests).
+  size_t recovery_locks() const;
 
   // Records kept (received, not yet truncated).
   size_t records() const;
@@ -62,13 +98,29 @@ class BackupLog {
   struct Kept {
     std::vector<WriteRecord> writes;
     std::vector<std::shared_ptr<Region>> copies;  // each write's copy, held until applied
+    std::vector<bool> recovering;                 // per write: counted in recovery_locks_
   };
-  // Applies a record's writes that are newer than the copies. Caller holds mu_.
+  // Applies a record's writes that are newer than the copies, then releases its recovery locks.
+  // Caller holds mu_.
   void Apply(const Kept& k);
+  // Releases a record's recovery locks (after Apply, or when it is dropped). Caller holds mu_.
+  void Release(const Kept& k);
+  // Whether the object at `addr` is held by Promote for a record still kept. Caller holds mu_.
+  bool Recovering(GlobalAddress addr) const { return recovery_locks_.contains(addr.Pack()); }
+  // Notes that the block holding the object at `addr` (in a copy of `region_size` bytes) has the
+  // slot class of objects of `size` bytes. Caller holds mu_.
+  void LearnBlock(GlobalAddress addr, uint64_t region_size, uint64_t size);
+  RegionLayout& LayoutLocked(uint32_t region, uint64_t region_size);
 
   const std::function<std::shared_ptr<Region>(uint32_t)> copy_of_;
   mutable std::mutex mu_;
   absl::flat_hash_map<TxnId, Kept> records_;
+  absl::flat_hash_map<uint32_t, RegionLayout> layouts_;
+  absl::flat_hash_map<uint32_t, uint64_t> fences_;
+  absl::flat_hash_set<uint32_t> promoted_;  // regions this node's copy now serves as primary
+  // Objects of promoted regions locked by Promote: how many kept records still write each.
+  absl::flat_hash_map<uint64_t, int>
+      recovery_locks_;  // coordinator -> its fenced incarnations' bound
   uint64_t applied_ = 0;
   uint64_t skipped_ = 0;
 };

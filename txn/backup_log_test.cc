@@ -122,5 +122,98 @@ TEST_CASE("a COMMIT-BACKUP that does not fit this node's copies is refused", "[b
   CHECK(f.log.records() == 0);
 }
 
+TEST_CASE("an object array is installed at once and its blocks learnt", "[backup]") {
+  Fixture f;
+  // 40 objects of 100 bytes (128-byte slots) from block 0 on.
+  const ArrayRecord array{GlobalAddress{kRegion, 0}, 100, 40};
+  REQUIRE(f.log.InstallArray(array).ok());
+  CHECK(f.At(0, 100) == std::string(100, '\0') + " v1");
+  CHECK(f.At(39 * 128, 100) == std::string(100, '\0') + " v1");
+  CHECK(f.At(40 * 128, 100) == "empty");
+  // A write to it is kept and applied like any; the array record again changes nothing.
+  REQUIRE(f.log
+              .Append(kCoordinator, Record(1,
+                                           {{GlobalAddress{kRegion, 128}, WriteKind::kWrite, 1,
+                                             std::string(100, 'x')}},
+                                           {}))
+              .ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(0, {}, {1})).ok());
+  REQUIRE(f.log.InstallArray(array).ok());
+  CHECK(f.At(128, 100) == std::string(100, 'x') + " v2");
+  const RegionLayout layout = f.log.Layout(kRegion);
+  REQUIRE(layout.block_size == Allocator::BlockSizeOf(1 << 16));
+  CHECK(layout.block_class[0] == Allocator::SlotClassOf(100));
+  CHECK(layout.arrays == std::vector<RegionLayout::Array>{{0, 40 * 128}});
+  // Arrays that do not fit are refused, and nothing is installed.
+  CHECK(absl::IsInvalidArgument(f.log.InstallArray({GlobalAddress{kRegion, 0}, 100, 600})));
+  CHECK(absl::IsInvalidArgument(f.log.InstallArray({GlobalAddress{kRegion, 64}, 10, 1})));
+  CHECK(absl::IsUnavailable(f.log.InstallArray({GlobalAddress{kRegion + 1, 0}, 10, 1})));
+  CHECK(absl::IsInvalidArgument(f.log.InstallArray({GlobalAddress{kRegion, 0}, 0, 1})));
+}
+
+TEST_CASE("the allocator layout is learnt from the writes received", "[backup]") {
+  std::vector<char> primary(1 << 20);
+  Allocator alloc({LocalRegion{kRegion, primary.data(), 1 << 20}});
+  std::shared_ptr<Region> copy(std::move(*Region::Allocate(1 << 20, false)));
+  BackupLog log([&](uint32_t region) { return region == kRegion ? copy : nullptr; });
+  // Objects of three classes, as the primary's allocator places them; the records name them.
+  uint64_t seq = 0;
+  for (uint64_t size : {10, 10, 3000, 100, 40000, 10}) {
+    const GlobalAddress a = *alloc.Reserve(size);
+    REQUIRE(
+        log.Append(kCoordinator, Record(++seq, {{a, WriteKind::kAlloc, 0, std::string(size, 'a')}}))
+            .ok());
+  }
+  // A block carved for an allocation that aborted holds nothing: unknown to the backup.
+  const GlobalAddress aborted = *alloc.Reserve(500);
+  alloc.CancelReservation(aborted);
+  const RegionLayout primary_layout = alloc.LayoutOf(kRegion);
+  const RegionLayout learnt = log.Layout(kRegion);
+  REQUIRE(learnt.block_class.size() == primary_layout.block_class.size());
+  const uint64_t aborted_block = aborted.offset / primary_layout.block_size;
+  for (size_t b = 0; b < learnt.block_class.size(); ++b) {
+    INFO("block " << b);
+    CHECK(learnt.block_class[b] == (b == aborted_block ? -1 : primary_layout.block_class[b]));
+  }
+}
+
+TEST_CASE("a promoted copy locks what kept records write until they are decided", "[backup]") {
+  Fixture f;
+  const GlobalAddress a{kRegion, 256}, b{kRegion, 512}, c{kRegion, 768};
+  // Applied before the promotion: a at v1. Kept: a v1 -> v2 and v2 -> v3 (two transactions of
+  // a live coordinator), b (a coordinator that left), c (one that will abort).
+  REQUIRE(f.log.Append(kCoordinator, Record(1, {{a, WriteKind::kAlloc, 0, "one"}})).ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(0, {}, {1})).ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(2, {{a, WriteKind::kWrite, 1, "two"}})).ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(3, {{a, WriteKind::kWrite, 2, "tri"}})).ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(4, {{c, WriteKind::kAlloc, 0, "ccc"}})).ok());
+  LockRequest departed = Record(1, {{b, WriteKind::kAlloc, 0, "bbb"}});
+  departed.txn.node = kCoordinator + 1;
+  REQUIRE(f.log.Append(kCoordinator + 1, departed).ok());
+  f.log.Promote(kRegion);
+  CHECK(f.log.recovery_locks() == 3);
+  CHECK(IsLocked(LoadLockWord(f.copy->data() + 256)));
+  CHECK(IsLocked(LoadLockWord(f.copy->data() + 512)));
+  // A new record for the promoted region is refused (its coordinator aborts), but the
+  // truncation it carries is applied: the newer of a's records first, and a stays locked until
+  // the older one is decided too.
+  absl::Status s = f.log.Append(kCoordinator, Record(5, {{a, WriteKind::kWrite, 3, "new"}}, {3}));
+  CHECK(absl::IsFailedPrecondition(s));
+  CHECK(IsLocked(LoadLockWord(f.copy->data() + 256)));
+  REQUIRE(f.log.Append(kCoordinator, Record(0, {}, {2})).ok());
+  CHECK(f.At(256, 3) == "tri v3");
+  // The departed coordinator's record: fenced (later ones refused), then settled.
+  CHECK(f.log.Fence(kCoordinator + 1, 5) == std::vector<TxnId>{departed.txn});
+  CHECK(absl::IsFailedPrecondition(f.log.Append(kCoordinator + 1, departed)));
+  f.log.Settle(departed.txn, true);
+  CHECK(f.At(512, 3) == "bbb v1");
+  // The aborted one: DROP-BACKUP from its coordinator unlocks without applying.
+  CHECK(absl::IsInvalidArgument(f.log.Drop(kCoordinator + 1, TxnId{kCoordinator, 1, 4})));
+  REQUIRE(f.log.Drop(kCoordinator, TxnId{kCoordinator, 1, 4}).ok());
+  CHECK(f.At(768, 3) == "empty");
+  CHECK(f.log.recovery_locks() == 0);
+  CHECK(f.log.records() == 0);
+}
+
 }  // namespace txn
 }  // namespace farm

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "messaging/ring.h"
+#include "platform/mutant.h"
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 #include "txn/object.h"
@@ -29,6 +30,31 @@ absl::StatusOr<GlobalAddress> Engine::CreateObjectArray(uint64_t size, uint64_t 
     }
     InstallObject(object, 1, zeros.data(), size);
   }
+  // The backups install the array too, before anyone learns its address (so before any
+  // transaction's COMMIT-BACKUP can name one of its objects): they hold it, and learn its blocks
+  // for the allocator, if they are promoted.
+  const ArrayRecord record{*first, size, count};
+  const std::string payload = EncodeArray(record);
+  // Mutant: the backups never get the array (a promoted copy would have no buckets).
+  for (uint32_t b : FARM_MUTANT("skip_array_backup") ? std::vector<uint32_t>{}
+                                                     : node_->BackupsOf(first->region)) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    for (;;) {
+      absl::StatusOr<std::string> r =
+          rpc_->Call(b, kArrayBackupMethod, payload, deadline - absl::Now());
+      if (r.ok()) break;
+      const std::vector<uint32_t> now = node_->BackupsOf(first->region);
+      if (std::find(now.begin(), now.end(), b) == now.end()) break;  // it left: one copy less
+      // A backup that has not applied the membership naming it yet has no copy: it answers
+      // Unavailable until it has. Anything else is a bug, or the deadline.
+      if (!absl::IsUnavailable(r.status()) || absl::Now() >= deadline) {
+        return absl::Status(r.status().code(),
+                            absl::StrCat("object array at ", first->ToString(), ": backup node ", b,
+                                         " did not install it: ", r.status().message()));
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
   return *first;
 }
 
@@ -38,14 +64,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   const std::vector<control::RegionInfo> infos = node->RegionsOf(node->id());
   for (size_t i = 0; i < infos.size(); ++i) {
     if (static_cast<int>(infos[i].index()) >= node->local_region_count()) continue;
-    regions.push_back(LocalRegion{infos[i].region_id(), node->local_region_data(static_cast<int>(infos[i].index())),
+    regions.push_back(LocalRegion{infos[i].region_id(),
+                                  node->local_region_data(static_cast<int>(infos[i].index())),
                                   infos[i].size()});
   }
   e->allocator_ = std::make_unique<Allocator>(std::move(regions));
-  e->participant_ = std::make_unique<Participant>(
-      e->allocator_.get(), [node](uint32_t n) { return node->IsMember(n); });
-  e->backup_log_ = std::make_unique<BackupLog>(
-      [node](uint32_t region) { return node->BackupCopy(region); });
+  e->participant_ = std::make_unique<Participant>(e->allocator_.get(),
+                                                  [node](uint32_t n) { return node->IsMember(n); });
+  e->backup_log_ =
+      std::make_unique<BackupLog>([node](uint32_t region) { return node->BackupCopy(region); });
   // RPC's envelope is 16 bytes of the ring message.
   e->max_message_ = MaxPayload(rpc->messenger()->options().ring_size) - 16;
   if (e->max_message_ <= kLockOverhead + 64) {
@@ -53,8 +80,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
         absl::StrCat("rings of ", rpc->messenger()->options().ring_size,
                      " bytes are too small for transactions (use at least 16 KiB)"));
   }
-  e->max_object_size_ =
-      std::min(e->allocator_->max_object_size(), e->max_message_ - kLockOverhead);
+  e->max_object_size_ = std::min(e->allocator_->max_object_size(), e->max_message_ - kLockOverhead);
   // Transaction ids: this incarnation (the epoch it joined in; a restarted node joins under a
   // higher one) and a count from 1.
   const control::Membership m = node->membership();
@@ -113,6 +139,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
                          if (!s.ok()) return s;
                          return std::string();
                        });
+  rpc->RegisterHandler(kArrayBackupMethod, [b](const RpcRequest& r) -> absl::StatusOr<std::string> {
+    absl::StatusOr<ArrayRecord> req = DecodeArray(r.payload);
+    if (!req.ok()) return req.status();
+    absl::Status s = b->InstallArray(*req);
+    if (!s.ok()) return s;
+    return std::string();
+  });
+  rpc->RegisterHandler(kDropBackupMethod, [b](const RpcRequest& r) -> absl::StatusOr<std::string> {
+    absl::StatusOr<DecisionRequest> req = DecodeDecision(r.payload);
+    if (!req.ok()) return req.status();
+    absl::Status s = b->Drop(r.from, req->txn);
+    if (!s.ok()) return s;
+    return std::string();
+  });
   Engine* raw = e.get();
   rpc->RegisterHandler(kSettleMethod, [raw](const RpcRequest& r) -> absl::StatusOr<std::string> {
     absl::StatusOr<SettleRequest> req = DecodeSettle(r.payload);
@@ -145,6 +185,7 @@ void Engine::OnMembership(const control::Membership& m) {
   // An evicted node settles nothing: it is no longer one of the owners (its last membership
   // lists nobody).
   if (!node_->evicted().ok()) return;
+  AdoptPromoted(m);
   absl::flat_hash_map<uint32_t, uint64_t> now;
   for (const control::NodeInfo& n : m.nodes()) now[n.node_id()] = n.joined_epoch();
   std::lock_guard<std::mutex> l(mu_);
@@ -181,9 +222,36 @@ void Engine::OnMembership(const control::Membership& m) {
   cv_.notify_all();
 }
 
+void Engine::AdoptPromoted(const control::Membership& m) {
+  for (const control::RegionInfo& r : m.regions()) {
+    if (!r.promoted() || r.node_id() != node_->id() || adopted_.contains(r.region_id())) continue;
+    std::shared_ptr<Region> copy = node_->BackupCopy(r.region_id());
+    if (copy == nullptr) continue;  // Node logged it: nothing to serve
+    // The copy holds every object whose records were truncated here; records still kept are
+    // decided by their coordinators' truncations, or by the settlement if they left.
+    RegionLayout layout = backup_log_->Layout(r.region_id());
+    if (layout.block_size == 0) layout = Allocator::EmptyLayout(copy->size());  // never written
+    // Objects of records still kept are locked before anyone can lock them here.
+    backup_log_->Promote(r.region_id());
+    absl::Status s =
+        allocator_->Adopt(LocalRegion{r.region_id(), copy->data(), copy->size()}, layout);
+    if (!s.ok()) {
+      spdlog::error("txn: node {} cannot serve promoted region {}: {}", node_->id(), r.region_id(),
+                    std::string(s.message()));
+      continue;
+    }
+    adopted_.insert(r.region_id());
+    adopted_copies_.push_back(std::move(copy));
+    spdlog::warn(
+        "txn: node {} now serves region {} (promoted from its backup copy; {} record(s) "
+        "kept)",
+        node_->id(), r.region_id(), backup_log_->records());
+  }
+}
+
 absl::StatusOr<std::string> Engine::OnSettle(uint32_t from, const SettleRequest& request) {
-  const std::vector<bool> committed =
-      participant_->Committed(request.coordinator, request.fence_epoch, request.txns);
+  const std::vector<SettleState> committed =
+      participant_->States(request.coordinator, request.fence_epoch, request.txns);
   std::lock_guard<std::mutex> l(mu_);
   // Remembered until this node forgets that departure. A SETTLE about a departure this node has
   // not seen yet (the coordinator's incarnation is still a member here) is remembered for when
@@ -255,18 +323,35 @@ void Engine::SettlementLoop() {
 }
 
 bool Engine::Settle(const Departure& d) {
-  const std::vector<Participant::Undecided> undecided =
-      participant_->Fence(d.coordinator, d.fence);
+  const std::vector<Participant::Undecided> undecided = participant_->Fence(d.coordinator, d.fence);
+  std::vector<TxnId> kept = backup_log_->Fence(d.coordinator, d.fence);
+  if (d.graceful) {
+    // It finished every commit before leaving (Transaction::Decide returns only then), so its
+    // records here are of committed transactions whose truncation had not come yet.
+    for (const TxnId& t : kept) backup_log_->Settle(t, true);
+    kept.clear();
+  }
   if (d.graceful && undecided.empty()) return true;  // fenced; nothing to settle or to ask
   if (d.graceful) {
-    spdlog::warn("txn: node {} left on its own with {} transaction(s) undecided here: settling "
-                 "them with the other members",
-                 d.coordinator, undecided.size());
+    spdlog::warn(
+        "txn: node {} left on its own with {} transaction(s) undecided here: settling "
+        "them with the other members",
+        d.coordinator, undecided.size());
   }
   SettleRequest req{d.coordinator, d.fence, {}};
   for (const Participant::Undecided& u : undecided) req.txns.push_back(u.txn);
+  req.txns.insert(req.txns.end(), kept.begin(), kept.end());
   const std::string payload = EncodeSettle(req);
-  std::vector<bool> commit(undecided.size(), false);
+  // What the members' participants know of each: committed by one, or undecided at one. This
+  // node's own participant counts too, for the backup records (it may be an owner as well).
+  std::vector<bool> committed(req.txns.size(), false), held(req.txns.size(), false);
+  {
+    const std::vector<SettleState> own = participant_->States(d.coordinator, d.fence, req.txns);
+    for (size_t i = undecided.size(); i < req.txns.size(); ++i) {
+      committed[i] = own[i] == SettleState::kCommitted;
+      held[i] = own[i] == SettleState::kUndecided;
+    }
+  }
   // Every other member, until it answered or left: its answer is final (it fenced first).
   std::vector<uint32_t> ask;
   for (uint32_t m : node_->members()) {
@@ -279,15 +364,19 @@ bool Engine::Settle(const Departure& d) {
       if (!node_->IsMember(m)) continue;
       absl::StatusOr<std::string> r =
           rpc_->Call(*lane_, m, kSettleMethod, payload, absl::Seconds(1));
-      absl::StatusOr<std::vector<bool>> answer =
-          r.ok() ? DecodeSettleAnswer(*r, undecided.size()) : absl::StatusOr<std::vector<bool>>(r.status());
+      absl::StatusOr<std::vector<SettleState>> answer =
+          r.ok() ? DecodeSettleAnswer(*r, req.txns.size())
+                 : absl::StatusOr<std::vector<SettleState>>(r.status());
       if (!answer.ok()) {
         spdlog::debug("txn: settling node {}'s transactions: node {} did not answer yet: {}",
                       d.coordinator, m, answer.status().ToString());
         again.push_back(m);
         continue;
       }
-      for (size_t i = 0; i < undecided.size(); ++i) commit[i] = commit[i] || (*answer)[i];
+      for (size_t i = 0; i < req.txns.size(); ++i) {
+        committed[i] = committed[i] || (*answer)[i] == SettleState::kCommitted;
+        held[i] = held[i] || (*answer)[i] == SettleState::kUndecided;
+      }
     }
     ask = std::move(again);
     if (ask.empty() || !node_->evicted().ok()) break;
@@ -304,9 +393,21 @@ bool Engine::Settle(const Departure& d) {
     // A transaction that some owner committed is committed: its decision was made (every owner
     // had locked and validation passed) and it may have been reported to its client.
     FARM_SYNC_POINT("Engine::Settle:Decide");
-    participant_->Settle(undecided[i].txn, commit[i]);
-    spdlog::info("txn: transaction {} of departed node {} settled: {}",
-                 undecided[i].txn.ToString(), d.coordinator, commit[i] ? "committed" : "aborted");
+    participant_->Settle(undecided[i].txn, committed[i]);
+    spdlog::info("txn: transaction {} of departed node {} settled: {}", undecided[i].txn.ToString(),
+                 d.coordinator, committed[i] ? "committed" : "aborted");
+  }
+  // A COMMIT-BACKUP record means the coordinator had decided commit: every owner had locked the
+  // transaction and validation had passed. It commits unless an owner still holds it undecided
+  // and none committed it (the owners abort it then, as above). An owner that holds nothing of
+  // it committed it and was truncated since (a coordinator sends no ABORT after COMMIT-BACKUP),
+  // or left; a transaction whose only owners left is committed from the records (as FaRM's
+  // recovery does when every region has a COMMIT-BACKUP record).
+  for (size_t i = undecided.size(); i < req.txns.size(); ++i) {
+    const bool commit = committed[i] || !held[i];
+    backup_log_->Settle(req.txns[i], commit);
+    spdlog::info("txn: backup record of transaction {} of departed node {} settled: {}",
+                 req.txns[i].ToString(), d.coordinator, commit ? "applied" : "dropped");
   }
   return true;
 }

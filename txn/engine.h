@@ -94,14 +94,16 @@ class Engine {
   // The same for the COMMIT-BACKUP records `backup` keeps of this node's transactions: taken by
   // the next COMMIT-BACKUP to it, or sent alone by the engine's thread within
   // kBackupTruncationDelay when no transaction takes them (so that idle backups catch up).
-  std::vector<uint64_t> TakeBackupTruncations(uint32_t backup,
-                                              size_t max = kMaxTruncationsPerLock);
+  std::vector<uint64_t> TakeBackupTruncations(uint32_t backup, size_t max = kMaxTruncationsPerLock);
   void AddBackupTruncation(uint32_t backup, uint64_t seq);
   static constexpr absl::Duration kBackupTruncationDelay = absl::Milliseconds(10);
 
  private:
   Engine(Node* node, Rpc* rpc) : node_(node), rpc_(rpc) {}
   void OnMembership(const control::Membership& m);
+  // Takes the regions `m` promoted to this node into the allocator (their memory is this node's
+  // backup copy, their layout what the backup log learnt). On the membership listener's thread.
+  void AdoptPromoted(const control::Membership& m);
   // The SETTLE handler: another owner asks about `coordinator`'s transactions.
   absl::StatusOr<std::string> OnSettle(uint32_t from, const SettleRequest& request);
   // A coordinator that left, being settled here.
@@ -131,6 +133,9 @@ class Engine {
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Participant> participant_;
   std::unique_ptr<BackupLog> backup_log_;
+  // Promoted regions taken into the allocator, and their memory (listener thread only).
+  absl::flat_hash_set<uint32_t> adopted_;
+  std::vector<std::shared_ptr<Region>> adopted_copies_;
   uint64_t incarnation_ = 0;
   std::atomic<uint64_t> next_seq_{1};
   uint64_t max_message_ = 0;

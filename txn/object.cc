@@ -96,9 +96,9 @@ uint64_t TornCopiesDetected() { return torn_copies.load(std::memory_order_relaxe
 
 bool TryLock(char* object, uint64_t expected, uint64_t* seen) {
   uint64_t want = expected;
-  const bool ok = __atomic_compare_exchange_n(reinterpret_cast<uint64_t*>(object), &want,
-                                              expected | kLockBit, false, __ATOMIC_ACQ_REL,
-                                              __ATOMIC_ACQUIRE);
+  const bool ok =
+      __atomic_compare_exchange_n(reinterpret_cast<uint64_t*>(object), &want, expected | kLockBit,
+                                  false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   *seen = ok ? expected : want;
   return ok;
 }
@@ -107,7 +107,8 @@ void Unlock(char* object) {
   __atomic_fetch_and(reinterpret_cast<uint64_t*>(object), ~kLockBit, __ATOMIC_RELEASE);
 }
 
-void InstallObject(char* object, uint64_t version, const char* payload, uint64_t size) {
+void InstallObject(char* object, uint64_t version, const char* payload, uint64_t size,
+                   bool keep_locked) {
   StoreRelaxed(object + 16, size);
   const uint64_t padded = RoundUp8(size);
   for (uint64_t at = 0; at < padded; at += 8) {
@@ -118,12 +119,12 @@ void InstallObject(char* object, uint64_t version, const char* payload, uint64_t
   // The check over what was just stored. The hash reads the words with plain loads: only this
   // thread writes them (it holds the lock), and concurrent readers only read.
   StoreRelaxed(object + 8, ObjectCheck(version, object + 16, size));
-  __atomic_store_n(reinterpret_cast<uint64_t*>(object), MakeLockWord(version, true, false),
+  __atomic_store_n(reinterpret_cast<uint64_t*>(object), MakeLockWord(version, true, keep_locked),
                    __ATOMIC_RELEASE);
 }
 
-void InstallFree(char* object, uint64_t version) {
-  __atomic_store_n(reinterpret_cast<uint64_t*>(object), MakeLockWord(version, false, false),
+void InstallFree(char* object, uint64_t version, bool keep_locked) {
+  __atomic_store_n(reinterpret_cast<uint64_t*>(object), MakeLockWord(version, false, keep_locked),
                    __ATOMIC_RELEASE);
 }
 

@@ -81,8 +81,8 @@ enum class ObjectState {
 
 struct ObjectView {
   uint64_t version = 0;
-  uint64_t size = 0;               // the object's size word (kWrongSize: the actual size)
-  absl::string_view payload;       // inside the copy
+  uint64_t size = 0;          // the object's size word (kWrongSize: the actual size)
+  absl::string_view payload;  // inside the copy
 };
 
 // Decodes a copy of ObjectSpan(expected_size) bytes of an object.
@@ -107,10 +107,12 @@ bool TryLock(char* object, uint64_t expected, uint64_t* seen);
 // Clears the lock bit (the object is unchanged).
 void Unlock(char* object);
 // Installs a new allocated version: size, payload and check, then the lock word (version,
-// allocated, unlocked). The object must be locked by the caller.
-void InstallObject(char* object, uint64_t version, const char* payload, uint64_t size);
-// Installs a freed version: the lock word (version, not allocated, unlocked).
-void InstallFree(char* object, uint64_t version);
+// allocated, unlocked unless `keep_locked`). The object must be locked by the caller.
+void InstallObject(char* object, uint64_t version, const char* payload, uint64_t size,
+                   bool keep_locked = false);
+// Installs a freed version: the lock word (version, not allocated, unlocked unless
+// `keep_locked`).
+void InstallFree(char* object, uint64_t version, bool keep_locked = false);
 
 // A human-readable name of a state, for errors.
 absl::string_view ObjectStateName(ObjectState state);

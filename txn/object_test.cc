@@ -1,13 +1,12 @@
 #include "txn/object.h"
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 namespace farm {
 namespace txn {
@@ -151,8 +150,7 @@ TEST_CASE("a copy mixing a reused slot's lifetimes is torn, whatever their sizes
   }
 }
 
-TEST_CASE("a copy interrupted by a commit is torn, seen and rejected, at every split",
-          "[object]") {
+TEST_CASE("a copy interrupted by a commit is torn, seen and rejected, at every split", "[object]") {
   // Deterministic torn copies: a reader copies a random part of the object's bytes, a commit
   // installs the next version, the reader copies the rest. Every copy that mixes bytes of both
   // versions must be rejected, and the test counts them: it cannot pass without making them.
@@ -244,8 +242,7 @@ TEST_CASE("readers never accept a torn value while a writer commits (byte-wise c
   for (auto& t : readers) t.join();
   stop = true;
   writer.join();
-  INFO("accepted " << accepted.load() << ", torn " << torn.load() << ", locked "
-                   << locked.load());
+  INFO("accepted " << accepted.load() << ", torn " << torn.load() << ", locked " << locked.load());
   CHECK(failed_commits.load() == 0);
   CHECK(bad.load() == 0);
   CHECK(accepted.load() > 0);

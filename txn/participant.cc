@@ -83,8 +83,8 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
                                absl::string_view encoded) {
   std::lock_guard<std::mutex> l(mu_);
   if (request.txn.node != coordinator) {
-    return absl::InvalidArgumentError(absl::StrCat("LOCK for transaction ", request.txn.ToString(),
-                                                   " from node ", coordinator));
+    return absl::InvalidArgumentError(
+        absl::StrCat("LOCK for transaction ", request.txn.ToString(), " from node ", coordinator));
   }
   // Checked under mu_, like Fence runs: a LOCK still in a ring when its coordinator left is
   // refused here or undone there.
@@ -115,8 +115,8 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
   };
   for (const WriteRecord& w : request.writes) {
     const uint64_t size = w.kind == WriteKind::kFree ? 0 : w.data.size();
-    absl::StatusOr<char*> object =
-        w.kind == WriteKind::kFree ? allocator_->Object(w.addr, 1) : allocator_->Object(w.addr, size);
+    absl::StatusOr<char*> object = w.kind == WriteKind::kFree ? allocator_->Object(w.addr, 1)
+                                                              : allocator_->Object(w.addr, size);
     if (!object.ok()) {
       failed = object.status();
       break;
@@ -206,8 +206,8 @@ absl::Status Participant::Commit(uint32_t coordinator, const DecisionRequest& re
 absl::Status Participant::Abort(uint32_t coordinator, const DecisionRequest& request) {
   std::lock_guard<std::mutex> l(mu_);
   if (request.txn.node != coordinator) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ABORT of transaction ", request.txn.ToString(), " from node ", coordinator));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ABORT of transaction ", request.txn.ToString(), " from node ", coordinator));
   }
   auto it = records_.find(request.txn);
   if (it != records_.end()) {
@@ -262,13 +262,24 @@ std::vector<Participant::Undecided> Participant::Fence(uint32_t coordinator, uin
 
 std::vector<bool> Participant::Committed(uint32_t coordinator, uint64_t epoch,
                                          const std::vector<TxnId>& txns) {
+  std::vector<bool> out;
+  for (SettleState s : States(coordinator, epoch, txns)) {
+    out.push_back(s == SettleState::kCommitted);
+  }
+  return out;
+}
+
+std::vector<SettleState> Participant::States(uint32_t coordinator, uint64_t epoch,
+                                             const std::vector<TxnId>& txns) {
   std::lock_guard<std::mutex> l(mu_);
   FenceLocked(coordinator, epoch);
-  std::vector<bool> out;
+  std::vector<SettleState> out;
   out.reserve(txns.size());
   for (const TxnId& t : txns) {
     auto it = records_.find(t);
-    out.push_back(it != records_.end() && it->second.committed);
+    out.push_back(it == records_.end()   ? SettleState::kUnknown
+                  : it->second.committed ? SettleState::kCommitted
+                                         : SettleState::kUndecided);
   }
   return out;
 }
@@ -308,7 +319,8 @@ std::vector<LogRecord> Participant::Log(uint32_t coordinator) const {
   });
   std::vector<LogRecord> out;
   for (const auto& [txn, r] : mine) {
-    for (const std::string& lock : r->locks) out.push_back(LogRecord{LogRecordType::kLock, txn, lock});
+    for (const std::string& lock : r->locks)
+      out.push_back(LogRecord{LogRecordType::kLock, txn, lock});
     if (r->committed) out.push_back(LogRecord{LogRecordType::kCommitPrimary, txn, ""});
   }
   return out;

@@ -53,8 +53,8 @@ class Participant {
  public:
   // `is_member(node)` says whether a node is in this node's current membership (a LOCK or a
   // reservation from a coordinator that is not is refused).
-  explicit Participant(Allocator* allocator,
-                       std::function<bool(uint32_t)> is_member = [](uint32_t) { return true; })
+  explicit Participant(
+      Allocator* allocator, std::function<bool(uint32_t)> is_member = [](uint32_t) { return true; })
       : allocator_(allocator), is_member_(std::move(is_member)) {}
   Participant(const Participant&) = delete;
   Participant& operator=(const Participant&) = delete;
@@ -92,8 +92,10 @@ class Participant {
   std::vector<Undecided> Fence(uint32_t coordinator, uint64_t epoch);
   // Another owner's question (SETTLE): fences as Fence does, then says for each of `txns`
   // whether it committed here.
-  std::vector<bool> Committed(uint32_t coordinator, uint64_t epoch,
-                              const std::vector<TxnId>& txns);
+  std::vector<bool> Committed(uint32_t coordinator, uint64_t epoch, const std::vector<TxnId>& txns);
+  // The same, saying also which are locked here undecided (SettleState).
+  std::vector<SettleState> States(uint32_t coordinator, uint64_t epoch,
+                                  const std::vector<TxnId>& txns);
   // Decides a fenced coordinator's undecided transaction: installs it (commit) or unlocks it.
   // A no-op for a transaction that is not locked here.
   void Settle(const TxnId& txn, bool commit);
@@ -124,7 +126,7 @@ class Participant {
   struct Record {
     bool committed = false;
     std::vector<uint32_t> participants;
-    std::vector<Locked> objects;  // while locked
+    std::vector<Locked> objects;     // while locked
     std::vector<std::string> locks;  // the LOCK requests as received
   };
   // Whether `txn` comes from an incarnation that was fenced. Caller holds mu_.

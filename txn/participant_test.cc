@@ -1,12 +1,12 @@
 #include "txn/participant.h"
 
-#include <cstdio>
-#include <cstring>
 #include <unistd.h>
-#include <string>
-#include <vector>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "txn/allocator.h"
 #include "txn/object.h"
@@ -112,8 +112,9 @@ TEST_CASE("LOCK refuses changed, locked and freed objects and leaves nothing loc
   const GlobalAddress b = Create(h, 2, "bbbb");
 
   // Stale version of b: a's lock is released again.
-  absl::Status s = Lock(h, 3, {WriteRecord{a, WriteKind::kWrite, 1, "AAAA"},
-                               WriteRecord{b, WriteKind::kWrite, 0, "BBBB"}});
+  absl::Status s = Lock(
+      h, 3,
+      {WriteRecord{a, WriteKind::kWrite, 1, "AAAA"}, WriteRecord{b, WriteKind::kWrite, 0, "BBBB"}});
   CHECK(absl::IsAborted(s));
   CHECK(s.message().find("changed") != std::string::npos);
   CHECK_FALSE(IsLocked(h.Word(a)));
@@ -153,8 +154,7 @@ TEST_CASE("addresses that are not objects are refused", "[participant]") {
   CHECK(absl::IsInvalidArgument(
       Lock(h, 5, {WriteRecord{a, WriteKind::kWrite, 1, std::string(100, 'y')}})));
   // An allocation into a slot nobody reserved.
-  CHECK(absl::IsInvalidArgument(
-      Lock(h, 6, {WriteRecord{a + 64, WriteKind::kAlloc, 0, "y"}})));
+  CHECK(absl::IsInvalidArgument(Lock(h, 6, {WriteRecord{a + 64, WriteKind::kAlloc, 0, "y"}})));
   CHECK(h.participant->locked_objects() == 0);
 }
 
@@ -213,7 +213,9 @@ TEST_CASE("memory full is ResourceExhausted; oversized objects are refused", "[p
   CoordinatorLeft(*h.participant);
   CHECK(h.allocator->slots_in_use() == 0);
   // (it rejoins as a new incarnation)
-  CHECK(h.participant->Reserve(kCoordinator, ReserveRequest{TxnId{kCoordinator, kIncarnation + 1, 1}, 1000}).ok());
+  CHECK(h.participant
+            ->Reserve(kCoordinator, ReserveRequest{TxnId{kCoordinator, kIncarnation + 1, 1}, 1000})
+            .ok());
 }
 
 TEST_CASE("log records stay until truncated; aborted ones go at once", "[participant]") {
@@ -321,8 +323,8 @@ TEST_CASE("a departed coordinator's transactions are settled as the other owners
   // (a is locked by 3: another transaction cannot lock it)
   REQUIRE(absl::IsAborted(Lock(h, 5, {WriteRecord{a, WriteKind::kWrite, 1, "xxxx"}})));
   // Another owner asks first: the coordinator is fenced here before the answer.
-  std::vector<bool> asked = h.participant->Committed(kCoordinator, kIncarnation + 1,
-                                                     {Txn(2), Txn(3), Txn(9)});
+  std::vector<bool> asked =
+      h.participant->Committed(kCoordinator, kIncarnation + 1, {Txn(2), Txn(3), Txn(9)});
   CHECK(asked == std::vector<bool>{true, false, false});
   // Fenced: a late COMMIT-PRIMARY or LOCK of the departed coordinator is refused.
   CHECK(absl::IsUnavailable(Commit(h, 3)));
@@ -338,8 +340,10 @@ TEST_CASE("a departed coordinator's transactions are settled as the other owners
   CHECK(h.Value(b, 4) == "bbbb");
   CHECK(h.participant->locked_objects() == 0);
   // A new incarnation of the same node is not fenced.
-  LockRequest fresh{TxnId{kCoordinator, kIncarnation + 1, 1}, {1},
-                    {WriteRecord{b, WriteKind::kWrite, 1, "cccc"}}, {}};
+  LockRequest fresh{TxnId{kCoordinator, kIncarnation + 1, 1},
+                    {1},
+                    {WriteRecord{b, WriteKind::kWrite, 1, "cccc"}},
+                    {}};
   CHECK(h.participant->Lock(kCoordinator, fresh, EncodeLock(fresh)).ok());
   // Forgetting drops the departed incarnation's committed records only.
   h.participant->Forget(kCoordinator, kIncarnation + 1);
@@ -371,8 +375,8 @@ TEST_CASE("objects of an object array cannot be freed", "[participant]") {
 }
 
 TEST_CASE("corrupt protocol messages are errors, never crashes", "[participant]") {
-  LockRequest r{Txn(9), {1, 2}, {WriteRecord{GlobalAddress{1, 64}, WriteKind::kWrite, 3, "v"}},
-                {5}};
+  LockRequest r{
+      Txn(9), {1, 2}, {WriteRecord{GlobalAddress{1, 64}, WriteKind::kWrite, 3, "v"}}, {5}};
   const std::string good = EncodeLock(r);
   REQUIRE(DecodeLock(good).ok());
   // Every truncation and a huge count.
@@ -392,7 +396,7 @@ TEST_CASE("corrupt protocol messages are errors, never crashes", "[participant]"
   REQUIRE(back.ok());
   CHECK(back->txns.size() == 2);
   CHECK(back->txns[1] == Txn(2));
-  CHECK_FALSE(DecodeSettleAnswer(std::string(1, 2), 1).ok());
+  CHECK_FALSE(DecodeSettleAnswer(std::string(1, 3), 1).ok());
   CHECK_FALSE(DecodeSettleAnswer("", 1).ok());
 }
 

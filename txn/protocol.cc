@@ -126,18 +126,18 @@ absl::StatusOr<SettleRequest> DecodeSettle(absl::string_view b) {
   return out;
 }
 
-std::string EncodeSettleAnswer(const std::vector<bool>& committed) {
-  std::string out(committed.size(), '\0');
-  for (size_t i = 0; i < committed.size(); ++i) out[i] = committed[i] ? 1 : 0;
+std::string EncodeSettleAnswer(const std::vector<SettleState>& states) {
+  std::string out(states.size(), '\0');
+  for (size_t i = 0; i < states.size(); ++i) out[i] = static_cast<char>(states[i]);
   return out;
 }
 
-absl::StatusOr<std::vector<bool>> DecodeSettleAnswer(absl::string_view b, size_t txns) {
+absl::StatusOr<std::vector<SettleState>> DecodeSettleAnswer(absl::string_view b, size_t txns) {
   if (b.size() != txns) return WireReader::Corrupt("settle answer");
-  std::vector<bool> out(txns);
+  std::vector<SettleState> out(txns);
   for (size_t i = 0; i < txns; ++i) {
-    if (b[i] != 0 && b[i] != 1) return WireReader::Corrupt("settle answer");
-    out[i] = b[i] == 1;
+    if (b[i] < 0 || b[i] > 2) return WireReader::Corrupt("settle answer");
+    out[i] = static_cast<SettleState>(b[i]);
   }
   return out;
 }
@@ -155,6 +155,25 @@ absl::StatusOr<ReserveRequest> DecodeReserve(absl::string_view b) {
   if (!GetTxn(r, &out.txn) || !r.U64(&out.size) || !r.done()) {
     return WireReader::Corrupt("reserve");
   }
+  return out;
+}
+
+std::string EncodeArray(const ArrayRecord& r) {
+  WireWriter w;
+  w.U64(r.first.Pack());
+  w.U64(r.size);
+  w.U64(r.count);
+  return std::move(w.str());
+}
+
+absl::StatusOr<ArrayRecord> DecodeArray(absl::string_view b) {
+  WireReader r(b);
+  ArrayRecord out;
+  uint64_t first = 0;
+  if (!r.U64(&first) || !r.U64(&out.size) || !r.U64(&out.count) || !r.done()) {
+    return WireReader::Corrupt("object array");
+  }
+  out.first = GlobalAddress::Unpack(first);
   return out;
 }
 

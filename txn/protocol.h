@@ -42,6 +42,10 @@ inline constexpr uint16_t kAbortMethod = 0xff22;
 inline constexpr uint16_t kReserveMethod = 0xff23;
 inline constexpr uint16_t kSettleMethod = 0xff24;
 inline constexpr uint16_t kCommitBackupMethod = 0xff25;
+inline constexpr uint16_t kArrayBackupMethod = 0xff26;
+// DROP-BACKUP (a DecisionRequest): the coordinator aborts a transaction after COMMIT-BACKUP
+// (a region it wrote changed its primary meanwhile): the backups drop its records.
+inline constexpr uint16_t kDropBackupMethod = 0xff27;
 
 // A transaction: the coordinator's node, the coordinator's incarnation (the membership epoch in
 // which that process joined: a restarted node joins again under a higher one) and a sequence
@@ -103,10 +107,11 @@ struct DecisionRequest {
 std::string EncodeDecision(const DecisionRequest& r);
 absl::StatusOr<DecisionRequest> DecodeDecision(absl::string_view b);
 
-// SETTLE: `coordinator` left the cluster in membership epoch `fence_epoch`; the asking owner
-// holds `txns` of it locked and undecided. The answer says, for each, whether the answering
-// owner committed it (one byte each, 0 or 1). Every owner asks every other member once per
-// departure, with an empty list if it holds nothing of the coordinator's.
+// SETTLE: `coordinator` left the cluster in membership epoch `fence_epoch`; the asking node
+// holds `txns` of it undecided (locked as an owner, or kept as a backup's COMMIT-BACKUP record).
+// The answer says, for each, what the answering node's participant knows of it (one byte each,
+// SettleState). Every node asks every other member once per departure, with an empty list if it
+// holds nothing of the coordinator's.
 struct SettleRequest {
   uint32_t coordinator = 0;
   uint64_t fence_epoch = 0;
@@ -114,8 +119,13 @@ struct SettleRequest {
 };
 std::string EncodeSettle(const SettleRequest& r);
 absl::StatusOr<SettleRequest> DecodeSettle(absl::string_view b);
-std::string EncodeSettleAnswer(const std::vector<bool>& committed);
-absl::StatusOr<std::vector<bool>> DecodeSettleAnswer(absl::string_view b, size_t txns);
+enum class SettleState : uint8_t {
+  kUnknown = 0,    // not locked here and not remembered committed (never here, or truncated)
+  kCommitted = 1,  // COMMIT-PRIMARY applied here
+  kUndecided = 2,  // locked here, no decision yet
+};
+std::string EncodeSettleAnswer(const std::vector<SettleState>& states);
+absl::StatusOr<std::vector<SettleState>> DecodeSettleAnswer(absl::string_view b, size_t txns);
 
 // A reservation request: the object's size; the response is the packed slot address and the
 // slot's version (16 bytes), which the allocation's COMMIT-BACKUP carries.
@@ -125,6 +135,17 @@ struct ReserveRequest {
 };
 std::string EncodeReserve(const ReserveRequest& r);
 absl::StatusOr<ReserveRequest> DecodeReserve(absl::string_view b);
+
+// An object array (Engine::CreateObjectArray) for the backups of its region: `count` objects of
+// `size` payload bytes from `first` on, one slot (the size's class) apart, each at version 1
+// with zeros. The primary sends it before anyone learns the array's address.
+struct ArrayRecord {
+  GlobalAddress first;
+  uint64_t size = 0;
+  uint64_t count = 0;
+};
+std::string EncodeArray(const ArrayRecord& r);
+absl::StatusOr<ArrayRecord> DecodeArray(absl::string_view b);
 
 // One record of a pair's log.
 struct LogRecord {

@@ -38,7 +38,8 @@ void RetireStaging(ThreadContext& ctx, const Node::Batch& batch) {
 absl::Status CheckLease(const Node& node) {
   if (node.lease_held()) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(
-      "node ", node.id(), "'s lease with the configuration manager expired: what it read may be "
+      "node ", node.id(),
+      "'s lease with the configuration manager expired: what it read may be "
       "stale (the cluster may have moved on without it), so it reads and commits nothing"));
 }
 
@@ -109,8 +110,8 @@ absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t siz
         return absl::NotFoundError(
             absl::StrCat("no object at ", addr.ToString(), " (freed, or never allocated)"));
       case ObjectState::kWrongSize:
-        return absl::InvalidArgumentError(absl::StrCat("the object at ", addr.ToString(), " has ",
-                                                       v.size, " bytes, not ", size));
+        return absl::InvalidArgumentError(
+            absl::StrCat("the object at ", addr.ToString(), " has ", v.size, " bytes, not ", size));
       case ObjectState::kLocked:
       case ObjectState::kTorn:
         break;
@@ -125,9 +126,9 @@ absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t siz
                                                absl::FormatDuration(budget)));
       }
       if (v.size != size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "no consistent copy of ", addr.ToString(), " as an object of ", size,
-            " bytes (its size word says ", v.size, ")"));
+        return absl::InvalidArgumentError(absl::StrCat("no consistent copy of ", addr.ToString(),
+                                                       " as an object of ", size,
+                                                       " bytes (its size word says ", v.size, ")"));
       }
       return absl::AbortedError(absl::StrCat("no consistent copy of object ", addr.ToString(),
                                              " within ", absl::FormatDuration(budget)));
@@ -139,9 +140,11 @@ absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t siz
 
 // rpc.Start, unless a test's callback at the sync point `point` drops this send (DecisionProbe):
 // it then fails as a back-pressured send would.
-absl::StatusOr<std::shared_ptr<Rpc::Pending>> StartUnlessDropped(
-    const char* point, Rpc& rpc, Messenger::Lane& lane, uint32_t owner, uint16_t method,
-    const std::string& payload, absl::Duration timeout) {
+absl::StatusOr<std::shared_ptr<Rpc::Pending>> StartUnlessDropped(const char* point, Rpc& rpc,
+                                                                 Messenger::Lane& lane,
+                                                                 uint32_t owner, uint16_t method,
+                                                                 const std::string& payload,
+                                                                 absl::Duration timeout) {
   DecisionProbe probe{method, owner, false};
   FARM_SYNC_POINT_CALLBACK(point, &probe);
   (void)point;
@@ -189,9 +192,9 @@ absl::Status CopyRanges(ThreadContext& ctx, absl::Span<const Range> ranges,
     if (remote.empty()) continue;
     if (absl::Status s = batch.Wait(ctx.timeout); !s.ok()) {
       RetireStaging(ctx, batch);
-      return absl::Status(s.code(), absl::StrCat("READ of ", remote.size(), " range(s) from ",
-                                                 ranges[remote[0].first].addr.ToString(), ": ",
-                                                 s.message()));
+      return absl::Status(s.code(),
+                          absl::StrCat("READ of ", remote.size(), " range(s) from ",
+                                       ranges[remote[0].first].addr.ToString(), ": ", s.message()));
     }
     for (const auto& [k, at] : remote) {
       std::memcpy((*out)[k].data(), ctx.staging->data() + at, ranges[k].len);
@@ -208,10 +211,10 @@ absl::Status LockFreeRead(ThreadContext& ctx, GlobalAddress addr, uint64_t size,
 absl::Status Transaction::CheckSize(uint64_t size) const {
   if (size == 0) return absl::InvalidArgumentError("an object has at least 1 byte");
   if (size > engine_->max_object_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an object of ", size, " bytes is larger than the largest object (",
-        engine_->max_object_size(), " bytes; larger messaging rings allow up to ", kMaxObjectSize,
-        ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("an object of ", size, " bytes is larger than the largest object (",
+                     engine_->max_object_size(), " bytes; larger messaging rings allow up to ",
+                     kMaxObjectSize, ")"));
   }
   return absl::OkStatus();
 }
@@ -225,9 +228,9 @@ Transaction::~Transaction() {
 
 absl::Status Transaction::CheckActive() const {
   if (state_ == State::kActive) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "transaction ", id_.ToString(), " was already ",
-      state_ == State::kCommitted ? "committed" : "aborted", "; begin a new one"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("transaction ", id_.ToString(), " was already ",
+                   state_ == State::kCommitted ? "committed" : "aborted", "; begin a new one"));
 }
 
 absl::StatusOr<uint32_t> Transaction::OwnerOf(GlobalAddress addr) const {
@@ -367,8 +370,7 @@ absl::Status Transaction::Write(GlobalAddress addr, absl::string_view value) {
     }
     if (value.size() != w->second.size) {
       return absl::InvalidArgumentError(absl::StrCat("the object at ", addr.ToString(), " has ",
-                                                     w->second.size, " bytes, not ",
-                                                     value.size()));
+                                                     w->second.size, " bytes, not ", value.size()));
     }
     w->second.data.assign(value.data(), value.size());
     return absl::OkStatus();
@@ -441,8 +443,8 @@ absl::StatusOr<GlobalAddress> Transaction::Alloc(uint64_t size, const AllocHint&
       slot_version = *v;
     }
   } else {
-    absl::StatusOr<std::string> r =
-        engine_->rpc()->Call(*ctx_->lane, target, kReserveMethod, EncodeReserve(req), ctx_->timeout);
+    absl::StatusOr<std::string> r = engine_->rpc()->Call(*ctx_->lane, target, kReserveMethod,
+                                                         EncodeReserve(req), ctx_->timeout);
     if (!r.ok()) return r.status();
     if (r->size() != 16) return absl::DataLossError("malformed reservation response");
     uint64_t words[2] = {0, 0};
@@ -459,9 +461,10 @@ absl::StatusOr<GlobalAddress> Transaction::Alloc(uint64_t size, const AllocHint&
     // write of the old object would land in the new one unnoticed (an allocation is not
     // version-checked at LOCK), as the KV store's PUT once wrote an overflow block it had read
     // into its new item of the same size. The reservation is released with the transaction.
-    return absl::AbortedError(absl::StrCat(
-        "object ", slot->ToString(), " was freed after this transaction read it (its slot was "
-        "just reserved for this transaction)"));
+    return absl::AbortedError(
+        absl::StrCat("object ", slot->ToString(),
+                     " was freed after this transaction read it (its slot was "
+                     "just reserved for this transaction)"));
   }
   writes_[key] = WriteEntry{WriteKind::kAlloc, slot_version, size, std::string(size, '\0'), target};
   return *slot;
@@ -602,13 +605,12 @@ absl::Status Transaction::Validate() {
   if (absl::Status s = ReadLockWords(addrs, &words); !s.ok()) return s;
   for (size_t i = 0; i < addrs.size(); ++i) {
     if (words[i] != expected[i]) {
-      std::string why =
-          IsLocked(words[i])                                   ? "is locked by a committing transaction"
-          : !IsAllocated(words[i]) && IsAllocated(expected[i]) ? "was freed"
-          : IsAllocated(words[i]) && !IsAllocated(expected[i])
-              ? "was absent when read and exists now"
-              : absl::StrCat("changed (version ", VersionOf(words[i]), ", read at ",
-                             VersionOf(expected[i]), ")");
+      std::string why = IsLocked(words[i]) ? "is locked by a committing transaction"
+                        : !IsAllocated(words[i]) && IsAllocated(expected[i]) ? "was freed"
+                        : IsAllocated(words[i]) && !IsAllocated(expected[i])
+                            ? "was absent when read and exists now"
+                            : absl::StrCat("changed (version ", VersionOf(words[i]), ", read at ",
+                                           VersionOf(expected[i]), ")");
       return absl::AbortedError(
           absl::StrCat("validation failed: object ", addrs[i].ToString(), " ", why));
     }
@@ -616,16 +618,16 @@ absl::Status Transaction::Validate() {
   return absl::OkStatus();
 }
 
-absl::Status Transaction::SendLocks(
-    const std::vector<std::pair<uint32_t, std::string>>& payloads) {
+absl::Status Transaction::SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads) {
   Node* node = engine_->node();
   Rpc* rpc = engine_->rpc();
   absl::Status first;
   std::vector<std::pair<uint32_t, std::shared_ptr<Rpc::Pending>>> calls;
   for (const auto& [owner, payload] : payloads) {
     if (owner == node->id()) continue;
-    absl::StatusOr<std::shared_ptr<Rpc::Pending>> p = StartUnlessDropped(
-        "Transaction::SendLocks:Send", *rpc, *ctx_->lane, owner, kLockMethod, payload, ctx_->timeout);
+    absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
+        StartUnlessDropped("Transaction::SendLocks:Send", *rpc, *ctx_->lane, owner, kLockMethod,
+                           payload, ctx_->timeout);
     if (!p.ok()) {
       // Back-pressure (the owner's ring stayed full): nothing of this transaction is applied
       // anywhere, so it is a conflict like any other; the caller runs it again.
@@ -661,16 +663,15 @@ Transaction::Delivery Transaction::Decide(uint16_t method, std::vector<uint32_t>
   for (uint32_t o : owners) messages.emplace_back(o, payload);
   Participant& local = engine_->participant();
   const uint32_t self = engine_->node()->id();
-  return Deliver(method, method == kCommitMethod ? "COMMIT-PRIMARY" : "ABORT",
-                 std::move(messages), [&](const std::string&) {
+  return Deliver(method, method == kCommitMethod ? "COMMIT-PRIMARY" : "ABORT", std::move(messages),
+                 [&](const std::string&) {
                    return method == kCommitMethod ? local.Commit(self, decision)
                                                   : local.Abort(self, decision);
                  });
 }
 
 Transaction::Delivery Transaction::Deliver(
-    uint16_t method, absl::string_view name,
-    std::vector<std::pair<uint32_t, std::string>> messages,
+    uint16_t method, absl::string_view name, std::vector<std::pair<uint32_t, std::string>> messages,
     const std::function<absl::Status(const std::string&)>& local) {
   Node* node = engine_->node();
   Rpc* rpc = engine_->rpc();
@@ -702,9 +703,9 @@ Transaction::Delivery Transaction::Deliver(
       const uint32_t o = messages[i].first;
       if (o == node->id()) continue;
       // Tests drop or delay a message here (as a back-pressured Start would).
-      absl::StatusOr<std::shared_ptr<Rpc::Pending>> p = StartUnlessDropped(
-          "Transaction::Decide:Send", *rpc, *ctx_->lane, o, method, messages[i].second,
-          ctx_->timeout);
+      absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
+          StartUnlessDropped("Transaction::Decide:Send", *rpc, *ctx_->lane, o, method,
+                             messages[i].second, ctx_->timeout);
       if (!p.ok()) {
         out.last_error = p.status();
         again.push_back(i);
@@ -745,8 +746,8 @@ Transaction::Delivery Transaction::Deliver(
         spdlog::warn("txn: node {} has not acknowledged {} of transaction {} for {}: {}", o,
                      std::string(name), id_.ToString(), absl::FormatDuration(ctx_->timeout),
                      out.last_error.ToString());
-        node->ReportSuspect(o, absl::StrCat("it did not acknowledge ", name, " of transaction ",
-                                            id_.ToString()));
+        node->ReportSuspect(
+            o, absl::StrCat("it did not acknowledge ", name, " of transaction ", id_.ToString()));
       }
     }
     absl::SleepFor(pause);
@@ -761,14 +762,24 @@ Transaction::Delivery Transaction::Deliver(
   }
   out.left.assign(left.begin(), left.end());
   for (const auto& [o, s] : out.refused) {
-    spdlog::error("txn: node {} refused {} of transaction {}: {}", o, std::string(name),
-                  id_.ToString(), s.ToString());
+    // A backup promoted meanwhile refuses COMMIT-BACKUP: expected, and the transaction aborts.
+    // Any other refusal is a protocol violation.
+    spdlog::log(method == kCommitBackupMethod ? spdlog::level::warn : spdlog::level::err,
+                "txn: node {} refused {} of transaction {}: {}", o, std::string(name),
+                id_.ToString(), s.ToString());
   }
   return out;
 }
 
-std::vector<uint32_t> Transaction::SendBackups() {
+std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   Node* node = engine_->node();
+  *moved = false;
+  for (const auto& [key, w] : writes_) {
+    absl::StatusOr<RemoteTarget> t = node->Resolve(GlobalAddress::Unpack(key), 8);
+    // The promoted backup locked only what its records held then: this write is not among them.
+    if (!t.ok() || t->node_id != w.owner) *moved = true;
+  }
+  if (*moved) return {};
   // The writes by backup node, in COMMIT-BACKUP messages of at most max_message bytes each.
   std::map<uint32_t, std::vector<LockRequest>> parts;
   std::map<uint32_t, uint64_t> part_bytes;
@@ -802,11 +813,13 @@ std::vector<uint32_t> Transaction::SendBackups() {
                                return r.ok() ? local.Append(self, *r) : r.status();
                              });
   // A backup that left holds no copy to keep up to date (the region is degraded until it gets
-  // a new one); one that refused is a bug, logged by Deliver.
+  // a new one). One that refused was promoted (or fenced this node): the commit cannot go on.
+  *moved = !d.refused.empty();
   return d.acked;
 }
 
-std::vector<uint32_t> Transaction::ReservationOnlyOwners(const std::vector<uint32_t>& owners) const {
+std::vector<uint32_t> Transaction::ReservationOnlyOwners(
+    const std::vector<uint32_t>& owners) const {
   std::vector<uint32_t> out;
   for (uint32_t o : reserve_owners_) {
     if (std::find(owners.begin(), owners.end(), o) == owners.end()) out.push_back(o);
@@ -847,7 +860,8 @@ absl::Status Transaction::Commit() {
       part_bytes[w.owner] = 0;
     }
     part_bytes[w.owner] += bytes;
-    parts.back().writes.push_back(WriteRecord{GlobalAddress::Unpack(key), w.kind, w.version, w.data});
+    parts.back().writes.push_back(
+        WriteRecord{GlobalAddress::Unpack(key), w.kind, w.version, w.data});
   }
   if (locks.empty()) {
     // Read-only: validation alone, no messages.
@@ -906,7 +920,22 @@ absl::Status Transaction::Commit() {
   std::vector<uint32_t> backups;
   if (engine_->node()->f() > 0) {
     ++commit_rounds_;
-    backups = SendBackups();
+    bool moved = false;
+    backups = SendBackups(&moved);
+    if (moved) {
+      // Nothing was applied anywhere yet: the backups that kept the records drop them first (a
+      // record nobody holds undecided would be applied by a settlement), then the owners unlock.
+      std::vector<std::pair<uint32_t, std::string>> drops;
+      for (uint32_t b : backups) drops.emplace_back(b, EncodeDecision(DecisionRequest{id_}));
+      BackupLog& local = engine_->backup_log();
+      const uint32_t self = engine_->node()->id();
+      Deliver(kDropBackupMethod, "DROP-BACKUP", std::move(drops),
+              [&](const std::string&) { return local.Drop(self, id_); });
+      AbortAt(owners);
+      return absl::AbortedError(absl::StrCat("transaction ", id_.ToString(),
+                                             " aborted: a region it wrote moved to a promoted "
+                                             "backup during its commit"));
+    }
     FARM_SYNC_POINT("Transaction::Commit:AfterCommitBackup");
   }
   ++commit_rounds_;
@@ -936,17 +965,20 @@ absl::Status Transaction::Commit() {
   }
   if (d.evicted) {
     return absl::UnavailableError(absl::StrCat(
-        "transaction ", id_.ToString(), " was decided, but this node was evicted before an owner "
+        "transaction ", id_.ToString(),
+        " was decided, but this node was evicted before an owner "
         "confirmed COMMIT-PRIMARY: the owners settle it, and its outcome is unknown here"));
   }
   if (!d.refused.empty()) {
-    return absl::InternalError(absl::StrCat("transaction ", id_.ToString(), ": node ",
-                                            d.refused[0].first, " refused COMMIT-PRIMARY: ",
-                                            d.refused[0].second.message()));
+    return absl::InternalError(
+        absl::StrCat("transaction ", id_.ToString(), ": node ", d.refused[0].first,
+                     " refused COMMIT-PRIMARY: ", d.refused[0].second.message()));
   }
-  return absl::UnavailableError(absl::StrCat(
-      "transaction ", id_.ToString(), " was decided, but every owner left before confirming "
-      "COMMIT-PRIMARY (without replication their parts are lost): ", d.last_error.message()));
+  return absl::UnavailableError(
+      absl::StrCat("transaction ", id_.ToString(),
+                   " was decided, but every owner left before confirming "
+                   "COMMIT-PRIMARY (without replication their parts are lost): ",
+                   d.last_error.message()));
 }
 
 }  // namespace txn

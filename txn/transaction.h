@@ -81,9 +81,9 @@ struct ThreadContext {
 struct AllocHint {
   enum class Kind { kLocal, kOnNode, kNear, kAnywhere };
   Kind kind = Kind::kLocal;
-  uint32_t node = 0;     // kOnNode
-  GlobalAddress near;    // kNear: on the node that owns this address
-  uint64_t key = 0;      // kAnywhere: spread over the members by rendezvous hashing of the key
+  uint32_t node = 0;   // kOnNode
+  GlobalAddress near;  // kNear: on the node that owns this address
+  uint64_t key = 0;    // kAnywhere: spread over the members by rendezvous hashing of the key
 };
 
 // Reads the object at `addr` of `size` payload bytes outside any transaction: a consistent
@@ -149,7 +149,8 @@ class Transaction {
   static constexpr uint64_t kMaxCoalescedRead = 4096;
 
   // Message rounds the last Commit used (LOCK, COMMIT-BACKUP when the cluster keeps backups,
-  // COMMIT-PRIMARY: one each when there were writes; 0 for a read-only transaction), and the one-sided READs of its validation.
+  // COMMIT-PRIMARY: one each when there were writes; 0 for a read-only transaction), and the
+  // one-sided READs of its validation.
   int commit_rounds() const { return commit_rounds_; }
   int validation_reads() const { return validation_reads_; }
 
@@ -161,11 +162,11 @@ class Transaction {
   };
   // Where a decision went (Decide).
   struct Delivery {
-    std::vector<uint32_t> acked;    // applied it
-    std::vector<uint32_t> left;     // left the cluster before acknowledging
+    std::vector<uint32_t> acked;  // applied it
+    std::vector<uint32_t> left;   // left the cluster before acknowledging
     std::vector<std::pair<uint32_t, absl::Status>> refused;  // answered FailedPrecondition
-    bool evicted = false;           // this node was evicted before all answered
-    absl::Status last_error;        // the last transient failure seen
+    bool evicted = false;     // this node was evicted before all answered
+    absl::Status last_error;  // the last transient failure seen
   };
   struct WriteEntry {
     WriteKind kind = WriteKind::kWrite;
@@ -198,8 +199,10 @@ class Transaction {
                    const std::function<absl::Status(const std::string&)>& local);
   // COMMIT-BACKUP (ClusterConfig.f > 0): the writes to every backup of the regions written, in
   // messages of at most the engine's max_message, until each backup acknowledged or left. The
-  // backups that acknowledged, for the truncation after COMMIT-PRIMARY.
-  std::vector<uint32_t> SendBackups();
+  // backups that acknowledged, for the truncation after COMMIT-PRIMARY. Sets `*moved` when the
+  // transaction cannot commit: a region it wrote has another primary than the one it locked at
+  // (a backup was promoted meanwhile), or a backup refused the record (it was promoted).
+  std::vector<uint32_t> SendBackups(bool* moved);
   // The nodes where this transaction may hold reservations and that are not in `owners`.
   std::vector<uint32_t> ReservationOnlyOwners(const std::vector<uint32_t>& owners) const;
   // InvalidArgument unless 1 <= size <= the engine's largest object.
