@@ -277,7 +277,9 @@ class Worker {
   // once a run committed, fn's own error (the transaction is then aborted), or the last Aborted.
   // The default budget (zero) is 10 leases of the cluster (ClusterConfig.lease_ms), at least
   // 30 s: longer than it takes to detect a dead coordinator, whose locks are released only when
-  // the cluster learns that it left.
+  // the cluster learns that it left. With backups (ClusterConfig.f > 0) a run that failed with
+  // Unavailable because a node left meanwhile is run again too, if nothing of it was applied:
+  // the departed node's regions are served by their promoted backups.
   absl::Status Run(const std::function<absl::Status(Txn&)>& fn,
                    absl::Duration budget = absl::ZeroDuration());
   // A consistent copy of the object at `addr` (exactly `len` bytes, the object's size) outside
@@ -332,9 +334,9 @@ class Txn {
     static_assert(std::is_trivially_copyable<T>::value, "use Write for other types");
     return Write(addr, &value, sizeof(T));
   }
-  // A new object of `size` bytes (1 .. Runtime::max_object_size(); zeros until written), placed by `hint`
-  // and created at commit. Errors: InvalidArgument (size), ResourceExhausted (that node's memory
-  // is full), Unavailable.
+  // A new object of `size` bytes (1 .. Runtime::max_object_size(); zeros until written), placed by
+  // `hint` and created at commit. Errors: InvalidArgument (size), ResourceExhausted (that node's
+  // memory is full), Unavailable.
   absl::StatusOr<GlobalAddress> Alloc(uint64_t size, const AllocHint& hint = AllocHint::Local());
   // Frees the object at commit. Its slot may be reused at once: a transaction still holding its
   // address finds it freed or changed (versions never repeat) and aborts.

@@ -287,22 +287,30 @@ absl::Status Worker::Run(const std::function<absl::Status(Txn&)>& fn, absl::Dura
     return absl::InvalidArgumentError("a negative budget for Worker::Run");
   }
   if (budget == absl::ZeroDuration()) {
-    budget = std::max(absl::Seconds(30),
-                      10 * absl::Milliseconds(impl_->rt->node->config().lease_ms()));
+    budget =
+        std::max(absl::Seconds(30), 10 * absl::Milliseconds(impl_->rt->node->config().lease_ms()));
   }
   const absl::Time deadline = absl::Now() + budget;
   absl::Status last;
   // Random pauses after a conflict, growing, so that transactions that keep colliding spread.
-  uint64_t seed = reinterpret_cast<uintptr_t>(this) ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  uint64_t seed =
+      reinterpret_cast<uintptr_t>(this) ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   absl::Duration cap = absl::Microseconds(2);
   // At least one attempt; then until the budget is spent.
+  Node* node = impl_->rt->node.get();
   for (int attempt = 0; attempt == 0 || absl::Now() < deadline; ++attempt) {
+    const uint64_t map_before = node->map_version();
     std::unique_ptr<Txn> t = Begin();
     absl::Status s = fn(*t);
     if (s.ok()) s = t->Commit();
     if (!absl::IsAborted(s)) {
       if (!s.ok()) t->Abort();
-      return s;
+      // A node that left during the attempt (Unavailable) is a conflict with the
+      // reconfiguration when the cluster keeps backups: its regions moved to them, so the attempt
+      // is retried, if nothing of it was applied (an outcome that is unknown is returned).
+      const bool moved = absl::IsUnavailable(s) && node->f() > 0 &&
+                         node->map_version() != map_before && t->impl_->t.aborted();
+      if (!moved) return s;
     }
     last = s;
     t.reset();

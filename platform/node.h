@@ -103,6 +103,9 @@ class Node {
   control::Membership membership() const;
   // Node ids of the current members, ascending.
   std::vector<uint32_t> members() const;
+  // Changes whenever a membership (or the eviction) is applied: cheap, for seeing whether the
+  // configuration moved during an operation.
+  uint64_t map_version() const { return map_version_.load(std::memory_order_acquire); }
   // Whether `node_id` is a current member (no copy: for per-message checks).
   bool IsMember(uint32_t node_id) const;
   // Data regions (purpose "") or areas of `node_id` in the current membership, by index.

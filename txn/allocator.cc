@@ -98,6 +98,11 @@ absl::Status Allocator::Adopt(LocalRegion region, const RegionLayout& layout) {
   return absl::OkStatus();
 }
 
+bool Allocator::Has(uint32_t region) const {
+  std::lock_guard<std::mutex> l(mu_);
+  return region_index_.contains(region);
+}
+
 RegionLayout Allocator::EmptyLayout(uint64_t region_size) {
   RegionLayout out;
   out.block_size = BlockSizeOf(region_size);

@@ -80,6 +80,8 @@ class Allocator {
   // allocated", its other blocks free to carve. InvalidArgument for a layout that does not fit
   // the region, AlreadyExists for a region the allocator has.
   absl::Status Adopt(LocalRegion region, const RegionLayout& layout);
+  // Whether the region is in this allocator's heap.
+  bool Has(uint32_t region) const;
   // The layout of a region of `region_size` bytes that has nothing carved.
   static RegionLayout EmptyLayout(uint64_t region_size);
   // The layout of one of the allocator's regions (empty for an unknown one).

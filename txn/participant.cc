@@ -115,6 +115,14 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
   };
   for (const WriteRecord& w : request.writes) {
     const uint64_t size = w.kind == WriteKind::kFree ? 0 : w.data.size();
+    if (!allocator_->Has(w.addr.region)) {
+      // The coordinator's membership says this node serves the region and this node's does not
+      // (yet): a promotion under way. Nothing was locked; the coordinator retries.
+      failed = absl::AbortedError(absl::StrCat("region ", w.addr.region,
+                                               " is not served by this node (yet): the "
+                                               "configuration is changing; retry"));
+      break;
+    }
     absl::StatusOr<char*> object = w.kind == WriteKind::kFree ? allocator_->Object(w.addr, 1)
                                                               : allocator_->Object(w.addr, size);
     if (!object.ok()) {

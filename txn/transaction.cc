@@ -783,10 +783,12 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   // The writes by backup node, in COMMIT-BACKUP messages of at most max_message bytes each.
   std::map<uint32_t, std::vector<LockRequest>> parts;
   std::map<uint32_t, uint64_t> part_bytes;
+  std::map<uint32_t, std::vector<uint32_t>> region_backups;  // written region -> its backups
   for (const auto& [key, w] : writes_) {
     if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) continue;  // never created
     const GlobalAddress addr = GlobalAddress::Unpack(key);
-    for (uint32_t b : node->BackupsOf(addr.region)) {
+    region_backups[addr.region] = node->BackupsOf(addr.region);
+    for (uint32_t b : region_backups[addr.region]) {
       std::vector<LockRequest>& p = parts[b];
       const uint64_t bytes = 64 + w.data.size();
       if (p.empty() || part_bytes[b] + bytes > engine_->max_message() - Engine::kLockOverhead) {
@@ -815,6 +817,12 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   // A backup that left holds no copy to keep up to date (the region is degraded until it gets
   // a new one). One that refused was promoted (or fenced this node): the commit cannot go on.
   *moved = !d.refused.empty();
+  backed_up_ = true;
+  for (const auto& [region, bs] : region_backups) {
+    backed_up_ = backed_up_ && std::any_of(bs.begin(), bs.end(), [&](uint32_t b) {
+                   return std::find(d.acked.begin(), d.acked.end(), b) != d.acked.end();
+                 });
+  }
   return d.acked;
 }
 
@@ -954,6 +962,19 @@ absl::Status Transaction::Commit() {
   if (d.refused.empty() && !d.evicted) {
     for (uint32_t b : backups) engine_->AddBackupTruncation(b, id_.seq);
   }
+  const uint32_t self = engine_->node()->id();
+  const bool only_self =
+      std::all_of(d.acked.begin(), d.acked.end(), [&](uint32_t o) { return o == self; });
+  if (d.evicted && only_self && commit_at.size() > 1) {
+    // Only this node's own part was applied, and it was evicted before another owner confirmed:
+    // the others settle the transaction without this node (it may have been paused past its
+    // lease after applying its part), so it may well be aborted there. Its outcome is unknown
+    // here; saying "committed" could report a transaction that the cluster aborted.
+    return absl::UnavailableError(absl::StrCat(
+        "transaction ", id_.ToString(),
+        " was decided, but this node was evicted before another owner confirmed COMMIT-PRIMARY: "
+        "the owners settle it, and its outcome is unknown here"));
+  }
   if (!d.acked.empty()) {
     // Committed at an owner: the decision is final (the owners settle the rest among
     // themselves if this node is evicted). Owners that left took their part with them (f = 0).
@@ -973,6 +994,15 @@ absl::Status Transaction::Commit() {
     return absl::InternalError(
         absl::StrCat("transaction ", id_.ToString(), ": node ", d.refused[0].first,
                      " refused COMMIT-PRIMARY: ", d.refused[0].second.message()));
+  }
+  if (backed_up_) {
+    // Every region it wrote has a backup that keeps its record: the promoted backups apply it
+    // (at the truncation below, or at the settlement if this node leaves first).
+    spdlog::warn(
+        "txn: transaction {} committed; its owners left before applying it, and their "
+        "regions' backups hold it",
+        id_.ToString());
+    return absl::OkStatus();
   }
   return absl::UnavailableError(
       absl::StrCat("transaction ", id_.ToString(),

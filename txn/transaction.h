@@ -152,6 +152,8 @@ class Transaction {
   // COMMIT-PRIMARY: one each when there were writes; 0 for a read-only transaction), and the
   // one-sided READs of its validation.
   int commit_rounds() const { return commit_rounds_; }
+  // Whether it ended aborted: nothing of it was applied anywhere.
+  bool aborted() const { return state_ == State::kAborted; }
   int validation_reads() const { return validation_reads_; }
 
  private:
@@ -219,6 +221,8 @@ class Transaction {
   std::map<uint64_t, WriteEntry> writes_;  // by packed address
   std::set<uint32_t> reserve_owners_;      // nodes asked for a reservation
   int commit_rounds_ = 0;
+  // Set by SendBackups: every region written has a backup that acknowledged COMMIT-BACKUP.
+  bool backed_up_ = false;
   int validation_reads_ = 0;
 };
 
