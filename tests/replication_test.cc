@@ -54,12 +54,14 @@ std::unique_ptr<Worker> NewWorker(Runtime& rt) {
   return std::move(*w);
 }
 
-// Waits (bounded) until no node keeps an untruncated COMMIT-BACKUP record: the coordinators
-// send their truncations within a few milliseconds once idle.
+// Waits (bounded) until no node keeps an untruncated COMMIT-BACKUP record and every object array
+// reached its backups: the engines send them within a few milliseconds once idle.
 void WaitForTruncation(std::vector<std::unique_ptr<Runtime>>& rts) {
   for (int i = 0; i < 3000; ++i) {
     size_t kept = 0;
-    for (auto& rt : rts) kept += EngineOf(*rt).backup_log().records();
+    for (auto& rt : rts) {
+      kept += EngineOf(*rt).backup_log().records() + EngineOf(*rt).pending_arrays();
+    }
     if (kept == 0) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -30,31 +30,21 @@ absl::StatusOr<GlobalAddress> Engine::CreateObjectArray(uint64_t size, uint64_t 
     }
     InstallObject(object, 1, zeros.data(), size);
   }
-  // The backups install the array too, before anyone learns its address (so before any
-  // transaction's COMMIT-BACKUP can name one of its objects): they hold it, and learn its blocks
-  // for the allocator, if they are promoted.
-  const ArrayRecord record{*first, size, count};
-  const std::string payload = EncodeArray(record);
-  // Mutant: the backups never get the array (a promoted copy would have no buckets).
-  for (uint32_t b : FARM_MUTANT("skip_array_backup") ? std::vector<uint32_t>{}
-                                                     : node_->BackupsOf(first->region)) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    for (;;) {
-      absl::StatusOr<std::string> r =
-          rpc_->Call(b, kArrayBackupMethod, payload, deadline - absl::Now());
-      if (r.ok()) break;
-      const std::vector<uint32_t> now = node_->BackupsOf(first->region);
-      if (std::find(now.begin(), now.end(), b) == now.end()) break;  // it left: one copy less
-      // A backup that has not applied the membership naming it yet has no copy: it answers
-      // Unavailable until it has. Anything else is a bug, or the deadline.
-      if (!absl::IsUnavailable(r.status()) || absl::Now() >= deadline) {
-        return absl::Status(r.status().code(),
-                            absl::StrCat("object array at ", first->ToString(), ": backup node ", b,
-                                         " did not install it: ", r.status().message()));
+  // The backups install the array too (and learn its blocks for the allocator, if they are
+  // promoted). Sent by the engine's thread, not waited for here: a node creates its arrays
+  // before it serves (the KV store's shards), and so may its backups, which answer only once
+  // they serve. A transaction's COMMIT-BACKUP for an array object may reach a backup before the
+  // array does; the newest version wins either way.
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    // Mutant: the backups never get the array (a promoted copy would have no buckets).
+    if (!FARM_MUTANT("skip_array_backup")) {
+      for (uint32_t b : node_->BackupsOf(first->region)) {
+        pending_arrays_.emplace_back(b, ArrayRecord{*first, size, count});
       }
-      absl::SleepFor(absl::Milliseconds(1));
     }
   }
+  cv_.notify_all();
   return *first;
 }
 
@@ -299,13 +289,15 @@ void Engine::SettlementLoop() {
         }
         return static_cast<Departure*>(nullptr);
       };
-      // Backup truncations that no transaction took are sent after a short wait.
+      // Backup truncations that no transaction took are sent after a short wait, and so are
+      // object arrays for the backups (again after a failure).
       while (!stopping_ && next() == nullptr) {
-        if (backup_truncations_.empty()) {
+        if (backup_truncations_.empty() && pending_arrays_.empty()) {
           cv_.wait(l);
         } else if (cv_.wait_for(l, absl::ToChronoNanoseconds(kBackupTruncationDelay)) ==
                    std::cv_status::timeout) {
           l.unlock();
+          FlushArrays();
           FlushBackupTruncations();
           l.lock();
         }
@@ -469,6 +461,37 @@ void Engine::AddBackupTruncation(uint32_t backup, uint64_t seq) {
   }
   // The engine's thread sleeps until there is something to truncate.
   if (first) cv_.notify_all();
+}
+
+void Engine::FlushArrays() {
+  std::vector<std::pair<uint32_t, ArrayRecord>> arrays;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    arrays.swap(pending_arrays_);
+  }
+  std::vector<std::pair<uint32_t, ArrayRecord>> again;
+  for (const auto& [b, record] : arrays) {
+    const std::vector<uint32_t> now = node_->BackupsOf(record.first.region);
+    if (std::find(now.begin(), now.end(), b) == now.end()) continue;  // it left: one copy less
+    absl::StatusOr<std::string> r =
+        rpc_->Call(*lane_, b, kArrayBackupMethod, EncodeArray(record), absl::Seconds(1));
+    if (r.ok()) continue;
+    // Unavailable: it has no copy yet (a membership not applied), or does not serve yet. Any
+    // other refusal is a bug; it is retried all the same, and said.
+    if (!absl::IsUnavailable(r.status()) && !absl::IsDeadlineExceeded(r.status())) {
+      spdlog::warn("txn: backup node {} did not install the object array at {}: {}", b,
+                   record.first.ToString(), r.status().ToString());
+    }
+    again.emplace_back(b, record);
+  }
+  if (again.empty()) return;
+  std::lock_guard<std::mutex> l(mu_);
+  pending_arrays_.insert(pending_arrays_.end(), again.begin(), again.end());
+}
+
+size_t Engine::pending_arrays() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return pending_arrays_.size();
 }
 
 void Engine::FlushBackupTruncations() {

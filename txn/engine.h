@@ -78,8 +78,13 @@ class Engine {
   // this node's memory, one slot size (the smallest power of two >= ObjectSpan(size)) apart, so
   // that one READ fetches several of them (e.g. a hash table's buckets): the first object's
   // address. They are ordinary objects from then on (transactions read and write them); they
-  // are never freed. Errors: as Allocator::ReserveArray.
+  // are never freed. The region's backups get the array from the engine's thread, soon after
+  // (pending_arrays). Errors: as Allocator::ReserveArray.
   absl::StatusOr<GlobalAddress> CreateObjectArray(uint64_t size, uint64_t count);
+
+  // Object arrays not yet acknowledged by a backup (CreateObjectArray sends them from the
+  // engine's thread; for tests).
+  size_t pending_arrays() const;
 
   TxnId NextId();
   // This node's incarnation (its joined epoch): the middle part of its transaction ids.
@@ -122,6 +127,8 @@ class Engine {
   void SettlementLoop();
   // Sends every pending backup truncation (the settlement thread, on its lane).
   void FlushBackupTruncations();
+  // Sends the object arrays the backups have not acknowledged yet (the same thread).
+  void FlushArrays();
   // Settles one departure: fence, ask, decide. Returns false if stopped.
   bool Settle(const Departure& d);
   // Forgets departures that every asker asked about (or left) and this node settled. Caller
@@ -156,6 +163,7 @@ class Engine {
   absl::flat_hash_map<std::pair<uint32_t, uint64_t>, absl::flat_hash_set<uint32_t>> asked_;
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> truncations_;         // guarded by mu_
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> backup_truncations_;  // guarded by mu_
+  std::vector<std::pair<uint32_t, ArrayRecord>> pending_arrays_;             // guarded by mu_
 };
 
 }  // namespace txn
