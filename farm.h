@@ -279,7 +279,8 @@ class Worker {
   // 30 s: longer than it takes to detect a dead coordinator, whose locks are released only when
   // the cluster learns that it left. With backups (ClusterConfig.f > 0) a run that failed with
   // Unavailable because a node left meanwhile is run again too, if nothing of it was applied:
-  // the departed node's regions are served by their promoted backups.
+  // the departed node's regions are served by their promoted backups (after a short recovery,
+  // during which they answer Unavailable: "region 5 is recovering ...").
   absl::Status Run(const std::function<absl::Status(Txn&)>& fn,
                    absl::Duration budget = absl::ZeroDuration());
   // A consistent copy of the object at `addr` (exactly `len` bytes, the object's size) outside

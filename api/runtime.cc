@@ -308,8 +308,10 @@ absl::Status Worker::Run(const std::function<absl::Status(Txn&)>& fn, absl::Dura
       // A node that left during the attempt (Unavailable) is a conflict with the
       // reconfiguration when the cluster keeps backups: its regions moved to them, so the attempt
       // is retried, if nothing of it was applied (an outcome that is unknown is returned).
-      const bool moved = absl::IsUnavailable(s) && node->f() > 0 &&
-                         node->map_version() != map_before && t->impl_->t.aborted();
+      // So is a region that is recovering (a backup took it over and the cluster has not yet
+      // activated it): the attempt is retried until it serves again.
+      const bool moved = absl::IsUnavailable(s) && node->f() > 0 && t->impl_->t.aborted() &&
+                         (node->map_version() != map_before || node->recovering_regions() > 0);
       if (!moved) return s;
     }
     last = s;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "platform/config.h"
 #include "platform/control_channel.h"
+#include "platform/mutant.h"
 #include "platform/placement.h"
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
@@ -62,6 +63,7 @@ class CmServerImpl : public CmServer {
     std::vector<control::RegionInfo> regions;  // region_id assigned
     std::unique_ptr<ControlChannel> channel;
     Clock::time_point last_heard;  // anything received renews the lease
+    uint64_t acked_epoch = 0;      // the last membership it said it applied (MembershipAck)
   };
 
   // A connection accepted, waiting for its join request.
@@ -275,7 +277,9 @@ class CmServerImpl : public CmServer {
   // one listed whose registered copy the CM knows): the region keeps its id, so every address
   // into it stays valid, and its memory is now that node's copy (RegionInfo.promoted). A region
   // with no such backup is lost with its primary. Called before the departed are erased.
-  void PromoteBackups(const std::map<uint32_t, std::string>& gone) {
+  // Returns how many regions it promoted.
+  int PromoteBackups(const std::map<uint32_t, std::string>& gone) {
+    int promoted = 0;
     for (const auto& [id, why] : gone) {
       auto m = members_.find(id);
       if (m == members_.end()) continue;
@@ -302,6 +306,7 @@ class CmServerImpl : public CmServer {
         p.set_remote_base(copy->remote_base());
         p.set_rkey(copy->rkey());
         p.set_promoted(true);
+        p.set_recovering(true);  // until ActivateRecovered
         p.clear_backup_node();
         for (uint32_t b : r.backup_node()) {
           if (b != to && !gone.count(b)) p.add_backup_node(b);
@@ -311,8 +316,10 @@ class CmServerImpl : public CmServer {
             "backups left)",
             r.region_id(), id, to, p.backup_node_size(), config_.f());
         members_[to].regions.push_back(std::move(p));
+        ++promoted;
       }
     }
+    return promoted;
   }
 
   // Drops the departed nodes' backup copies from the regions they backed up. The regions stay
@@ -399,6 +406,8 @@ class CmServerImpl : public CmServer {
           ack.mutable_heartbeat_ack()->set_epoch(epoch_);
           ack.mutable_heartbeat_ack()->set_seq(msg->heartbeat().seq());
           (void)m.channel->Send(ack);  // a failed send shows up as a closed connection next
+        } else if (msg->has_membership_ack()) {
+          m.acked_epoch = std::max(m.acked_epoch, msg->membership_ack().epoch());
         } else if (msg->has_backup_copy()) {
           backup_copies_[{msg->backup_copy().region_id(), id}] = msg->backup_copy();
         } else if (msg->has_suspect()) {
@@ -432,7 +441,10 @@ class CmServerImpl : public CmServer {
     for (const control::Suspect& s : suspects) {
       if (members_.count(s.node_id()) && !gone.count(s.node_id())) gone[s.node_id()] = s.reason();
     }
-    if (gone.empty()) return;
+    if (gone.empty()) {
+      ActivateRecovered(now);
+      return;
+    }
     for (const auto& [id, why] : gone) {
       if (why == kLeft) {
         spdlog::info("CM: node {} left", id);
@@ -445,15 +457,69 @@ class CmServerImpl : public CmServer {
       (void)m.channel->Send(eviction);  // it may be gone already; then nobody needs to know
       m.channel->Shutdown();
     }
-    PromoteBackups(gone);
+    const int recovering = PromoteBackups(gone);
     for (const auto& [id, why] : gone) {
+      // A node that failed may still be alive (paused, cut off) and act until its own lease
+      // ends, no later than the CM's view of it: what it served is not taken over before.
+      if (why != kLeft) {
+        recovery_not_before_ = std::max(recovery_not_before_, members_[id].last_heard + lease_);
+      }
       members_.erase(id);
       for (auto it = backup_copies_.begin(); it != backup_copies_.end();) {
         it = it->first.second == id ? backup_copies_.erase(it) : std::next(it);
       }
     }
     DropBackups(gone);
-    if (!members_.empty()) Broadcast(gone);
+    if (members_.empty()) return;
+    Broadcast(gone);
+    if (recovering > 0) {
+      recovery_epoch_ = epoch_;
+      recovery_start_ = now;
+      recovery_warned_ = false;
+    }
+  }
+
+  // The second phase of a reconfiguration that promoted backups (FaRM's NEW-CONFIG-COMMIT): once
+  // every member acknowledged the membership that made regions recovering (or a later one), so
+  // that nobody READs their old primaries with an older map and their new primaries took their
+  // recovery locks, and the failed old primaries' leases ran out (they commit nothing more),
+  // the regions serve again, in a new membership.
+  void ActivateRecovered(Clock::time_point now) {
+    if (recovery_epoch_ == 0) return;
+    if (now < recovery_not_before_ && !FARM_MUTANT("activate_before_lease")) return;
+    std::vector<uint32_t> waiting;
+    for (const auto& [id, m] : members_) {
+      if (m.acked_epoch < recovery_epoch_ && !FARM_MUTANT("activate_without_acks")) {
+        waiting.push_back(id);
+      }
+    }
+    if (!waiting.empty()) {
+      if (!recovery_warned_ && now - recovery_start_ > 2 * lease_) {
+        recovery_warned_ = true;
+        spdlog::warn(
+            "CM: promoted regions still wait for node(s) {} to acknowledge membership epoch {}: "
+            "they stay unavailable until then",
+            absl::StrJoin(waiting, ", "), recovery_epoch_);
+      }
+      return;
+    }
+    // Tests hold the activation back here (the argument: whether to activate now).
+    bool activate = true;
+    FARM_SYNC_POINT_CALLBACK("CmServer::Activate", &activate);
+    if (!activate) return;
+    std::vector<uint32_t> regions;
+    for (auto& [id, m] : members_) {
+      for (control::RegionInfo& r : m.regions) {
+        if (!r.recovering()) continue;
+        r.set_recovering(false);
+        regions.push_back(r.region_id());
+      }
+    }
+    recovery_epoch_ = 0;
+    spdlog::warn("CM: region(s) {} serve again ({} after the reconfiguration)",
+                 absl::StrJoin(regions, ", "),
+                 absl::FormatDuration(absl::FromChrono(Clock::now() - recovery_start_)));
+    Broadcast();
   }
 
   const config::ClusterConfig config_;
@@ -467,7 +533,13 @@ class CmServerImpl : public CmServer {
   bool formed_ = false;
   bool failed_ = false;
   uint64_t epoch_ = 0;
-  uint32_t next_region_id_ = 1;  // Region 0 is never valid, so a zero GlobalAddress is null.
+  // The membership that made regions recovering (0: none is), when, and the earliest the CM may
+  // activate them (the failed old primaries' leases have ended).
+  uint64_t recovery_epoch_ = 0;
+  Clock::time_point recovery_start_;
+  Clock::time_point recovery_not_before_;
+  bool recovery_warned_ = false;  // that recovery waits for an acknowledgement
+  uint32_t next_region_id_ = 1;   // Region 0 is never valid, so a zero GlobalAddress is null.
   std::atomic<bool> stop_{false};
   std::thread thread_;  // Last: starts after everything above is initialised.
 };
@@ -553,6 +625,14 @@ class TcpConfigurationManager : public ConfigurationManager {
     *m.mutable_backup_copy() = copy;
     std::lock_guard<std::mutex> l(send_mu_);
     (void)channel_->Send(m);  // if the CM is gone, nothing can be promoted anyway
+  }
+
+  void AckMembership(uint64_t epoch) override {
+    if (channel_ == nullptr || left_.load(std::memory_order_relaxed)) return;
+    control::ControlMessage m;
+    m.mutable_membership_ack()->set_epoch(epoch);
+    std::lock_guard<std::mutex> l(send_mu_);
+    (void)channel_->Send(m);
   }
 
   HeartbeatStats heartbeat_stats() const override {

@@ -76,6 +76,11 @@ class ConfigurationManager {
   // wait; best effort (a copy the CM does not know of is never promoted).
   virtual void ReportBackupCopy(const control::BackupCopy& copy) = 0;
 
+  // Tells the CM that this node applied membership `epoch` (its layers' listeners ran on it), so
+  // that the CM can activate the regions that membership made recovering. Does not wait; best
+  // effort (a node that cannot reach the CM loses its lease, and the CM stops waiting for it).
+  virtual void AckMembership(uint64_t epoch) = 0;
+
   // Leaves the cluster. Idempotent.
   virtual void Leave() = 0;
 

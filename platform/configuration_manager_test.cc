@@ -7,6 +7,7 @@
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -68,8 +69,7 @@ bool Lists(const control::Membership& m, uint32_t id) {
 
 }  // namespace
 
-TEST_CASE("a node's lease ends before the CM's view of it, whatever else the CM sends it",
-          "[cm]") {
+TEST_CASE("a node's lease ends before the CM's view of it, whatever else the CM sends it", "[cm]") {
   const config::ClusterConfig c = Config();
   absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(c);
   REQUIRE(server.ok());
@@ -121,6 +121,140 @@ TEST_CASE("a node's lease ends before the CM's view of it, whatever else the CM 
   n2->Leave();
   n1->Leave();
   n0->Leave();
+}
+
+}  // namespace farm
+
+namespace farm {
+namespace {
+
+// Nodes 0 (the CM's), 1 and 2 form the cluster with f = 1, each in its own failure domain.
+config::ClusterConfig ReplicatedConfig() {
+  absl::StatusOr<std::vector<uint16_t>> ports = testing::FreePorts(3);
+  REQUIRE(ports.ok());
+  std::string text = "provider: \"shm\" region_size: 1048576 region_count: 1 lock_memory: false" +
+                     std::string(" f: 1 lease_ms: ") + std::to_string(kLeaseMs);
+  for (int i = 0; i < 3; ++i) {
+    text += " node { id: " + std::to_string(i) + " host: \"" + testing::TestHost() +
+            "\" control_port: " + std::to_string((*ports)[i]) + " failure_domain: \"d" +
+            std::to_string(i) + "\" }";
+  }
+  absl::StatusOr<config::ClusterConfig> c = ParseClusterConfig(text);
+  REQUIRE(c.ok());
+  return *c;
+}
+
+const control::RegionInfo* FindRegion(const control::Membership& m, uint32_t region) {
+  for (const control::RegionInfo& r : m.regions()) {
+    if (r.region_id() == region) return &r;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a promoted region serves only once every member applied the change and the failed "
+    "primary's lease ended",
+    "[cm]") {
+  const config::ClusterConfig c = ReplicatedConfig();
+  absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(c);
+  REQUIRE(server.ok());
+  std::unique_ptr<ConfigurationManager> n[3] = {Client(c), Client(c), Client(c)};
+  // What each node received, and whether it acknowledges what it receives.
+  struct Seen {
+    std::mutex mu;
+    std::vector<std::pair<Clock::time_point, control::Membership>> memberships;
+    std::atomic<bool> ack{true};
+  };
+  Seen seen[3];
+  for (int i = 0; i < 3; ++i) {
+    n[i]->OnMembershipChange([&, i](const control::Membership& m) {
+      {
+        std::lock_guard<std::mutex> l(seen[i].mu);
+        seen[i].memberships.emplace_back(Clock::now(), m);
+      }
+      if (seen[i].ack.load()) n[i]->AckMembership(m.epoch());
+    });
+  }
+  std::vector<std::future<absl::StatusOr<control::Membership>>> joins;
+  for (uint32_t i = 0; i < 3; ++i) {
+    joins.push_back(std::async(std::launch::async,
+                               [&, i] { return n[i]->Join(Request(c, i), absl::Seconds(30)); }));
+  }
+  control::Membership first;
+  for (uint32_t i = 0; i < 3; ++i) {
+    absl::StatusOr<control::Membership> m = joins[i].get();
+    REQUIRE(m.ok());
+    n[i]->AckMembership(m->epoch());
+    first = *m;
+  }
+  // Node 1's region and its backup, b; h is the third node.
+  const control::RegionInfo* region = nullptr;
+  for (const control::RegionInfo& r : first.regions()) {
+    if (r.node_id() == 1 && r.purpose().empty()) region = &r;
+  }
+  REQUIRE(region != nullptr);
+  REQUIRE(region->backup_node_size() == 1);
+  const uint32_t id = region->region_id();
+  const uint32_t b = region->backup_node(0);
+  const uint32_t h = 2 - b;
+  INFO("region " << id << " of node 1, backed up by node " << b << "; node " << h << " holds");
+
+  SECTION("it waits for every member's acknowledgement") { seen[h].ack = false; }
+  SECTION("it waits for the failed primary's lease") {}
+
+  // The backup reports its copy, then reports node 1 (the CM reads one node's messages in order).
+  control::BackupCopy copy;
+  copy.set_region_id(id);
+  copy.set_remote_base(4096);
+  copy.set_rkey(7);
+  n[b]->ReportBackupCopy(copy);
+  n[b]->ReportSuspect(1, "the test reports it");
+
+  // Finds the membership at node `at` that promoted the region (recovering) and the one that
+  // activated it; waits up to 30 s for the latter unless `activated_too` is false.
+  auto find = [&](uint32_t at, control::Membership* promoted,
+                  std::optional<std::pair<Clock::time_point, control::Membership>>* activated) {
+    std::lock_guard<std::mutex> l(seen[at].mu);
+    for (const auto& [when, m] : seen[at].memberships) {
+      const control::RegionInfo* r = FindRegion(m, id);
+      if (r == nullptr || !r->promoted()) continue;
+      if (r->recovering() && promoted->epoch() == 0) *promoted = m;
+      if (!r->recovering() && !activated->has_value()) *activated = std::make_pair(when, m);
+    }
+  };
+  control::Membership promoted;
+  std::optional<std::pair<Clock::time_point, control::Membership>> activated;
+  for (int i = 0; i < 3000 && promoted.epoch() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    find(b, &promoted, &activated);
+  }
+  REQUIRE(promoted.epoch() != 0);
+  const control::RegionInfo* p = FindRegion(promoted, id);
+  CHECK(p->node_id() == b);
+  CHECK(p->remote_base() == 4096);
+  CHECK(p->rkey() == 7);
+
+  if (!seen[h].ack.load()) {
+    // Two leases after node 1's lease ended, nothing was activated: node h has not said that it
+    // applied the membership (it may still READ node 1's copy with the old map).
+    const Clock::time_point until = n[1]->lease_expiry() + std::chrono::milliseconds(2 * kLeaseMs);
+    while (Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    find(b, &promoted, &activated);
+    CHECK(!activated.has_value());
+    n[h]->AckMembership(promoted.epoch());
+  }
+  for (int i = 0; i < 3000 && !activated.has_value(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    find(b, &promoted, &activated);
+  }
+  REQUIRE(activated.has_value());
+  CHECK(activated->second.epoch() > promoted.epoch());
+  CHECK(FindRegion(activated->second, id)->node_id() == b);
+  // Node 1 (evicted, so no longer renewing) stopped acting before its region served elsewhere.
+  CHECK(n[1]->lease_expiry() < activated->first);
+  for (int i : {2, 1, 0}) n[i]->Leave();
 }
 
 }  // namespace farm

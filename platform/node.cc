@@ -145,6 +145,7 @@ absl::Status Node::Init() {
   }
   absl::Status s = ApplyMembership(*membership);
   if (!s.ok()) return s;
+  cm_->AckMembership(membership->epoch());
   spdlog::info("node {} is a member: epoch {}, {} node(s), {} region(s), provider {}", id_,
                membership->epoch(), membership->nodes_size(), membership->regions_size(),
                fabric_->provider());
@@ -277,7 +278,9 @@ absl::Status Node::InstallMembership(const control::Membership& m,
     peer_of_node[n.node_id()] = it->second;
   }
   absl::flat_hash_map<uint32_t, RegionEntry> map;
+  int recovering = 0;
   for (const control::RegionInfo& r : m.regions()) {
+    recovering += r.recovering();
     RegionEntry e;
     e.info = r;
     e.peer = peer_of_node[r.node_id()];
@@ -290,6 +293,7 @@ absl::Status Node::InstallMembership(const control::Membership& m,
     map[r.region_id()] = e;
   }
   region_map_ = std::move(map);
+  recovering_.store(recovering, std::memory_order_relaxed);
   backups_ = std::move(backups);
   membership_ = m;
   map_version_.fetch_add(1, std::memory_order_release);
@@ -312,6 +316,8 @@ void Node::Deliver(const control::Membership& m) {
     return;
   }
   for (const auto& [id, listener] : listeners_) listener(m);
+  // After the listeners: a promoted region's new primary has taken its recovery locks.
+  if (cm_ != nullptr) cm_->AckMembership(m.epoch());
 }
 
 bool Node::lease_held() const {
@@ -445,6 +451,12 @@ absl::StatusOr<RemoteTarget> Node::Resolve(GlobalAddress addr, size_t len) const
     return absl::OutOfRangeError(absl::StrCat("access of ", len, " bytes at ", addr.ToString(),
                                               " leaves region ", addr.region, " (node ",
                                               e.info.node_id(), ", ", e.info.size(), " bytes)"));
+  }
+  if (e.info.recovering()) {
+    return absl::UnavailableError(
+        absl::StrCat("region ", addr.region, " is recovering: node ", e.info.node_id(),
+                     " took it over from its failed primary and serves it once every member "
+                     "applied the change; retry"));
   }
   RemoteTarget t;
   t.node_id = e.info.node_id();

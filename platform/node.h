@@ -106,6 +106,10 @@ class Node {
   // Changes whenever a membership (or the eviction) is applied: cheap, for seeing whether the
   // configuration moved during an operation.
   uint64_t map_version() const { return map_version_.load(std::memory_order_acquire); }
+  // How many data regions of the current membership are recovering (RegionInfo.recovering:
+  // promoted, not yet activated by the CM); Resolve refuses them with Unavailable meanwhile.
+  // Cheap, for retry loops.
+  int recovering_regions() const { return recovering_.load(std::memory_order_relaxed); }
   // Whether `node_id` is a current member (no copy: for per-message checks).
   bool IsMember(uint32_t node_id) const;
   // Data regions (purpose "") or areas of `node_id` in the current membership, by index.
@@ -138,7 +142,8 @@ class Node {
   char* local_area(const std::string& purpose) const;
 
   // Resolves [addr, addr + len) to its owner. OutOfRange for an unknown region or a range that
-  // leaves it; InvalidArgument for an empty or oversized range.
+  // leaves it; InvalidArgument for an empty or oversized range; Unavailable for a region that is
+  // recovering (recovering_regions()).
   absl::StatusOr<RemoteTarget> Resolve(GlobalAddress addr, size_t len) const;
 
   // Copies len bytes at addr into dst (any memory), or dst into addr. Local regions are accessed
@@ -382,6 +387,7 @@ class Node {
   // Bumped (under map_mu_) whenever region_map_ changes; read without the lock by batches that
   // wait, to see cheaply whether a membership arrived.
   std::atomic<uint64_t> map_version_{0};
+  std::atomic<int> recovering_{0};  // recovering_regions(), written under map_mu_
   control::Membership membership_ ABSL_GUARDED_BY(map_mu_);
   absl::flat_hash_map<uint32_t, RegionEntry> region_map_ ABSL_GUARDED_BY(map_mu_);
   absl::flat_hash_map<std::string, PeerId> peers_by_address_ ABSL_GUARDED_BY(map_mu_);

@@ -3,6 +3,7 @@
 #include "platform/node.h"
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <future>
@@ -14,6 +15,7 @@
 #include "platform/config.h"
 #include "platform/control_channel.h"
 #include "platform/self_check.h"
+#include "platform/sync_point.h"
 #include "platform/testing/free_ports.h"
 #include "platform/testing/test_env.h"
 
@@ -261,6 +263,13 @@ TEST_CASE("with f = 1 every data region has a backup copy on another node", "[no
   for (auto& n : nodes) CHECK(n->BackupRegions().size() == 2);
 
   SECTION("a node that leaves: its backups serve its regions, which keep their ids") {
+    // The CM activates promoted regions only once the test lets it (CmServer::Activate).
+    std::atomic<bool> hold{true};
+    SyncPoint* sp = SyncPoint::GetInstance();
+    sp->SetCallBack("CmServer::Activate", [&](void* arg) {
+      if (hold.load()) *static_cast<bool*>(arg) = false;
+    });
+    sp->EnableProcessing();
     const std::vector<control::RegionInfo> leaving = nodes[0]->RegionsOf(2);
     nodes[2].reset();
     for (int i = 0; i < 200 && (nodes[0]->members().size() != 2 || nodes[1]->members().size() != 2);
@@ -269,6 +278,29 @@ TEST_CASE("with f = 1 every data region has a backup copy on another node", "[no
     }
     REQUIRE(nodes[0]->members() == std::vector<uint32_t>{0, 1});
     REQUIRE(nodes[1]->members() == std::vector<uint32_t>{0, 1});
+    // Promoted but recovering: nobody reads, writes or locks them, not even their new primary,
+    // until every member applied the change.
+    for (const control::RegionInfo& r : leaving) {
+      for (auto& n : {nodes[0].get(), nodes[1].get()}) {
+        INFO("region " << r.region_id() << " resolved on node " << n->id());
+        CHECK(n->recovering_regions() == 2);
+        absl::StatusOr<RemoteTarget> t = n->Resolve(GlobalAddress{r.region_id(), 64}, 8);
+        REQUIRE(absl::IsUnavailable(t.status()));
+        CHECK_THAT(std::string(t.status().message()), Catch::Contains("is recovering"));
+        char byte = 0;
+        CHECK(absl::IsUnavailable(n->Read(GlobalAddress{r.region_id(), 64}, &byte, 1)));
+      }
+    }
+    hold = false;
+    for (int i = 0;
+         i < 500 && (nodes[0]->recovering_regions() != 0 || nodes[1]->recovering_regions() != 0);
+         ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    sp->DisableProcessing();
+    sp->ClearAllCallBacks();
+    REQUIRE(nodes[0]->recovering_regions() == 0);
+    REQUIRE(nodes[1]->recovering_regions() == 0);
     for (const control::RegionInfo& r : leaving) {
       INFO("region " << r.region_id() << " of node 2, backed up by node " << r.backup_node(0));
       REQUIRE(r.backup_node_size() == 1);
