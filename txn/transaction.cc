@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "messaging/ring.h"
@@ -774,21 +775,41 @@ Transaction::Delivery Transaction::Deliver(
 std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   Node* node = engine_->node();
   *moved = false;
+  // Each written region's primary now (resolved once per region) must be the one its writes
+  // were locked at: the promoted backup locked only what its records held then, and this
+  // transaction's writes are not among them.
+  struct RegionCopies {
+    uint32_t primary = 0;
+    std::vector<uint32_t> backups;
+    bool recorded = false;  // some write of it goes to the backups
+  };
+  absl::flat_hash_map<uint32_t, RegionCopies> regions;
   for (const auto& [key, w] : writes_) {
-    absl::StatusOr<RemoteTarget> t = node->Resolve(GlobalAddress::Unpack(key), 8);
-    // The promoted backup locked only what its records held then: this write is not among them.
-    if (!t.ok() || t->node_id != w.owner) *moved = true;
+    const GlobalAddress addr = GlobalAddress::Unpack(key);
+    auto [it, added] = regions.try_emplace(addr.region);
+    if (added) {
+      absl::StatusOr<RemoteTarget> t = node->Resolve(addr, 8);
+      if (!t.ok()) {
+        *moved = true;
+        return {};
+      }
+      it->second.primary = t->node_id;
+      it->second.backups = node->BackupsOf(addr.region);
+    }
+    if (it->second.primary != w.owner) {
+      *moved = true;
+      return {};
+    }
   }
-  if (*moved) return {};
   // The writes by backup node, in COMMIT-BACKUP messages of at most max_message bytes each.
   std::map<uint32_t, std::vector<LockRequest>> parts;
   std::map<uint32_t, uint64_t> part_bytes;
-  std::map<uint32_t, std::vector<uint32_t>> region_backups;  // written region -> its backups
   for (const auto& [key, w] : writes_) {
     if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) continue;  // never created
     const GlobalAddress addr = GlobalAddress::Unpack(key);
-    region_backups[addr.region] = node->BackupsOf(addr.region);
-    for (uint32_t b : region_backups[addr.region]) {
+    RegionCopies& copies = regions[addr.region];
+    copies.recorded = true;
+    for (uint32_t b : copies.backups) {
       std::vector<LockRequest>& p = parts[b];
       const uint64_t bytes = 64 + w.data.size();
       if (p.empty() || part_bytes[b] + bytes > engine_->max_message() - Engine::kLockOverhead) {
@@ -818,7 +839,9 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   // a new one). One that refused was promoted (or fenced this node): the commit cannot go on.
   *moved = !d.refused.empty();
   backed_up_ = true;
-  for (const auto& [region, bs] : region_backups) {
+  for (const auto& [region, copies] : regions) {
+    if (!copies.recorded) continue;
+    const std::vector<uint32_t>& bs = copies.backups;
     backed_up_ = backed_up_ && std::any_of(bs.begin(), bs.end(), [&](uint32_t b) {
                    return std::find(d.acked.begin(), d.acked.end(), b) != d.acked.end();
                  });
