@@ -176,20 +176,35 @@ class Messenger::Posting {
     // Fast path (a flush's normal case): no clock reads beyond the batch's own.
     absl::Status s = batches_[i]->Wait(kWaitSlice);
     if (!absl::IsDeadlineExceeded(s)) return s;
-    const absl::Time deadline = absl::Now() + m_->options_.write_timeout - kWaitSlice;
+    const absl::Time start = absl::Now();
+    const absl::Time deadline = start + m_->options_.write_timeout - kWaitSlice;
+    bool said = false;
     for (;;) {
       if (m_->CurrentIncarnation(i) != incarnation_[i]) {
         batches_[i] = NewBatch();  // abandons the old one
         return absl::UnavailableError(
             absl::StrCat("node ", m_->node_ids_[i], " left while WRITEs to it were in flight"));
       }
-      if (absl::Now() >= deadline) return s;
+      const absl::Time now = absl::Now();
+      if (now >= deadline) return s;
+      if (!said && now - start > kSlowWrite) {
+        // Whoever waits here (a lane's flush, the scanning thread) is held up: said once, so
+        // that a stall that ends in a timeout elsewhere can be traced to it.
+        said = true;
+        spdlog::warn(
+            "messaging: node {}: {} WRITE(s) to node {} have not completed for {} (waiting up "
+            "to {})",
+            m_->node_->id(), batches_[i]->outstanding(), m_->node_ids_[i],
+            absl::FormatDuration(now - start + kWaitSlice),
+            absl::FormatDuration(m_->options_.write_timeout));
+      }
       s = batches_[i]->Wait(kWaitSlice);
       if (!absl::IsDeadlineExceeded(s)) return s;
     }
   }
 
   static constexpr absl::Duration kWaitSlice = absl::Milliseconds(20);
+  static constexpr absl::Duration kSlowWrite = absl::Seconds(1);
 
   std::unique_ptr<OpBatch> NewBatch() const {
     return channel_ != nullptr ? std::make_unique<OpBatch>(channel_)

@@ -2,6 +2,7 @@
 
 #include <sched.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,7 +37,11 @@ std::string FindRunfile(const std::string& rel, const std::string& beside_binary
   }
   candidates.push_back(rel);
   for (const std::string& c : candidates) {
-    if (access(c.c_str(), R_OK) == 0) return c;
+    // A file: beside a binary in a runfiles tree, tools/lincheck is also the package's folder.
+    struct stat st;
+    if (stat(c.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(c.c_str(), R_OK) == 0) {
+      return c;
+    }
   }
   return "";
 }

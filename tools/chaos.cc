@@ -124,7 +124,8 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "address the nodes bind to");
 ABSL_FLAG(int, timeout_s, 60, "seconds a step (start, stop, final reads) may take");
 ABSL_FLAG(std::string, keep_histories, "",
           "directory to write each scenario's merged history to (SCENARIO.jsonl), for "
-          "//tools:check_history; empty: none kept");
+          "//tools:check_history, and its node processes' logs (SCENARIO-node-ID-N.log); "
+          "empty: none kept");
 ABSL_FLAG(std::string, role, "", "internal: 'node' when re-executed as a node process");
 ABSL_FLAG(std::string, history_dir, "", "internal (node role): where to append the history");
 ABSL_FLAG(int, incarnation, 0, "internal (node role): this process's number in the scenario");
@@ -1310,6 +1311,15 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   if (!o.keep_histories.empty()) {
     std::ofstream out(absl::StrCat(o.keep_histories, "/", info.name, ".jsonl"));
     for (const txn::TxnRecord& t : h) out << txn::TxnRecordToJson(t) << "\n";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator((*dir)->path(), ec)) {
+      const std::string name = e.path().filename().string();
+      if (!absl::StartsWith(name, "node-") || !absl::EndsWith(name, ".log")) continue;
+      std::filesystem::copy_file(e.path(),
+                                 absl::StrCat(o.keep_histories, "/", info.name, "-", name),
+                                 std::filesystem::copy_options::overwrite_existing, ec);
+      if (ec) r.notes.push_back(absl::StrCat("cannot keep ", name, ": ", ec.message()));
+    }
   }
   return r;
 }

@@ -28,8 +28,13 @@ no_nodes_left() {
   [ -z "$left" ] || fail "node processes left behind:"$'\n'"$left"
 }
 
+# Histories and node logs of each scenario are kept for a failure's post-mortem (bazel puts the
+# undeclared outputs in bazel-testlogs/tools/chaos_test/test.outputs/).
+KEEP=${TEST_UNDECLARED_OUTPUTS_DIR:-$TMP/keep}
+mkdir -p "$KEEP"
 # A lease of 2 s: sigstop_short pauses for 0.8 s, far from an eviction even on a loaded machine.
-short=(--faults=2 --duration_ms=1500 --warmup_ms=500 --lease_ms=2000 --timeout_s=40 --json)
+short=(--faults=2 --duration_ms=1500 --warmup_ms=500 --lease_ms=2000 --timeout_s=40 --json
+       --keep_histories="$KEEP")
 
 # check_line LINE SCENARIO PROVIDER: the targets of a scenario that must pass today.
 check_line() {
