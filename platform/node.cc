@@ -233,20 +233,22 @@ absl::Status Node::ApplyMembership(const control::Membership& m) {
   std::vector<uint32_t> fresh;
   absl::flat_hash_map<uint32_t, BackupEntry> backups = BackupCopiesFor(m, &fresh);
   absl::Status s = InstallMembership(m, std::move(backups));
-  if (s.ok() && cm_ != nullptr) {
+  if (!s.ok() || cm_ == nullptr || fresh.empty()) return s;
+  // The copies made for `m` as installed (none if a newer membership was installed first), under
+  // one look at the map, then reported outside it.
+  std::vector<control::BackupCopy> reports;
+  {
+    farm::MutexLock l(&map_mu_);
     for (uint32_t region : fresh) {
-      control::BackupCopy report;
+      auto it = backups_.find(region);
+      if (it == backups_.end()) continue;
+      control::BackupCopy& report = reports.emplace_back();
       report.set_region_id(region);
-      {
-        farm::MutexLock l(&map_mu_);
-        auto it = backups_.find(region);
-        if (it == backups_.end()) continue;
-        report.set_remote_base(it->second.registration->remote_base());
-        report.set_rkey(it->second.registration->key());
-      }
-      cm_->ReportBackupCopy(report);
+      report.set_remote_base(it->second.registration->remote_base());
+      report.set_rkey(it->second.registration->key());
     }
   }
+  for (const control::BackupCopy& report : reports) cm_->ReportBackupCopy(report);
   return s;
 }
 
