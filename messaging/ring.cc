@@ -19,8 +19,6 @@ constexpr uint64_t kRingTagSalt = 0x72696e6774616731ull;   // "ringtag1"
 // Any r (r = 0 included: no shift by 64).
 constexpr uint64_t Rotl(uint64_t x, unsigned r) { return (x << (r & 63)) | (x >> (-r & 63)); }
 
-
-
 // One step of a hash lane. For a fixed accumulator it is a bijection of the word, so two inputs
 // that differ in a single word (e.g. a word that has not arrived yet and still reads zero) always
 // leave the lane in different states.
@@ -50,16 +48,6 @@ T LoadRemote(const char* p) {
   T t;
   std::memcpy(&t, w, sizeof(t));
   return t;
-}
-
-// True if every byte of `seen` is either zero or the same byte of `want`: what a field that is
-// still being placed over zeroed memory can look like on its way to `want`.
-bool CouldBecome(uint32_t seen, uint32_t want) {
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t b = (seen >> (8 * i)) & 0xff;
-    if (b != 0 && b != ((want >> (8 * i)) & 0xff)) return false;
-  }
-  return true;
 }
 
 uint32_t NextSeq(uint32_t seq) { return seq + 1 == 0 ? 1 : seq + 1; }
@@ -422,32 +410,32 @@ absl::Status RingWriter::UpdateHead(uint64_t head) {
 // Why a message is never consumed before all its bytes are in place, on every transport. The
 // receiver learns of a WRITE only by looking at memory: we use no immediate data, no atomics and
 // no completion on the receiver's side. So we must assume that the bytes of one WRITE become
-// visible in any order, and that each byte is either still zero (free ring space is always zero)
-// or already its final value:
+// visible in any order, and that until a byte holds its final value it holds whatever was there
+// before (zero, or an earlier lap's byte: see below):
 //  - verbs (RC, also through ofi_rxm): the NIC places the data by DMA. InfiniBand guarantees
 //    that a WRITE's data is in memory when its *sender* sees the completion, but not the order in
 //    which the receiver's CPU sees the bytes while it is placed (PCIe writes, caches, relaxed
 //    ordering). FaRM polls the last byte, which works on the NICs it used but is not promised.
 //  - tcp;ofi_rxm and tcp: the provider copies the data from its socket buffers into the ring with
-//    memcpy, on this node's own thread when it drives progress — but possibly in several pieces
-//    for one WRITE, and glibc's memcpy copies some sizes back to front.
+//    memcpy, on whichever thread drives its progress, concurrently with our scan — possibly in
+//    several pieces for one WRITE, and glibc's memcpy stores some sizes back to front, with
+//    overlapping stores (below).
 //  - shm: the sending process copies with memcpy or process_vm_writev (CMA) concurrently with our
 //    scan, in no promised order.
 // A frame is accepted only when the header's sequence number is the one due, the trailer repeats
 // it and the length, and the checksum over header + payload + padding matches. A partly placed
-// frame fails one of these: a missing (still zero) word changes the checksum except with
-// probability 2^-64 (word i enters exactly one of FrameHash's 64 lanes, lane i % 64, through a
-// step that is a bijection of the word for a fixed lane state, and every later step of that lane
-// is a bijection of the state, so the lane ends in a different state; the lanes are then combined
-// by distinct rotations and XOR, and mixed by a bijection; the AVX-512 and the portable code
-// compute the same function); a partly placed length puts the trailer somewhere it is not. The
-// checks run on a header loaded once, before the hash reads the ring again, so the header is
-// loaded a second time after the checksum matched and must equal the first: each byte goes only
-// from zero to its final value, so a header equal at both loads was the same in between, when it
-// was hashed — the frame accepted is the frame checked. (Otherwise a wrap frame first seen with
-// its flags still zero and completed before the hash would pass as an empty message.) After
-// acceptance the bytes cannot change: the sender writes that space again only after we zeroed it
-// and reported the head.
+// frame fails one of these: a word that does not hold its final value yet changes the checksum
+// except with probability 2^-64 (word i enters exactly one of FrameHash's 64 lanes, lane i % 64,
+// through a step that is a bijection of the word for a fixed lane state, and every later step of
+// that lane is a bijection of the state, so the lane ends in a different state; the lanes are
+// then combined by distinct rotations and XOR, and mixed by a bijection; the AVX-512 and the
+// portable code compute the same function); a partly placed length puts the trailer somewhere it
+// is not. The checks run on a header loaded once, before the hash reads the ring again, so the
+// header is loaded a second time after the checksum matched and must equal the first: a byte
+// changes once, to its final value, so a header equal at both loads was the same in between,
+// when it was hashed — the frame accepted is the frame checked. (Otherwise a wrap frame first
+// seen with its flags not yet placed and completed before the hash would pass as an empty
+// message.)
 //
 // Why a frame of another incarnation is never delivered: the checksum is seeded with the ring's
 // tag (RingTag: sender incarnation, receiver incarnation, lane). The seed enters lane 0's initial
@@ -456,18 +444,31 @@ absl::Status RingWriter::UpdateHead(uint64_t head) {
 // A late WRITE of an earlier incarnation of either end — a valid first frame at offset 0 with
 // sequence number 1, exactly what a fresh ring expects — therefore stays a checksum mismatch.
 //
-// Why a stale message of an earlier lap is never read: consumed frames are zeroed before the head
-// is reported, and the sender never writes beyond the reported head, so ring space ahead of the
-// head is always either zero or the current lap's frame being placed. The sequence number (and
-// the zeroing) make a frame from a sender that restarted, or a mis-addressed WRITE, look corrupt
-// instead of being delivered twice.
+// Bytes that are not the frame due. Consumed frames are zeroed, and the sender writes into
+// consumed space only after we reported the head past it, so ring space ahead of the head is
+// mostly zero. But not always: a provider's copy may put back bytes we already consumed and
+// zeroed. glibc's memcpy (__memcpy_avx512_unaligned_erms here, followed with gdb) copies 65-128
+// bytes as two 64-byte stores: the first 64 bytes, then the last 64, which overlap the first
+// (AVX2 machines do the same with 32-byte stores, larger sizes with more). A WRITE of two 48-byte
+// frames (96 bytes, a usual flush of two replies) holds the first frame complete after the first
+// store; if the copying thread is interrupted there, we read and zero that frame, and the second
+// store writes bytes 32-63 again: the first frame's trailer is back, behind our head. A lap later
+// those bytes lie where a frame is due, before it arrives (seen on tcp;ofi_rxm in chaos runs,
+// about one run in 20, as "header sequence number 1115 where 2402 is due", with frame 1115's
+// trailer at that offset, frame 1115 having been consumed there one lap earlier).
+// So a header whose sequence number is not the one due is never taken as corruption: it is free
+// space (kIdle), whatever its bytes; the frame due is written over exactly those bytes and
+// replaces them. The sequence number (never reused within 2^32 frames of one ring) is what keeps
+// an earlier lap's frame from being delivered again, with the checksum for anything partial.
+// What remains unprotected is a copy that stays preempted between its stores while the ring goes
+// all the way round (the sender must fill and we consume a whole ring in that time): its late
+// store would then land on a newer frame, which stays inconsistent and closes the ring.
 //
-// Which inconsistencies are corrupt at once (without waiting): those that no partly placed valid
-// frame can show, given that each byte is zero or final — a header sequence number with a byte
-// that differs from the one due, unknown flags, a non-zero reserved word, a length beyond the
-// ring's limit or a frame running past the ring's end (a partial length only reads smaller than
-// the final one). Anything else that does not add up may be a frame still arriving; it is
-// corrupt only if it stays the same for incomplete_timeout.
+// Which inconsistencies close the ring: a frame whose header carries the sequence number due but
+// which does not add up (flags, reserved word, length, trailer, checksum) may still be arriving
+// over such bytes; it is corrupt once it has stayed the same for incomplete_timeout. Bytes at the
+// head that never become the frame due are not detected here: the sender's calls on the lane then
+// end at their deadlines.
 
 RingReader::RingReader(char* ring, uint64_t ring_size, RingReaderOptions options)
     : ring_(ring), size_(ring_size), tag_(options.tag), options_(std::move(options)) {}
@@ -477,34 +478,39 @@ RingReader::State RingReader::Peek(RingMessage* msg) {
   for (;;) {
     const uint64_t pos = head_ % size_;
     const FrameHeader h = LoadRemote<FrameHeader>(ring_ + pos);
-    if (h.length == 0 && h.type == 0 && h.flags == 0 && h.seq == 0 && h.reserved == 0) {
-      return kIdle;
-    }
-    if (!CouldBecome(h.seq, expected_)) {
-      return Corrupt(
-          pos, absl::StrCat("header sequence number ", h.seq, " where ", expected_, " is due"));
-    }
+    // Not the frame due: free space, its header still arriving, or an earlier lap's bytes put
+    // back after we zeroed them (see "Bytes that are not the frame due" above). The writer's
+    // next frame goes exactly here and replaces them.
+    if (h.seq != expected_) return kIdle;
+    // The frame due, as far as its sequence number says. Anything else that does not add up may
+    // still be arriving over such bytes: it is corrupt only once it stays the same for
+    // incomplete_timeout.
     if ((h.flags & ~kWrapFlag) != 0) {
-      return Corrupt(pos, absl::StrCat("unknown header flags 0x", absl::Hex(h.flags)));
+      return Inconsistent(pos, sizeof(FrameHeader),
+                          absl::StrCat("unknown header flags 0x", absl::Hex(h.flags)));
     }
     if (h.reserved != 0) {
-      return Corrupt(pos, absl::StrCat("reserved header word is 0x", absl::Hex(h.reserved)));
+      return Inconsistent(pos, sizeof(FrameHeader),
+                          absl::StrCat("reserved header word is 0x", absl::Hex(h.reserved)));
     }
     const bool wrap = (h.flags & kWrapFlag) != 0;
     if (wrap && h.length != 0) {
-      return Corrupt(pos, absl::StrCat("wrap frame with a length of ", h.length));
+      return Inconsistent(pos, sizeof(FrameHeader),
+                          absl::StrCat("wrap frame with a length of ", h.length));
     }
     if (h.length > MaxPayload(size_)) {
-      return Corrupt(pos, absl::StrCat("length ", h.length, " beyond the ", MaxPayload(size_),
+      return Inconsistent(pos, sizeof(FrameHeader),
+                          absl::StrCat("length ", h.length, " beyond the ", MaxPayload(size_),
                                        "-byte limit of a ", size_, "-byte ring"));
     }
     const uint64_t frame = wrap ? kFrameOverhead : FrameSize(size_, pos, h.length);
     if (pos + frame > size_) {
-      return Corrupt(pos, absl::StrCat("a ", frame, "-byte frame runs past the ring's end"));
+      return Inconsistent(pos, sizeof(FrameHeader),
+                          absl::StrCat("a ", frame, "-byte frame runs past the ring's end"));
     }
     const uint64_t trailer_at = pos + frame - sizeof(FrameTrailer);
     const FrameTrailer t = LoadRemote<FrameTrailer>(ring_ + trailer_at);
-    if (h.seq != expected_ || t.seq != expected_ || t.length != h.length) {
+    if (t.seq != expected_ || t.length != h.length) {
       return Inconsistent(pos, frame, "trailer does not match the header");
     }
     FARM_SYNC_POINT_CALLBACK("RingReader::Peek:BeforeHash", ring_ + pos);
@@ -555,7 +561,7 @@ RingReader::State RingReader::Corrupt(uint64_t pos, const std::string& what) {
   return kClosed;
 }
 
-RingReader::State RingReader::Inconsistent(uint64_t pos, uint64_t extent, const char* what) {
+RingReader::State RingReader::Inconsistent(uint64_t pos, uint64_t extent, absl::string_view what) {
   // A frame arriving in pieces (tcp, large WRITEs) is seen here on every scan until it is
   // complete, so the frame is fingerprinted at most once per kFingerprintEvery: a change within
   // that time restarts the watch at most that much late, against a timeout of seconds.

@@ -209,10 +209,12 @@ struct RingMessage {
 };
 
 struct RingReaderOptions {
-  // How long a frame may stay partly visible without changing before the ring is declared
-  // corrupt. A WRITE's bytes land within microseconds; a frame that is stuck half-placed means a
-  // corrupt ring or a sender that died mid-WRITE. Zero: any inconsistent frame is corrupt at
-  // once (unit tests of corruption); InfiniteDuration: never (tests of partial visibility).
+  // How long the frame due (a header with the sequence number due) may stay inconsistent without
+  // changing before the ring is declared corrupt. A WRITE's bytes land within microseconds; a
+  // frame that is stuck half-placed means a corrupt ring or a sender that died mid-WRITE. Zero:
+  // any inconsistent frame is corrupt at once (unit tests of corruption); InfiniteDuration: never
+  // (tests of partial visibility). Bytes without the sequence number due are never corrupt: they
+  // are free space (ring.cc, "Bytes that are not the frame due").
   absl::Duration incomplete_timeout = absl::Seconds(2);
   // The clock for incomplete_timeout; tests inject a fake one. The default is the coarse
   // monotonic clock (platform/clock.h): ~10 ns a read, one kernel tick of resolution.
@@ -225,7 +227,7 @@ struct RingReaderOptions {
 class RingReader {
  public:
   enum State {
-    kIdle,        // nothing at the head
+    kIdle,        // nothing at the head: no header with the sequence number due
     kMessage,     // a complete message (see Peek)
     kIncomplete,  // a frame is arriving (or stuck; see incomplete_timeout)
     kClosed,      // the ring is corrupt; status() says why. Nothing is read from it any more.
@@ -262,7 +264,7 @@ class RingReader {
   State Corrupt(uint64_t pos, const std::string& what);
   // An inconsistent frame at `pos` spanning `extent` bytes: kIncomplete, or kClosed once it has
   // stayed unchanged for incomplete_timeout.
-  State Inconsistent(uint64_t pos, uint64_t extent, const char* what);
+  State Inconsistent(uint64_t pos, uint64_t extent, absl::string_view what);
   void Advance(uint64_t bytes);
 
   char* const ring_;

@@ -201,10 +201,11 @@ TEST_CASE("a corrupted request frame fails the calls to that node with DataLoss"
 namespace {
 
 // Frames on a ring are written exactly once (RDMA's reliable connections never repeat a WRITE),
-// so a repeated one is a fault the ring must detect, not one it can absorb: a copy that lands
-// after the original was consumed leaves stale bytes behind the reader, and when the ring wraps
-// over them the reader finds a header from an earlier lap and closes the ring; the caller's call
-// then fails with DataLoss. Either way nothing is delivered twice.
+// but a repeated one must never be delivered twice: a copy right after the original is an
+// inconsistent frame where the next is due, which closes the ring (the caller's call then fails
+// with DataLoss); a copy that lands after the original was consumed leaves stale bytes behind the
+// reader, which a lap later are free space to it (no header with the sequence number due: the
+// frame due is written over them, ring.cc). Either way nothing is delivered twice.
 void CheckNeverTwice(Cluster& k, const std::string& tag, int n) {
   absl::Status failed;
   for (int i = 0; i < n && failed.ok(); ++i) {
