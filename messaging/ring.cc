@@ -50,6 +50,17 @@ T LoadRemote(const char* p) {
   return t;
 }
 
+// Whether bytes still change (RingReader::Inconsistent): a hash of the `n` bytes at `p` (8-byte
+// aligned, n % 8 == 0), loaded word by word with relaxed atomic loads, since a writer (a provider,
+// or a test storing into the ring) may be placing them right now.
+uint64_t Fingerprint(const char* p, uint64_t n) {
+  uint64_t h = n;
+  for (uint64_t i = 0; i < n; i += 8) {
+    h = Mix64(h ^ __atomic_load_n(reinterpret_cast<const uint64_t*>(p + i), __ATOMIC_RELAXED));
+  }
+  return h;
+}
+
 uint32_t NextSeq(uint32_t seq) { return seq + 1 == 0 ? 1 : seq + 1; }
 
 bool SameHeader(const FrameHeader& a, const FrameHeader& b) {
@@ -568,7 +579,7 @@ RingReader::State RingReader::Inconsistent(uint64_t pos, uint64_t extent, absl::
   constexpr absl::Duration kFingerprintEvery = absl::Milliseconds(1);
   const absl::Time now = options_.now();
   if (stuck_head_ != head_ || now - fingerprinted_at_ >= kFingerprintEvery) {
-    const uint64_t fingerprint = FrameHash(ring_ + pos, extent);
+    const uint64_t fingerprint = Fingerprint(ring_ + pos, extent);
     fingerprinted_at_ = now;
     if (stuck_head_ != head_ || stuck_fingerprint_ != fingerprint) {
       // Something moved: bytes are still arriving. Restart the watch.
