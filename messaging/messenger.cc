@@ -360,12 +360,12 @@ void Messenger::OnMembership(const control::Membership& m) {
     any_down_.store(any, std::memory_order_release);
   }
   // A peer left or restarted: requests sent in an earlier configuration are refused from now on
-  // (Rpc::OnRequest). Raised to the maximum (Create's call and the listener may overlap).
-  if (!down.empty()) {
-    uint64_t fence = fence_epoch_.load(std::memory_order_relaxed);
-    while (fence < m.epoch() &&
-           !fence_epoch_.compare_exchange_weak(fence, m.epoch(), std::memory_order_release)) {
-    }
+  // (Rpc::OnRequest). So are those sent before the latest membership that added backups to
+  // regions holding data (control.Membership.fence_epoch). Raised to the maximum (Create's call
+  // and the listener may overlap).
+  const uint64_t to = !down.empty() ? m.epoch() : m.fence_epoch();
+  uint64_t fence = fence_epoch_.load(std::memory_order_relaxed);
+  while (fence < to && !fence_epoch_.compare_exchange_weak(fence, to, std::memory_order_release)) {
   }
   // Published before the close listener runs: whoever sees a call fail because of epoch E also
   // sees membership_epoch() >= E.

@@ -179,8 +179,9 @@ class Messenger {
   // The epoch of the latest membership the messenger has applied (sends and the close listener
   // follow it from then on).
   uint64_t membership_epoch() const;
-  // The epoch of the latest membership applied here in which a peer left or restarted (0 if
-  // none did yet): the fence below which requests are refused (Rpc, FaRM's configuration ids).
+  // The epoch of the latest membership applied here in which a peer left or restarted, or the
+  // membership's own fence_epoch (backups added to regions holding data) if later; 0 if none:
+  // the fence below which requests are refused (Rpc, FaRM's configuration ids).
   // Published before membership_epoch() reaches that epoch.
   uint64_t fence_epoch() const;
   // Index of `node` in the configuration's node list, or -1.

@@ -292,13 +292,12 @@ void Rpc::OnRequest(uint32_t from, const Envelope& e, absl::string_view body,
   // its sender acted on a configuration that no longer holds (see rpc.h).
   const uint64_t fence = messenger_->fence_epoch();
   const absl::Status result =
-      !node->lease_held()
-          ? absl::UnavailableError(absl::StrCat("node ", node->id(),
-                                                "'s lease expired: it serves no requests"))
+      !node->lease_held() ? absl::UnavailableError(absl::StrCat(
+                                "node ", node->id(), "'s lease expired: it serves no requests"))
       : e.epoch < EpochWord(fence)
           ? absl::AbortedError(absl::StrCat(
-                "refused unexecuted: it was sent in membership epoch ", e.epoch,
-                ", before epoch ", fence, " (in which a node left or restarted); retry"))
+                "refused unexecuted: it was sent in membership epoch ", e.epoch, ", before epoch ",
+                fence, " (in which a node left or restarted, or backups were added); retry"))
       : handler != nullptr
           ? (*handler)(RpcRequest{from, e.method, body}, out)
           : absl::UnimplementedError(absl::StrCat("no handler for method ", e.method));

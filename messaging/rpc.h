@@ -40,8 +40,9 @@
 //
 // Configuration fencing (FaRM's configuration ids): every request carries the membership epoch
 // its sender had applied when it was started. A node refuses, without running the handler, a
-// request sent in an epoch below the latest one in which it saw a peer leave or restart
-// (Messenger::fence_epoch): its sender acted on a configuration that no longer holds. The caller
+// request sent in an epoch below the latest one in which it saw a peer leave or restart, or that
+// added backups to regions holding data (Messenger::fence_epoch): its sender acted on a
+// configuration that no longer holds. The caller
 // gets Aborted ("... refused unexecuted ..."); nothing ran, so it may simply retry, and by then
 // it has normally applied the new membership. Epochs are carried in 32 bits, saturating.
 //
@@ -251,7 +252,7 @@ class Rpc {
   struct Envelope {
     uint64_t id;  // of the call; 0 in a response written in place and then voided
     uint16_t method;
-    uint16_t code;  // absl::StatusCode of a response; 0 in requests
+    uint16_t code;   // absl::StatusCode of a response; 0 in requests
     uint32_t epoch;  // requests: the sender's membership epoch (EpochWord); responses: 0
   };
   static uint32_t EpochWord(uint64_t epoch) {

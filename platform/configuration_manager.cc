@@ -290,6 +290,8 @@ class CmServerImpl : public CmServer {
         for (uint32_t b : r.backup_node()) {
           auto c = backup_copies_.find({r.region_id(), b});
           if (gone.count(b) || !members_.count(b) || c == backup_copies_.end()) continue;
+          // A copy still being made lacks what the primary held before it started.
+          if (IsSyncing(r, b) && !FARM_MUTANT("promote_syncing_backup")) continue;
           copy = &c->second;
           to = b;
           break;
@@ -310,6 +312,10 @@ class CmServerImpl : public CmServer {
         p.clear_backup_node();
         for (uint32_t b : r.backup_node()) {
           if (b != to && !gone.count(b)) p.add_backup_node(b);
+        }
+        p.clear_syncing_backup();
+        for (uint32_t b : r.syncing_backup()) {
+          if (b != to && !gone.count(b)) p.add_syncing_backup(b);
         }
         spdlog::warn(
             "CM: region {} of node {} is now served by node {}, its backup ({} of f = {} "
@@ -340,11 +346,81 @@ class CmServerImpl : public CmServer {
         backups->erase(std::remove_if(backups->begin(), backups->end(),
                                       [&](uint32_t b) { return gone.count(b) > 0; }),
                        backups->end());
+        auto* syncing = r.mutable_syncing_backup();
+        syncing->erase(std::remove_if(syncing->begin(), syncing->end(),
+                                      [&](uint32_t b) { return gone.count(b) > 0; }),
+                       syncing->end());
         spdlog::log(failed ? spdlog::level::warn : spdlog::level::info,
                     "CM: region {} of node {} lost a backup: {} of f = {} left", r.region_id(), id,
                     backups->size(), config_.f());
       }
     }
+  }
+
+  static bool IsSyncing(const control::RegionInfo& r, uint32_t node) {
+    return std::find(r.syncing_backup().begin(), r.syncing_backup().end(), node) !=
+           r.syncing_backup().end();
+  }
+
+  // Node `node` finished copying region `region_id` (control.BackupSynced): it becomes a backup
+  // like the others. False if nothing changed (a late or repeated report).
+  bool MarkSynced(uint32_t region_id, uint32_t node) {
+    for (auto& [id, m] : members_) {
+      for (control::RegionInfo& r : m.regions) {
+        if (r.region_id() != region_id || !IsSyncing(r, node)) continue;
+        auto* syncing = r.mutable_syncing_backup();
+        syncing->erase(std::remove(syncing->begin(), syncing->end(), node), syncing->end());
+        spdlog::info("CM: node {} holds a full copy of region {} (of node {}) now", node, region_id,
+                     id);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Re-replication: a data region that serves with fewer than f backups (one was lost, or it was
+  // promoted) gets new ones among the members that form the cluster, in other failure domains
+  // than its copies (as PlaceBackups). They are listed as syncing until they copied the region
+  // (txn/engine.h, "Re-replication"), and the membership that adds them fences requests sent
+  // before it. A recovering region waits until it serves. True if a backup was added.
+  bool Rereplicate() {
+    if (config_.f() == 0) return false;
+    std::vector<PlacementNode> candidates;
+    absl::flat_hash_map<uint32_t, uint64_t> load;
+    for (const auto& [id, member] : members_) {
+      const config::NodeConfig* n = FindNode(config_, id);
+      if (n != nullptr && !n->late()) candidates.push_back(PlacementNode{id, DomainOf(id)});
+      for (const control::RegionInfo& r : member.regions) {
+        for (uint32_t b : r.backup_node()) ++load[b];
+      }
+    }
+    bool added = false;
+    for (auto& [id, m] : members_) {
+      for (control::RegionInfo& r : m.regions) {
+        if (!r.purpose().empty() || r.recovering() ||
+            r.backup_node_size() >= static_cast<int>(config_.f())) {
+          continue;
+        }
+        std::vector<uint32_t> holders{id};
+        std::vector<std::string> domains{DomainOf(id)};
+        for (uint32_t b : r.backup_node()) {
+          holders.push_back(b);
+          domains.push_back(DomainOf(b));
+        }
+        const uint32_t wanted = config_.f() - r.backup_node_size();
+        BackupChoice c = ChooseBackups(r.region_id(), holders, domains, wanted, candidates, &load);
+        if (c.nodes.empty()) continue;  // no domain left: said when the region became degraded
+        for (uint32_t b : c.nodes) {
+          r.add_backup_node(b);
+          r.add_syncing_backup(b);
+          spdlog::warn("CM: region {} of node {} gets a new backup on node {} (it copies it)",
+                       r.region_id(), id, b);
+        }
+        added = true;
+      }
+    }
+    fence_next_ |= added;
+    return added;
   }
 
   // Sends the current membership to every member; `departed` says why nodes dropped since the
@@ -356,6 +432,9 @@ class CmServerImpl : public CmServer {
     mem->set_epoch(++epoch_);
     mem->set_cm_node_id(config_.cm_node_id());
     mem->set_f(config_.f());
+    if (fence_next_) fence_epoch_ = epoch_;
+    fence_next_ = false;
+    mem->set_fence_epoch(fence_epoch_);
     for (const auto& [id, m] : members_) {
       *mem->add_nodes() = m.info;
       for (const control::RegionInfo& r : m.regions) *mem->add_regions() = r;
@@ -410,6 +489,8 @@ class CmServerImpl : public CmServer {
           m.acked_epoch = std::max(m.acked_epoch, msg->membership_ack().epoch());
         } else if (msg->has_backup_copy()) {
           backup_copies_[{msg->backup_copy().region_id(), id}] = msg->backup_copy();
+        } else if (msg->has_backup_synced()) {
+          synced_ |= MarkSynced(msg->backup_synced().region_id(), id);
         } else if (msg->has_suspect()) {
           control::Suspect suspect = msg->suspect();
           if (suspect.node_id() == config_.cm_node_id()) {
@@ -443,6 +524,11 @@ class CmServerImpl : public CmServer {
     }
     if (gone.empty()) {
       ActivateRecovered(now);
+      const bool added = Rereplicate();
+      if (added || synced_) {
+        synced_ = false;
+        Broadcast();
+      }
       return;
     }
     for (const auto& [id, why] : gone) {
@@ -529,6 +615,9 @@ class CmServerImpl : public CmServer {
   std::map<uint32_t, Member> members_;
   // The registered backup copies nodes reported, by (region, node).
   std::map<std::pair<uint32_t, uint32_t>, control::BackupCopy> backup_copies_;
+  bool fence_next_ = false;   // the next membership fences (Rereplicate added backups)
+  uint64_t fence_epoch_ = 0;  // the last membership that did
+  bool synced_ = false;       // a syncing backup reported its copy complete since the last one
   std::list<Pending> pending_;
   bool formed_ = false;
   bool failed_ = false;
@@ -625,6 +714,14 @@ class TcpConfigurationManager : public ConfigurationManager {
     *m.mutable_backup_copy() = copy;
     std::lock_guard<std::mutex> l(send_mu_);
     (void)channel_->Send(m);  // if the CM is gone, nothing can be promoted anyway
+  }
+
+  void ReportBackupSynced(uint32_t region_id) override {
+    if (channel_ == nullptr || left_.load(std::memory_order_relaxed)) return;
+    control::ControlMessage m;
+    m.mutable_backup_synced()->set_region_id(region_id);
+    std::lock_guard<std::mutex> l(send_mu_);
+    (void)channel_->Send(m);
   }
 
   void AckMembership(uint64_t epoch) override {

@@ -76,6 +76,11 @@ class ConfigurationManager {
   // wait; best effort (a copy the CM does not know of is never promoted).
   virtual void ReportBackupCopy(const control::BackupCopy& copy) = 0;
 
+  // Tells the CM that this node, a syncing backup of data region `region_id`, has copied it
+  // (control.BackupSynced): its copy may be promoted from now on. Does not wait; best effort
+  // (reported again after the next membership that still lists it as syncing).
+  virtual void ReportBackupSynced(uint32_t region_id) = 0;
+
   // Tells the CM that this node applied membership `epoch` (its layers' listeners ran on it), so
   // that the CM can activate the regions that membership made recovering. Does not wait; best
   // effort (a node that cannot reach the CM loses its lease, and the CM stops waiting for it).

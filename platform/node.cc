@@ -376,6 +376,11 @@ void Node::ReportSuspect(uint32_t node, const std::string& reason) {
   cm_->ReportSuspect(node, reason);
 }
 
+void Node::ReportBackupSynced(uint32_t region_id) {
+  if (!evicted().ok() || cm_ == nullptr) return;
+  cm_->ReportBackupSynced(region_id);
+}
+
 int Node::AddMembershipListener(std::function<void(const control::Membership&)> listener) {
   std::lock_guard<std::mutex> l(listeners_mu_);
   listeners_.emplace_back(next_listener_id_, std::move(listener));

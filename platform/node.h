@@ -326,6 +326,9 @@ class Node {
   // Asks the CM to evict member `node`, which this node can no longer talk to (e.g. a ring from
   // it stays corrupt), so that every node agrees it is gone. Returns at once.
   void ReportSuspect(uint32_t node, const std::string& reason);
+  // Tells the CM that this node's backup copy of `region_id`, listed as syncing, is complete
+  // (ConfigurationManager::ReportBackupSynced).
+  void ReportBackupSynced(uint32_t region_id);
 
  private:
   struct RegionEntry {

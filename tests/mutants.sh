@@ -33,6 +33,7 @@ mutants=(
   "skip_recovery_locks      //txn:backup_log_test,//tests:replication_test"  # a promoted copy does not lock kept records' objects (since recovering regions, replication_test alone rarely sees it: settlement mostly ends before activation)
   "activate_without_acks    //platform:configuration_manager_test"  # a promoted region serves before every member applied the change
   "activate_before_lease    //platform:configuration_manager_test"  # a promoted region serves while the failed primary's lease runs
+  "promote_syncing_backup   //tests:replication_test"  # a backup still copying its region (re-replication) is promoted
 )
 
 runs=1

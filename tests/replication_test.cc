@@ -6,19 +6,25 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "api/runtime_impl.h"
 #include "farm/farm.h"
+#include "platform/sync_point.h"
 #include "platform/testing/free_ports.h"
 #include "platform/testing/test_env.h"
 #include "tests/runtime_cluster.h"
 #include "txn/object.h"
+#include "txn/resync.h"
 
 namespace farm {
 namespace {
@@ -340,6 +346,258 @@ TEST_CASE("with f = 1 an evicted node's regions are served by their backups", "[
   CHECK((fresh->region != counters[0].region || fresh->offset != counters[0].offset));
   CHECK(*w0->LockFreeGet<int64_t>(counters[0]) >= ok[0]);
 }
+
+// Re-replication (txn/resync.h): node 2 is evicted while transfers run on node 0. Its regions
+// move to their backups, and every region left with no backup (those, and the regions node 2 was
+// the backup of) gets a new one on the other node, which copies it from the primary while the
+// transfers go on. Once the CM lists no copy as still syncing, every backup holds exactly what
+// its primary holds; then node 1 is evicted too, and node 0 alone still has every account (the
+// bank's total whole), object and array value: a second failure loses nothing.
+TEST_CASE("with f = 1 a region that lost a copy gets a new one, so a second failure loses nothing",
+          "[replication]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartReplicated(1);
+  constexpr int kAccounts = 24;
+  constexpr int64_t kInitial = 1000;
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  const std::vector<GlobalAddress> accounts = testing::CreateAccounts(*w0, kAccounts, kInitial);
+  // An object array on each node, and objects of several sizes everywhere (blocks of several
+  // slot classes to copy), some of them freed again (free slots with versions to copy).
+  std::vector<GlobalAddress> arrays;
+  for (auto& rt : rts) {
+    absl::StatusOr<GlobalAddress> a = EngineOf(*rt).CreateObjectArray(100, 40);
+    REQUIRE(a.ok());
+    arrays.push_back(*a);
+  }
+  const std::string mark(100, 'm');
+  for (const GlobalAddress& a : arrays) {
+    REQUIRE(
+        w0->Run([&](Txn& t) {
+            return t.Write(GlobalAddress{a.region, a.offset + 5 * 128}, mark.data(), mark.size());
+          }).ok());
+  }
+  std::vector<std::pair<GlobalAddress, std::string>> objects;
+  for (int i = 0; i < 30; ++i) {
+    const std::string value(8 + (i * 37) % 700, static_cast<char>('a' + i % 26));
+    GlobalAddress a;
+    REQUIRE(w0->Run([&](Txn& t) -> absl::Status {
+                absl::StatusOr<GlobalAddress> got = t.Alloc(value.size(), AllocHint::OnNode(i % 3));
+                if (!got.ok()) return got.status();
+                a = *got;
+                return t.Write(a, value.data(), value.size());
+              }).ok());
+    if (i % 4 == 3) {
+      REQUIRE(w0->Run([&](Txn& t) { return t.Free(a); }).ok());
+    } else {
+      objects.emplace_back(a, value);
+    }
+  }
+
+  std::unique_ptr<Worker> w = NewWorker(*rts[0]);
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<std::string> errors;
+  std::thread transfers([&] {
+    for (uint32_t seed = 1; !stop.load(); ++seed) {
+      testing::RandomTransfers(*w, accounts, 10, seed, [&](const absl::Status& s) {
+        std::lock_guard<std::mutex> l(mu);
+        errors.push_back(s.ToString());
+      });
+    }
+  });
+  NodeOf(*rts[0]).ReportSuspect(2, "the test evicts it");
+  REQUIRE(NodeOf(*rts[2]).WaitForEviction(absl::Seconds(60)));
+  // Every data region serves again with one backup, none of them still copying.
+  auto fully_replicated = [&](const control::Membership& m) {
+    for (const control::RegionInfo& r : m.regions()) {
+      if (!r.purpose().empty()) continue;
+      if (r.recovering() || r.backup_node_size() != 1 || r.syncing_backup_size() != 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!fully_replicated(NodeOf(*rts[0]).membership()) ||
+         !fully_replicated(NodeOf(*rts[1]).membership())) {
+    REQUIRE(absl::Now() < deadline);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  stop.store(true);
+  transfers.join();
+  {
+    std::lock_guard<std::mutex> l(mu);
+    INFO((errors.empty() ? std::string() : errors[0]));
+    CHECK(errors.empty());
+  }
+  CHECK(EngineOf(*rts[0]).resync_regions_copied() + EngineOf(*rts[1]).resync_regions_copied() > 0);
+
+  // Records truncated on the two live nodes: then each backup copy equals its primary, object
+  // for object (lock word, check, size, payload).
+  std::vector<Runtime*> live = {rts[0].get(), rts[1].get()};
+  for (int i = 0;; ++i) {
+    size_t kept = 0;
+    for (Runtime* rt : live) {
+      kept += EngineOf(*rt).backup_log().records() + EngineOf(*rt).pending_arrays();
+    }
+    if (kept == 0) break;
+    REQUIRE(i < 3000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const control::Membership m = NodeOf(*rts[0]).membership();
+  auto copies_equal = [&](GlobalAddress a, uint64_t span) {
+    for (const control::RegionInfo& r : m.regions()) {
+      if (r.region_id() != a.region) continue;
+      REQUIRE(r.backup_node_size() == 1);
+      REQUIRE(r.node_id() < 2);
+      REQUIRE(r.backup_node(0) < 2);
+      absl::StatusOr<RemoteTarget> t = NodeOf(*rts[r.node_id()]).Resolve(a, span);
+      REQUIRE(t.ok());
+      REQUIRE(t->local != nullptr);
+      std::shared_ptr<Region> copy = NodeOf(*rts[r.backup_node(0)]).BackupCopy(a.region);
+      REQUIRE(copy != nullptr);
+      return std::string(t->local, span) == std::string(copy->data() + a.offset, span);
+    }
+    FAIL("region " << a.region << " is not in the membership");
+    return false;
+  };
+  for (const GlobalAddress& a : accounts) {
+    INFO("account " << a.ToString());
+    CHECK(copies_equal(a, txn::ObjectSpan(sizeof(int64_t))));
+  }
+  for (const auto& [a, value] : objects) {
+    INFO("object " << a.ToString());
+    CHECK(copies_equal(a, txn::ObjectSpan(value.size())));
+  }
+  for (const GlobalAddress& a : arrays) {
+    for (uint64_t i = 0; i < 40; ++i) {
+      const GlobalAddress e{a.region, a.offset + i * 128};
+      INFO("array object " << e.ToString());
+      CHECK(copies_equal(e, txn::ObjectSpan(100)));
+    }
+  }
+
+  // The second failure: node 1 goes too. Node 0 serves everything from its copies.
+  NodeOf(*rts[0]).ReportSuspect(1, "the test evicts it too");
+  REQUIRE(NodeOf(*rts[1]).WaitForEviction(absl::Seconds(60)));
+  auto get = [&](GlobalAddress a, size_t size) {
+    std::string out(size, '\0');
+    const absl::Time until = absl::Now() + absl::Seconds(60);
+    for (;;) {
+      absl::Status s = w0->LockFreeRead(a, out.data(), out.size());
+      if (s.ok()) return out;
+      INFO(a.ToString() << ": " << s.ToString());
+      REQUIRE(absl::IsUnavailable(s));  // recovering until the CM activates it
+      REQUIRE(absl::Now() < until);
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  };
+  int64_t total = 0;
+  for (const GlobalAddress& a : accounts) {
+    int64_t v = 0;
+    std::memcpy(&v, get(a, sizeof(v)).data(), sizeof(v));
+    total += v;
+  }
+  CHECK(total == kAccounts * kInitial);
+  for (const auto& [a, value] : objects) {
+    INFO("object " << a.ToString());
+    CHECK(get(a, value.size()) == value);
+  }
+  for (const GlobalAddress& a : arrays) {
+    INFO("array " << a.ToString());
+    CHECK(get(GlobalAddress{a.region, a.offset + 5 * 128}, mark.size()) == mark);
+  }
+}
+
+#ifndef NDEBUG
+// A backup still copying its region is never promoted: node 2 is evicted, and node 0's copying of
+// the regions it became the new backup of is held (sync point "Resync::Copy"); then node 1, the
+// primary of some of them, is evicted too. Those regions are lost (no complete copy is left), not
+// served from node 0's empty copy (which would answer "no object here" for every object that was
+// there: silent data loss). The regions node 0 backed up completely move to it as before.
+TEST_CASE("a backup still copying its region is never promoted", "[replication][sync_point]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartReplicated(1);
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  std::vector<GlobalAddress> on_node1;
+  for (int i = 0; i < 40; ++i) {
+    REQUIRE(w0->Run([&](Txn& t) -> absl::Status {
+                absl::StatusOr<GlobalAddress> a = t.Alloc(sizeof(int64_t), AllocHint::OnNode(1));
+                if (!a.ok()) return a.status();
+                on_node1.push_back(*a);
+                return t.Put(*a, int64_t{i + 1});
+              }).ok());
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::set<uint32_t> held;  // regions whose copy by node 0 is held
+  SyncPoint* sp = SyncPoint::GetInstance();
+  sp->SetCallBack("Resync::Copy", [&](void* arg) {
+    const auto* p = static_cast<const txn::Resync::CopyPoint*>(arg);
+    if (p->node != 0) return;
+    std::unique_lock<std::mutex> l(mu);
+    held.insert(p->region);
+    cv.notify_all();
+    cv.wait_for(l, std::chrono::seconds(120), [&] { return release; });
+  });
+  sp->EnableProcessing();
+  struct Release {
+    std::function<void()> f;
+    ~Release() { f(); }
+  } cleanup{[&] {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      release = true;
+    }
+    cv.notify_all();
+    sp->DisableProcessing();
+    sp->ClearAllCallBacks();
+  }};
+
+  NodeOf(*rts[0]).ReportSuspect(2, "the test evicts it");
+  REQUIRE(NodeOf(*rts[2]).WaitForEviction(absl::Seconds(60)));
+  // Node 1's regions that node 0 now copies (node 2 was their backup), as the CM lists them.
+  std::set<uint32_t> syncing;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (;;) {
+    syncing.clear();
+    const control::Membership m = NodeOf(*rts[1]).membership();
+    for (const control::RegionInfo& r : m.regions()) {
+      if (!r.purpose().empty() || r.node_id() != 1) continue;
+      for (uint32_t b : r.syncing_backup()) {
+        if (b == 0) syncing.insert(r.region_id());
+      }
+    }
+    bool all_held = !syncing.empty();
+    {
+      std::lock_guard<std::mutex> l(mu);
+      for (uint32_t r : syncing) all_held = all_held && held.count(r) > 0;
+    }
+    if (all_held) break;
+    REQUIRE(absl::Now() < deadline);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  INFO("node 1's regions being copied by node 0: " << absl::StrJoin(syncing, ", "));
+
+  NodeOf(*rts[0]).ReportSuspect(1, "the test evicts it too");
+  REQUIRE(NodeOf(*rts[1]).WaitForEviction(absl::Seconds(60)));
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  while (NodeOf(*rts[0]).IsMember(1)) {
+    REQUIRE(absl::Now() < until);
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const control::Membership after = NodeOf(*rts[0]).membership();
+  for (uint32_t region : syncing) {
+    INFO("region " << region);
+    for (const control::RegionInfo& r : after.regions()) {
+      CHECK(r.region_id() != region);  // lost: no member serves it
+    }
+    CHECK_FALSE(NodeOf(*rts[0]).Resolve(GlobalAddress{region, 64}, 8).ok());
+  }
+  int in_lost = 0;
+  for (const GlobalAddress& a : on_node1) in_lost += syncing.count(a.region) > 0;
+  CHECK(in_lost > 0);  // the test's objects were there (node 1's regions fill in order)
+}
+#endif
 
 TEST_CASE("a write transaction with backups takes one more message round", "[replication]") {
   for (int f : {0, 1}) {

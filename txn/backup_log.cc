@@ -1,6 +1,7 @@
 #include "txn/backup_log.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "platform/mutant.h"
@@ -225,6 +226,56 @@ void BackupLog::Settle(const TxnId& txn, bool commit) {
     Release(it->second);
   }
   records_.erase(it);
+}
+
+bool BackupLog::AdoptLayout(uint32_t region, const RegionLayout& layout) {
+  std::shared_ptr<Region> copy = copy_of_(region);
+  if (copy == nullptr) return false;
+  std::lock_guard<std::mutex> l(mu_);
+  RegionLayout& mine = LayoutLocked(region, copy->size());
+  if (mine.block_size != layout.block_size ||
+      mine.block_class.size() != layout.block_class.size()) {
+    return false;
+  }
+  // A block keeps its class for good (txn/allocator.h): what either side knows of it holds.
+  for (size_t b = 0; b < mine.block_class.size(); ++b) {
+    if (mine.block_class[b] < 0) mine.block_class[b] = layout.block_class[b];
+  }
+  for (const RegionLayout::Array& a : layout.arrays) {
+    if (std::find(mine.arrays.begin(), mine.arrays.end(), a) == mine.arrays.end()) {
+      mine.arrays.push_back(a);
+    }
+  }
+  return true;
+}
+
+BackupLog::SlotCopy BackupLog::InstallCopied(uint32_t region, uint64_t offset, const char* copy,
+                                             uint64_t slot) {
+  uint64_t word, size;
+  std::memcpy(&word, copy, 8);
+  std::memcpy(&size, copy + 16, 8);
+  ObjectView view;
+  ObjectState state = ObjectState::kFree;
+  if (IsLocked(word)) return SlotCopy::kRetry;
+  if (IsAllocated(word)) {
+    // The size word may belong to another version (torn): only a span that fits and a check
+    // that matches say it does not.
+    if (size > kMaxObjectSize || ObjectSpan(size) > slot) return SlotCopy::kRetry;
+    state = DecodeObject(copy, size, &view);
+    if (state != ObjectState::kOk) return SlotCopy::kRetry;
+  }
+  std::shared_ptr<Region> mine = copy_of_(region);
+  if (mine == nullptr) return SlotCopy::kNoCopy;
+  std::lock_guard<std::mutex> l(mu_);
+  char* object = mine->data() + offset;
+  const uint64_t version = VersionOf(word);
+  if (VersionOf(LoadLockWord(object)) >= version) return SlotCopy::kKept;
+  if (state == ObjectState::kOk) {
+    InstallObject(object, version, view.payload.data(), view.payload.size());
+  } else {
+    InstallFree(object, version);
+  }
+  return SlotCopy::kInstalled;
 }
 
 RegionLayout BackupLog::Layout(uint32_t region) const {

@@ -87,6 +87,21 @@ class BackupLog {
   // Objects locked by Promote and not yet released (for tests).
   size_t recovery_locks() const;
 
+  // Re-replication (txn/resync.h): merges the primary's layout of `region` (each carved block's
+  // slot class, its object arrays) into the one learnt from records. False if it does not fit
+  // this node's copy of the region (or there is none).
+  bool AdoptLayout(uint32_t region, const RegionLayout& layout);
+  // Re-replication: `slot` bytes copied from the primary's slot at `offset` in `region`. Installs
+  // the object (or the freed slot) where this node's copy holds an older version: the rule of
+  // truncation, so records and copied slots may arrive in any order.
+  enum class SlotCopy {
+    kInstalled,  // the copy holds it now
+    kKept,       // the copy already held this version or a newer one
+    kRetry,      // locked by a commit, or torn (the READ overlapped a write): read it again
+    kNoCopy,     // this node keeps no copy of the region (any more)
+  };
+  SlotCopy InstallCopied(uint32_t region, uint64_t offset, const char* copy, uint64_t slot);
+
   // Records kept (received, not yet truncated).
   size_t records() const;
   // Writes applied to copies, and writes skipped because the copy held a newer version (for

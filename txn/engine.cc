@@ -83,7 +83,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   if (!lane.ok()) {
     return absl::Status(lane.status().code(),
                         absl::StrCat("the transaction engine needs a lane of its own (the "
-                                     "messenger has one more than workers): ",
+                                     "runtime's messenger has two more than workers): ",
                                      lane.status().message()));
   }
   e->lane_ = std::move(*lane);
@@ -143,12 +143,45 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
     if (!s.ok()) return s;
     return std::string();
   });
+  // RESYNC (txn/resync.h): a new backup of one of this node's regions asks for its layout, once
+  // this node applied the membership that added that backup (and so fenced LOCKs sent before).
+  Allocator* alloc = e->allocator_.get();
+  Messenger* messenger = rpc->messenger();
+  rpc->RegisterHandler(
+      kResyncMethod, [node, alloc, messenger](const RpcRequest& r) -> absl::StatusOr<std::string> {
+        absl::StatusOr<ResyncRequest> req = DecodeResync(r.payload);
+        if (!req.ok()) return req.status();
+        if (messenger->membership_epoch() < req->epoch) {
+          return absl::UnavailableError(absl::StrCat(
+              "node ", node->id(), " has not applied membership epoch ", req->epoch, " yet"));
+        }
+        const RegionLayout layout = alloc->LayoutOf(req->region);
+        if (layout.block_size == 0) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("region ", req->region, " is not served by node ", node->id()));
+        }
+        ResyncAnswer a;
+        a.block_size = layout.block_size;
+        a.blocks = layout.block_class.size();
+        const uint64_t first = std::min<uint64_t>(req->first_block, a.blocks);
+        const uint64_t n =
+            std::min<uint64_t>(std::max<uint64_t>(req->max_blocks, 1), a.blocks - first);
+        a.block_class.assign(layout.block_class.begin() + first,
+                             layout.block_class.begin() + first + n);
+        if (first == 0) {
+          for (const RegionLayout::Array& arr : layout.arrays)
+            a.arrays.emplace_back(arr.begin, arr.end);
+        }
+        return EncodeResyncAnswer(a);
+      });
   Engine* raw = e.get();
   rpc->RegisterHandler(kSettleMethod, [raw](const RpcRequest& r) -> absl::StatusOr<std::string> {
     absl::StatusOr<SettleRequest> req = DecodeSettle(r.payload);
     if (!req.ok()) return req.status();
     return raw->OnSettle(r.from, *req);
   });
+  e->resync_ = std::make_unique<Resync>(node, rpc, e->backup_log_.get());
+  e->resync_->OnMembership(m);
   e->settler_ = std::thread([raw] { raw->SettlementLoop(); });
   e->listener_ =
       node->AddMembershipListener([raw](const control::Membership& m) { raw->OnMembership(m); });
@@ -168,6 +201,7 @@ void Engine::Stop() {
   }
   cv_.notify_all();
   if (settler_.joinable()) settler_.join();
+  if (resync_ != nullptr) resync_->Stop();
   lane_ = Messenger::LaneLease();
 }
 
@@ -176,6 +210,7 @@ void Engine::OnMembership(const control::Membership& m) {
   // lists nobody).
   if (!node_->evicted().ok()) return;
   AdoptPromoted(m);
+  resync_->OnMembership(m);
   absl::flat_hash_map<uint32_t, uint64_t> now;
   for (const control::NodeInfo& n : m.nodes()) now[n.node_id()] = n.joined_epoch();
   std::lock_guard<std::mutex> l(mu_);

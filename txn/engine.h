@@ -39,6 +39,7 @@
 #include "txn/backup_log.h"
 #include "txn/participant.h"
 #include "txn/protocol.h"
+#include "txn/resync.h"
 
 namespace farm {
 namespace txn {
@@ -85,6 +86,8 @@ class Engine {
   // Object arrays not yet acknowledged by a backup (CreateObjectArray sends them from the
   // engine's thread; for tests).
   size_t pending_arrays() const;
+  // Regions this node copied as a new backup (re-replication, txn/resync.h; for tests).
+  uint64_t resync_regions_copied() const { return resync_->regions_copied(); }
 
   TxnId NextId();
   // This node's incarnation (its joined epoch): the middle part of its transaction ids.
@@ -140,6 +143,8 @@ class Engine {
   std::unique_ptr<Allocator> allocator_;
   std::unique_ptr<Participant> participant_;
   std::unique_ptr<BackupLog> backup_log_;
+  // Re-replication's copier: copies the regions this node became a new backup of.
+  std::unique_ptr<Resync> resync_;
   // Promoted regions taken into the allocator, and their memory (listener thread only).
   absl::flat_hash_set<uint32_t> adopted_;
   std::vector<std::shared_ptr<Region>> adopted_copies_;
@@ -148,7 +153,8 @@ class Engine {
   uint64_t max_message_ = 0;
   uint64_t max_object_size_ = 0;
   int listener_ = -1;
-  // The settlement thread's own lane (the pool has one more lane than workers for it).
+  // The settlement thread's own lane (the runtime's pool has two more lanes than workers: this
+  // one and re-replication's copier's).
   Messenger::LaneLease lane_;
   std::thread settler_;
   mutable std::mutex mu_;

@@ -177,5 +177,62 @@ absl::StatusOr<ArrayRecord> DecodeArray(absl::string_view b) {
   return out;
 }
 
+std::string EncodeResync(const ResyncRequest& r) {
+  WireWriter w;
+  w.U32(r.region);
+  w.U64(r.epoch);
+  w.U64(r.first_block);
+  w.U64(r.max_blocks);
+  return std::move(w.str());
+}
+
+absl::StatusOr<ResyncRequest> DecodeResync(absl::string_view b) {
+  WireReader r(b);
+  ResyncRequest out;
+  if (!r.U32(&out.region) || !r.U64(&out.epoch) || !r.U64(&out.first_block) ||
+      !r.U64(&out.max_blocks) || !r.done()) {
+    return WireReader::Corrupt("RESYNC request");
+  }
+  return out;
+}
+
+std::string EncodeResyncAnswer(const ResyncAnswer& a) {
+  WireWriter w;
+  w.U64(a.block_size);
+  w.U64(a.blocks);
+  w.U64(a.block_class.size());
+  // Slot classes are small (a slot is 64 bytes << class, at most a block); -1: not carved.
+  for (int c : a.block_class) w.U8(static_cast<uint8_t>(c + 1));
+  w.U64(a.arrays.size());
+  for (const auto& [begin, end] : a.arrays) {
+    w.U64(begin);
+    w.U64(end);
+  }
+  return std::move(w.str());
+}
+
+absl::StatusOr<ResyncAnswer> DecodeResyncAnswer(absl::string_view b) {
+  WireReader r(b);
+  ResyncAnswer out;
+  uint64_t n = 0;
+  if (!r.U64(&out.block_size) || !r.U64(&out.blocks) || !r.U64(&n) || n > b.size()) {
+    return WireReader::Corrupt("RESYNC answer");
+  }
+  out.block_class.reserve(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint8_t c = 0;
+    if (!r.U8(&c)) return WireReader::Corrupt("RESYNC answer");
+    out.block_class.push_back(static_cast<int>(c) - 1);
+  }
+  if (!r.U64(&n) || n > b.size()) return WireReader::Corrupt("RESYNC answer");
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t begin = 0, end = 0;
+    if (!r.U64(&begin) || !r.U64(&end)) return WireReader::Corrupt("RESYNC answer");
+    out.arrays.emplace_back(begin, end);
+  }
+  if (!r.done()) return WireReader::Corrupt("RESYNC answer");
+  return out;
+}
+
 }  // namespace txn
 }  // namespace farm

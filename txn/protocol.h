@@ -46,6 +46,9 @@ inline constexpr uint16_t kArrayBackupMethod = 0xff26;
 // DROP-BACKUP (a DecisionRequest): the coordinator aborts a transaction after COMMIT-BACKUP
 // (a region it wrote changed its primary meanwhile): the backups drop its records.
 inline constexpr uint16_t kDropBackupMethod = 0xff27;
+// RESYNC (a ResyncRequest, answered with a ResyncAnswer): a new backup of a region asks its
+// primary for the region's layout before it copies the region (txn/resync.h).
+inline constexpr uint16_t kResyncMethod = 0xff28;
 
 // A transaction: the coordinator's node, the coordinator's incarnation (the membership epoch in
 // which that process joined: a restarted node joins again under a higher one) and a sequence
@@ -146,6 +149,27 @@ struct ArrayRecord {
 };
 std::string EncodeArray(const ArrayRecord& r);
 absl::StatusOr<ArrayRecord> DecodeArray(absl::string_view b);
+
+// RESYNC: node asks the primary of `region` for its layout from block `first_block` on (at most
+// `max_blocks` blocks), once the primary has applied membership `epoch` (the one that made the
+// asker a backup of it, which fenced the LOCKs granted before): until then the answer is
+// Unavailable. The first piece (first_block 0) also carries the object arrays.
+struct ResyncRequest {
+  uint32_t region = 0;
+  uint64_t epoch = 0;
+  uint64_t first_block = 0;
+  uint64_t max_blocks = 0;
+};
+std::string EncodeResync(const ResyncRequest& r);
+absl::StatusOr<ResyncRequest> DecodeResync(absl::string_view b);
+struct ResyncAnswer {
+  uint64_t block_size = 0;
+  uint64_t blocks = 0;           // in the region
+  std::vector<int> block_class;  // blocks first_block.. (at most max_blocks of them)
+  std::vector<std::pair<uint64_t, uint64_t>> arrays;  // [begin, end) offsets (first piece only)
+};
+std::string EncodeResyncAnswer(const ResyncAnswer& a);
+absl::StatusOr<ResyncAnswer> DecodeResyncAnswer(absl::string_view b);
 
 // One record of a pair's log.
 struct LogRecord {
