@@ -236,6 +236,20 @@ class CmServerImpl : public CmServer {
     return n == nullptr ? absl::StrCat("node ", node) : FailureDomainOf(*n);
   }
 
+  // The members that may hold backups (those that form the cluster: late nodes come and go),
+  // and how many backups each holds now (`load`).
+  std::vector<PlacementNode> BackupCandidates(absl::flat_hash_map<uint32_t, uint64_t>* load) const {
+    std::vector<PlacementNode> candidates;
+    for (const auto& [id, member] : members_) {
+      const config::NodeConfig* n = FindNode(config_, id);
+      if (n != nullptr && !n->late()) candidates.push_back(PlacementNode{id, DomainOf(id)});
+      for (const control::RegionInfo& r : member.regions) {
+        for (uint32_t b : r.backup_node()) ++(*load)[b];
+      }
+    }
+    return candidates;
+  }
+
   // Places the f backups of the new members' data regions (they are empty, as are the copies
   // the backups allocate, so nothing needs copying) on members that form the cluster, in other
   // failure domains than the region's other copies (platform/placement.h), in turns (each new
@@ -244,15 +258,8 @@ class CmServerImpl : public CmServer {
   // are up (a node restarted while another is down) gets fewer backups, and the log says so.
   void PlaceBackups(const std::vector<Member*>& new_members) {
     if (config_.f() == 0) return;
-    std::vector<PlacementNode> candidates;
     absl::flat_hash_map<uint32_t, uint64_t> load;
-    for (const auto& [id, member] : members_) {
-      const config::NodeConfig* n = FindNode(config_, id);
-      if (n != nullptr && !n->late()) candidates.push_back(PlacementNode{id, DomainOf(id)});
-      for (const control::RegionInfo& r : member.regions) {
-        for (uint32_t b : r.backup_node()) ++load[b];
-      }
-    }
+    const std::vector<PlacementNode> candidates = BackupCandidates(&load);
     for (size_t k = 0;; ++k) {
       bool any = false;
       for (Member* m : new_members) {
@@ -381,26 +388,26 @@ class CmServerImpl : public CmServer {
   // Re-replication: a data region that serves with fewer than f backups (one was lost, or it was
   // promoted) gets new ones among the members that form the cluster, in other failure domains
   // than its copies (as PlaceBackups). They are listed as syncing until they copied the region
-  // (txn/engine.h, "Re-replication"), and the membership that adds them fences requests sent
-  // before it. A recovering region waits until it serves. True if a backup was added.
+  // (txn/resync.h), and the membership that adds them fences requests sent before it. A
+  // recovering region waits until it serves. True if a backup was added. Runs every tick: the
+  // placement's inputs are gathered only when some region needs a backup.
   bool Rereplicate() {
     if (config_.f() == 0) return false;
-    std::vector<PlacementNode> candidates;
-    absl::flat_hash_map<uint32_t, uint64_t> load;
-    for (const auto& [id, member] : members_) {
-      const config::NodeConfig* n = FindNode(config_, id);
-      if (n != nullptr && !n->late()) candidates.push_back(PlacementNode{id, DomainOf(id)});
-      for (const control::RegionInfo& r : member.regions) {
-        for (uint32_t b : r.backup_node()) ++load[b];
-      }
+    auto wants_backup = [&](const control::RegionInfo& r) {
+      return r.purpose().empty() && !r.recovering() &&
+             r.backup_node_size() < static_cast<int>(config_.f());
+    };
+    bool any = false;
+    for (const auto& [id, m] : members_) {
+      any = any || std::any_of(m.regions.begin(), m.regions.end(), wants_backup);
     }
+    if (!any) return false;
+    absl::flat_hash_map<uint32_t, uint64_t> load;
+    const std::vector<PlacementNode> candidates = BackupCandidates(&load);
     bool added = false;
     for (auto& [id, m] : members_) {
       for (control::RegionInfo& r : m.regions) {
-        if (!r.purpose().empty() || r.recovering() ||
-            r.backup_node_size() >= static_cast<int>(config_.f())) {
-          continue;
-        }
+        if (!wants_backup(r)) continue;
         std::vector<uint32_t> holders{id};
         std::vector<std::string> domains{DomainOf(id)};
         for (uint32_t b : r.backup_node()) {
