@@ -242,45 +242,128 @@ std::string ResolveProvider(absl::string_view provider) {
   return HasRdmaDevice() ? "verbs" : "tcp;ofi_rxm";
 }
 
-// The operations posted on one completion queue (a Fabric's or a channel's) and not yet reaped.
-// A provider never completes an operation whose peer went away (shm, rxm), and closing the queue
-// does not hand its context back either: the queue's owner frees what is left here once the
-// queue is closed, so no operation's bookkeeping outlives its Fabric (LeakSanitizer found them
-// at process exit). An intrusive list under a mutex: two uncontended lock/unlock pairs per
-// operation, no allocation.
-struct InFlightLink {
-  InFlightLink* prev = nullptr;
-  InFlightLink* next = nullptr;
-  void* op = nullptr;  // the Fabric::OpContext this link is part of
+class InFlightOps;
+
+// Per-operation bookkeeping handed to libfabric as the operation context. fi_context2 must come
+// first: providers that ask for FI_CONTEXT/FI_CONTEXT2 use that space.
+struct Fabric::OpContext {
+  // Where the context is in its life. Only the thread that moves it from kPosted to kDone acts
+  // on its completion: a completion reported twice finds it kDone or kFree and is dropped (see
+  // InFlightOps).
+  enum Life : uint32_t { kFree = 0, kPosted = 1, kDone = 2 };
+
+  fi_context2 fi_ctx;
+  std::atomic<uint32_t> life{kFree};
+  OpContext* prev = nullptr;  // in `owner`'s list of posted operations, or its free queue
+  OpContext* next = nullptr;
+  InFlightOps* owner = nullptr;  // the queue it completes on
+  std::shared_ptr<OpBatch::State> state;
+  bool is_read = false;
+  PeerId peer = 0;
+  uint64_t remote_addr = 0;
+  size_t len = 0;
+  std::atomic<int>* read_gate = nullptr;  // iWARP READs: their count in the endpoint's ReadGate
 };
 
+// The operations posted on one completion queue (a Fabric's or a channel's) and not yet reaped,
+// and the storage of their contexts.
+//
+// A provider never completes an operation whose peer went away (shm, rxm), and closing the queue
+// does not hand its context back either: the queue's owner takes back what is left here once the
+// queue is closed, so no operation's bookkeeping outlives its Fabric (LeakSanitizer found them
+// at process exit).
+//
+// Contexts are never handed back to malloc while the queue is open, and a released one is reused
+// only after kQuarantine others were released after it. A completion that names a context no
+// longer posted then reads a context in state kFree (or kDone) and is dropped, instead of
+// freeing heap memory twice. That happens on verbs over SoftiWARP (libfabric 1.17, rdma-core's
+// libsiw): libsiw writes a send request into the queue pair's memory-mapped send queue and then
+// rings the kernel's doorbell; when the connection is closing the doorbell fails, the call fails
+// (verbs turns it into -FI_EAGAIN, so the post is tried again) and verbs and ofi_rxm free their
+// contexts of the request, but the request stays valid in the queue, and when the queue pair
+// enters its error state the kernel flushes it: a completion whose context was freed, or already
+// reused for another operation. Without this, in-process test clusters on SoftiWARP freed an
+// OpContext twice about once in 30 runs of runtime_test with netem's delay (glibc: "double free
+// detected in tcache 2", then garbage in unrelated objects). What cannot be undone here: a flush
+// that lands on a reused verbs context ends that context's current operation early (with an
+// error, and its own completion later names the next user of the context). Only operations
+// posted while a peer's connection is closing start that; on hardware RNICs a request posted to
+// a queue pair in the error state is flushed with its own context.
 class InFlightOps {
  public:
-  InFlightOps() { head_.prev = head_.next = &head_; }
-  void Add(InFlightLink* l) {
-    std::lock_guard<std::mutex> g(mu_);
-    l->next = head_.next;
-    l->prev = &head_;
-    head_.next->prev = l;
-    head_.next = l;
+  using OpContext = Fabric::OpContext;
+  static constexpr size_t kQuarantine = 1024;
+
+  InFlightOps() {
+    posted_.prev = posted_.next = &posted_;
+    free_.prev = free_.next = &free_;
   }
-  void Remove(InFlightLink* l) {
+  ~InFlightOps() = default;  // storage_ holds every context
+
+  // A context in state kPosted, listed before posting: the completion may be reaped on another
+  // thread at once.
+  OpContext* Acquire() {
     std::lock_guard<std::mutex> g(mu_);
-    l->prev->next = l->next;
-    l->next->prev = l->prev;
+    OpContext* c;
+    if (free_count_ > kQuarantine) {
+      c = free_.next;
+      Unlink(c);
+      --free_count_;
+    } else {
+      storage_.push_back(std::make_unique<OpContext>());
+      c = storage_.back().get();
+    }
+    c->owner = this;
+    c->life.store(OpContext::kPosted, std::memory_order_relaxed);
+    PushFront(&posted_, c);
+    return c;
   }
-  // Unlinks every operation left and returns them; call after the queue was closed.
-  std::vector<void*> TakeAll() {
+
+  // Takes `c` from the posted list and puts it at the end of the free queue. The caller moved
+  // it from kPosted to kDone (so no other thread releases it), or the queue is closed.
+  void Release(OpContext* c) {
+    c->state.reset();
+    c->read_gate = nullptr;
     std::lock_guard<std::mutex> g(mu_);
-    std::vector<void*> out;
-    for (InFlightLink* l = head_.next; l != &head_; l = l->next) out.push_back(l->op);
-    head_.prev = head_.next = &head_;
-    return out;
+    Unlink(c);
+    c->life.store(OpContext::kFree, std::memory_order_relaxed);
+    PushBack(&free_, c);
+    ++free_count_;
+  }
+
+  // Releases every operation still posted; call after the queue was closed.
+  void ReleaseAll() {
+    std::vector<OpContext*> left;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      for (OpContext* c = posted_.next; c != &posted_; c = c->next) left.push_back(c);
+    }
+    for (OpContext* c : left) Release(c);
   }
 
  private:
+  static void Unlink(OpContext* c) {
+    c->prev->next = c->next;
+    c->next->prev = c->prev;
+  }
+  static void PushFront(OpContext* head, OpContext* c) {
+    c->next = head->next;
+    c->prev = head;
+    head->next->prev = c;
+    head->next = c;
+  }
+  static void PushBack(OpContext* head, OpContext* c) {
+    c->prev = head->prev;
+    c->next = head;
+    head->prev->next = c;
+    head->prev = c;
+  }
+
   std::mutex mu_;
-  InFlightLink head_;  // sentinel of a circular list
+  OpContext posted_;  // sentinels of circular lists
+  OpContext free_;
+  size_t free_count_ = 0;
+  std::vector<std::unique_ptr<OpContext>> storage_;
 };
 
 // shm endpoints of this process. libfabric 1.17's shm maps a peer that is an endpoint of the same
@@ -428,20 +511,6 @@ struct FabricChannel::Handles {
   absl::flat_hash_map<PeerId, fid_ep*> conns;
 };
 
-// Per-operation bookkeeping handed to libfabric as the operation context. fi_context2 must come
-// first: providers that ask for FI_CONTEXT/FI_CONTEXT2 use that space.
-struct Fabric::OpContext {
-  fi_context2 fi_ctx;
-  InFlightLink link;             // in `owner`, from posting until reaped
-  InFlightOps* owner = nullptr;  // the list of the queue it completes on
-  std::shared_ptr<OpBatch::State> state;
-  bool is_read = false;
-  PeerId peer = 0;
-  uint64_t remote_addr = 0;
-  size_t len = 0;
-  std::atomic<int>* read_gate = nullptr;  // iWARP READs: their count in the endpoint's ReadGate
-};
-
 struct OpBatch::State {
   std::atomic<int> outstanding{0};
   farm::Mutex mu;
@@ -520,7 +589,7 @@ void Fabric::CloseHandles(Handles* h) {
   if (h->av) fi_close(&h->av->fid);
   if (h->cq) fi_close(&h->cq->fid);
   // Operations that never completed (their peer went away): nothing refers to them any more.
-  for (void* op : h->in_flight.TakeAll()) delete static_cast<OpContext*>(op);
+  h->in_flight.ReleaseAll();
   if (h->domain) fi_close(&h->domain->fid);
   if (h->eq) fi_close(&h->eq->fid);
   if (h->fabric) fi_close(&h->fabric->fid);
@@ -1077,6 +1146,31 @@ int Fabric::Progress() {
   return total + RemoteAccesses();
 }
 
+namespace {
+
+// Moves a reaped completion's context from kPosted to kDone: true if this completion is the
+// operation's, false if the context was not posted (a completion reported twice, or for a
+// request the provider said it had not taken; see InFlightOps), which is then dropped.
+bool Finish(Fabric::OpContext* ctx) {
+  uint32_t posted = Fabric::OpContext::kPosted;
+  if (ctx->life.compare_exchange_strong(posted, Fabric::OpContext::kDone,
+                                        std::memory_order_acq_rel)) {
+    return true;
+  }
+  static std::atomic<uint64_t> dropped{0};
+  const uint64_t n = dropped.fetch_add(1, std::memory_order_relaxed) + 1;
+  if ((n & (n - 1)) == 0) {  // 1, 2, 4, 8, ...: a few lines, however many there are
+    spdlog::warn(
+        "fabric: dropped a completion for an operation that is not in flight ({} so far): the "
+        "provider reported it twice, or for a request it had refused (libsiw does while a "
+        "connection closes)",
+        n);
+  }
+  return false;
+}
+
+}  // namespace
+
 int Fabric::ReapCompletions(void* cq_ptr) {
   fid_cq* cq = static_cast<fid_cq*>(cq_ptr);
   fi_cq_entry entries[32];
@@ -1086,10 +1180,10 @@ int Fabric::ReapCompletions(void* cq_ptr) {
     if (n > 0) {
       for (ssize_t i = 0; i < n; ++i) {
         auto* ctx = static_cast<OpContext*>(entries[i].op_context);
+        if (!Finish(ctx)) continue;
         if (ctx->read_gate != nullptr) ctx->read_gate->fetch_sub(1, std::memory_order_release);
         ctx->state->outstanding.fetch_sub(1, std::memory_order_release);
-        ctx->owner->Remove(&ctx->link);
-        delete ctx;
+        ctx->owner->Release(ctx);
       }
       total += static_cast<int>(n);
       if (n < 32) break;
@@ -1105,12 +1199,11 @@ int Fabric::ReapCompletions(void* cq_ptr) {
           " bytes at remote address 0x", absl::Hex(ctx ? ctx->remote_addr : 0),
           " failed: ", fi_strerror(err.err), detail ? " / " : "", detail ? detail : "");
       spdlog::debug("{}", msg);
-      if (ctx != nullptr) {
+      if (ctx != nullptr && Finish(ctx)) {
         if (ctx->read_gate != nullptr) ctx->read_gate->fetch_sub(1, std::memory_order_release);
         ctx->state->Fail(absl::UnavailableError(msg));
         ctx->state->outstanding.fetch_sub(1, std::memory_order_release);
-        ctx->owner->Remove(&ctx->link);
-        delete ctx;
+        ctx->owner->Release(ctx);
       }
       ++total;
       continue;
@@ -1307,22 +1400,22 @@ absl::Status OpBatch::Add(bool is_read, PeerId peer, RemoteBuffer remote, LocalB
 }
 
 absl::Status OpBatch::Post(bool is_read, PeerId peer, RemoteBuffer remote, LocalBuffer local) {
-  auto* ctx = new Fabric::OpContext();
+  // Listed before posting: the completion may be reaped on another thread at once.
+  InFlightOps* owner = channel_ != nullptr ? &channel_->h_->in_flight : &fabric_->h_->in_flight;
+  Fabric::OpContext* ctx = owner->Acquire();
   ctx->state = state_;
   ctx->is_read = is_read;
   ctx->peer = peer;
   ctx->remote_addr = remote.addr;
   ctx->len = local.size;
-  ctx->link.op = ctx;
-  // Listed before posting: the completion may be reaped on another thread at once.
-  ctx->owner = channel_ != nullptr ? &channel_->h_->in_flight : &fabric_->h_->in_flight;
-  ctx->owner->Add(&ctx->link);
   state_->outstanding.fetch_add(1, std::memory_order_relaxed);
   absl::Status s = fabric_->Post(channel_, is_read, peer, remote, local, ctx, post_timeout_);
-  if (!s.ok()) {
+  // Not posted, as far as the provider said (InFlightOps says when it was anyway); unless a
+  // completion that names the context was reaped meanwhile and counted it as done.
+  uint32_t posted = Fabric::OpContext::kPosted;
+  if (!s.ok() && ctx->life.compare_exchange_strong(posted, Fabric::OpContext::kDone)) {
     state_->outstanding.fetch_sub(1, std::memory_order_relaxed);
-    ctx->owner->Remove(&ctx->link);
-    delete ctx;
+    owner->Release(ctx);
   }
   return s;
 }
@@ -1380,7 +1473,7 @@ FabricChannel::~FabricChannel() {
   if (h_->cq) fi_close(&h_->cq->fid);
   if (h_->eq) fi_close(&h_->eq->fid);
   // Operations that never completed (their peer went away): nothing refers to them any more.
-  for (void* op : h_->in_flight.TakeAll()) delete static_cast<Fabric::OpContext*>(op);
+  h_->in_flight.ReleaseAll();
   fabric_->open_channels_.fetch_sub(1, std::memory_order_relaxed);
 }
 

@@ -256,11 +256,13 @@ class Fabric {
   // was open, and are kept open until the last one closes (see Fabric::~Fabric).
   static int ParkedShmEndpointsForTesting();
 
+  // One posted operation's bookkeeping, defined in fabric.cc (opaque here).
+  struct OpContext;
+
  private:
   friend class OpBatch;
   friend class FabricChannel;
   struct Handles;  // libfabric objects, defined in fabric.cc.
-  struct OpContext;
 
   // Reads the completion queue `cq` (a struct fid_cq*) dry and fires the OpBatch bookkeeping of
   // each completion. Returns the number of completions seen.
