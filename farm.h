@@ -138,8 +138,17 @@ struct RuntimeOptions {
 // A region of the shared address space.
 struct RegionRef {
   uint32_t id = 0;    // cluster-wide region id
-  uint32_t node = 0;  // owner
+  uint32_t node = 0;  // owner: the primary copy, the one READs and transactions use
   uint64_t size = 0;  // bytes
+  // Replication (ClusterConfig.f backups per region): the nodes holding a complete backup copy,
+  // and those given a backup that are still copying the region from its primary (after a node
+  // left: re-replication). A region is fully replicated when `backups` has f nodes and `syncing`
+  // is empty; with f = 0 both are empty.
+  std::vector<uint32_t> backups;
+  std::vector<uint32_t> syncing;
+  // Its primary was promoted from a backup in this membership and does not serve yet (recovery,
+  // a few lease periods at most); accesses meanwhile wait or fail with Unavailable.
+  bool recovering = false;
   GlobalAddress base() const { return GlobalAddress{id, 0}; }
 };
 

@@ -123,7 +123,14 @@ uint64_t Runtime::max_object_size() const { return impl_->txn->max_object_size()
 std::vector<RegionRef> Runtime::Regions(uint32_t node) const {
   std::vector<RegionRef> out;
   for (const control::RegionInfo& r : impl_->node->RegionsOf(node)) {
-    out.push_back(RegionRef{r.region_id(), r.node_id(), r.size()});
+    RegionRef ref{r.region_id(), r.node_id(), r.size()};
+    for (uint32_t b : r.backup_node()) {
+      const bool syncing = std::find(r.syncing_backup().begin(), r.syncing_backup().end(), b) !=
+                           r.syncing_backup().end();
+      (syncing ? ref.syncing : ref.backups).push_back(b);
+    }
+    ref.recovering = r.recovering();
+    out.push_back(std::move(ref));
   }
   return out;
 }

@@ -155,7 +155,7 @@ const control::RegionInfo* FindRegion(const control::Membership& m, uint32_t reg
 
 TEST_CASE(
     "a promoted region serves only once every member applied the change and the failed "
-    "primary's lease ended",
+    "primary's lease ended, then gets a new backup",
     "[cm]") {
   const config::ClusterConfig c = ReplicatedConfig();
   absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(c);
@@ -254,6 +254,37 @@ TEST_CASE(
   CHECK(FindRegion(activated->second, id)->node_id() == b);
   // Node 1 (evicted, so no longer renewing) stopped acting before its region served elsewhere.
   CHECK(n[1]->lease_expiry() < activated->first);
+
+  // Re-replication: the promoted region's only backup became its primary. The CM names a new
+  // backup among the members left, h (never b itself, nor node 1), as syncing, in a membership
+  // that fences older requests; once h reports its copy complete, a later membership lists h
+  // as a full backup.
+  auto backups_at_h = [&](bool want_synced) -> std::optional<control::Membership> {
+    std::lock_guard<std::mutex> l(seen[h].mu);
+    for (const auto& [when, m] : seen[h].memberships) {
+      const control::RegionInfo* r = FindRegion(m, id);
+      if (r == nullptr || r->node_id() != b || r->recovering()) continue;
+      const bool listed = r->backup_node_size() == 1 && r->backup_node(0) == h;
+      const bool syncing = r->syncing_backup_size() == 1 && r->syncing_backup(0) == h;
+      if (listed && syncing != want_synced) return m;
+    }
+    return std::nullopt;
+  };
+  std::optional<control::Membership> named;
+  for (int i = 0; i < 3000 && !named.has_value(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    named = backups_at_h(false);
+  }
+  REQUIRE(named.has_value());
+  CHECK(named->fence_epoch() == named->epoch());
+  n[h]->ReportBackupSynced(id);
+  std::optional<control::Membership> synced;
+  for (int i = 0; i < 3000 && !synced.has_value(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    synced = backups_at_h(true);
+  }
+  REQUIRE(synced.has_value());
+  CHECK(synced->epoch() > named->epoch());
   for (int i : {2, 1, 0}) n[i]->Leave();
 }
 

@@ -53,6 +53,16 @@ inline std::vector<std::unique_ptr<Runtime>> StartRuntimes(int n, RuntimeOptions
   return out;
 }
 
+// Region `index` of `node` in `rt`'s membership; fails the test (instead of indexing past the
+// end) when the node is not a member, e.g. when it was evicted.
+inline RegionRef RegionAt(const Runtime& rt, uint32_t node, size_t index) {
+  const std::vector<RegionRef> regions = rt.Regions(node);
+  INFO("node " << node << " has " << regions.size() << " region(s) in node " << rt.node_id()
+               << "'s membership");
+  REQUIRE(index < regions.size());
+  return regions[index];
+}
+
 // `n` int64 accounts of `initial` each, spread over the members (AllocHint::Anywhere), created
 // in one transaction run by `w`.
 inline std::vector<GlobalAddress> CreateAccounts(Worker& w, int n, int64_t initial) {

@@ -43,7 +43,7 @@ TEST_CASE("workers read and write every node's memory", "[runtime]") {
 
   SECTION("a WRITE is visible in the owner's memory and READs back, local and remote") {
     for (uint32_t node = 0; node < 3; ++node) {
-      const RegionRef r = rts[0]->Regions(node)[1];
+      const RegionRef r = testing::RegionAt(*rts[0], node, 1);
       REQUIRE(r.node == node);
       REQUIRE(r.size == kRegionSize);
       std::string data(100000, '\0');  // several worker buffers
@@ -60,7 +60,7 @@ TEST_CASE("workers read and write every node's memory", "[runtime]") {
   }
 
   SECTION("accesses outside a region are refused and change nothing") {
-    const RegionRef r = rts[0]->Regions(1)[0];
+    const RegionRef r = testing::RegionAt(*rts[0], 1, 0);
     absl::StatusOr<absl::Span<char>> last = rts[1]->Local(r.base() + (kRegionSize - 8), 8);
     REQUIRE(last.ok());
     std::memset(last->data(), 'x', 8);
@@ -82,7 +82,7 @@ TEST_CASE("one worker per thread, concurrently", "[runtime]") {
   o.workers = 4;
   std::vector<std::unique_ptr<Runtime>> rts = StartCluster(2, o);
   for (auto& rt : rts) rt->Serve();
-  const RegionRef target = rts[0]->Regions(1)[0];
+  const RegionRef target = testing::RegionAt(*rts[0], 1, 0);
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -162,7 +162,7 @@ TEST_CASE("RPC through the public API", "[runtime]") {
   }
 
   SECTION("a shipped function runs where the data is") {
-    const RegionRef r = rts[1]->Regions(2)[0];
+    const RegionRef r = testing::RegionAt(*rts[1], 2, 0);
     absl::StatusOr<absl::Span<char>> at = rts[2]->Local(r.base() + 100, 16);
     REQUIRE(at.ok());
     for (int i = 0; i < 16; ++i) (*at)[i] = static_cast<char>(i);

@@ -919,7 +919,7 @@ TEST_CASE("bad input gets an error, never a crash", "[txn]") {
   CHECK(absl::IsInvalidArgument(t->Write(x, big, 16)));
   CHECK(absl::IsInvalidArgument(t->Read(x, big, 0)));
   // Memory where no object is (never allocated: free).
-  const RegionRef r = rts[0]->Regions(2)[1];
+  const RegionRef r = testing::RegionAt(*rts[0], 2, 1);
   CHECK(absl::IsNotFound(t->Read(r.base() + 4096, &v, 8)));
   CHECK(absl::IsNotFound(w->LockFreeRead(r.base() + 4096, &v, 8)));
   // Objects over the maximum size (with these 64 KiB rings, below kMaxObjectSize), and of none.
