@@ -122,6 +122,9 @@ struct RuntimeOptions {
   // Override the configuration's provider / endpoint when not empty.
   std::string provider;
   std::string endpoint;
+  // Overrides ClusterConfig.zookeeper when not empty: "host:port,host:port", the ZooKeeper
+  // servers in which the configuration manager records every configuration before publishing it.
+  std::string zookeeper;
   // "busy" (lowest latency, one core) or "adaptive".
   std::string poll = "adaptive";
   // How many Workers may exist at once (each owns a messaging lane; the transaction engine has

@@ -47,6 +47,9 @@ ABSL_FLAG(std::string, provider, "",
 ABSL_FLAG(std::string, endpoint, "",
           "fabric endpoint type, overriding the configuration: auto, rdm or msg");
 ABSL_FLAG(std::string, poll, "adaptive", "polling mode: busy or adaptive");
+ABSL_FLAG(std::string, zookeeper, "",
+          "host:port,... of ZooKeeper servers in which the configuration manager records every "
+          "configuration before publishing it (overrides the configuration's `zookeeper`)");
 ABSL_FLAG(int, workers, 8, "how many application threads may hold a Worker at once (1-64)");
 ABSL_FLAG(int64_t, ring_size, 64 << 10,
           "bytes per message ring (the same on every node; the largest message is a quarter)");
@@ -123,8 +126,9 @@ void RunSelfCheckCommand(Runtime::Impl& rt) {
     // The check overwrites the ends of every region: it would destroy objects (e.g. a KV shard).
     PairCheck c;
     c.from = c.to = node.id();
-    c.error = "refused: this node's regions hold objects (a KV shard or an application's), which "
-              "the self-check would overwrite; it runs only on nodes without them";
+    c.error =
+        "refused: this node's regions hold objects (a KV shard or an application's), which "
+        "the self-check would overwrite; it runs only on nodes without them";
     spdlog::error("self-check {}", c.error);
     Emit(absl::StrCat("SELFCHECK ", c.ToJson()));
     Emit(absl::StrFormat("SELFCHECK_DONE {\"node\":%d}", node.id()));
@@ -220,6 +224,7 @@ absl::StatusOr<RuntimeOptions> OptionsFromFlags() {
       return absl::InvalidArgumentError(absl::StrCat("--endpoint: ", s.message()));
     }
   }
+  o.zookeeper = absl::GetFlag(FLAGS_zookeeper);
   o.poll = absl::GetFlag(FLAGS_poll);
   if (absl::Status s = ParsePollMode(o.poll).status(); !s.ok()) return s;
   o.workers = absl::GetFlag(FLAGS_workers);

@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& op
   mo.ring_size = options.ring_size;
   NodeOptions no;
   no.config = *cfg;
+  if (!options.zookeeper.empty()) no.config.set_zookeeper(options.zookeeper);
   no.node_id = options.node_id;
   no.provider = options.provider;
   no.endpoint = options.endpoint;

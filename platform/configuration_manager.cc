@@ -7,9 +7,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "platform/config.h"
+#include "platform/configuration_store.h"
 #include "platform/control_channel.h"
 #include "platform/mutant.h"
 #include "platform/placement.h"
@@ -28,6 +31,9 @@ namespace {
 
 constexpr absl::Duration kTick = absl::Milliseconds(50);
 constexpr absl::Duration kFirstMessageTimeout = absl::Seconds(5);
+// How long the CM waits before it tries again to record a membership that the configuration
+// store did not take (unreachable, or refused it).
+constexpr std::chrono::seconds kStoreRetry{1};
 
 constexpr char kLeft[] = "it left";
 
@@ -45,16 +51,19 @@ control::ControlMessage RefusalMessage(const std::string& reason) {
 // Thread-compatible: all state is owned by the service thread.
 class CmServerImpl : public CmServer {
  public:
-  CmServerImpl(config::ClusterConfig config, std::unique_ptr<ControlListener> listener)
+  CmServerImpl(config::ClusterConfig config, std::unique_ptr<ControlListener> listener,
+               std::unique_ptr<ConfigurationStore> store)
       : config_(std::move(config)),
         listener_(std::move(listener)),
         join_deadline_(absl::Now() + absl::Seconds(config_.join_timeout_s())),
         lease_(std::chrono::milliseconds(config_.lease_ms())),
+        store_(std::move(store)),
         thread_([this] { Run(); }) {}
 
   ~CmServerImpl() override {
     stop_.store(true, std::memory_order_relaxed);
     thread_.join();
+    if (commit_.valid()) commit_.wait();  // a store call ends within its timeout
   }
 
  private:
@@ -77,6 +86,10 @@ class CmServerImpl : public CmServer {
                  listener_->port(), RequiredNodes());
     std::vector<pollfd> fds;
     while (!stop_.load(std::memory_order_relaxed)) {
+      if (stepped_down_) {  // admits and watches nothing more (StepDown)
+        absl::SleepFor(kTick);
+        continue;
+      }
       // Wakes as soon as a connection or a message arrives (a heartbeat is acknowledged at once,
       // so that short leases work), else after a tick to judge leases and pending joins.
       fds.clear();
@@ -92,6 +105,7 @@ class CmServerImpl : public CmServer {
       AdmitPending();
       if (!formed_ && !failed_ && absl::Now() > join_deadline_) FailFormation();
       if (formed_) WatchMembers();
+      if (store_ != nullptr && !stepped_down_) PollCommit();
     }
   }
 
@@ -430,12 +444,24 @@ class CmServerImpl : public CmServer {
     return added;
   }
 
-  // Sends the current membership to every member; `departed` says why nodes dropped since the
-  // last one are gone.
-  void Broadcast(const std::map<uint32_t, std::string>& departed = {}) {
+  // Publishes the current membership; `departed` says why nodes dropped since the last one are
+  // gone. Without a configuration store it goes to every member at once. With one (ZooKeeper),
+  // it is first recorded there by compare-and-set, on another thread so that heartbeats are
+  // acknowledged meanwhile, and sent once recorded (PollCommit); a change made while a record
+  // is being written goes out in the next membership. Returns the epoch of the first membership
+  // that will carry the current state: a member that acknowledged it (or a later one) applied
+  // everything changed so far.
+  uint64_t Broadcast(const std::map<uint32_t, std::string>& departed = {}) {
+    for (const auto& [id, why] : departed) pending_departed_[id] = why;
+    if (stepped_down_) return epoch_;
+    if (store_ != nullptr && (commit_.valid() || Clock::now() < retry_at_)) {
+      dirty_ = true;
+      return epoch_ + 1;
+    }
     control::ControlMessage msg;
     control::Membership* mem = msg.mutable_membership();
-    for (const auto& [id, why] : departed) (*mem->mutable_departed())[id] = why;
+    for (const auto& [id, why] : pending_departed_) (*mem->mutable_departed())[id] = why;
+    if (store_ == nullptr) pending_departed_.clear();
     mem->set_epoch(++epoch_);
     mem->set_cm_node_id(config_.cm_node_id());
     mem->set_f(config_.f());
@@ -454,11 +480,148 @@ class CmServerImpl : public CmServer {
                  mem->nodes_size(), mem->regions_size(), config_.f(),
                  degraded > 0 ? absl::StrCat(" (", degraded, " region(s) with fewer backups)")
                               : std::string());
-    for (auto& [id, m] : members_) {
-      absl::Status s = m.channel->Send(msg);
-      if (!s.ok())
-        spdlog::warn("CM: could not send membership to node {}: {}", id, std::string(s.message()));
+    if (store_ == nullptr) {
+      Send(msg);
+      return epoch_;
     }
+    std::string payload = mem->SerializeAsString();
+    in_flight_ = std::move(msg);
+    commit_ = std::async(std::launch::async,
+                         [this, payload = std::move(payload)] { return Commit(payload); });
+    return epoch_;
+  }
+
+  // Sends membership `msg` to the members it lists (one admitted after it was built learns of
+  // itself from the next).
+  void Send(const control::ControlMessage& msg) {
+    for (const control::NodeInfo& n : msg.membership().nodes()) {
+      auto it = members_.find(n.node_id());
+      if (it == members_.end()) continue;  // gone since
+      absl::Status s = it->second.channel->Send(msg);
+      if (!s.ok()) {
+        spdlog::warn("CM: could not send membership to node {}: {}", n.node_id(),
+                     std::string(s.message()));
+      }
+    }
+  }
+
+  // What became of a membership the CM tried to record in its configuration store.
+  struct CommitResult {
+    enum Outcome { kRecorded, kRetry, kLost } outcome = kRetry;
+    std::string why;  // kRetry, kLost: the store's error
+  };
+
+  // Records `payload` (a Membership) in the store, on the commit thread (one commit at a time:
+  // the CM thread starts the next only after taking this one's result, so store_version_ and
+  // last_attempt_ need no lock).
+  CommitResult Commit(const std::string& payload) {
+    bool contested = false;
+    absl::StatusOr<int64_t> v = Write(payload, &contested);
+    if (!v.ok() && contested && !last_attempt_.empty()) {
+      // The previous write that timed out may have been applied after all: then it is ours.
+      absl::StatusOr<VersionedRecord> current = store_->Read();
+      if (current.ok() && current->data == last_attempt_) {
+        store_version_ = current->version;
+        v = Write(payload, &contested);
+      }
+    }
+    if (v.ok()) {
+      store_version_ = *v;
+      last_attempt_.clear();
+      return {CommitResult::kRecorded, ""};
+    }
+    if (absl::IsUnavailable(v.status())) last_attempt_ = payload;
+    std::string why = absl::StrCat(store_->Describe(), ": ", v.status().message());
+    if (contested) return {CommitResult::kLost, std::move(why)};
+    return {CommitResult::kRetry, std::move(why)};
+  }
+
+  // One write of the record: a compare-and-set on the version this CM wrote last or, for its
+  // first, on whatever the store holds (a previous run's record), or its creation. `contested`:
+  // another writer's record won.
+  absl::StatusOr<int64_t> Write(const std::string& payload, bool* contested) {
+    *contested = false;
+    absl::StatusOr<int64_t> v;
+    if (store_version_ >= 0) {
+      v = store_->CompareAndSet(store_version_, payload);
+    } else {
+      absl::StatusOr<VersionedRecord> current = store_->Read();
+      if (absl::IsNotFound(current.status())) {
+        v = store_->Create(payload);
+      } else if (!current.ok()) {
+        return current.status();  // unreachable, another cluster's, damaged: not a lost race
+      } else {
+        v = store_->CompareAndSet(current->version, payload);
+      }
+    }
+    *contested = absl::IsFailedPrecondition(v.status()) || absl::IsAlreadyExists(v.status());
+    return v;
+  }
+
+  // Takes the result of the record being written, if it is there: sends the membership once
+  // recorded, tries again later if the store did not take it (the members keep the current one
+  // meanwhile), and steps down if another configuration won.
+  void PollCommit() {
+    if (!commit_.valid()) {
+      if (dirty_ && Clock::now() >= retry_at_) {
+        dirty_ = false;
+        Broadcast();
+      }
+      return;
+    }
+    if (commit_.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return;
+    const CommitResult result = commit_.get();
+    const uint64_t epoch = in_flight_.membership().epoch();
+    switch (result.outcome) {
+      case CommitResult::kRecorded:
+        if (store_unavailable_since_.has_value()) {
+          spdlog::warn("CM: {} takes configurations again (membership epoch {} recorded)",
+                       store_->Describe(), epoch);
+          store_unavailable_since_.reset();
+        }
+        for (const auto& [id, why] : in_flight_.membership().departed()) {
+          pending_departed_.erase(id);
+        }
+        Send(in_flight_);
+        if (dirty_) {
+          dirty_ = false;
+          Broadcast();
+        }
+        break;
+      case CommitResult::kRetry:
+        if (!store_unavailable_since_.has_value()) {
+          store_unavailable_since_ = Clock::now();
+          spdlog::error(
+              "CM: cannot record membership epoch {} ({}): no reconfiguration until the "
+              "configuration store takes it; the members keep the current configuration and "
+              "the CM tries again every {} s",
+              epoch, result.why, kStoreRetry.count());
+        }
+        retry_at_ = Clock::now() + kStoreRetry;
+        dirty_ = true;  // a new membership (a new epoch) with the state of then
+        break;
+      case CommitResult::kLost:
+        StepDown(absl::StrCat("another configuration was recorded in the configuration store (",
+                              result.why, ")"));
+        break;
+    }
+  }
+
+  // Another configuration manager's configuration won: this one must not publish any more, and
+  // its members cannot stay members of a configuration that lost. Evicts them all and stops.
+  void StepDown(const std::string& why) {
+    spdlog::error("CM: {}: this configuration manager stops, and evicts its {} member(s)", why,
+                  members_.size());
+    control::ControlMessage eviction;
+    eviction.mutable_eviction()->set_reason(
+        absl::StrCat("the configuration manager stopped: ", why));
+    for (auto& [id, m] : members_) {
+      (void)m.channel->Send(eviction);
+      m.channel->Shutdown();
+    }
+    members_.clear();
+    pending_.clear();
+    stepped_down_ = true;
   }
 
   // Reads everything each member sent (heartbeats renew its lease; suspicions are collected),
@@ -564,9 +727,9 @@ class CmServerImpl : public CmServer {
     }
     DropBackups(gone);
     if (members_.empty()) return;
-    Broadcast(gone);
+    const uint64_t published = Broadcast(gone);
     if (recovering > 0) {
-      recovery_epoch_ = epoch_;
+      recovery_epoch_ = published;
       recovery_start_ = now;
       recovery_warned_ = false;
     }
@@ -636,6 +799,19 @@ class CmServerImpl : public CmServer {
   Clock::time_point recovery_not_before_;
   bool recovery_warned_ = false;  // that recovery waits for an acknowledgement
   uint32_t next_region_id_ = 1;   // Region 0 is never valid, so a zero GlobalAddress is null.
+  // The configuration store (null: none) and the membership being recorded in it.
+  std::unique_ptr<ConfigurationStore> store_;
+  std::future<CommitResult> commit_;   // valid while a record is being written
+  control::ControlMessage in_flight_;  // the membership that record is
+  bool dirty_ = false;                 // changed since in_flight_ was built, or a retry is due
+  Clock::time_point retry_at_;
+  std::optional<Clock::time_point> store_unavailable_since_;
+  bool stepped_down_ = false;
+  // Departed nodes' reasons not yet in a membership sent.
+  std::map<uint32_t, std::string> pending_departed_;
+  // Commit thread only (see Commit).
+  int64_t store_version_ = -1;  // the record's version this CM wrote last; -1: none yet
+  std::string last_attempt_;    // a write that timed out, maybe applied
   std::atomic<bool> stop_{false};
   std::thread thread_;  // Last: starts after everything above is initialised.
 };
@@ -927,7 +1103,8 @@ std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(const std::stri
   return std::make_unique<TcpConfigurationManager>(host, port, lease);
 }
 
-absl::StatusOr<std::unique_ptr<CmServer>> CmServer::Start(const config::ClusterConfig& config) {
+absl::StatusOr<std::unique_ptr<CmServer>> CmServer::Start(
+    const config::ClusterConfig& config, std::unique_ptr<ConfigurationStore> store) {
   const config::NodeConfig* cm = FindNode(config, config.cm_node_id());
   if (cm == nullptr) return absl::InvalidArgumentError("the CM node is not in the configuration");
   absl::StatusOr<std::unique_ptr<ControlListener>> listener =
@@ -936,7 +1113,8 @@ absl::StatusOr<std::unique_ptr<CmServer>> CmServer::Start(const config::ClusterC
     return absl::UnavailableError(
         absl::StrCat("configuration manager: ", listener.status().message()));
   }
-  return std::unique_ptr<CmServer>(new CmServerImpl(config, std::move(*listener)));
+  return std::unique_ptr<CmServer>(
+      new CmServerImpl(config, std::move(*listener), std::move(store)));
 }
 
 }  // namespace farm

@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "platform/config.pb.h"
+#include "platform/configuration_store.h"
 #include "platform/control.pb.h"
 
 namespace farm {
@@ -116,8 +117,13 @@ std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(const std::stri
 // The built-in CM service. Runs one thread; destroying it stops the service.
 class CmServer {
  public:
-  // Listens on the CM node's control address from `config` and starts admitting nodes.
-  static absl::StatusOr<std::unique_ptr<CmServer>> Start(const config::ClusterConfig& config);
+  // Listens on the CM node's control address from `config` and starts admitting nodes. With a
+  // `store` (ZooKeeper: ClusterConfig.zookeeper), every membership is recorded there by
+  // compare-and-set before any member gets it; while the store does not take it (unreachable)
+  // the members keep the current membership and the CM tries again every second; if another
+  // configuration won (another CM wrote the record), this CM evicts its members and stops.
+  static absl::StatusOr<std::unique_ptr<CmServer>> Start(
+      const config::ClusterConfig& config, std::unique_ptr<ConfigurationStore> store = nullptr);
   virtual ~CmServer() = default;
 };
 

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "platform/config.h"
+#include "platform/configuration_store.h"
 #include "platform/sync_point.h"
 #include "platform/testing/free_ports.h"
 #include "platform/testing/test_env.h"
@@ -286,6 +289,153 @@ TEST_CASE(
   REQUIRE(synced.has_value());
   CHECK(synced->epoch() > named->epoch());
   for (int i : {2, 1, 0}) n[i]->Leave();
+}
+
+}  // namespace farm
+
+namespace farm {
+namespace {
+
+// A CM with a configuration store (in memory, with ZooKeeper's semantics) and nodes 0 and 1 of
+// Config() joined; `view` reads the same record as another ZooKeeper client would.
+struct StoreCluster {
+  explicit StoreCluster(std::function<absl::Status(absl::string_view)> fail_before = nullptr) {
+    InMemoryStoreOptions cm_store;
+    cm_store.record = record;
+    cm_store.fail_before = std::move(fail_before);
+    cm_store.name = "cm";
+    absl::StatusOr<std::unique_ptr<CmServer>> s =
+        CmServer::Start(c, NewInMemoryConfigurationStore(cm_store));
+    REQUIRE(s.ok());
+    server = std::move(*s);
+    InMemoryStoreOptions other;
+    other.record = record;
+    other.name = "view";
+    view = NewInMemoryConfigurationStore(other);
+    for (int i = 0; i < 2; ++i) {
+      n[i] = Client(c);
+      n[i]->OnMembershipChange([this, i](const control::Membership& m) {
+        std::lock_guard<std::mutex> l(mu);
+        // Already in the store when a node gets it: the record holds this epoch or a later one.
+        absl::StatusOr<control::Membership> stored = Stored();
+        if (!stored.ok() || stored->epoch() < m.epoch()) ++unrecorded;
+        seen[i].push_back(m);
+      });
+      n[i]->OnEviction([this, i](const std::string& why) {
+        std::lock_guard<std::mutex> l(mu);
+        evicted[i] = why;
+      });
+    }
+    auto joining = std::async(std::launch::async,
+                              [&] { return n[1]->Join(Request(c, 1), absl::Seconds(30)); });
+    absl::StatusOr<control::Membership> first = n[0]->Join(Request(c, 0), absl::Seconds(30));
+    REQUIRE(first.ok());
+    REQUIRE(joining.get().ok());
+    absl::StatusOr<control::Membership> stored = Stored();
+    REQUIRE(stored.ok());
+    CHECK(stored->epoch() == first->epoch());
+    CHECK(stored->nodes_size() == 2);
+  }
+  ~StoreCluster() {
+    for (auto& node : n) node->Leave();
+  }
+
+  absl::StatusOr<control::Membership> Stored() {
+    absl::StatusOr<VersionedRecord> r = view->Read();
+    if (!r.ok()) return r.status();
+    control::Membership m;
+    if (!m.ParseFromString(r->data)) return absl::DataLossError("not a membership");
+    return m;
+  }
+  // The last membership node `i` got after its join, if any.
+  std::optional<control::Membership> Last(int i) {
+    std::lock_guard<std::mutex> l(mu);
+    if (seen[i].empty()) return std::nullopt;
+    return seen[i].back();
+  }
+  // Waits up to 10 s for node `i` to get a membership that does not list node 1.
+  std::optional<control::Membership> WaitWithout1(int i) {
+    for (int k = 0; k < 1000; ++k) {
+      std::optional<control::Membership> m = Last(i);
+      if (m.has_value() && !Lists(*m, 1)) return m;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return std::nullopt;
+  }
+
+  const config::ClusterConfig c = Config();
+  std::shared_ptr<InMemoryConfigurationRecord> record = NewInMemoryConfigurationRecord();
+  std::unique_ptr<CmServer> server;
+  std::unique_ptr<ConfigurationStore> view;
+  std::unique_ptr<ConfigurationManager> n[2];
+  std::mutex mu;
+  std::vector<control::Membership> seen[2];
+  std::optional<std::string> evicted[2];
+  int unrecorded = 0;
+};
+
+}  // namespace
+
+TEST_CASE("with a configuration store, every membership is recorded before a node gets it",
+          "[cm][store]") {
+  StoreCluster s;
+  s.n[1]->Leave();
+  std::optional<control::Membership> after = s.WaitWithout1(0);
+  REQUIRE(after.has_value());
+  absl::StatusOr<control::Membership> stored = s.Stored();
+  REQUIRE(stored.ok());
+  CHECK(stored->epoch() == after->epoch());
+  CHECK(stored->nodes_size() == 1);
+  std::lock_guard<std::mutex> l(s.mu);
+  CHECK(s.unrecorded == 0);
+  CHECK(!s.evicted[0].has_value());
+}
+
+TEST_CASE("while the configuration store is unreachable, members keep their configuration",
+          "[cm][store]") {
+  std::atomic<bool> down{false};
+  StoreCluster s([&](absl::string_view) {
+    return down.load() ? absl::UnavailableError("the test took ZooKeeper down") : absl::OkStatus();
+  });
+  down = true;
+  s.n[1]->Leave();
+  // Three leases: no new membership reaches node 0, whose lease the CM keeps renewing.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3 * kLeaseMs));
+  std::optional<control::Membership> meanwhile = s.Last(0);
+  CHECK((!meanwhile.has_value() || Lists(*meanwhile, 1)));
+  CHECK(s.n[0]->lease_expiry() > Clock::now());
+  down = false;
+  std::optional<control::Membership> after = s.WaitWithout1(0);
+  REQUIRE(after.has_value());
+  absl::StatusOr<control::Membership> stored = s.Stored();
+  REQUIRE(stored.ok());
+  CHECK(stored->epoch() == after->epoch());
+  std::lock_guard<std::mutex> l(s.mu);
+  CHECK(s.unrecorded == 0);
+  CHECK(!s.evicted[0].has_value());
+}
+
+TEST_CASE("when another configuration wins in the store, the CM evicts its members and stops",
+          "[cm][store]") {
+  StoreCluster s;
+  // Another configuration manager records its configuration over this one's.
+  absl::StatusOr<VersionedRecord> current = s.view->Read();
+  REQUIRE(current.ok());
+  REQUIRE(s.view->CompareAndSet(current->version, "another CM's configuration").ok());
+  s.n[1]->Leave();  // a reconfiguration: its compare-and-set loses
+  std::optional<std::string> why;
+  for (int k = 0; k < 1000 && !why.has_value(); ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::lock_guard<std::mutex> l(s.mu);
+    why = s.evicted[0];
+  }
+  REQUIRE(why.has_value());
+  CHECK_THAT(*why, Catch::Contains("another configuration was recorded"));
+  absl::StatusOr<VersionedRecord> after = s.view->Read();
+  REQUIRE(after.ok());
+  CHECK(after->data == "another CM's configuration");
+  std::lock_guard<std::mutex> l(s.mu);
+  for (const control::Membership& m : s.seen[0]) CHECK(Lists(m, 1));  // none published since
 }
 
 }  // namespace farm

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "platform/config.h"
+#include "platform/zookeeper_store.h"
 #include "spdlog/spdlog.h"
 
 namespace farm {
@@ -118,7 +119,20 @@ absl::Status Node::Init() {
   const bool is_cm =
       options_.node_id >= 0 && static_cast<uint32_t>(options_.node_id) == cfg.cm_node_id();
   if (is_cm) {
-    absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(cfg);
+    std::unique_ptr<ConfigurationStore> store;
+    if (!cfg.zookeeper().empty()) {
+      ZooKeeperStoreOptions zk;
+      zk.connect = cfg.zookeeper();
+      zk.cluster_name = cfg.cluster_name().empty() ? "farm" : cfg.cluster_name();
+      absl::StatusOr<std::unique_ptr<ConfigurationStore>> s = NewZooKeeperConfigurationStore(zk);
+      if (!s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the configuration store (zookeeper: \"", cfg.zookeeper(),
+                         "\", cluster_name: \"", zk.cluster_name, "\"): ", s.status().message()));
+      }
+      store = std::move(*s);
+    }
+    absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(cfg, std::move(store));
     if (!server.ok()) return server.status();
     cm_server_ = std::move(*server);
   }

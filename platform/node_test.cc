@@ -13,11 +13,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "platform/config.h"
+#include "platform/configuration_store.h"
 #include "platform/control_channel.h"
 #include "platform/self_check.h"
 #include "platform/sync_point.h"
 #include "platform/testing/free_ports.h"
 #include "platform/testing/test_env.h"
+#include "platform/zookeeper_server.h"
+#include "platform/zookeeper_store.h"
 
 namespace farm {
 namespace {
@@ -618,6 +621,43 @@ TEST_CASE("the CM answers a join request while earlier connections stay silent",
   for (auto& ch : silent) {
     CHECK(absl::IsDeadlineExceeded(ch->Receive(absl::ZeroDuration()).status()));
   }
+}
+
+TEST_CASE("with ZooKeeper, the CM records every configuration in it before publishing it",
+          "[node][zookeeper]") {
+  absl::StatusOr<std::unique_ptr<ZooKeeperServer>> zk = ZooKeeperServer::Start();
+  INFO(zk.status().ToString());
+  REQUIRE(zk.ok());
+  config::ClusterConfig c = ThreeNodes();
+  c.set_zookeeper((*zk)->connect_string());
+  c.set_cluster_name("node-test");
+  auto nodes = StartCluster(c);
+  ZooKeeperStoreOptions o;
+  o.connect = (*zk)->connect_string();
+  o.cluster_name = "node-test";
+  absl::StatusOr<std::unique_ptr<ConfigurationStore>> store = NewZooKeeperConfigurationStore(o);
+  REQUIRE(store.ok());
+  auto stored = [&]() -> control::Membership {
+    absl::StatusOr<VersionedRecord> r = (*store)->Read();
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    control::Membership m;
+    REQUIRE(m.ParseFromString(r->data));
+    return m;
+  };
+  const control::Membership first = nodes[0]->membership();
+  CHECK(stored().epoch() == first.epoch());
+  CHECK(stored().nodes_size() == 3);
+  CHECK(stored().regions_size() == first.regions_size());
+
+  nodes[2].reset();  // node 2 leaves
+  for (int i = 0; i < 1000 && nodes[1]->membership().nodes_size() != 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const control::Membership after = nodes[1]->membership();
+  REQUIRE(after.nodes_size() == 2);
+  CHECK(stored().epoch() >= after.epoch());
+  CHECK(stored().nodes_size() == 2);
 }
 
 }  // namespace farm

@@ -130,7 +130,7 @@ std::optional<bool> LockLeftHeld(const std::string& address_hex) {
 
 TEST_CASE("a writer to an shm target killed inside the provider errs in time or is stuck",
           "[shm]") {
-  constexpr int kTrials = 8;
+  constexpr int kTrials = 4;
   int bounded = 0, stuck = 0, locked = 0;
   for (int trial = 0; trial < kTrials; ++trial) {
     Child target({kPeer, "target"});
