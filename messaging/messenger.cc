@@ -125,7 +125,7 @@ class Messenger::Posting {
   // area `incarnation` (its region id). Errors are reported by Wait.
   void Write(int index, uint32_t incarnation, const RemoteTarget& target, uint64_t offset,
              LocalBuffer local) {
-    if (batches_[index] == nullptr) batches_[index] = NewBatch();
+    if (batches_[index] == nullptr) batches_[index] = NewBatch(index);
     used_[index] = true;
     any_used_ = true;
     incarnation_[index] = incarnation;
@@ -143,7 +143,7 @@ class Messenger::Posting {
   // until they complete (OpBatch).
   void Abandon(int index) {
     if (batches_[index] != nullptr && batches_[index]->outstanding() > 0) {
-      batches_[index] = NewBatch();
+      batches_[index] = NewBatch(index);
     }
   }
   // Posts on `channel` from now on (nullptr: the node's endpoint), once the WRITEs in flight on
@@ -181,7 +181,7 @@ class Messenger::Posting {
     bool said = false;
     for (;;) {
       if (m_->CurrentIncarnation(i) != incarnation_[i]) {
-        batches_[i] = NewBatch();  // abandons the old one
+        batches_[i] = NewBatch(i);  // abandons the old one
         return absl::UnavailableError(
             absl::StrCat("node ", m_->node_ids_[i], " left while WRITEs to it were in flight"));
       }
@@ -206,9 +206,20 @@ class Messenger::Posting {
   static constexpr absl::Duration kWaitSlice = absl::Milliseconds(20);
   static constexpr absl::Duration kSlowWrite = absl::Seconds(1);
 
-  std::unique_ptr<OpBatch> NewBatch() const {
-    return channel_ != nullptr ? std::make_unique<OpBatch>(channel_)
-                               : std::make_unique<OpBatch>(m_->node_->fabric());
+  // A batch for destination `index`. A post to it that finds the provider busy gives up once the
+  // membership no longer lists the incarnation it writes to, like Wait: over tcp;ofi_rxm a post
+  // to a node that died was retried (connecting) for the whole 10 s post timeout, holding up the
+  // scanning thread, so that the node answered nobody and was evicted for it (chaos_test).
+  std::unique_ptr<OpBatch> NewBatch(int index) {
+    std::unique_ptr<OpBatch> b = channel_ != nullptr
+                                     ? std::make_unique<OpBatch>(channel_)
+                                     : std::make_unique<OpBatch>(m_->node_->fabric());
+    b->set_post_abandon([this, index]() -> absl::Status {
+      if (m_->CurrentIncarnation(index) == incarnation_[index]) return absl::OkStatus();
+      return absl::UnavailableError(absl::StrCat("node ", m_->node_ids_[index],
+                                                 " left while a WRITE to it waited to be posted"));
+    });
+    return b;
   }
 
   Messenger* m_;

@@ -1243,7 +1243,8 @@ int Fabric::WaitForProgress(absl::Duration max_wait) {
 }
 
 absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, RemoteBuffer remote,
-                          LocalBuffer local, OpContext* ctx, absl::Duration timeout) {
+                          LocalBuffer local, OpContext* ctx, absl::Duration timeout,
+                          const std::function<absl::Status()>& abandon) {
   void* ep_ptr = nullptr;
   uint64_t dest = 0;
   absl::Status s = channel != nullptr ? channel->EndpointFor(peer, timeout, &ep_ptr, &dest)
@@ -1317,6 +1318,9 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
       channel->Progress();
     } else {
       Progress();
+    }
+    if (abandon) {
+      if (absl::Status a = abandon(); !a.ok()) return a;
     }
     if (deadline == CoarseClock::time_point::max()) deadline = CoarseDeadline(timeout);
     if (CoarseClock::now() > deadline) {
@@ -1409,7 +1413,8 @@ absl::Status OpBatch::Post(bool is_read, PeerId peer, RemoteBuffer remote, Local
   ctx->remote_addr = remote.addr;
   ctx->len = local.size;
   state_->outstanding.fetch_add(1, std::memory_order_relaxed);
-  absl::Status s = fabric_->Post(channel_, is_read, peer, remote, local, ctx, post_timeout_);
+  absl::Status s =
+      fabric_->Post(channel_, is_read, peer, remote, local, ctx, post_timeout_, post_abandon_);
   // Not posted, as far as the provider said (InFlightOps says when it was anyway); unless a
   // completion that names the context was reaped meanwhile and counted it as done.
   uint32_t posted = Fabric::OpContext::kPosted;
