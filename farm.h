@@ -216,6 +216,10 @@ class Runtime {
   std::vector<uint32_t> members() const;
   // Membership epoch: grows whenever a node leaves or joins.
   uint64_t epoch() const;
+  // The node acting as configuration manager in the current membership: the configured one
+  // (ClusterConfig.cm_node_id), or, with ZooKeeper, a node that took the role over after it
+  // failed.
+  uint32_t configuration_manager() const;
   // This node's lease with the configuration manager (ClusterConfig.lease_ms) and the round
   // trips of its heartbeats so far, from sending one to its acknowledgement: a lease many times
   // the p99 is one that healthy nodes do not miss.

@@ -49,7 +49,9 @@ ABSL_FLAG(std::string, endpoint, "",
 ABSL_FLAG(std::string, poll, "adaptive", "polling mode: busy or adaptive");
 ABSL_FLAG(std::string, zookeeper, "",
           "host:port,... of ZooKeeper servers in which the configuration manager records every "
-          "configuration before publishing it (overrides the configuration's `zookeeper`)");
+          "configuration before publishing it, and through which another node takes its role "
+          "over when it fails (overrides the configuration's `zookeeper`). //tools:chaos: "
+          "empty starts a local ZooKeeper for kill_cm, 'none' runs without");
 ABSL_FLAG(int, workers, 8, "how many application threads may hold a Worker at once (1-64)");
 ABSL_FLAG(int64_t, ring_size, 64 << 10,
           "bytes per message ring (the same on every node; the largest message is a quarter)");

@@ -108,6 +108,7 @@ uint32_t Runtime::node_id() const { return impl_->node->id(); }
 std::string Runtime::provider() const { return impl_->node->provider(); }
 std::vector<uint32_t> Runtime::members() const { return impl_->node->members(); }
 uint64_t Runtime::epoch() const { return impl_->messenger->membership_epoch(); }
+uint32_t Runtime::configuration_manager() const { return impl_->node->membership().cm_node_id(); }
 
 Runtime::LeaseStats Runtime::lease_stats() const {
   const ConfigurationManager::HeartbeatStats h = impl_->node->heartbeat_stats();

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -46,19 +47,39 @@ control::ControlMessage RefusalMessage(const std::string& reason) {
   return m;
 }
 
+// How long a CM that took over waits for the members of the configuration it took over to
+// reconnect (each notices the failed CM when its own lease with it ends, then reads the record
+// and connects): those that did not by then are removed.
+absl::Duration ReconnectWindow(absl::Duration lease) { return 4 * lease + absl::Seconds(3); }
+
+// A CM that takes over: the record it wrote to claim the role (CM takeover) and what it took
+// over from.
+struct Takeover {
+  control::Membership record;  // its epoch, members and regions, naming this CM
+  int64_t version = 0;         // its version in the store
+  uint32_t failed_cm = 0;      // the CM it replaces
+  std::string why;             // why that one is gone
+};
+
 // The CM service: admission, region-id assignment and membership broadcast.
 //
 // Thread-compatible: all state is owned by the service thread.
 class CmServerImpl : public CmServer {
  public:
-  CmServerImpl(config::ClusterConfig config, std::unique_ptr<ControlListener> listener,
-               std::unique_ptr<ConfigurationStore> store)
+  // The CM of node `self`. With `takeover`, it continues the configuration another CM recorded
+  // (see StartTakeover) instead of forming a cluster.
+  CmServerImpl(config::ClusterConfig config, uint32_t self,
+               std::unique_ptr<ControlListener> listener, std::shared_ptr<ConfigurationStore> store,
+               std::optional<Takeover> takeover)
       : config_(std::move(config)),
+        self_(self),
         listener_(std::move(listener)),
         join_deadline_(absl::Now() + absl::Seconds(config_.join_timeout_s())),
         lease_(std::chrono::milliseconds(config_.lease_ms())),
-        store_(std::move(store)),
-        thread_([this] { Run(); }) {}
+        store_(std::move(store)) {
+    if (takeover.has_value()) ContinueFrom(std::move(*takeover));
+    thread_ = std::thread([this] { Run(); });
+  }
 
   ~CmServerImpl() override {
     stop_.store(true, std::memory_order_relaxed);
@@ -75,6 +96,47 @@ class CmServerImpl : public CmServer {
     uint64_t acked_epoch = 0;      // the last membership it said it applied (MembershipAck)
   };
 
+  // Takes over the configuration `t.record`: its members are members, with the regions it
+  // lists, and reconnect one by one (Readmit); once all did, or the reconnection window passed,
+  // the failed CM and those that did not are removed like nodes whose leases expired
+  // (FinishTakeover).
+  void ContinueFrom(Takeover t) {
+    const Clock::time_point now = Clock::now();
+    formed_ = true;
+    epoch_ = t.record.epoch();
+    fence_epoch_ = t.record.fence_epoch();
+    store_version_ = t.version;
+    uint32_t next_id = t.record.next_region_id();
+    for (const control::NodeInfo& n : t.record.nodes()) {
+      Member& m = members_[n.node_id()];
+      m.info = n;
+      // The members' leases with the failed CM end no later than a lease from now.
+      m.last_heard = now;
+    }
+    for (const control::RegionInfo& r : t.record.regions()) {
+      next_id = std::max(next_id, r.region_id() + 1);
+      auto m = members_.find(r.node_id());
+      if (m == members_.end()) {
+        spdlog::error("CM: the record lists region {} on node {}, which it does not list",
+                      r.region_id(), r.node_id());
+        continue;
+      }
+      m->second.regions.push_back(r);
+    }
+    next_region_id_ = std::max(next_region_id_, next_id);
+    taking_over_ = true;
+    takeover_failed_cm_ = t.failed_cm;
+    takeover_why_ = t.why;
+    takeover_start_ = now;
+    takeover_deadline_ =
+        now + absl::ToChronoMilliseconds(ReconnectWindow(absl::FromChrono(lease_)));
+    spdlog::warn(
+        "CM: node {} takes over as configuration manager from node {} ({}) at membership epoch "
+        "{}; waiting up to {} for its {} member(s) to reconnect",
+        self_, t.failed_cm, t.why, epoch_,
+        absl::FormatDuration(absl::FromChrono(takeover_deadline_ - now)), Awaited());
+  }
+
   // A connection accepted, waiting for its join request.
   struct Pending {
     std::unique_ptr<ControlChannel> channel;
@@ -82,8 +144,13 @@ class CmServerImpl : public CmServer {
   };
 
   void Run() {
-    spdlog::info("configuration manager listening on port {}, expecting {} node(s)",
-                 listener_->port(), RequiredNodes());
+    if (taking_over_) {
+      spdlog::info("configuration manager listening on port {}, for the members to reconnect",
+                   listener_->port());
+    } else {
+      spdlog::info("configuration manager listening on port {}, expecting {} node(s)",
+                   listener_->port(), RequiredNodes());
+    }
     std::vector<pollfd> fds;
     while (!stop_.load(std::memory_order_relaxed)) {
       if (stepped_down_) {  // admits and watches nothing more (StepDown)
@@ -95,7 +162,9 @@ class CmServerImpl : public CmServer {
       fds.clear();
       fds.push_back({listener_->fd(), POLLIN, 0});
       for (const Pending& p : pending_) fds.push_back({p.channel->fd(), POLLIN, 0});
-      for (const auto& [id, m] : members_) fds.push_back({m.channel->fd(), POLLIN, 0});
+      for (const auto& [id, m] : members_) {
+        if (m.channel != nullptr) fds.push_back({m.channel->fd(), POLLIN, 0});
+      }
       if (poll(fds.data(), fds.size(), static_cast<int>(absl::ToInt64Milliseconds(kTick))) > 0 &&
           (fds[0].revents & POLLIN) != 0) {
         absl::StatusOr<std::unique_ptr<ControlChannel>> ch =
@@ -103,6 +172,7 @@ class CmServerImpl : public CmServer {
         if (ch.ok()) pending_.push_back({std::move(*ch), absl::Now() + kFirstMessageTimeout});
       }
       AdmitPending();
+      if (taking_over_) MaybeFinishTakeover();
       if (!formed_ && !failed_ && absl::Now() > join_deadline_) FailFormation();
       if (formed_) WatchMembers();
       if (store_ != nullptr && !stepped_down_) PollCommit();
@@ -174,7 +244,7 @@ class CmServerImpl : public CmServer {
     if (req.requested_id() < 0) {
       // The CM's own node joins with its id; never hand that id to someone else.
       for (const config::NodeConfig& n : config_.node()) {
-        if (!members_.count(n.id()) && n.id() != config_.cm_node_id()) return n.id();
+        if (!members_.count(n.id()) && n.id() != self_) return n.id();
       }
       return absl::FailedPreconditionError("every configured node id is already taken");
     }
@@ -197,10 +267,17 @@ class CmServerImpl : public CmServer {
   }
 
   void Admit(std::unique_ptr<ControlChannel> ch, const control::JoinRequest& req) {
+    if (req.rejoin_joined_epoch() != 0) {
+      Readmit(std::move(ch), req);
+      return;
+    }
     absl::StatusOr<uint32_t> id =
         failed_
             ? absl::StatusOr<uint32_t>(absl::FailedPreconditionError("the cluster failed to form"))
-            : ChooseId(req);
+        : taking_over_ ? absl::StatusOr<uint32_t>(absl::UnavailableError(absl::StrCat(
+                             "node ", self_, " is taking over as configuration manager from node ",
+                             takeover_failed_cm_, "; try again in a few seconds")))
+                       : ChooseId(req);
     if (!id.ok()) {
       spdlog::warn("CM: refused join from {}: {}", ch->peer(), std::string(id.status().message()));
       (void)ch->Send(RefusalMessage(std::string(id.status().message())));
@@ -238,6 +315,91 @@ class CmServerImpl : public CmServer {
       for (auto& [mid, member] : members_) all.push_back(&member);
       PlaceBackups(all);
       Broadcast();
+    }
+  }
+
+  // A member of the configuration this CM took over reconnects (JoinRequest.rejoin_joined_epoch):
+  // it keeps its id, its regions and its incarnation, and its backup copies can be promoted.
+  void Readmit(std::unique_ptr<ControlChannel> ch, const control::JoinRequest& req) {
+    const uint32_t id = static_cast<uint32_t>(std::max(req.requested_id(), 0));
+    auto it = members_.find(id);
+    std::string refusal;
+    if (req.config_fingerprint() != Fingerprint(config_)) {
+      refusal = "the node was started with a different cluster configuration than the CM's";
+    } else if (it == members_.end() || !taking_over_ || it->second.channel != nullptr) {
+      refusal =
+          absl::StrCat("node ", id, " is not a member of the configuration (membership epoch ",
+                       epoch_, ") that node ", self_, " took over or runs as CM",
+                       taking_over_ ? "" : ", or did not reconnect in time");
+    } else if (it->second.info.joined_epoch() != req.rejoin_joined_epoch()) {
+      refusal = absl::StrCat("node ", id, " of membership epoch ", req.rejoin_joined_epoch(),
+                             " is not the incarnation the configuration lists (epoch ",
+                             it->second.info.joined_epoch(), ")");
+    }
+    if (!refusal.empty()) {
+      spdlog::warn("CM: refused node {} reconnecting from {}: {}", id, ch->peer(), refusal);
+      (void)ch->Send(RefusalMessage(refusal));
+      return;
+    }
+    control::ControlMessage accepted;
+    accepted.mutable_accepted()->set_node_id(id);
+    if (!ch->Send(accepted).ok()) return;
+    Member& m = it->second;
+    m.channel = std::move(ch);
+    m.last_heard = Clock::now();
+    for (const control::BackupCopy& c : req.backup_copies())
+      backup_copies_[{c.region_id(), id}] = c;
+    spdlog::info("CM: node {} reconnected from {} ({} of {} member(s))", id, m.channel->peer(),
+                 Connected(), Awaited());
+  }
+
+  // Taking over: the members expected to reconnect (all but the failed CM), and those that did.
+  size_t Awaited() const { return members_.size() - members_.count(takeover_failed_cm_); }
+  size_t Connected() const {
+    size_t n = 0;
+    for (const auto& [id, m] : members_) n += m.channel != nullptr;
+    return n;
+  }
+
+  // Ends the takeover once every member but the failed CM reconnected, or the window passed:
+  // the failed CM, and the members that did not reconnect, are removed (their regions promoted
+  // where backups are left), in the first membership this CM publishes.
+  void MaybeFinishTakeover() {
+    const Clock::time_point now = Clock::now();
+    bool all = true;
+    for (const auto& [id, m] : members_) {
+      all = all && (m.channel != nullptr || id == takeover_failed_cm_ || takeover_gone_.count(id));
+    }
+    if (!all && now < takeover_deadline_) return;
+    std::map<uint32_t, std::string> gone = std::move(takeover_gone_);
+    takeover_gone_.clear();
+    for (const auto& [id, m] : members_) {
+      if (id == takeover_failed_cm_) {
+        gone[id] = absl::StrCat("it was the configuration manager and failed (", takeover_why_,
+                                "); node ", self_, " took over");
+      } else if (m.channel == nullptr && !gone.count(id)) {
+        gone[id] = absl::StrCat(
+            "it did not reconnect to node ", self_,
+            ", which took over as configuration manager, within ",
+            absl::FormatDuration(absl::FromChrono(takeover_deadline_ - takeover_start_)));
+      }
+    }
+    taking_over_ = false;
+    spdlog::warn(
+        "CM: node {} ends its takeover ({} after it began): {} of {} member(s) "
+        "reconnected",
+        self_, absl::FormatDuration(absl::FromChrono(now - takeover_start_)), Connected(),
+        Awaited());
+    const uint64_t published = RemoveMembers(gone, now);
+    // Regions the failed CM was still recovering are activated as if this CM had promoted them.
+    bool recovering = false;
+    for (const auto& [id, m] : members_) {
+      for (const control::RegionInfo& r : m.regions) recovering = recovering || r.recovering();
+    }
+    if (recovering && recovery_epoch_ == 0 && published != 0) {
+      recovery_epoch_ = published;
+      recovery_start_ = now;
+      recovery_warned_ = false;
     }
   }
 
@@ -463,7 +625,8 @@ class CmServerImpl : public CmServer {
     for (const auto& [id, why] : pending_departed_) (*mem->mutable_departed())[id] = why;
     if (store_ == nullptr) pending_departed_.clear();
     mem->set_epoch(++epoch_);
-    mem->set_cm_node_id(config_.cm_node_id());
+    mem->set_cm_node_id(self_);
+    mem->set_next_region_id(next_region_id_);
     mem->set_f(config_.f());
     if (fence_next_) fence_epoch_ = epoch_;
     fence_next_ = false;
@@ -496,7 +659,7 @@ class CmServerImpl : public CmServer {
   void Send(const control::ControlMessage& msg) {
     for (const control::NodeInfo& n : msg.membership().nodes()) {
       auto it = members_.find(n.node_id());
-      if (it == members_.end()) continue;  // gone since
+      if (it == members_.end() || it->second.channel == nullptr) continue;  // gone since
       absl::Status s = it->second.channel->Send(msg);
       if (!s.ok()) {
         spdlog::warn("CM: could not send membership to node {}: {}", n.node_id(),
@@ -615,7 +778,9 @@ class CmServerImpl : public CmServer {
     control::ControlMessage eviction;
     eviction.mutable_eviction()->set_reason(
         absl::StrCat("the configuration manager stopped: ", why));
+    eviction.mutable_eviction()->set_cm_stepped_down(true);
     for (auto& [id, m] : members_) {
+      if (m.channel == nullptr) continue;
       (void)m.channel->Send(eviction);
       m.channel->Shutdown();
     }
@@ -634,6 +799,7 @@ class CmServerImpl : public CmServer {
     std::vector<control::Suspect> suspects;
     const Clock::time_point now = Clock::now();
     for (auto& [id, m] : members_) {
+      if (m.channel == nullptr) continue;  // taking over: not reconnected yet
       for (;;) {
         absl::StatusOr<control::ControlMessage> msg = m.channel->Receive(absl::ZeroDuration());
         if (!msg.ok()) {
@@ -663,7 +829,7 @@ class CmServerImpl : public CmServer {
           synced_ |= MarkSynced(msg->backup_synced().region_id(), id);
         } else if (msg->has_suspect()) {
           control::Suspect suspect = msg->suspect();
-          if (suspect.node_id() == config_.cm_node_id()) {
+          if (suspect.node_id() == self_) {
             // Evicting the CM's own node would take the CM, and so every lease, with it: the
             // node that cannot talk to it goes instead.
             suspect.set_reason(absl::StrCat("it cannot talk to node ", suspect.node_id(),
@@ -692,6 +858,16 @@ class CmServerImpl : public CmServer {
     for (const control::Suspect& s : suspects) {
       if (members_.count(s.node_id()) && !gone.count(s.node_id())) gone[s.node_id()] = s.reason();
     }
+    if (taking_over_) {
+      // Removed with the failed CM when the takeover ends: no membership goes out before.
+      for (const auto& [id, why] : gone) {
+        Member& m = members_[id];
+        if (m.channel != nullptr) m.channel->Shutdown();
+        m.channel.reset();
+        takeover_gone_.emplace(id, why);
+      }
+      return;
+    }
     if (gone.empty()) {
       ActivateRecovered(now);
       const bool added = Rereplicate();
@@ -701,6 +877,13 @@ class CmServerImpl : public CmServer {
       }
       return;
     }
+    RemoveMembers(gone, now);
+  }
+
+  // Removes the members in `gone` (id -> why): evicts them, promotes backups of their regions,
+  // drops their backup copies and publishes the membership without them. Returns the epoch that
+  // will carry the change (0 if no member is left).
+  uint64_t RemoveMembers(const std::map<uint32_t, std::string>& gone, Clock::time_point now) {
     for (const auto& [id, why] : gone) {
       if (why == kLeft) {
         spdlog::info("CM: node {} left", id);
@@ -708,6 +891,7 @@ class CmServerImpl : public CmServer {
         spdlog::warn("CM: node {} is no longer a member: {}", id, why);
       }
       Member& m = members_[id];
+      if (m.channel == nullptr) continue;
       control::ControlMessage eviction;
       eviction.mutable_eviction()->set_reason(why);
       (void)m.channel->Send(eviction);  // it may be gone already; then nobody needs to know
@@ -726,13 +910,14 @@ class CmServerImpl : public CmServer {
       }
     }
     DropBackups(gone);
-    if (members_.empty()) return;
+    if (members_.empty()) return 0;
     const uint64_t published = Broadcast(gone);
     if (recovering > 0) {
       recovery_epoch_ = published;
       recovery_start_ = now;
       recovery_warned_ = false;
     }
+    return published;
   }
 
   // The second phase of a reconfiguration that promoted backups (FaRM's NEW-CONFIG-COMMIT): once
@@ -779,6 +964,7 @@ class CmServerImpl : public CmServer {
   }
 
   const config::ClusterConfig config_;
+  const uint32_t self_;  // the node this CM runs on (Membership.cm_node_id)
   std::unique_ptr<ControlListener> listener_;
   const absl::Time join_deadline_;
   const Clock::duration lease_;
@@ -799,8 +985,16 @@ class CmServerImpl : public CmServer {
   Clock::time_point recovery_not_before_;
   bool recovery_warned_ = false;  // that recovery waits for an acknowledgement
   uint32_t next_region_id_ = 1;   // Region 0 is never valid, so a zero GlobalAddress is null.
+  // Taking over (ContinueFrom): from which CM and why, since when, until when members may
+  // reconnect, and the members found gone meanwhile.
+  bool taking_over_ = false;
+  uint32_t takeover_failed_cm_ = 0;
+  std::string takeover_why_;
+  Clock::time_point takeover_start_;
+  Clock::time_point takeover_deadline_;
+  std::map<uint32_t, std::string> takeover_gone_;
   // The configuration store (null: none) and the membership being recorded in it.
-  std::unique_ptr<ConfigurationStore> store_;
+  std::shared_ptr<ConfigurationStore> store_;
   std::future<CommitResult> commit_;   // valid while a record is being written
   control::ControlMessage in_flight_;  // the membership that record is
   bool dirty_ = false;                 // changed since in_flight_ was built, or a retry is due
@@ -813,21 +1007,63 @@ class CmServerImpl : public CmServer {
   int64_t store_version_ = -1;  // the record's version this CM wrote last; -1: none yet
   std::string last_attempt_;    // a write that timed out, maybe applied
   std::atomic<bool> stop_{false};
-  std::thread thread_;  // Last: starts after everything above is initialised.
+  std::thread thread_;  // started by the constructor's body, once everything is initialised
 };
+
+// Starts the CM of node `self` on its control address.
+absl::StatusOr<std::unique_ptr<CmServer>> StartCm(const config::ClusterConfig& config,
+                                                  uint32_t self,
+                                                  std::shared_ptr<ConfigurationStore> store,
+                                                  std::optional<Takeover> takeover) {
+  const config::NodeConfig* cm = FindNode(config, self);
+  if (cm == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CM node ", self, " is not in the configuration"));
+  }
+  absl::StatusOr<std::unique_ptr<ControlListener>> listener =
+      ControlListener::Listen(cm->host(), static_cast<uint16_t>(cm->control_port()));
+  if (!listener.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("configuration manager: ", listener.status().message()));
+  }
+  return std::unique_ptr<CmServer>(
+      new CmServerImpl(config, self, std::move(*listener), std::move(store), std::move(takeover)));
+}
 
 // Client side: one connection to the CM, kept open for membership updates and lease renewal.
 //
 // Threads: the watcher receives (memberships, heartbeat acknowledgements, an eviction); the
 // heartbeat thread only renews the lease and checks it, so that a node busy elsewhere still
-// renews in time. Sends from the heartbeat thread, Leave and ReportSuspect are serialised by
+// renews in time. Sends from the heartbeat thread, Leave and the reports are serialised by
 // send_mu_.
+//
+// CM takeover (with a configuration store and the cluster's configuration): when the CM's
+// connection closes, or the CM stops renewing this node's lease, a node that is not the CM itself
+// does not give up at once. Its watcher reads the record the CM wrote last and reconnects
+// (JoinRequest.rejoin_joined_epoch) to the CM it names (a CM that works, not taking over,
+// refuses it: then this node was the one cut off, and goes); if that CM does not answer,
+// once its own lease has ended (it serves nothing more), the node first in line (the lowest id
+// among the members that form the cluster and are not known to be unreachable; the next one a
+// lease later, and so on) writes the record naming itself by compare-and-set, starts a CM that
+// continues the record's configuration, and reconnects to it like the others. Exactly one such
+// write wins; the others read it and reconnect. A node the record no longer lists, or that finds
+// no CM in time, is evicted.
 class TcpConfigurationManager : public ConfigurationManager {
  public:
-  TcpConfigurationManager(std::string host, uint16_t port, absl::Duration lease)
-      : host_(std::move(host)), port_(port), lease_(absl::ToChronoMilliseconds(lease)) {}
+  TcpConfigurationManager(std::string host, uint16_t port, absl::Duration lease,
+                          std::optional<config::ClusterConfig> config = std::nullopt,
+                          std::shared_ptr<ConfigurationStore> store = nullptr, uint32_t cm = 0)
+      : host_(std::move(host)),
+        port_(port),
+        lease_(absl::ToChronoMilliseconds(lease)),
+        config_(std::move(config)),
+        store_(config_.has_value() ? std::move(store) : nullptr),
+        current_cm_(cm) {}
 
-  ~TcpConfigurationManager() override { Leave(); }
+  ~TcpConfigurationManager() override {
+    Leave();
+    server_.reset();  // a CM this node took over as (the watcher, which made it, has ended)
+  }
 
   void OnMembershipChange(MembershipCallback callback) override { callback_ = std::move(callback); }
   void OnEviction(EvictionCallback callback) override { eviction_callback_ = std::move(callback); }
@@ -875,6 +1111,7 @@ class TcpConfigurationManager : public ConfigurationManager {
           std::lock_guard<std::mutex> l(lease_mu_);
           SetLeaseStart(join_sent);
         }
+        Track(reply->membership());
         watcher_ = std::thread([this] { Watch(); });
         heartbeat_ = std::thread([this] { Heartbeat(); });
         return reply->membership();
@@ -883,36 +1120,32 @@ class TcpConfigurationManager : public ConfigurationManager {
   }
 
   void ReportSuspect(uint32_t node, const std::string& reason) override {
-    if (channel_ == nullptr || left_.load(std::memory_order_relaxed)) return;
     control::ControlMessage m;
     m.mutable_suspect()->set_node_id(node);
     m.mutable_suspect()->set_reason(reason);
-    std::lock_guard<std::mutex> l(send_mu_);
-    (void)channel_->Send(m);  // if the CM is gone, this node's own lease expires instead
+    SendToCm(m);  // if the CM is gone, this node's own lease expires instead
   }
 
   void ReportBackupCopy(const control::BackupCopy& copy) override {
-    if (channel_ == nullptr || left_.load(std::memory_order_relaxed)) return;
+    {
+      std::lock_guard<std::mutex> l(copies_mu_);
+      copies_[copy.region_id()] = copy;  // told again to a CM that takes over
+    }
     control::ControlMessage m;
     *m.mutable_backup_copy() = copy;
-    std::lock_guard<std::mutex> l(send_mu_);
-    (void)channel_->Send(m);  // if the CM is gone, nothing can be promoted anyway
+    SendToCm(m);
   }
 
   void ReportBackupSynced(uint32_t region_id) override {
-    if (channel_ == nullptr || left_.load(std::memory_order_relaxed)) return;
     control::ControlMessage m;
     m.mutable_backup_synced()->set_region_id(region_id);
-    std::lock_guard<std::mutex> l(send_mu_);
-    (void)channel_->Send(m);
+    SendToCm(m);
   }
 
   void AckMembership(uint64_t epoch) override {
-    if (channel_ == nullptr || left_.load(std::memory_order_relaxed)) return;
     control::ControlMessage m;
     m.mutable_membership_ack()->set_epoch(epoch);
-    std::lock_guard<std::mutex> l(send_mu_);
-    (void)channel_->Send(m);
+    SendToCm(m);
   }
 
   HeartbeatStats heartbeat_stats() const override {
@@ -947,14 +1180,14 @@ class TcpConfigurationManager : public ConfigurationManager {
       stop_ = true;
     }
     stop_cv_.notify_all();
-    if (channel_ != nullptr) {
-      control::ControlMessage leave;
-      leave.mutable_leave();
-      {
-        std::lock_guard<std::mutex> l(send_mu_);
-        (void)channel_->Send(leave);
+    {
+      std::lock_guard<std::mutex> l(send_mu_);
+      if (channel_ != nullptr) {
+        control::ControlMessage leave;
+        leave.mutable_leave();
+        if (!reconnecting_) (void)channel_->Send(leave);
+        channel_->Shutdown();
       }
-      channel_->Shutdown();
     }
     if (watcher_.joinable()) watcher_.join();
     if (heartbeat_.joinable()) heartbeat_.join();
@@ -964,6 +1197,34 @@ class TcpConfigurationManager : public ConfigurationManager {
   bool stopping() {
     std::lock_guard<std::mutex> l(stop_mu_);
     return stop_;
+  }
+
+  // Waits `d`, or until the client stops.
+  void Pause(Clock::duration d) {
+    std::unique_lock<std::mutex> l(stop_mu_);
+    stop_cv_.wait_for(l, d, [this] { return stop_; });
+  }
+
+  // Sends a report to the CM, unless there is none now (reconnecting: a report is best effort).
+  void SendToCm(const control::ControlMessage& m) {
+    if (left_.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> l(send_mu_);
+    if (channel_ != nullptr && !reconnecting_) (void)channel_->Send(m);
+  }
+
+  // Whether this node looks for another CM when it loses its own (see the class comment): it has
+  // a store, and is not the CM (the CM's own node that loses its lease is paused or cut off, and
+  // stops).
+  bool CanTakeOver() const {
+    return store_ != nullptr && current_cm_.load(std::memory_order_relaxed) != node_id_;
+  }
+
+  // Notes what a membership says of this node and of the CM (the watcher's, or Join's).
+  void Track(const control::Membership& m) {
+    current_cm_.store(m.cm_node_id(), std::memory_order_relaxed);
+    for (const control::NodeInfo& n : m.nodes()) {
+      if (n.node_id() == node_id_) joined_epoch_ = n.joined_epoch();
+    }
   }
 
   // Tells the node once that it is no longer a member, then stops both threads' work.
@@ -981,23 +1242,231 @@ class TcpConfigurationManager : public ConfigurationManager {
   }
 
   void Watch() {
+    std::string lost;
+    while (WatchChannel(&lost)) {
+      if (!CanTakeOver()) {
+        Evict(lost);
+        return;
+      }
+      if (!Reconnect(lost)) return;
+    }
+  }
+
+  // Receives from the CM until this node stops (false) or the connection to the CM ends without
+  // an eviction (true; `lost` says why).
+  bool WatchChannel(std::string* lost) {
     while (!stopping()) {
       absl::StatusOr<control::ControlMessage> msg = channel_->Receive(absl::Milliseconds(200));
       if (!msg.ok()) {
         if (absl::IsDeadlineExceeded(msg.status())) continue;
-        if (!stopping()) {
-          Evict(absl::StrCat("the configuration manager closed its connection (",
-                             msg.status().message(), ")"));
-        }
-        return;
+        if (stopping()) return false;
+        std::lock_guard<std::mutex> l(lease_mu_);
+        *lost = !lease_lost_.empty()
+                    ? lease_lost_
+                    : absl::StrCat("the configuration manager closed its connection (",
+                                   msg.status().message(), ")");
+        lease_lost_.clear();
+        return true;
       }
       if (msg->has_heartbeat_ack()) Renew(msg->heartbeat_ack().seq());
       if (msg->has_eviction()) {
+        if (msg->eviction().cm_stepped_down() && CanTakeOver()) {
+          *lost = msg->eviction().reason();
+          return true;
+        }
         Evict(msg->eviction().reason());
-        return;
+        return false;
       }
-      if (msg->has_membership() && callback_) callback_(msg->membership());
+      if (msg->has_membership()) {
+        Track(msg->membership());
+        if (callback_) callback_(msg->membership());
+      }
     }
+    return false;
+  }
+
+  enum class Rejoined { kYes, kUnreachable, kStopped };
+
+  // Finds the next CM through the store, or becomes it (see the class comment). True once this
+  // node is connected to it (a member again); false if it was evicted or is leaving.
+  bool Reconnect(const std::string& lost) {
+    const uint32_t lost_cm = current_cm_.load(std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> l(send_mu_);
+      reconnecting_ = true;
+      channel_->Shutdown();
+    }
+    spdlog::warn(
+        "node {}: lost the configuration manager, node {}: {}; looking for the next one "
+        "in {}",
+        node_id_, lost_cm, lost, store_->Describe());
+    const absl::Duration lease = absl::FromChrono(lease_);
+    const absl::Duration limit =
+        (config_->node_size() + 2) * lease + 2 * ReconnectWindow(lease) + absl::Seconds(10);
+    const Clock::time_point deadline = Clock::now() + absl::ToChronoNanoseconds(limit);
+    // CMs this node could not reconnect to. The lost one is tried first too: one that answers
+    // (this node was paused, or only its connection broke) refuses it, and the node goes, instead
+    // of taking the role from a CM that works.
+    std::set<uint32_t> unreachable;
+    bool store_warned = false;
+    while (!stopping()) {
+      if (Clock::now() > deadline) {
+        Evict(absl::StrCat("it lost the configuration manager (", lost,
+                           ") and found no other to reconnect to within ",
+                           absl::FormatDuration(limit)));
+        return false;
+      }
+      absl::StatusOr<VersionedRecord> record = store_->Read();
+      if (!record.ok()) {
+        if (!store_warned) {
+          spdlog::warn("node {}: cannot read the configuration record ({}); trying again", node_id_,
+                       std::string(record.status().message()));
+          store_warned = true;
+        }
+        Pause(kLookupPause);
+        continue;
+      }
+      control::Membership m;
+      const control::NodeInfo* me = nullptr;
+      if (m.ParseFromString(record->data)) {
+        for (const control::NodeInfo& n : m.nodes()) {
+          if (n.node_id() == node_id_ && n.joined_epoch() == joined_epoch_) me = &n;
+        }
+      }
+      if (me == nullptr) {
+        auto why = m.departed().find(node_id_);
+        Evict(absl::StrCat("the configuration recorded in ", store_->Describe(),
+                           " (membership epoch ", m.epoch(), ") does not list it",
+                           why != m.departed().end() ? absl::StrCat(": ", why->second) : ""));
+        return false;
+      }
+      const uint32_t cm = m.cm_node_id();
+      if (cm == node_id_ && server_ == nullptr) {
+        // This node's own takeover write, whose answer did not come, was applied after all.
+        if (!Serve(m, record->version, lost_cm, lost)) return false;
+      }
+      if (!unreachable.count(cm)) {
+        const Rejoined r = Rejoin(cm, m, *me);
+        if (r == Rejoined::kYes) return true;
+        if (r == Rejoined::kStopped) return false;
+        spdlog::warn(
+            "node {}: cannot reconnect to the configuration manager the record names, "
+            "node {}",
+            node_id_, cm);
+        unreachable.insert(cm);
+        continue;
+      }
+      if (Clock::now() < TakeoverTime(m, unreachable)) {
+        Pause(kLookupPause);
+        continue;
+      }
+      control::Membership claim = m;
+      claim.set_epoch(m.epoch() + 1);
+      claim.set_cm_node_id(node_id_);
+      absl::StatusOr<int64_t> v = store_->CompareAndSet(record->version, claim.SerializeAsString());
+      if (!v.ok()) {
+        spdlog::log(
+            absl::IsFailedPrecondition(v.status()) ? spdlog::level::info : spdlog::level::warn,
+            "node {}: did not take over as configuration manager: {}", node_id_,
+            std::string(v.status().message()));
+        continue;  // another node did (read who), or the store did not answer (read whether)
+      }
+      const std::string why =
+          cm == lost_cm ? lost : absl::StrCat("node ", node_id_, " could not reconnect to it");
+      if (!Serve(claim, *v, cm, why)) return false;
+    }
+    return false;
+  }
+
+  // When this node may take over from the CM of `m`: once its own lease ended (it serves nothing
+  // more), a lease later for each member that forms the cluster, is not known to be unreachable
+  // and has a lower id. Never for a node that is not such a member (a late one).
+  Clock::time_point TakeoverTime(const control::Membership& m,
+                                 const std::set<uint32_t>& unreachable) const {
+    int rank = 0;
+    bool candidate = false;
+    for (const control::NodeInfo& n : m.nodes()) {
+      const config::NodeConfig* c = FindNode(*config_, n.node_id());
+      if (c == nullptr || c->late() || unreachable.count(n.node_id())) continue;
+      if (n.node_id() == node_id_) candidate = true;
+      if (n.node_id() < node_id_) ++rank;
+    }
+    if (!candidate) return Clock::time_point::max();
+    return lease_expiry() + rank * lease_;
+  }
+
+  // Starts the CM that continues configuration `m` (recorded as version `version`, naming this
+  // node), replacing node `failed_cm`. False (the node is evicted) if it cannot listen.
+  bool Serve(const control::Membership& m, int64_t version, uint32_t failed_cm,
+             const std::string& why) {
+    Takeover t;
+    t.record = m;
+    t.version = version;
+    t.failed_cm = failed_cm;
+    t.why = why;
+    absl::StatusOr<std::unique_ptr<CmServer>> server =
+        StartCm(*config_, node_id_, store_, std::move(t));
+    if (!server.ok()) {
+      Evict(absl::StrCat("it took over as configuration manager but cannot serve as one: ",
+                         server.status().message()));
+      return false;
+    }
+    server_ = std::move(*server);
+    return true;
+  }
+
+  // Reconnects to CM `cm` as member `me` of configuration `m` (CM takeover). The lease runs again
+  // from the request's send time once the CM admitted it.
+  Rejoined Rejoin(uint32_t cm, const control::Membership& m, const control::NodeInfo& me) {
+    const config::NodeConfig* n = FindNode(*config_, cm);
+    if (n == nullptr) return Rejoined::kUnreachable;
+    absl::StatusOr<std::unique_ptr<ControlChannel>> ch = ControlChannel::Connect(
+        n->host(), static_cast<uint16_t>(n->control_port()), absl::Seconds(1));
+    if (!ch.ok()) return Rejoined::kUnreachable;
+    control::ControlMessage join;
+    control::JoinRequest* req = join.mutable_join();
+    req->set_requested_id(static_cast<int32_t>(node_id_));
+    *req->mutable_node() = me;
+    req->set_rejoin_joined_epoch(joined_epoch_);
+    req->set_config_fingerprint(Fingerprint(*config_));
+    {
+      std::lock_guard<std::mutex> l(copies_mu_);
+      for (const auto& [region, copy] : copies_) *req->add_backup_copies() = copy;
+    }
+    const Clock::time_point sent = Clock::now();
+    if (!(*ch)->Send(join).ok()) return Rejoined::kUnreachable;
+    const Clock::time_point deadline =
+        sent + std::max<Clock::duration>(2 * lease_, std::chrono::seconds(1));
+    while (!stopping()) {
+      absl::StatusOr<control::ControlMessage> reply = (*ch)->Receive(absl::Milliseconds(200));
+      if (!reply.ok()) {
+        if (absl::IsDeadlineExceeded(reply.status()) && Clock::now() < deadline) continue;
+        return Rejoined::kUnreachable;
+      }
+      if (reply->has_refusal()) {
+        Evict(absl::StrCat("the configuration manager, node ", cm,
+                           ", refused it back: ", reply->refusal().reason()));
+        return Rejoined::kStopped;
+      }
+      if (!reply->has_accepted()) continue;
+      {
+        std::lock_guard<std::mutex> l(lease_mu_);
+        sent_.clear();  // the old CM's acknowledgements will not come
+        SetLeaseStart(std::max(lease_start_, sent));
+      }
+      {
+        std::lock_guard<std::mutex> l(send_mu_);
+        channel_ = std::move(*ch);
+        reconnecting_ = false;
+      }
+      current_cm_.store(cm, std::memory_order_relaxed);
+      spdlog::warn(
+          "node {}: reconnected to the configuration manager, node {} (membership epoch "
+          "{} recorded)",
+          node_id_, cm, m.epoch());
+      return Rejoined::kYes;
+    }
+    return Rejoined::kStopped;
   }
 
   // The CM acknowledged heartbeat `seq`: the lease runs from when it was sent. Acknowledgements
@@ -1023,7 +1492,9 @@ class TcpConfigurationManager : public ConfigurationManager {
 
   // Sends a heartbeat every lease/4 and gives the node up once its lease ended (lease_expiry):
   // no heartbeat sent in the last lease (less the slack) was acknowledged. It wakes at the
-  // expiry too, so that the node stops acting as a member no later than the CM removes it.
+  // expiry too, so that the node stops acting as a member no later than the CM removes it. A
+  // node that may take over (CanTakeOver) is not given up but looks for the next CM: this
+  // thread closes the connection, and the watcher reconnects; no heartbeats meanwhile.
   void Heartbeat() {
     const Clock::duration period = lease_ / 4;
     uint64_t seq = 0;
@@ -1038,11 +1509,28 @@ class TcpConfigurationManager : public ConfigurationManager {
           std::lock_guard<std::mutex> l(lease_mu_);
           start = lease_start_;
         }
-        Evict(absl::StrCat(
+        const std::string why = absl::StrCat(
             "its lease expired (no heartbeat acknowledged by the configuration manager for ",
             absl::FormatDuration(absl::FromChrono(now - start)), ", lease ",
-            absl::FormatDuration(absl::FromChrono(lease_)), ")"));
-        return;
+            absl::FormatDuration(absl::FromChrono(lease_)), ")");
+        if (!CanTakeOver()) {
+          Evict(why);
+          return;
+        }
+        {
+          std::lock_guard<std::mutex> l(send_mu_);
+          // Checked again under the lock: the watcher may have reconnected meanwhile.
+          if (!reconnecting_ && Clock::now() >= lease_expiry()) {
+            {
+              std::lock_guard<std::mutex> ll(lease_mu_);
+              lease_lost_ = why;
+            }
+            channel_->Shutdown();  // the watcher sees it closed and looks for the next CM
+          }
+        }
+        lock.lock();
+        stop_cv_.wait_for(lock, period, [this] { return stop_; });
+        continue;
       }
       control::ControlMessage hb;
       hb.mutable_heartbeat()->set_node_id(node_id_);
@@ -1051,13 +1539,15 @@ class TcpConfigurationManager : public ConfigurationManager {
       std::pair<uint32_t, bool> send(node_id_, true);
       FARM_SYNC_POINT_CALLBACK("TcpConfigurationManager::Heartbeat:Send", &send);
       if (send.second) {
-        {
-          std::lock_guard<std::mutex> l(lease_mu_);
-          sent_.emplace_back(seq, now);  // `now` is before the send: the lease starts no later
-          if (sent_.size() > kMaxUnacknowledged) sent_.pop_front();
-        }
         std::lock_guard<std::mutex> l(send_mu_);
-        (void)channel_->Send(hb);  // a dead CM shows up as no acknowledgement: the check above
+        if (!reconnecting_) {
+          {
+            std::lock_guard<std::mutex> ll(lease_mu_);
+            sent_.emplace_back(seq, now);  // `now` is before the send: the lease starts no later
+            if (sent_.size() > kMaxUnacknowledged) sent_.pop_front();
+          }
+          (void)channel_->Send(hb);  // a dead CM shows up as no acknowledgement: the check above
+        }
       }
       lock.lock();
       const Clock::duration to_expiry = expiry - Clock::now();
@@ -1070,15 +1560,26 @@ class TcpConfigurationManager : public ConfigurationManager {
   static constexpr size_t kMaxUnacknowledged = 64;
   // Round trips kept for heartbeat_stats (a 10 ms lease for 10 minutes).
   static constexpr size_t kMaxRoundTrips = 250000;
+  // How often a node that lost the CM reads the record again.
+  static constexpr std::chrono::milliseconds kLookupPause{100};
 
   const std::string host_;
   const uint16_t port_;
   const Clock::duration lease_;
+  // CM takeover: the cluster's configuration and its store (both, or no store: no takeover).
+  const std::optional<config::ClusterConfig> config_;
+  const std::shared_ptr<ConfigurationStore> store_;
   uint32_t node_id_ = 0;  // written by Join before the threads start
+  // The CM this node is connected to (or last was), from the memberships.
+  std::atomic<uint32_t> current_cm_;
+  uint64_t joined_epoch_ = 0;         // this incarnation's (watcher, or Join before it starts)
+  std::unique_ptr<CmServer> server_;  // the CM this node took over as (watcher)
   MembershipCallback callback_;
   EvictionCallback eviction_callback_;
+  // Written by Join, then by the watcher only (under send_mu_ when it reconnects).
   std::unique_ptr<ControlChannel> channel_;
-  std::mutex send_mu_;  // one Send at a time on channel_
+  std::mutex send_mu_;         // one Send at a time on channel_
+  bool reconnecting_ = false;  // guarded by send_mu_: no CM to send to (Reconnect)
   std::thread watcher_;
   std::thread heartbeat_;
   mutable std::mutex lease_mu_;
@@ -1086,8 +1587,11 @@ class TcpConfigurationManager : public ConfigurationManager {
   // Heartbeats sent and not yet acknowledged (seq, send time), oldest first; guarded by lease_mu_.
   std::deque<std::pair<uint64_t, Clock::time_point>> sent_;
   std::vector<int64_t> rtts_ns_;  // acknowledged heartbeats' round trips; guarded by lease_mu_
+  std::string lease_lost_;        // guarded by lease_mu_: why the heartbeat thread closed channel_
   // lease_expiry(), written under lease_mu_, read without it (on every request served).
   std::atomic<int64_t> expiry_{0};
+  std::mutex copies_mu_;
+  std::map<uint32_t, control::BackupCopy> copies_;  // guarded by copies_mu_: reported, by region
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by stop_mu_
@@ -1103,18 +1607,39 @@ std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(const std::stri
   return std::make_unique<TcpConfigurationManager>(host, port, lease);
 }
 
+std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(
+    const config::ClusterConfig& config, uint32_t cm_node_id, absl::Duration lease,
+    std::shared_ptr<ConfigurationStore> store) {
+  const config::NodeConfig* cm = FindNode(config, cm_node_id);
+  std::string host = cm != nullptr ? cm->host() : std::string();
+  uint16_t port = cm != nullptr ? static_cast<uint16_t>(cm->control_port()) : 0;
+  return std::make_unique<TcpConfigurationManager>(std::move(host), port, lease, config,
+                                                   std::move(store), cm_node_id);
+}
+
+uint32_t FindConfigurationManager(const config::ClusterConfig& config, ConfigurationStore& store,
+                                  int self) {
+  absl::StatusOr<VersionedRecord> record = store.Read();
+  control::Membership m;
+  if (!record.ok() || !m.ParseFromString(record->data)) return config.cm_node_id();
+  const uint32_t cm = m.cm_node_id();
+  if (cm == config.cm_node_id() || static_cast<int>(cm) == self) return config.cm_node_id();
+  const config::NodeConfig* n = FindNode(config, cm);
+  if (n == nullptr) return config.cm_node_id();
+  absl::StatusOr<std::unique_ptr<ControlChannel>> probe = ControlChannel::Connect(
+      n->host(), static_cast<uint16_t>(n->control_port()), absl::Seconds(1));
+  if (!probe.ok()) return config.cm_node_id();  // the record is an earlier run's
+  (*probe)->Shutdown();
+  spdlog::info(
+      "the configuration record names node {} as the configuration manager (it took "
+      "over from node {}): joining through it",
+      cm, config.cm_node_id());
+  return cm;
+}
+
 absl::StatusOr<std::unique_ptr<CmServer>> CmServer::Start(
-    const config::ClusterConfig& config, std::unique_ptr<ConfigurationStore> store) {
-  const config::NodeConfig* cm = FindNode(config, config.cm_node_id());
-  if (cm == nullptr) return absl::InvalidArgumentError("the CM node is not in the configuration");
-  absl::StatusOr<std::unique_ptr<ControlListener>> listener =
-      ControlListener::Listen(cm->host(), static_cast<uint16_t>(cm->control_port()));
-  if (!listener.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("configuration manager: ", listener.status().message()));
-  }
-  return std::unique_ptr<CmServer>(
-      new CmServerImpl(config, std::move(*listener), std::move(store)));
+    const config::ClusterConfig& config, std::shared_ptr<ConfigurationStore> store) {
+  return StartCm(config, config.cm_node_id(), std::move(store), std::nullopt);
 }
 
 }  // namespace farm

@@ -114,6 +114,26 @@ std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(const std::stri
                                                                  uint16_t port,
                                                                  absl::Duration lease);
 
+// Client of the built-in CM of node `cm_node_id` of `config` that survives the CM's failure
+// (CM takeover) through `store` (ZooKeeper; null: no takeover, as above). When the CM closes the
+// connection or stops renewing the lease, a node that is not the CM reads the configuration
+// record, reconnects (keeping its id, regions and incarnation) to the CM it names, or, once its
+// own lease ended and no node ahead of it in line did, takes the role over by compare-and-set
+// on the record and runs the CM itself: it waits a while for the record's members to reconnect,
+// then removes the failed CM and those that did not (their regions are promoted where backups
+// are left) in its first membership. A node the record no longer lists, or that finds no CM it
+// can reconnect to in time, is evicted. Meanwhile it serves nothing once its lease ended.
+std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(
+    const config::ClusterConfig& config, uint32_t cm_node_id, absl::Duration lease,
+    std::shared_ptr<ConfigurationStore> store);
+
+// The node a node should join the cluster through: the CM the store's record names, if it is
+// not `self` (-1: not known) and accepts connections (a node took over as CM while this one was
+// away); otherwise config.cm_node_id (also when the store cannot be read: a new cluster, or an
+// earlier run's record).
+uint32_t FindConfigurationManager(const config::ClusterConfig& config, ConfigurationStore& store,
+                                  int self);
+
 // The built-in CM service. Runs one thread; destroying it stops the service.
 class CmServer {
  public:
@@ -123,7 +143,7 @@ class CmServer {
   // the members keep the current membership and the CM tries again every second; if another
   // configuration won (another CM wrote the record), this CM evicts its members and stops.
   static absl::StatusOr<std::unique_ptr<CmServer>> Start(
-      const config::ClusterConfig& config, std::unique_ptr<ConfigurationStore> store = nullptr);
+      const config::ClusterConfig& config, std::shared_ptr<ConfigurationStore> store = nullptr);
   virtual ~CmServer() = default;
 };
 

@@ -297,6 +297,15 @@ namespace farm {
 namespace {
 
 // A CM with a configuration store (in memory, with ZooKeeper's semantics) and nodes 0 and 1 of
+// The membership recorded in the store `view` reads.
+absl::StatusOr<control::Membership> StoredMembership(ConfigurationStore& view) {
+  absl::StatusOr<VersionedRecord> r = view.Read();
+  if (!r.ok()) return r.status();
+  control::Membership m;
+  if (!m.ParseFromString(r->data)) return absl::DataLossError("not a membership");
+  return m;
+}
+
 // Config() joined; `view` reads the same record as another ZooKeeper client would.
 struct StoreCluster {
   explicit StoreCluster(std::function<absl::Status(absl::string_view)> fail_before = nullptr) {
@@ -340,13 +349,7 @@ struct StoreCluster {
     for (auto& node : n) node->Leave();
   }
 
-  absl::StatusOr<control::Membership> Stored() {
-    absl::StatusOr<VersionedRecord> r = view->Read();
-    if (!r.ok()) return r.status();
-    control::Membership m;
-    if (!m.ParseFromString(r->data)) return absl::DataLossError("not a membership");
-    return m;
-  }
+  absl::StatusOr<control::Membership> Stored() { return StoredMembership(*view); }
   // The last membership node `i` got after its join, if any.
   std::optional<control::Membership> Last(int i) {
     std::lock_guard<std::mutex> l(mu);
@@ -436,6 +439,172 @@ TEST_CASE("when another configuration wins in the store, the CM evicts its membe
   CHECK(after->data == "another CM's configuration");
   std::lock_guard<std::mutex> l(s.mu);
   for (const control::Membership& m : s.seen[0]) CHECK(Lists(m, 1));  // none published since
+}
+
+namespace {
+
+// Three nodes that form the cluster (f = 1, a failure domain each), node 0 the CM, every one
+// with a store of its own on one record and a client that takes the CM over when it fails.
+struct TakeoverCluster {
+  // `fail_before_2`: node 2's store's fault injection.
+  explicit TakeoverCluster(std::function<absl::Status(absl::string_view)> fail_before_2 = nullptr) {
+    absl::StatusOr<std::unique_ptr<CmServer>> s = CmServer::Start(c, Store("cm", nullptr));
+    REQUIRE(s.ok());
+    server = std::move(*s);
+    view = Store("view", nullptr);
+    for (int i = 0; i < 3; ++i) {
+      n[i] = NewTcpConfigurationManager(
+          c, 0, absl::Milliseconds(kLeaseMs),
+          Store("node" + std::to_string(i), i == 2 ? fail_before_2 : nullptr));
+      n[i]->OnMembershipChange([this, i](const control::Membership& m) {
+        {
+          std::lock_guard<std::mutex> l(mu);
+          seen[i].push_back(m);
+        }
+        n[i]->AckMembership(m.epoch());  // as a node does once its layers applied it
+      });
+      n[i]->OnEviction([this, i](const std::string& why) {
+        std::lock_guard<std::mutex> l(mu);
+        evicted[i] = why;
+      });
+    }
+    std::vector<std::future<absl::StatusOr<control::Membership>>> joins;
+    for (int i = 0; i < 3; ++i) {
+      joins.push_back(std::async(std::launch::async, [this, i] {
+        return n[i]->Join(Request(c, static_cast<uint32_t>(i)), absl::Seconds(30));
+      }));
+    }
+    for (auto& j : joins) {
+      absl::StatusOr<control::Membership> m = j.get();
+      REQUIRE(m.ok());
+      first = *m;
+    }
+  }
+  ~TakeoverCluster() {
+    for (auto& node : n) {
+      if (node != nullptr) node->Leave();
+    }
+  }
+
+  std::shared_ptr<ConfigurationStore> Store(
+      const std::string& name, std::function<absl::Status(absl::string_view)> fail_before) {
+    InMemoryStoreOptions o;
+    o.record = record;
+    o.name = name;
+    o.fail_before = std::move(fail_before);
+    return NewInMemoryConfigurationStore(o);
+  }
+
+  // The CM fails: its service stops (its connections close) and its node's client with it.
+  void KillCm() {
+    server.reset();
+    n[0].reset();
+  }
+
+  // Waits up to 60 s for node `i` to get a membership for which `done` holds; the first one.
+  std::optional<control::Membership> WaitFor(
+      int i, const std::function<bool(const control::Membership&)>& done) {
+    for (int k = 0; k < 6000; ++k) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        for (const control::Membership& m : seen[i]) {
+          if (done(m)) return m;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return std::nullopt;
+  }
+
+  absl::StatusOr<control::Membership> Stored() { return StoredMembership(*view); }
+
+  const config::ClusterConfig c = ReplicatedConfig();
+  std::shared_ptr<InMemoryConfigurationRecord> record = NewInMemoryConfigurationRecord();
+  std::unique_ptr<CmServer> server;
+  std::shared_ptr<ConfigurationStore> view;
+  std::unique_ptr<ConfigurationManager> n[3];
+  control::Membership first;
+  std::mutex mu;
+  std::vector<control::Membership> seen[3];
+  std::optional<std::string> evicted[3];
+};
+
+}  // namespace
+
+TEST_CASE("when the CM fails, a member takes over through the store and the others reconnect",
+          "[cm][store][takeover]") {
+  TakeoverCluster t;
+  // Node 0's region and its backup, whose copy only the failed CM was told of: the node tells
+  // the CM that takes over when it reconnects.
+  const control::RegionInfo* r0 = nullptr;
+  for (const control::RegionInfo& r : t.first.regions()) {
+    if (r.node_id() == 0) r0 = &r;
+  }
+  REQUIRE(r0 != nullptr);
+  REQUIRE(r0->backup_node_size() == 1);
+  const uint32_t region = r0->region_id();
+  const uint32_t backup = r0->backup_node(0);
+  control::BackupCopy copy;
+  copy.set_region_id(region);
+  copy.set_remote_base(0x10000 * (backup + 1));
+  copy.set_rkey(70 + backup);
+  t.n[backup]->ReportBackupCopy(copy);
+
+  t.KillCm();
+  auto taken_over = [](const control::Membership& m) {
+    return m.cm_node_id() == 1 && !Lists(m, 0);
+  };
+  std::optional<control::Membership> m1 = t.WaitFor(1, taken_over);
+  std::optional<control::Membership> m2 = t.WaitFor(2, taken_over);
+  REQUIRE(m1.has_value());
+  REQUIRE(m2.has_value());
+  CHECK(Lists(*m1, 1));
+  CHECK(Lists(*m1, 2));
+  CHECK(m1->epoch() > t.first.epoch());
+  CHECK_THAT(m1->departed().at(0), Catch::Contains("configuration manager"));
+  // Node 0's region is served by its backup's copy, under its id.
+  const control::RegionInfo* promoted = FindRegion(*m1, region);
+  REQUIRE(promoted != nullptr);
+  CHECK(promoted->node_id() == backup);
+  CHECK(promoted->promoted());
+  CHECK(promoted->remote_base() == copy.remote_base());
+  CHECK(promoted->rkey() == copy.rkey());
+  // Activated once both members acknowledged, and re-replicated on the remaining node.
+  std::optional<control::Membership> active = t.WaitFor(1, [&](const control::Membership& m) {
+    const control::RegionInfo* r = FindRegion(m, region);
+    return r != nullptr && !r->recovering() && r->backup_node_size() == 1;
+  });
+  REQUIRE(active.has_value());
+  // Recorded before published, naming the new CM; leases are renewed by it.
+  absl::StatusOr<control::Membership> stored = t.Stored();
+  REQUIRE(stored.ok());
+  CHECK(stored->cm_node_id() == 1);
+  CHECK(stored->epoch() >= active->epoch());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * kLeaseMs));
+  CHECK(t.n[1]->lease_expiry() > Clock::now());
+  CHECK(t.n[2]->lease_expiry() > Clock::now());
+  std::lock_guard<std::mutex> l(t.mu);
+  CHECK(!t.evicted[1].has_value());
+  CHECK(!t.evicted[2].has_value());
+}
+
+TEST_CASE("a member that does not reconnect to the CM that took over is removed",
+          "[cm][store][takeover]") {
+  std::atomic<bool> cut{false};
+  // Node 2 cannot reach the store once the CM failed: it never finds the new CM.
+  TakeoverCluster t([&](absl::string_view) {
+    return cut.load() ? absl::UnavailableError("node 2 is cut off from ZooKeeper")
+                      : absl::OkStatus();
+  });
+  cut = true;
+  t.KillCm();
+  std::optional<control::Membership> m1 = t.WaitFor(1, [](const control::Membership& m) {
+    return m.cm_node_id() == 1 && !Lists(m, 0) && !Lists(m, 2);
+  });
+  REQUIRE(m1.has_value());
+  CHECK_THAT(m1->departed().at(2), Catch::Contains("did not reconnect"));
+  std::lock_guard<std::mutex> l(t.mu);
+  CHECK(!t.evicted[1].has_value());
 }
 
 }  // namespace farm

@@ -116,34 +116,42 @@ absl::Status Node::Init() {
   // Serve before joining: peers may access our regions as soon as they learn the membership.
   poller_ = std::make_unique<Poller>(fabric_.get(), options_.poll);
 
-  const bool is_cm =
-      options_.node_id >= 0 && static_cast<uint32_t>(options_.node_id) == cfg.cm_node_id();
-  if (is_cm) {
-    std::unique_ptr<ConfigurationStore> store;
-    if (!cfg.zookeeper().empty()) {
-      ZooKeeperStoreOptions zk;
-      zk.connect = cfg.zookeeper();
-      zk.cluster_name = cfg.cluster_name().empty() ? "farm" : cfg.cluster_name();
-      absl::StatusOr<std::unique_ptr<ConfigurationStore>> s = NewZooKeeperConfigurationStore(zk);
-      if (!s.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("the configuration store (zookeeper: \"", cfg.zookeeper(),
-                         "\", cluster_name: \"", zk.cluster_name, "\"): ", s.status().message()));
-      }
-      store = std::move(*s);
+  std::shared_ptr<ConfigurationStore> store;
+  if (!cfg.zookeeper().empty()) {
+    ZooKeeperStoreOptions zk;
+    zk.connect = cfg.zookeeper();
+    zk.cluster_name = cfg.cluster_name().empty() ? "farm" : cfg.cluster_name();
+    absl::StatusOr<std::unique_ptr<ConfigurationStore>> s = NewZooKeeperConfigurationStore(zk);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the configuration store (zookeeper: \"", cfg.zookeeper(),
+                       "\", cluster_name: \"", zk.cluster_name, "\"): ", s.status().message()));
     }
-    absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(cfg, std::move(store));
+    store = std::move(*s);
+  }
+  // With a store, another node may have taken the CM's role over (CM takeover): join through it.
+  const uint32_t join_cm =
+      store != nullptr ? FindConfigurationManager(cfg, *store, options_.node_id) : cfg.cm_node_id();
+  cm_node = FindNode(cfg, join_cm);
+  const bool is_cm = options_.node_id >= 0 &&
+                     static_cast<uint32_t>(options_.node_id) == cfg.cm_node_id() &&
+                     join_cm == cfg.cm_node_id();
+  if (is_cm) {
+    absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(cfg, store);
     if (!server.ok()) return server.status();
     cm_server_ = std::move(*server);
   }
-  cm_ = NewTcpConfigurationManager(cm_node->host(), static_cast<uint16_t>(cm_node->control_port()),
-                                   absl::Milliseconds(cfg.lease_ms()));
+  cm_ = store != nullptr
+            ? NewTcpConfigurationManager(cfg, join_cm, absl::Milliseconds(cfg.lease_ms()), store)
+            : NewTcpConfigurationManager(cm_node->host(),
+                                         static_cast<uint16_t>(cm_node->control_port()),
+                                         absl::Milliseconds(cfg.lease_ms()));
   cm_->OnMembershipChange([this](const control::Membership& m) { Deliver(m); });
   cm_->OnEviction([this](const std::string& reason) { Evict(reason); });
   absl::Duration timeout = options_.join_timeout;
   if (timeout == absl::ZeroDuration()) timeout = absl::Seconds(cfg.join_timeout_s() + 5);
-  spdlog::info("joining the cluster through the configuration manager (node {} at {}:{})",
-               cfg.cm_node_id(), cm_node->host(), cm_node->control_port());
+  spdlog::info("joining the cluster through the configuration manager (node {} at {}:{})", join_cm,
+               cm_node->host(), cm_node->control_port());
   absl::StatusOr<control::Membership> membership = cm_->Join(join, timeout);
   if (!membership.ok()) return membership.status();
   for (const control::NodeInfo& n : membership->nodes()) {

@@ -65,6 +65,23 @@ std::vector<std::unique_ptr<Node>> StartCluster(const config::ClusterConfig& c,
   return nodes;
 }
 
+// A ZooKeeper server for the test (Debian's, started as a child process).
+std::unique_ptr<ZooKeeperServer> StartZooKeeper() {
+  absl::StatusOr<std::unique_ptr<ZooKeeperServer>> zk = ZooKeeperServer::Start();
+  INFO(zk.status().ToString());
+  REQUIRE(zk.ok());
+  return std::move(*zk);
+}
+
+// ThreeNodes() recording its configurations in `zk` under `cluster_name`.
+config::ClusterConfig ThreeNodesRecordedIn(const ZooKeeperServer& zk,
+                                           const std::string& cluster_name) {
+  config::ClusterConfig c = ThreeNodes();
+  c.set_zookeeper(zk.connect_string());
+  c.set_cluster_name(cluster_name);
+  return c;
+}
+
 // A region id that the membership does not list: one past the largest id the configuration
 // manager handed out (tests must not assume which ids it picks).
 uint32_t UnusedRegionId(const control::Membership& m) {
@@ -625,15 +642,11 @@ TEST_CASE("the CM answers a join request while earlier connections stay silent",
 
 TEST_CASE("with ZooKeeper, the CM records every configuration in it before publishing it",
           "[node][zookeeper]") {
-  absl::StatusOr<std::unique_ptr<ZooKeeperServer>> zk = ZooKeeperServer::Start();
-  INFO(zk.status().ToString());
-  REQUIRE(zk.ok());
-  config::ClusterConfig c = ThreeNodes();
-  c.set_zookeeper((*zk)->connect_string());
-  c.set_cluster_name("node-test");
+  std::unique_ptr<ZooKeeperServer> zk = StartZooKeeper();
+  const config::ClusterConfig c = ThreeNodesRecordedIn(*zk, "node-test");
   auto nodes = StartCluster(c);
   ZooKeeperStoreOptions o;
-  o.connect = (*zk)->connect_string();
+  o.connect = zk->connect_string();
   o.cluster_name = "node-test";
   absl::StatusOr<std::unique_ptr<ConfigurationStore>> store = NewZooKeeperConfigurationStore(o);
   REQUIRE(store.ok());
@@ -658,6 +671,54 @@ TEST_CASE("with ZooKeeper, the CM records every configuration in it before publi
   REQUIRE(after.nodes_size() == 2);
   CHECK(stored().epoch() >= after.epoch());
   CHECK(stored().nodes_size() == 2);
+}
+
+TEST_CASE(
+    "with ZooKeeper, a node takes the CM over when the CM's node goes, and the cluster goes on",
+    "[node][zookeeper]") {
+  std::unique_ptr<ZooKeeperServer> zk = StartZooKeeper();
+  config::ClusterConfig c = ThreeNodesRecordedIn(*zk, "takeover-test");
+  c.set_lease_ms(1000);
+  auto nodes = StartCluster(c);
+  REQUIRE(nodes[1]->membership().cm_node_id() == 0);
+
+  nodes[0].reset();  // the CM's node goes: node 1, first in line, takes the role over
+  auto taken_over = [&](int i) {
+    for (int k = 0; k < 6000; ++k) {
+      const control::Membership m = nodes[i]->membership();
+      if (m.cm_node_id() == 1 && m.nodes_size() == 2) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  REQUIRE(taken_over(1));
+  REQUIRE(taken_over(2));
+  CHECK(nodes[1]->evicted().ok());
+  CHECK(nodes[2]->evicted().ok());
+  // The two go on: node 1 writes into node 2's region and reads it back through node 2.
+  const std::vector<control::RegionInfo> r2 = nodes[1]->RegionsOf(2);
+  REQUIRE(!r2.empty());
+  const GlobalAddress addr{r2[0].region_id(), 64};
+  const char written[] = "after the takeover";
+  REQUIRE(nodes[1]->Write(addr, written, sizeof(written)).ok());
+  char read[sizeof(written)] = {};
+  REQUIRE(nodes[2]->Read(addr, read, sizeof(read)).ok());
+  CHECK(std::memcmp(read, written, sizeof(written)) == 0);
+
+  // Node 0 starts again: the record names node 1 as CM, and it joins through node 1.
+  NodeOptions o;
+  o.config = c;
+  o.node_id = 0;
+  absl::StatusOr<std::unique_ptr<Node>> again = Node::Start(o);
+  INFO(again.status().ToString());
+  REQUIRE(again.ok());
+  CHECK((*again)->membership().cm_node_id() == 1);
+  CHECK((*again)->membership().nodes_size() == 3);
+  // Leases held through the new CM, a few leases on.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  CHECK(nodes[1]->lease_held());
+  CHECK(nodes[2]->lease_held());
+  CHECK((*again)->lease_held());
 }
 
 }  // namespace farm

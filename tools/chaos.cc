@@ -90,6 +90,7 @@
 #include "platform/fabric.h"
 #include "platform/logging.h"
 #include "platform/sync_point.h"
+#include "platform/zookeeper_server.h"
 #include "spdlog/spdlog.h"
 #include "tools/bench_driver.h"
 #include "tools/chaos_lib.h"
@@ -103,6 +104,10 @@
 ABSL_DECLARE_FLAG(std::string, provider);
 ABSL_DECLARE_FLAG(std::string, poll);
 ABSL_DECLARE_FLAG(std::string, log_level);
+// The nodes' --zookeeper (api/node_main.cc). The driver: empty starts a local ZooKeeper (Debian's
+// zookeeper) for the scenarios that need one (kill_cm); host:port,... uses those servers for
+// every scenario; "none": no ZooKeeper (kill_cm then ends the cluster).
+ABSL_DECLARE_FLAG(std::string, zookeeper);
 ABSL_FLAG(std::string, scenarios, "all",
           "comma-separated scenarios: sigstop_short, sigstop_long, kill9, kill_cm, client_kill, "
           "crash_mid_commit_backup, crash_after_commit_backup, crash_between_primaries; all: "
@@ -112,7 +117,8 @@ ABSL_FLAG(int, f, 1, "backups per region (0 .. nodes-1); each node process is a 
 ABSL_FLAG(int, lease_ms, 1000,
           "the nodes' lease with the configuration manager (100..60000); long enough that a "
           "loaded machine evicts no healthy node");
-ABSL_FLAG(int, faults, 2, "faults injected per scenario (1..1000; kill_cm: 1)");
+ABSL_FLAG(int, faults, 2, "faults injected per scenario (1..1000)");
+
 ABSL_FLAG(uint64_t, seed, 1, "seed of the victims and of the clients' choices");
 ABSL_FLAG(bool, json, false, "one JSON line per scenario instead of a table");
 ABSL_FLAG(int, duration_ms, 3000, "milliseconds of each phase: before each fault, after each");
@@ -130,6 +136,9 @@ ABSL_FLAG(std::string, role, "", "internal: 'node' when re-executed as a node pr
 ABSL_FLAG(std::string, history_dir, "", "internal (node role): where to append the history");
 ABSL_FLAG(int, incarnation, 0, "internal (node role): this process's number in the scenario");
 ABSL_FLAG(bool, client, false, "internal (node role): a client-only (late) node, no KV shard");
+ABSL_FLAG(bool, allocate, false,
+          "internal (node role): allocate the accounts (node 0's first process); otherwise fetch "
+          "them from a member");
 ABSL_FLAG(int, kv_threads, 1,
           "threads per node running the KV workload (get, put, delete on --kv_keys keys of the "
           "farm KV store), checked by //tools/lincheck (Porcupine); 0: no KV workload");
@@ -172,7 +181,8 @@ struct AddressChunk {
 };
 constexpr Method<uint32_t, AddressChunk> kAddresses{1};
 
-// Node 0's accounts, served to the others (handlers run on the poller; the run thread publishes).
+// The accounts (node 0's first process allocates them, every other process fetches them from a
+// member), served to the others (handlers run on the poller; the run thread publishes).
 std::mutex g_published_mu;
 std::vector<uint64_t> g_published;  // guarded by g_published_mu; empty until allocated
 
@@ -248,16 +258,23 @@ absl::StatusOr<std::vector<uint64_t>> AllocateAccounts(Worker& w, int n) {
   return packed;
 }
 
-absl::StatusOr<std::vector<uint64_t>> FetchAccounts(Worker& w, int n, absl::Duration timeout) {
+// The accounts, from the first member that has them (node 0 first, which allocates them).
+absl::StatusOr<std::vector<uint64_t>> FetchAccounts(Runtime& rt, Worker& w, int n,
+                                                    absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
-    absl::StatusOr<AddressChunk> c = kAddresses.Call(w, 0, 0);
-    if (absl::IsFailedPrecondition(c.status()) && absl::Now() < deadline) {
+    absl::StatusOr<AddressChunk> c = absl::UnavailableError("no other member");
+    for (uint32_t m : rt.members()) {
+      if (m == rt.node_id()) continue;
+      c = kAddresses.Call(w, m, 0);
+      if (c.ok()) break;
+    }
+    if (!c.ok() && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(20));
       continue;
     }
     if (!c.ok()) {
-      return absl::Status(c.status().code(), absl::StrCat("fetching the accounts from node 0: ",
+      return absl::Status(c.status().code(), absl::StrCat("fetching the accounts from a member: ",
                                                           c.status().message()));
     }
     if (c->total != static_cast<uint32_t>(n)) {
@@ -470,7 +487,7 @@ std::string ReplicationLine(const Runtime& rt) {
   }
   return absl::StrCat("REPLICATION regions=", regions,
                       " min_backups=", regions == 0 ? 0 : min_backups, " syncing=", syncing,
-                      " recovering=", recovering);
+                      " recovering=", recovering, " cm=", rt.configuration_manager());
 }
 
 void StopClients(Workload& w, std::vector<std::thread>* threads) {
@@ -503,11 +520,11 @@ absl::Status RunWorkload(Runtime& rt) {
     }
   }
   absl::StatusOr<std::vector<uint64_t>> packed =
-      rt.node_id() == 0
-          ? AllocateAccounts(*w.workers[0], accounts)
-          : FetchAccounts(*w.workers[0], accounts, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+      absl::GetFlag(FLAGS_allocate) ? AllocateAccounts(*w.workers[0], accounts)
+                                    : FetchAccounts(rt, *w.workers[0], accounts,
+                                                    absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
   if (!packed.ok()) return packed.status();
-  if (rt.node_id() == 0) {
+  {
     std::lock_guard<std::mutex> l(g_published_mu);
     g_published = *packed;
   }
@@ -591,7 +608,7 @@ struct DriverOptions {
   int window_ms = 500, accounts = 30, threads = 2, timeout_s = 60, kv_threads = 1, kv_keys = 48;
   int kv_buckets = 4;
   uint64_t seed = 1;
-  std::string host, keep_histories;
+  std::string host, keep_histories, zookeeper;
 };
 
 absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
@@ -631,6 +648,7 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.host = absl::GetFlag(FLAGS_host);
   o.keep_histories = absl::GetFlag(FLAGS_keep_histories);
+  o.zookeeper = absl::GetFlag(FLAGS_zookeeper);
   if (o.nodes < 2 || o.nodes > 8) return absl::InvalidArgumentError("--nodes must be 2..8");
   if (o.f < 0 || o.f >= o.nodes) {
     return absl::InvalidArgumentError(absl::StrCat("--f must be 0..", o.nodes - 1, " (each of the ",
@@ -697,8 +715,16 @@ std::string LastLogLine(const std::string& path) {
 // signalfd) ends any wait with Cancelled; the destructor kills whatever still runs.
 class ChaosCluster {
  public:
-  ChaosCluster(const DriverOptions& o, int signal_fd, TempDir& dir, bool client)
-      : o_(o), signal_fd_(signal_fd), dir_(dir), client_(client) {}
+  // `zookeeper`: the servers the nodes record their configuration in (empty: none), under
+  // cluster name `cluster_name`.
+  ChaosCluster(const DriverOptions& o, int signal_fd, TempDir& dir, bool client,
+               std::string zookeeper = "", std::string cluster_name = "")
+      : o_(o),
+        signal_fd_(signal_fd),
+        dir_(dir),
+        client_(client),
+        zookeeper_(std::move(zookeeper)),
+        cluster_name_(std::move(cluster_name)) {}
   ~ChaosCluster() {
     for (auto& [id, s] : slots_) {
       if (s.proc == nullptr || s.proc->reaped()) continue;
@@ -717,6 +743,10 @@ class ChaosCluster {
     c->set_join_timeout_s(static_cast<uint32_t>(o_.timeout_s));
     c->set_region_size(1 << 20);
     c->set_region_count(2);
+    if (!zookeeper_.empty()) {
+      c->set_zookeeper(zookeeper_);
+      c->set_cluster_name(cluster_name_);
+    }
     for (config::NodeConfig& n : *c->mutable_node()) {
       n.set_failure_domain(absl::StrCat("process ", n.id()));
       if (static_cast<int>(n.id()) == o_.nodes) n.set_late(true);  // the client
@@ -749,6 +779,7 @@ class ChaosCluster {
         absl::StrCat("--kv_keys=", o_.kv_keys),
         absl::StrCat("--kv_buckets=", o_.kv_buckets),
         absl::StrCat("--client=", static_cast<int>(id) == o_.nodes ? "true" : "false"),
+        absl::StrCat("--allocate=", id == 0 && s.incarnation == 1 ? "true" : "false"),
         absl::StrCat("--accounts=", o_.accounts),
         absl::StrCat("--threads=", o_.threads),
         absl::StrCat("--timeout_s=", o_.timeout_s),
@@ -939,6 +970,7 @@ class ChaosCluster {
   int signal_fd_;
   TempDir& dir_;
   bool client_;
+  const std::string zookeeper_, cluster_name_;
   std::string config_path_;
   std::map<uint32_t, Slot> slots_;
   int spawned_ = 0;  // processes started so far: each one's --incarnation
@@ -1120,20 +1152,22 @@ void Analyse(const txn::History& h, const std::map<uint64_t, std::optional<uint6
   r->tput_after = mean(after);
 }
 
-// Node 0's final reads: "FINAL i balance tag" / "FINAL i unavailable why" lines until FINAL_DONE.
-absl::Status CollectFinalReads(ChaosCluster& c, std::map<uint64_t, std::optional<uint64_t>>* tags,
+// Node `reader`'s final reads: "FINAL i balance tag" / "FINAL i unavailable why" lines until
+// FINAL_DONE.
+absl::Status CollectFinalReads(ChaosCluster& c, uint32_t reader,
+                               std::map<uint64_t, std::optional<uint64_t>>* tags,
                                std::map<uint64_t, int64_t>* balances) {
-  if (absl::Status s = c.Send(0, "final"); !s.ok()) return s;
+  if (absl::Status s = c.Send(reader, "final"); !s.ok()) return s;
   const absl::Time deadline = c.Deadline() + absl::Seconds(30);
   for (;;) {
-    absl::StatusOr<std::string> line = c.WaitLine(0, "FINAL", deadline);
+    absl::StatusOr<std::string> line = c.WaitLine(reader, "FINAL", deadline);
     if (!line.ok()) return line.status();
     if (*line == "FINAL_DONE") return absl::OkStatus();
     std::vector<std::string> f = absl::StrSplit(*line, ' ');
     uint64_t key = 0, tag = 0;
     int64_t balance = 0;
     if (f.size() < 3 || !absl::SimpleAtoi(f[1], &key)) {
-      return absl::InternalError(absl::StrCat("node 0 printed: ", *line));
+      return absl::InternalError(absl::StrCat("node ", reader, " printed: ", *line));
     }
     if (f[2] == "unavailable") {
       (*tags)[key] = std::nullopt;
@@ -1141,7 +1175,7 @@ absl::Status CollectFinalReads(ChaosCluster& c, std::map<uint64_t, std::optional
       (*tags)[key] = tag;
       (*balances)[key] = balance;
     } else {
-      return absl::InternalError(absl::StrCat("node 0 printed: ", *line));
+      return absl::InternalError(absl::StrCat("node ", reader, " printed: ", *line));
     }
   }
 }
@@ -1251,18 +1285,38 @@ absl::Status WaitReplicated(ChaosCluster& c, const DriverOptions& o, ScenarioRes
   return absl::OkStatus();
 }
 
-// Injects the plan's faults, each between two phases (a victim that is gone is started again
-// first); counts those injected in r->faults.
+// The node the cluster's current membership names as configuration manager, asked of a running
+// node (REPLICATION's cm=).
+absl::StatusOr<uint32_t> CurrentCm(ChaosCluster& c) {
+  std::string last = "no node answered";
+  for (uint32_t id : c.AliveNodes()) {
+    if (c.Failed(id) || !c.Send(id, "replication").ok()) continue;
+    absl::StatusOr<std::string> line =
+        c.WaitLine(id, "REPLICATION", std::min(c.Deadline(), absl::Now() + absl::Seconds(10)));
+    if (absl::IsCancelled(line.status())) return line.status();
+    if (!line.ok()) continue;
+    last = *line;
+    const size_t at = line->find(" cm=");
+    uint32_t cm = 0;
+    if (at != std::string::npos && absl::SimpleAtoi(line->substr(at + 4), &cm)) return cm;
+  }
+  return absl::UnavailableError(absl::StrCat("which node is the CM: ", last));
+}
+
+// Injects the plan's faults, each between two phases (the victims that are gone are started
+// again first); counts those injected in r->faults. kill_cm's victim is whichever node is the
+// configuration manager when the fault is due.
 absl::Status RunFaults(Scenario s, const std::vector<Fault>& plan, ChaosCluster& c,
                        const DriverOptions& o, ScenarioResult* r, std::vector<FaultTimes>* times,
                        std::vector<Resumed>* resumed) {
+  std::set<uint32_t> victims;
   for (size_t k = 0; k < plan.size(); ++k) {
-    const Fault& f = plan[k];
-    if (k > 0 && Info(s).restart && !c.Alive(f.victim)) {
-      if (absl::Status st = c.StartAndWait(f.victim); !st.ok()) {
+    Fault f = plan[k];
+    for (uint32_t v : victims) {
+      if (!Info(s).restart || c.Alive(v)) continue;
+      if (absl::Status st = c.StartAndWait(v); !st.ok()) {
         if (absl::IsCancelled(st)) return st;
-        r->notes.push_back(
-            absl::StrCat("node ", f.victim, " could not be started again: ", st.message()));
+        r->notes.push_back(absl::StrCat("node ", v, " could not be started again: ", st.message()));
         return absl::OkStatus();
       }
     }
@@ -1270,6 +1324,16 @@ absl::Status RunFaults(Scenario s, const std::vector<Fault>& plan, ChaosCluster&
       if (absl::Status st = WaitReplicated(c, o, r); !st.ok()) return st;
     }
     if (absl::Status st = c.Sleep(absl::Milliseconds(o.duration_ms)); !st.ok()) return st;
+    if (s == Scenario::kKillCm) {
+      absl::StatusOr<uint32_t> cm = CurrentCm(c);
+      if (absl::IsCancelled(cm.status())) return cm.status();
+      if (!cm.ok()) {
+        r->notes.push_back(std::string(cm.status().message()));
+        return absl::OkStatus();
+      }
+      f.victim = *cm;
+    }
+    victims.insert(f.victim);
     FaultTimes t;
     t.fault_ns = MonoNs();
     spdlog::info("{}: fault {} of {}: node {}", Info(s).name, k + 1, plan.size(), f.victim);
@@ -1283,15 +1347,16 @@ absl::Status RunFaults(Scenario s, const std::vector<Fault>& plan, ChaosCluster&
   return absl::OkStatus();
 }
 
-// What node 0 read at the end.
+// What a data node read at the end.
 struct FinalState {
   std::map<uint64_t, std::optional<uint64_t>> tags;  // nullopt: unreadable
   std::map<uint64_t, int64_t> balances;              // the readable accounts
   bool known = false;                                // the reads finished
 };
 
-// Stops every node's clients, then reads every account through node 0 (if it is still there).
-absl::Status StopAndReadFinal(ChaosCluster& c, ScenarioResult* r, FinalState* final_state) {
+// Stops every node's clients, then reads every account through the first data node running.
+absl::Status StopAndReadFinal(ChaosCluster& c, const DriverOptions& o, ScenarioResult* r,
+                              FinalState* final_state) {
   std::vector<uint32_t> alive;
   for (uint32_t id : c.AliveNodes()) {
     if (!c.Failed(id)) alive.push_back(id);
@@ -1306,11 +1371,12 @@ absl::Status StopAndReadFinal(ChaosCluster& c, ScenarioResult* r, FinalState* fi
       r->notes.push_back(absl::StrCat("node ", id, " could not write its whole history"));
     }
   }
-  if (!c.Alive(0)) {
-    r->notes.push_back("node 0 is gone: the final state cannot be read (every commit counts lost)");
+  if (alive.empty() || static_cast<int>(alive.front()) >= o.nodes) {
+    r->notes.push_back(
+        "no data node is left: the final state cannot be read (every commit counts lost)");
     return absl::OkStatus();
   }
-  absl::Status st = CollectFinalReads(c, &final_state->tags, &final_state->balances);
+  absl::Status st = CollectFinalReads(c, alive.front(), &final_state->tags, &final_state->balances);
   if (absl::IsCancelled(st)) return st;
   final_state->known = st.ok();
   if (!st.ok()) r->notes.push_back(absl::StrCat("final reads: ", st.message()));
@@ -1329,9 +1395,6 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   r.nodes = o.nodes;
   const std::vector<Fault> plan = PlanFaults(s, o.faults, o.nodes, o.lease_ms, o.seed);
   r.faults_planned = static_cast<int>(plan.size());
-  if (s == Scenario::kKillCm && o.faults > 1) {
-    r.notes.push_back("one fault only: the cluster does not survive its configuration manager");
-  }
   if (o.provider == "shm" && s != Scenario::kSigstopShort && s != Scenario::kSigstopLong) {
     r.notes.push_back(
         "shm is not crash-tolerant: a killed process can leave a peer's queue locked (README, "
@@ -1339,7 +1402,25 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   }
   absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("chaos");
   if (!dir.ok()) return dir.status();
-  ChaosCluster c(o, signal_fd, **dir, info.client);
+  // kill_cm needs a ZooKeeper: the node that takes the configuration manager's role over finds
+  // the configuration there. Without --zookeeper one is started for the scenario, on this thread
+  // (the server dies with the thread that started it).
+  std::unique_ptr<ZooKeeperServer> zk;
+  std::string zookeeper = o.zookeeper == "none" ? "" : o.zookeeper;
+  if (o.zookeeper.empty() && s == Scenario::kKillCm) {
+    absl::StatusOr<std::unique_ptr<ZooKeeperServer>> started = ZooKeeperServer::Start();
+    if (!started.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot start a local ZooKeeper: ", started.status().message()));
+    }
+    zk = std::move(*started);
+    zookeeper = zk->connect_string();
+  }
+  if (zookeeper.empty() && s == Scenario::kKillCm) {
+    r.notes.push_back("no ZooKeeper (--zookeeper=none): no node can take the CM's role over");
+  }
+  ChaosCluster c(o, signal_fd, **dir, info.client, zookeeper,
+                 absl::StrCat("chaos-", getpid(), "-", info.name));
   if (absl::Status st = c.Configure(); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("cannot configure the cluster: ", st.message()));
   }
@@ -1349,7 +1430,7 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   std::vector<Resumed> resumed;
   if (absl::Status st = RunFaults(s, plan, c, o, &r, &times, &resumed); !st.ok()) return st;
   FinalState final_state;
-  if (absl::Status st = StopAndReadFinal(c, &r, &final_state); !st.ok()) return st;
+  if (absl::Status st = StopAndReadFinal(c, o, &r, &final_state); !st.ok()) return st;
   c.Finish();
   r.evictions = c.evictions();
   for (const std::string& u : c.unexpected()) r.notes.push_back(u);
@@ -1380,7 +1461,7 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   return r;
 }
 
-bool EvictionsAllowed(Scenario s) { return s == Scenario::kSigstopLong || s == Scenario::kKillCm; }
+bool EvictionsAllowed(Scenario s) { return s == Scenario::kSigstopLong; }
 
 void PrintTableHeader(const DriverOptions& o) {
   std::printf(

@@ -29,7 +29,10 @@ const std::vector<ScenarioInfo>& AllScenarios() {
        false, 0, true},
       {Scenario::kKill9, "kill9", "a data node (not the CM) killed with SIGKILL, restarted after",
        false, false, 0, true},
-      {Scenario::kKillCm, "kill_cm", "the configuration manager's node killed with SIGKILL"},
+      {Scenario::kKillCm, "kill_cm",
+       "the configuration manager's node killed with SIGKILL (another node takes the role over "
+       "through ZooKeeper), restarted after",
+       false, false, 0, true},
       {Scenario::kClientKill, "client_kill",
        "a client-only (late) node killed with SIGKILL mid-transaction, restarted after", true,
        false, 0, true},
@@ -90,7 +93,6 @@ absl::StatusOr<std::vector<Scenario>> ParseScenarios(absl::string_view list, boo
 std::vector<Fault> PlanFaults(Scenario s, int faults, int nodes, int lease_ms, uint64_t seed) {
   std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(s));
   const ScenarioInfo& info = Info(s);
-  if (s == Scenario::kKillCm) faults = std::min(faults, 1);
   std::vector<Fault> plan;
   for (int i = 0; i < faults; ++i) {
     Fault f;

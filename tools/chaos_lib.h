@@ -66,8 +66,9 @@ struct Fault {
   absl::Duration pause;  // SIGSTOP scenarios: how long the victim stays stopped
 };
 
-// The faults of one scenario run: `faults` of them (kill_cm: 1, as nothing survives it). Data
-// nodes are 0..nodes-1 with the configuration manager on 0; the client node is `nodes`.
+// The faults of one scenario run: `faults` of them. Data nodes are 0..nodes-1 with the
+// configuration manager on 0 (kill_cm's victim: the driver kills whichever node holds the role
+// when the fault is due); the client node is `nodes`.
 // sigstop_short pauses for 2/5 of a lease (heartbeats go every quarter lease, so the gap stays
 // below the lease); sigstop_long for two leases. Victims are drawn from `seed`.
 std::vector<Fault> PlanFaults(Scenario s, int faults, int nodes, int lease_ms, uint64_t seed);
