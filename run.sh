@@ -3,7 +3,9 @@
 #  1. starts a local cluster of 3 symmetric node processes connected all-to-all and prints the
 #     one-sided READ/WRITE self-check for every ordered pair;
 #  2. runs the example applications on 3 nodes (examples/hello.cc; examples/bank.cc: transactions);
-#  3. the key-value store: starts a local 3-node cluster holding the store's shards, loads keys
+#  3. the key-value store: starts a local 3-node cluster holding the store's shards (with a local
+#     ZooKeeper holding its configuration, so that if the configuration manager's node dies
+#     another node takes the role over), loads keys
 #     into it (with a progress bar), runs a short //tools:kvbench of the store against memcached
 #     and Redis on the same load and prints the table, and leaves you in //tools:kvsh on that
 #     cluster (type `help`; `quit` or Ctrl-D stops the cluster). --no-shell stops instead.
@@ -46,7 +48,8 @@ echo "== the key-value store: a 3-node cluster holding its shards"
 # Busy polling (FaRM's): a shard node serves tcp;ofi_rxm READs and every message only while its
 # poller runs; an adaptive poller that sleeps when idle makes each GET wait for it to wake.
 bazel-bin/tools/cluster --nodes=3 --late_nodes=2 --write_config="$work/cluster.textproto" \
-  --self_check=false --region_size=$((16 << 20)) --poll=busy "${args[@]}" --provider="$provider" \
+  --self_check=false --region_size=$((16 << 20)) --poll=busy --zookeeper=local "${args[@]}" \
+  --provider="$provider" \
   -- --kv --kv_buckets=16384 >"$work/cluster.log" 2>&1 &
 cluster_pid=$!
 for _ in $(seq 600); do

@@ -180,10 +180,9 @@ class Messenger::Posting {
     const absl::Time deadline = start + m_->options_.write_timeout - kWaitSlice;
     bool said = false;
     for (;;) {
-      if (m_->CurrentIncarnation(i) != incarnation_[i]) {
+      if (absl::Status gone = Departed(i, "WRITEs to it were in flight"); !gone.ok()) {
         batches_[i] = NewBatch(i);  // abandons the old one
-        return absl::UnavailableError(
-            absl::StrCat("node ", m_->node_ids_[i], " left while WRITEs to it were in flight"));
+        return gone;
       }
       const absl::Time now = absl::Now();
       if (now >= deadline) return s;
@@ -214,12 +213,17 @@ class Messenger::Posting {
     std::unique_ptr<OpBatch> b = channel_ != nullptr
                                      ? std::make_unique<OpBatch>(channel_)
                                      : std::make_unique<OpBatch>(m_->node_->fabric());
-    b->set_post_abandon([this, index]() -> absl::Status {
-      if (m_->CurrentIncarnation(index) == incarnation_[index]) return absl::OkStatus();
-      return absl::UnavailableError(absl::StrCat("node ", m_->node_ids_[index],
-                                                 " left while a WRITE to it waited to be posted"));
-    });
+    b->set_post_abandon(
+        [this, index]() { return Departed(index, "a WRITE to it waited to be posted"); });
     return b;
+  }
+
+  // OK while the membership lists the incarnation of destination `index` that the WRITEs are
+  // aimed at; else Unavailable ("node N left while <what>").
+  absl::Status Departed(int index, absl::string_view what) const {
+    if (m_->CurrentIncarnation(index) == incarnation_[index]) return absl::OkStatus();
+    return absl::UnavailableError(
+        absl::StrCat("node ", m_->node_ids_[index], " left while ", what));
   }
 
   Messenger* m_;

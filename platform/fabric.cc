@@ -1291,8 +1291,12 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
     if (gate != nullptr) gate_turn = std::unique_lock<std::mutex>(gate->mu[stripe]);
     behind_read = gate != nullptr && !is_read &&
                   gate->reads[stripe].load(std::memory_order_acquire) > 0;
+    // Tests make the provider look busy here (the argument: whether it is), as ofi_rxm is while
+    // it tries to connect to a peer that died.
+    bool busy = false;
+    FARM_SYNC_POINT_CALLBACK("Fabric::Post:Busy", &busy);
     ssize_t ret = -FI_EAGAIN;
-    if (!behind_read) {
+    if (!behind_read && !busy) {
       // Counted before posting: the completion may be reaped on another thread at once.
       if (gate != nullptr && is_read) {
         ctx->read_gate = &gate->reads[stripe];

@@ -315,6 +315,38 @@ TEST_CASE("WRITEs around the provider's split size land whole", "[fabric]") {
   }
 }
 
+TEST_CASE("a post that finds the provider busy ends with the batch's abandon error", "[fabric]") {
+  auto provider = GENERATE(from_range(TestProviders({"shm", "tcp;ofi_rxm"})));
+  INFO("provider " << provider);
+  Pair p(provider);
+  SyncPoint* sp = SyncPoint::GetInstance();
+  std::atomic<int> attempts{0};
+  sp->SetCallBack("Fabric::Post:Busy", [&](void* arg) {
+    *static_cast<bool*>(arg) = true;  // every attempt finds the provider busy
+    ++attempts;
+  });
+  sp->EnableProcessing();
+  OpBatch batch(p.a.get());
+  int asked = 0;
+  // The destination leaves the membership while the post retries.
+  batch.set_post_abandon([&]() -> absl::Status {
+    return ++asked < 5 ? absl::OkStatus() : absl::UnavailableError("node 1 left");
+  });
+  const absl::Status s = batch.Write(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data(), 64});
+  sp->Reset();
+  INFO(s.ToString());
+  CHECK(absl::IsUnavailable(s));
+  CHECK(s.message() == "node 1 left");
+  CHECK(asked == 5);
+  CHECK(attempts.load() == 5);
+  CHECK(batch.outstanding() == 0);  // nothing was posted, nothing is left in flight
+  CHECK(batch.Wait(absl::Seconds(10)).message() == "node 1 left");
+  // Once the provider takes posts again, so does a batch.
+  OpBatch next(p.a.get());
+  REQUIRE(next.Write(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data(), 64}).ok());
+  CHECK(next.Wait(absl::Seconds(10)).ok());
+}
+
 TEST_CASE("a batch of many operations completes together", "[fabric]") {
   Pair p(AnyProvider());
   OpBatch batch(p.a.get());

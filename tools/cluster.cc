@@ -46,6 +46,7 @@
 #include "platform/control_channel.h"
 #include "platform/fabric.h"
 #include "platform/logging.h"
+#include "platform/zookeeper_server.h"
 #include "spdlog/spdlog.h"
 #include "tools/child_process.h"
 
@@ -80,6 +81,13 @@ ABSL_FLAG(int, f, 0,
 ABSL_FLAG(int, late_nodes, 0,
           "extra node ids after the launched ones, marked `late` in the configuration: not "
           "launched, not needed to form; clients (//tools:kvsh, //tools:kvbench) attach as them");
+ABSL_FLAG(std::string, zookeeper, "",
+          "record the cluster's configuration in ZooKeeper, so that another node takes the "
+          "configuration manager's role over when its node fails: 'local' starts a ZooKeeper "
+          "(Debian's zookeeper) for the cluster's lifetime, host:port,... uses those servers; "
+          "empty: none (the configuration manager's node is then a single point of failure)");
+ABSL_FLAG(std::string, cluster_name, "farm",
+          "the cluster's name in ZooKeeper (its record is /farm/<name>/configuration)");
 ABSL_FLAG(std::string, write_config, "",
           "also write the cluster's configuration here, for clients that attach (--late_nodes)");
 
@@ -92,6 +100,7 @@ struct Child {
   bool ready = false;
   std::string app;        // the application it runs ("" for a plain node)
   bool app_done = false;  // it printed APP_DONE
+  bool gone = false;      // exited while the cluster held, which it survives (Hold)
   bool app_ok = false;
   std::string app_error;
 };
@@ -122,6 +131,22 @@ class Cluster {
     if (absl::GetFlag(FLAGS_lease_ms) != 0) c.set_lease_ms(absl::GetFlag(FLAGS_lease_ms));
     if (absl::GetFlag(FLAGS_f) < 0) return absl::InvalidArgumentError("--f must be 0 or more");
     c.set_f(static_cast<uint32_t>(absl::GetFlag(FLAGS_f)));
+    if (std::string zk = absl::GetFlag(FLAGS_zookeeper); !zk.empty()) {
+      if (zk == "local") {
+        // On the main thread, which outlives it: the server dies with the thread that started it.
+        absl::StatusOr<std::unique_ptr<ZooKeeperServer>> started = ZooKeeperServer::Start();
+        if (!started.ok()) {
+          return absl::Status(started.status().code(),
+                              absl::StrCat("--zookeeper=local: cannot start a ZooKeeper: ",
+                                           started.status().message()));
+        }
+        zk_ = std::move(*started);
+        zk = zk_->connect_string();
+        spdlog::info("ZooKeeper for the cluster's configuration at {}", zk);
+      }
+      c.set_zookeeper(zk);
+      c.set_cluster_name(absl::GetFlag(FLAGS_cluster_name));
+    }
     const int base_port = absl::GetFlag(FLAGS_base_port);
     const int late = absl::GetFlag(FLAGS_late_nodes);
     if (late < 0 || n + late > 64) {
@@ -252,7 +277,11 @@ class Cluster {
   std::string app() const { return children_.empty() ? "" : children_[0].app; }
 
   // Blocks until a signal arrives or a node exits on its own.
+  // A node that exits ends it too, unless the cluster survives failures (--f > 0, or its
+  // configuration in ZooKeeper, where another node takes the CM's role over): then the exit is
+  // logged and the others go on, until none is left.
   absl::Status Hold() {
+    holding_ = true;
     for (;;) {
       absl::Status s = Pump(absl::InfiniteFuture(), nullptr);
       if (!s.ok()) return s;
@@ -320,7 +349,13 @@ class Cluster {
   // Waits for output from any node (or a signal) until `deadline`; collects complete lines.
   absl::Status Pump(absl::Time deadline, std::vector<std::pair<uint32_t, std::string>>* lines) {
     std::vector<ChildProcess*> procs;
-    for (const Child& c : children_) procs.push_back(c.proc.get());
+    std::vector<Child*> running;
+    for (Child& c : children_) {
+      if (c.gone) continue;
+      procs.push_back(c.proc.get());
+      running.push_back(&c);
+    }
+    if (running.empty()) return absl::AbortedError("every node exited");
     std::vector<std::vector<std::string>> got;
     absl::StatusOr<int> signal = WaitForChildOutput(
         procs, signal_fd_,
@@ -328,19 +363,24 @@ class Cluster {
     if (!signal.ok()) return signal.status();
     if (*signal != 0) return absl::CancelledError(absl::StrCat("stopping on signal ", *signal));
     bool any = false;
-    for (size_t i = 0; i < children_.size(); ++i) {
+    for (size_t i = 0; i < running.size(); ++i) {
       for (const std::string& line : got[i]) {
         any = true;
-        OnLine(children_[i], line);
-        if (lines != nullptr) lines->emplace_back(children_[i].id, line);
+        OnLine(*running[i], line);
+        if (lines != nullptr) lines->emplace_back(running[i]->id, line);
       }
     }
-    for (Child& c : children_) {
+    for (Child* c : running) {
       std::string how;
-      if (c.proc->Exited(&how) && !expect_exits_) {
+      if (!c->proc->Exited(&how) || expect_exits_) continue;
+      if (!holding_ || !SurvivesFailures()) {
         return absl::AbortedError(
-            absl::StrCat("node ", c.id, " ", how, " (its log above says why)"));
+            absl::StrCat("node ", c->id, " ", how, " (its log above says why)"));
       }
+      c->gone = true;
+      spdlog::warn("node {} {} (its log above says why); the others go on ({})", c->id, how,
+                   config_.f() > 0 ? absl::StrCat("f = ", config_.f())
+                                   : std::string("the CM's role is taken over through ZooKeeper"));
     }
     if (!any && absl::Now() >= deadline) {
       std::string missing;
@@ -386,6 +426,7 @@ class Cluster {
     }
   }
 
+  std::unique_ptr<ZooKeeperServer> zk_;  // --zookeeper=local; destroyed after the nodes stopped
   config::ClusterConfig config_;
   std::vector<std::string> netns_;
   std::string dir_;
@@ -394,6 +435,8 @@ class Cluster {
   std::vector<Child> children_;
   int signal_fd_ = -1;
   bool expect_exits_ = false;  // nodes leave on their own (application mode)
+  bool holding_ = false;       // Hold runs: the cluster is up
+  bool SurvivesFailures() const { return config_.f() > 0 || !config_.zookeeper().empty(); }
 };
 
 // Extracts a field from the flat JSON objects the nodes print.
