@@ -152,11 +152,15 @@ class CmServerImpl : public CmServer {
                    listener_->port(), RequiredNodes());
     }
     std::vector<pollfd> fds;
+    Clock::time_point last_turn = Clock::now();  // when the last round ended
     while (!stop_.load(std::memory_order_relaxed)) {
       if (stepped_down_) {  // admits and watches nothing more (StepDown)
         absl::SleepFor(kTick);
         continue;
       }
+      // Tests stall the CM here, as a stopped process would be.
+      FARM_SYNC_POINT("CmServer::Run:Turn");
+      if (StepDownIfPaused(last_turn, Clock::now(), Clock::duration::zero())) continue;
       // Wakes as soon as a connection or a message arrives (a heartbeat is acknowledged at once,
       // so that short leases work), else after a tick to judge leases and pending joins.
       fds.clear();
@@ -165,8 +169,11 @@ class CmServerImpl : public CmServer {
       for (const auto& [id, m] : members_) {
         if (m.channel != nullptr) fds.push_back({m.channel->fd(), POLLIN, 0});
       }
-      if (poll(fds.data(), fds.size(), static_cast<int>(absl::ToInt64Milliseconds(kTick))) > 0 &&
-          (fds[0].revents & POLLIN) != 0) {
+      const Clock::time_point before_poll = Clock::now();
+      const int ready =
+          poll(fds.data(), fds.size(), static_cast<int>(absl::ToInt64Milliseconds(kTick)));
+      if (StepDownIfPaused(before_poll, Clock::now(), absl::ToChronoNanoseconds(kTick))) continue;
+      if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
         absl::StatusOr<std::unique_ptr<ControlChannel>> ch =
             listener_->Accept(absl::ZeroDuration());
         if (ch.ok()) pending_.push_back({std::move(*ch), absl::Now() + kFirstMessageTimeout});
@@ -176,7 +183,22 @@ class CmServerImpl : public CmServer {
       if (!formed_ && !failed_ && absl::Now() > join_deadline_) FailFormation();
       if (formed_) WatchMembers();
       if (store_ != nullptr && !stepped_down_) PollCommit();
+      last_turn = Clock::now();
     }
+  }
+
+  // A CM that did not run for a lease (its process was stopped, or starved) renewed no lease
+  // meanwhile, its own node's included: that node has stopped acting as a member, and the others
+  // may be taking the role over. It must not judge anyone on what it saw before: it steps down
+  // (without writing the store) once it finds that from `from` to `to` it ran for no more than
+  // `waited` (a poll's timeout) of it.
+  bool StepDownIfPaused(Clock::time_point from, Clock::time_point to, Clock::duration waited) {
+    const Clock::duration gap = to - from - waited;
+    if (!formed_ || gap < lease_ - lease_ / kLeaseSlackDivisor) return false;
+    StepDown(absl::StrCat("it did not run for ", absl::FormatDuration(absl::FromChrono(to - from)),
+                          " (its process was stopped or starved), a lease or more: its own "
+                          "node's lease ended, and another node may take its role over"));
+    return true;
   }
 
   // Admits the pending connections whose join request arrived and drops those that sent
@@ -271,13 +293,14 @@ class CmServerImpl : public CmServer {
       Readmit(std::move(ch), req);
       return;
     }
+    if (taking_over_) {  // admitted once the members reconnected (MaybeFinishTakeover)
+      deferred_joins_.emplace_back(std::move(ch), req);
+      return;
+    }
     absl::StatusOr<uint32_t> id =
         failed_
             ? absl::StatusOr<uint32_t>(absl::FailedPreconditionError("the cluster failed to form"))
-        : taking_over_ ? absl::StatusOr<uint32_t>(absl::UnavailableError(absl::StrCat(
-                             "node ", self_, " is taking over as configuration manager from node ",
-                             takeover_failed_cm_, "; try again in a few seconds")))
-                       : ChooseId(req);
+            : ChooseId(req);
     if (!id.ok()) {
       spdlog::warn("CM: refused join from {}: {}", ch->peer(), std::string(id.status().message()));
       (void)ch->Send(RefusalMessage(std::string(id.status().message())));
@@ -391,6 +414,11 @@ class CmServerImpl : public CmServer {
         self_, absl::FormatDuration(absl::FromChrono(now - takeover_start_)), Connected(),
         Awaited());
     const uint64_t published = RemoveMembers(gone, now);
+    // Nodes that asked to join meanwhile (the failed CM's node started again, say).
+    std::vector<std::pair<std::unique_ptr<ControlChannel>, control::JoinRequest>> joins =
+        std::move(deferred_joins_);
+    deferred_joins_.clear();
+    for (auto& [ch, req] : joins) Admit(std::move(ch), req);
     // Regions the failed CM was still recovering are activated as if this CM had promoted them.
     bool recovering = false;
     for (const auto& [id, m] : members_) {
@@ -993,6 +1021,8 @@ class CmServerImpl : public CmServer {
   Clock::time_point takeover_start_;
   Clock::time_point takeover_deadline_;
   std::map<uint32_t, std::string> takeover_gone_;
+  // Join requests of new nodes that came while taking over.
+  std::vector<std::pair<std::unique_ptr<ControlChannel>, control::JoinRequest>> deferred_joins_;
   // The configuration store (null: none) and the membership being recorded in it.
   std::shared_ptr<ConfigurationStore> store_;
   std::future<CommitResult> commit_;   // valid while a record is being written
@@ -1040,9 +1070,10 @@ absl::StatusOr<std::unique_ptr<CmServer>> StartCm(const config::ClusterConfig& c
 // CM takeover (with a configuration store and the cluster's configuration): when the CM's
 // connection closes, or the CM stops renewing this node's lease, a node that is not the CM itself
 // does not give up at once. Its watcher reads the record the CM wrote last and reconnects
-// (JoinRequest.rejoin_joined_epoch) to the CM it names (a CM that works, not taking over,
-// refuses it: then this node was the one cut off, and goes); if that CM does not answer,
-// once its own lease has ended (it serves nothing more), the node first in line (the lowest id
+// (JoinRequest.rejoin_joined_epoch) to the CM it names, unless that is the one it lost; then,
+// once its own lease has ended (it serves nothing more) and a lease has passed (a CM that still
+// works has removed this node and recorded so by then: the record no longer lists it, and it
+// goes), the node first in line (the lowest id
 // among the members that form the cluster and are not known to be unreachable; the next one a
 // lease later, and so on) writes the record naming itself by compare-and-set, starts a CM that
 // continues the record's configuration, and reconnects to it like the others. Exactly one such
@@ -1304,10 +1335,11 @@ class TcpConfigurationManager : public ConfigurationManager {
     const absl::Duration limit =
         (config_->node_size() + 2) * lease + 2 * ReconnectWindow(lease) + absl::Seconds(10);
     const Clock::time_point deadline = Clock::now() + absl::ToChronoNanoseconds(limit);
-    // CMs this node could not reconnect to. The lost one is tried first too: one that answers
-    // (this node was paused, or only its connection broke) refuses it, and the node goes, instead
-    // of taking the role from a CM that works.
-    std::set<uint32_t> unreachable;
+    // CMs this node could not reconnect to, the lost one first. It is not asked again: if it
+    // works after all (this node was paused, or only its connection broke), it removes this node
+    // within a lease and records that, which the record shows before this node's turn comes.
+    std::set<uint32_t> unreachable{lost_cm};
+    const Clock::time_point lost_at = Clock::now();
     bool store_warned = false;
     while (!stopping()) {
       if (Clock::now() > deadline) {
@@ -1356,7 +1388,7 @@ class TcpConfigurationManager : public ConfigurationManager {
         unreachable.insert(cm);
         continue;
       }
-      if (Clock::now() < TakeoverTime(m, unreachable)) {
+      if (Clock::now() < TakeoverTime(m, unreachable, lost_at)) {
         Pause(kLookupPause);
         continue;
       }
@@ -1378,11 +1410,14 @@ class TcpConfigurationManager : public ConfigurationManager {
     return false;
   }
 
-  // When this node may take over from the CM of `m`: once its own lease ended (it serves nothing
-  // more), a lease later for each member that forms the cluster, is not known to be unreachable
-  // and has a lower id. Never for a node that is not such a member (a late one).
+  // When this node, which lost its CM at `lost_at`, may take over from the CM of `m`: once its
+  // own lease ended (it serves nothing more) and a lease passed since it lost the CM (a CM that
+  // still works has removed it by then, and recorded so), a lease later for each member that
+  // forms the cluster, is not known to be unreachable and has a lower id. Never for a node that
+  // is not such a member (a late one).
   Clock::time_point TakeoverTime(const control::Membership& m,
-                                 const std::set<uint32_t>& unreachable) const {
+                                 const std::set<uint32_t>& unreachable,
+                                 Clock::time_point lost_at) const {
     int rank = 0;
     bool candidate = false;
     for (const control::NodeInfo& n : m.nodes()) {
@@ -1392,7 +1427,7 @@ class TcpConfigurationManager : public ConfigurationManager {
       if (n.node_id() < node_id_) ++rank;
     }
     if (!candidate) return Clock::time_point::max();
-    return lease_expiry() + rank * lease_;
+    return std::max(lease_expiry(), lost_at + lease_) + rank * lease_;
   }
 
   // Starts the CM that continues configuration `m` (recorded as version `version`, naming this
@@ -1619,22 +1654,63 @@ std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(
 
 uint32_t FindConfigurationManager(const config::ClusterConfig& config, ConfigurationStore& store,
                                   int self) {
-  absl::StatusOr<VersionedRecord> record = store.Read();
-  control::Membership m;
-  if (!record.ok() || !m.ParseFromString(record->data)) return config.cm_node_id();
-  const uint32_t cm = m.cm_node_id();
-  if (cm == config.cm_node_id() || static_cast<int>(cm) == self) return config.cm_node_id();
-  const config::NodeConfig* n = FindNode(config, cm);
-  if (n == nullptr) return config.cm_node_id();
-  absl::StatusOr<std::unique_ptr<ControlChannel>> probe = ControlChannel::Connect(
-      n->host(), static_cast<uint16_t>(n->control_port()), absl::Seconds(1));
-  if (!probe.ok()) return config.cm_node_id();  // the record is an earlier run's
-  (*probe)->Shutdown();
-  spdlog::info(
-      "the configuration record names node {} as the configuration manager (it took "
-      "over from node {}): joining through it",
-      cm, config.cm_node_id());
-  return cm;
+  int formers = 0;
+  for (const config::NodeConfig& n : config.node()) formers += n.late() ? 0 : 1;
+  // How long the members of a record whose CM failed take to take the role over, at most.
+  const absl::Duration lease = absl::Milliseconds(config.lease_ms());
+  const absl::Duration patience = (formers + 2) * lease + absl::Seconds(5);
+  const absl::Time deadline = absl::Now() + patience;
+  bool said = false;
+  for (;;) {
+    absl::StatusOr<VersionedRecord> record = store.Read();
+    control::Membership m;
+    if (!record.ok() || !m.ParseFromString(record->data)) return config.cm_node_id();
+    const uint32_t cm = m.cm_node_id();
+    const config::NodeConfig* n = FindNode(config, cm);
+    if (n == nullptr) return config.cm_node_id();
+    if (static_cast<int>(cm) != self) {
+      absl::StatusOr<std::unique_ptr<ControlChannel>> probe = ControlChannel::Connect(
+          n->host(), static_cast<uint16_t>(n->control_port()), absl::Seconds(1));
+      if (probe.ok()) {
+        (*probe)->Shutdown();
+        if (cm != config.cm_node_id()) {
+          spdlog::info(
+              "the configuration record names node {} as the configuration manager (it "
+              "took the role over from node {}): joining through it",
+              cm, config.cm_node_id());
+        }
+        return cm;
+      }
+      // The configured CM not running yet: the usual start (Join waits for it).
+      if (cm == config.cm_node_id()) return cm;
+    }
+    // The recorded CM is gone: this node's own previous process, or a node that took the role
+    // over. If the record lists other members, they take it over soon (and a CM started here
+    // would form a new cluster over theirs); if none does within `patience`, the record is an
+    // earlier run's.
+    bool others = false;
+    for (const control::NodeInfo& node : m.nodes()) {
+      others = others || (static_cast<int>(node.node_id()) != self && node.node_id() != cm);
+    }
+    if (!others || absl::Now() >= deadline) {
+      if (others) {
+        spdlog::warn(
+            "the configuration record (membership epoch {}) still names node {} as the "
+            "configuration manager after {}: taken as an earlier run's",
+            m.epoch(), cm, absl::FormatDuration(patience));
+      }
+      return config.cm_node_id();
+    }
+    if (!said) {
+      spdlog::info(
+          "the configuration record (membership epoch {}) names node {} as the "
+          "configuration manager, which is gone; waiting up to {} for a member to take "
+          "its role over",
+          m.epoch(), cm, absl::FormatDuration(patience));
+      said = true;
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<CmServer>> CmServer::Start(

@@ -128,9 +128,13 @@ std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(
     std::shared_ptr<ConfigurationStore> store);
 
 // The node a node should join the cluster through: the CM the store's record names, if it is
-// not `self` (-1: not known) and accepts connections (a node took over as CM while this one was
-// away); otherwise config.cm_node_id (also when the store cannot be read: a new cluster, or an
-// earlier run's record).
+// not `self` (-1: not known) and accepts connections (a node took the role over while this one
+// was away); otherwise config.cm_node_id (also when the store has no record or cannot be read).
+// If the recorded CM is gone (`self`'s own previous process, restarted at once, or a node that
+// took the role over) while the record lists other members, it waits until one of them takes
+// the role over, for at most (nodes that form the cluster + 2) leases + 5 s: a CM started
+// meanwhile would form a new cluster over theirs. Past that the record counts as an earlier
+// run's.
 uint32_t FindConfigurationManager(const config::ClusterConfig& config, ConfigurationStore& store,
                                   int self);
 

@@ -588,6 +588,35 @@ TEST_CASE("when the CM fails, a member takes over through the store and the othe
   CHECK(!t.evicted[2].has_value());
 }
 
+TEST_CASE("a CM that did not run for a lease steps down, and a member takes over",
+          "[cm][store][takeover]") {
+  TakeoverCluster t;
+  // The CM stalls for one and a half leases, as a stopped (SIGSTOP) or starved process would:
+  // the members' leases end meanwhile, and they look for the next CM.
+  std::atomic<bool> stalled{false};
+  SyncPoint* sp = SyncPoint::GetInstance();
+  sp->SetCallBack("CmServer::Run:Turn", [&](void*) {
+    if (!stalled.exchange(true))
+      std::this_thread::sleep_for(std::chrono::milliseconds(3 * kLeaseMs / 2));
+  });
+  sp->EnableProcessing();
+  // When it runs again it acts on nothing it saw before (it would drop both members, whose
+  // connections closed meanwhile, and record that): it steps down, and a member takes over.
+  std::optional<control::Membership> m1 = t.WaitFor(
+      1, [](const control::Membership& m) { return m.cm_node_id() != 0 && !Lists(m, 0); });
+  std::optional<control::Membership> m2 = t.WaitFor(
+      2, [](const control::Membership& m) { return m.cm_node_id() != 0 && !Lists(m, 0); });
+  sp->Reset();
+  REQUIRE(m1.has_value());
+  REQUIRE(m2.has_value());
+  CHECK(Lists(*m1, 1));
+  CHECK(Lists(*m1, 2));
+  std::lock_guard<std::mutex> l(t.mu);
+  CHECK(t.evicted[0].has_value());  // the CM's own node: its lease ended
+  CHECK(!t.evicted[1].has_value());
+  CHECK(!t.evicted[2].has_value());
+}
+
 TEST_CASE("a member that does not reconnect to the CM that took over is removed",
           "[cm][store][takeover]") {
   std::atomic<bool> cut{false};

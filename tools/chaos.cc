@@ -8,11 +8,13 @@
 //   bazel run //tools:chaos -- --provider='tcp;ofi_rxm' --faults=4 --json
 //   bazel run //tools:chaos -- --provider=shm --scenarios=sigstop_short,client_kill --faults=2
 //
-// Scenarios (tools/chaos_lib.h): sigstop_short, sigstop_long, kill9, kill_cm, client_kill, and
-// crashes of a client coordinator at the commit path's sync points (crash_mid_commit_backup,
-// crash_after_commit_backup, crash_between_primaries; compiled out with NDEBUG, i.e. -c opt).
-// Not yet: veth partitions between network namespaces, crashes mid-TRUNCATE and during recovery
-// (recovery does not exist yet).
+// Scenarios (tools/chaos_lib.h): sigstop_short, sigstop_long, kill9, kill_cm, sigstop_cm,
+// client_kill, and crashes of a client coordinator at the commit path's sync points
+// (crash_mid_commit_backup, crash_after_commit_backup, crash_between_primaries; compiled out with
+// NDEBUG, i.e. -c opt). kill_cm and sigstop_cm hit whichever node holds the configuration
+// manager's role when the fault is due, with a ZooKeeper through which another node takes it
+// over (--zookeeper). Not yet: veth partitions between network namespaces, crashes mid-TRUNCATE
+// and during recovery.
 //
 // How a scenario runs. The driver writes a configuration (--nodes data nodes, node 0 the
 // configuration manager, each process its own failure domain, --f backups, --lease_ms; one late
@@ -105,12 +107,13 @@ ABSL_DECLARE_FLAG(std::string, provider);
 ABSL_DECLARE_FLAG(std::string, poll);
 ABSL_DECLARE_FLAG(std::string, log_level);
 // The nodes' --zookeeper (api/node_main.cc). The driver: empty starts a local ZooKeeper (Debian's
-// zookeeper) for the scenarios that need one (kill_cm); host:port,... uses those servers for
-// every scenario; "none": no ZooKeeper (kill_cm then ends the cluster).
+// zookeeper) for the scenarios that need one (kill_cm, sigstop_cm); host:port,... uses those
+// servers for every scenario; "none": no ZooKeeper (the CM's failure then ends the cluster).
 ABSL_DECLARE_FLAG(std::string, zookeeper);
 ABSL_FLAG(std::string, scenarios, "all",
-          "comma-separated scenarios: sigstop_short, sigstop_long, kill9, kill_cm, client_kill, "
-          "crash_mid_commit_backup, crash_after_commit_backup, crash_between_primaries; all: "
+          "comma-separated scenarios: sigstop_short, sigstop_long, kill9, kill_cm, sigstop_cm, "
+          "client_kill, crash_mid_commit_backup, crash_after_commit_backup, "
+          "crash_between_primaries; all: "
           "every one this build can run (the crash_* ones need sync points: not with -c opt)");
 ABSL_FLAG(int, nodes, 3, "data node processes (2..8); node 0 is the configuration manager");
 ABSL_FLAG(int, f, 1, "backups per region (0 .. nodes-1); each node process is a failure domain");
@@ -1002,8 +1005,9 @@ absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const D
   }
   switch (s) {
     case Scenario::kSigstopShort:
-    case Scenario::kSigstopLong: {
-      if (s == Scenario::kSigstopLong) c.MarkVictim(v);  // its eviction's exit is expected
+    case Scenario::kSigstopLong:
+    case Scenario::kSigstopCm: {
+      if (s != Scenario::kSigstopShort) c.MarkVictim(v);  // its eviction's exit is expected
       c.Signal(v, SIGSTOP);
       if (absl::Status st = c.Sleep(f.pause); !st.ok()) return st;
       c.Signal(v, SIGCONT);
@@ -1324,7 +1328,7 @@ absl::Status RunFaults(Scenario s, const std::vector<Fault>& plan, ChaosCluster&
       if (absl::Status st = WaitReplicated(c, o, r); !st.ok()) return st;
     }
     if (absl::Status st = c.Sleep(absl::Milliseconds(o.duration_ms)); !st.ok()) return st;
-    if (s == Scenario::kKillCm) {
+    if (HitsCm(s)) {
       absl::StatusOr<uint32_t> cm = CurrentCm(c);
       if (absl::IsCancelled(cm.status())) return cm.status();
       if (!cm.ok()) {
@@ -1395,19 +1399,21 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   r.nodes = o.nodes;
   const std::vector<Fault> plan = PlanFaults(s, o.faults, o.nodes, o.lease_ms, o.seed);
   r.faults_planned = static_cast<int>(plan.size());
-  if (o.provider == "shm" && s != Scenario::kSigstopShort && s != Scenario::kSigstopLong) {
+  if (o.provider == "shm" && s != Scenario::kSigstopShort && s != Scenario::kSigstopLong &&
+      s != Scenario::kSigstopCm) {
     r.notes.push_back(
         "shm is not crash-tolerant: a killed process can leave a peer's queue locked (README, "
         "Providers)");
   }
   absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("chaos");
   if (!dir.ok()) return dir.status();
-  // kill_cm needs a ZooKeeper: the node that takes the configuration manager's role over finds
+  // kill_cm and sigstop_cm need a ZooKeeper: the node that takes the configuration manager's
+  // role over finds
   // the configuration there. Without --zookeeper one is started for the scenario, on this thread
   // (the server dies with the thread that started it).
   std::unique_ptr<ZooKeeperServer> zk;
   std::string zookeeper = o.zookeeper == "none" ? "" : o.zookeeper;
-  if (o.zookeeper.empty() && s == Scenario::kKillCm) {
+  if (o.zookeeper.empty() && HitsCm(s)) {
     absl::StatusOr<std::unique_ptr<ZooKeeperServer>> started = ZooKeeperServer::Start();
     if (!started.ok()) {
       return absl::UnavailableError(
@@ -1416,7 +1422,7 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
     zk = std::move(*started);
     zookeeper = zk->connect_string();
   }
-  if (zookeeper.empty() && s == Scenario::kKillCm) {
+  if (zookeeper.empty() && HitsCm(s)) {
     r.notes.push_back("no ZooKeeper (--zookeeper=none): no node can take the CM's role over");
   }
   ChaosCluster c(o, signal_fd, **dir, info.client, zookeeper,
@@ -1461,7 +1467,10 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   return r;
 }
 
-bool EvictionsAllowed(Scenario s) { return s == Scenario::kSigstopLong; }
+// The stopped node's own eviction (it exits on SIGCONT).
+bool EvictionsAllowed(Scenario s) {
+  return s == Scenario::kSigstopLong || s == Scenario::kSigstopCm;
+}
 
 void PrintTableHeader(const DriverOptions& o) {
   std::printf(

@@ -33,6 +33,10 @@ const std::vector<ScenarioInfo>& AllScenarios() {
        "the configuration manager's node killed with SIGKILL (another node takes the role over "
        "through ZooKeeper), restarted after",
        false, false, 0, true},
+      {Scenario::kSigstopCm, "sigstop_cm",
+       "the configuration manager's node stopped for two leases: another node takes the role "
+       "over; on SIGCONT it must exit without acting; restarted after",
+       false, false, 0, true},
       {Scenario::kClientKill, "client_kill",
        "a client-only (late) node killed with SIGKILL mid-transaction, restarted after", true,
        false, 0, true},
@@ -48,6 +52,8 @@ const std::vector<ScenarioInfo>& AllScenarios() {
   };
   return *all;
 }
+
+bool HitsCm(Scenario s) { return s == Scenario::kKillCm || s == Scenario::kSigstopCm; }
 
 const ScenarioInfo& Info(Scenario s) {
   for (const ScenarioInfo& i : AllScenarios()) {
@@ -98,13 +104,15 @@ std::vector<Fault> PlanFaults(Scenario s, int faults, int nodes, int lease_ms, u
     Fault f;
     if (info.client) {
       f.victim = static_cast<uint32_t>(nodes);
-    } else if (s == Scenario::kKillCm || nodes < 2) {
+    } else if (HitsCm(s) || nodes < 2) {
       f.victim = 0;
     } else {
       f.victim = 1 + static_cast<uint32_t>(rng() % static_cast<uint64_t>(nodes - 1));
     }
     if (s == Scenario::kSigstopShort) f.pause = absl::Milliseconds(lease_ms * 2 / 5);
-    if (s == Scenario::kSigstopLong) f.pause = absl::Milliseconds(2 * lease_ms);
+    if (s == Scenario::kSigstopLong || s == Scenario::kSigstopCm) {
+      f.pause = absl::Milliseconds(2 * lease_ms);
+    }
     plan.push_back(f);
   }
   return plan;

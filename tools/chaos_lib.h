@@ -34,12 +34,17 @@ enum class Scenario {
   kSigstopShort,            // a data node (not the CM) stopped for less than a lease, resumed
   kSigstopLong,             // the same for longer than a lease: evicted, exits on resume
   kKill9,                   // a data node (not the CM) killed with SIGKILL, restarted after
-  kKillCm,                  // the configuration manager's node killed with SIGKILL
+  kKillCm,                  // the configuration manager's node killed with SIGKILL, restarted
   kClientKill,              // a client-only (late) node killed mid-transaction, restarted after
   kCrashMidCommitBackup,    // a client coordinator dies between two COMMIT-BACKUP sends
   kCrashAfterCommitBackup,  // ... after every backup acknowledged, before COMMIT-PRIMARY
   kCrashBetweenPrimaries,   // ... after its first COMMIT-PRIMARY send, before the second
+  kSigstopCm,               // the configuration manager's node stopped for longer than a lease
 };
+
+// Whether the scenario's cluster needs a ZooKeeper: its fault hits the configuration manager,
+// whose role another node takes over through the configuration recorded there.
+bool HitsCm(Scenario s);
 
 struct ScenarioInfo {
   Scenario scenario;

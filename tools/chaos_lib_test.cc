@@ -64,6 +64,10 @@ TEST_CASE("the fault schedule picks victims by scenario and is the same for one 
   std::vector<Fault> cm = PlanFaults(Scenario::kKillCm, 5, 3, 1000, 1);
   REQUIRE(cm.size() == 5);   // another node takes the role over each time
   CHECK(cm[0].victim == 0);  // the configured CM; later ones are whichever node holds the role
+  std::vector<Fault> stopped_cm = PlanFaults(Scenario::kSigstopCm, 2, 3, 1000, 1);
+  REQUIRE(stopped_cm.size() == 2);
+  CHECK(stopped_cm[0].victim == 0);
+  CHECK(stopped_cm[0].pause == absl::Milliseconds(2000));  // past the lease: taken over
   for (const Fault& f : PlanFaults(Scenario::kClientKill, 3, 3, 1000, 1)) CHECK(f.victim == 3);
 }
 

@@ -988,11 +988,17 @@ absl::Status Transaction::Commit() {
   const uint32_t self = engine_->node()->id();
   const bool only_self =
       std::all_of(d.acked.begin(), d.acked.end(), [&](uint32_t o) { return o == self; });
-  if (d.evicted && only_self && commit_at.size() > 1) {
-    // Only this node's own part was applied, and it was evicted before another owner confirmed:
-    // the others settle the transaction without this node (it may have been paused past its
-    // lease after applying its part), so it may well be aborted there. Its outcome is unknown
-    // here; saying "committed" could report a transaction that the cluster aborted.
+  // Read after the acknowledgements: a lease that ended at any point before (this process was
+  // paused mid-commit) has not been renewed since, unless a CM that took over readmitted this
+  // node with its regions.
+  const bool lease_lapsed = !engine_->node()->lease_held();
+  if (!d.acked.empty() && only_self && (d.evicted || lease_lapsed)) {
+    // Only this node's own part was applied, and it was evicted, or its lease ended, before
+    // another owner confirmed: the cluster settles the transaction without this node (it may
+    // have been paused past its lease after its decision, and its regions served by their
+    // backups since), so it may well be aborted there, even with this node the only owner.
+    // Its outcome is unknown here; saying "committed" could report a transaction that the
+    // cluster aborted.
     return absl::UnavailableError(absl::StrCat(
         "transaction ", id_.ToString(),
         " was decided, but this node was evicted before another owner confirmed COMMIT-PRIMARY: "
