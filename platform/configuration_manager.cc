@@ -1681,13 +1681,12 @@ uint32_t FindConfigurationManager(const config::ClusterConfig& config, Configura
         }
         return cm;
       }
-      // The configured CM not running yet: the usual start (Join waits for it).
-      if (cm == config.cm_node_id()) return cm;
     }
-    // The recorded CM is gone: this node's own previous process, or a node that took the role
-    // over. If the record lists other members, they take it over soon (and a CM started here
-    // would form a new cluster over theirs); if none does within `patience`, the record is an
-    // earlier run's.
+    // The recorded CM does not answer: this node's own previous process, another node that
+    // failed (the record lists other members: they take its role over soon, and a CM started
+    // here would form a new cluster over theirs), or one not started yet (a whole cluster
+    // starting again: its record is an earlier run's, and the configured CM starts once its
+    // patience ran out).
     bool others = false;
     for (const control::NodeInfo& node : m.nodes()) {
       others = others || (static_cast<int>(node.node_id()) != self && node.node_id() != cm);

@@ -130,11 +130,12 @@ std::unique_ptr<ConfigurationManager> NewTcpConfigurationManager(
 // The node a node should join the cluster through: the CM the store's record names, if it is
 // not `self` (-1: not known) and accepts connections (a node took the role over while this one
 // was away); otherwise config.cm_node_id (also when the store has no record or cannot be read).
-// If the recorded CM is gone (`self`'s own previous process, restarted at once, or a node that
-// took the role over) while the record lists other members, it waits until one of them takes
-// the role over, for at most (nodes that form the cluster + 2) leases + 5 s: a CM started
-// meanwhile would form a new cluster over theirs. Past that the record counts as an earlier
-// run's.
+// If the recorded CM does not answer (`self`'s own previous process, restarted at once, or
+// another node that failed) while the record lists other members, it waits until one of them
+// takes the role over (or the recorded CM answers), for at most (nodes that form the cluster + 2)
+// leases + 5 s: a CM started meanwhile would form a new cluster over theirs. Past that the
+// record counts as an earlier run's (so a whole cluster started again over an earlier run's
+// record in a ZooKeeper that kept it starts that much later).
 uint32_t FindConfigurationManager(const config::ClusterConfig& config, ConfigurationStore& store,
                                   int self);
 

@@ -666,8 +666,16 @@ Transaction::Delivery Transaction::Decide(uint16_t method, std::vector<uint32_t>
   const uint32_t self = engine_->node()->id();
   return Deliver(method, method == kCommitMethod ? "COMMIT-PRIMARY" : "ABORT", std::move(messages),
                  [&](const std::string&) {
-                   return method == kCommitMethod ? local.Commit(self, decision)
-                                                  : local.Abort(self, decision);
+                   if (method != kCommitMethod) return local.Abort(self, decision);
+                   // Like a remote owner (Rpc::OnRequest), a node whose lease ended applies
+                   // nothing: its regions may be served by their backups by now, and readers
+                   // that have not applied that membership yet still READ this copy (this
+                   // process was paused after its decision and resumed).
+                   if (!engine_->node()->lease_held()) {
+                     return absl::UnavailableError(
+                         absl::StrCat("node ", self, "'s lease expired: it applies nothing"));
+                   }
+                   return local.Commit(self, decision);
                  });
 }
 
