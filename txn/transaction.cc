@@ -734,13 +734,23 @@ Transaction::Delivery Transaction::Deliver(
       }
     }
     todo.clear();
+    std::set<uint32_t> gone;
     for (size_t i : again) {
       if (node->IsMember(messages[i].first)) {
         todo.push_back(i);
       } else {
-        left.insert(messages[i].first);  // it took its part with it
+        gone.insert(messages[i].first);
       }
     }
+    // Read after the membership: an evicted node's last membership lists nobody (Node::Evict
+    // sets the eviction first), and that says nothing of whether the owners left. Its messages
+    // not acknowledged stay unacknowledged.
+    if (!gone.empty() && !node->evicted().ok()) {
+      todo = std::move(again);
+      out.evicted = true;
+      break;
+    }
+    left.insert(gone.begin(), gone.end());  // they took their parts with them
     if (todo.empty()) break;
     if (!node->evicted().ok()) {
       // This node is out: the owners settle the transaction among themselves.
