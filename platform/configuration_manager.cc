@@ -67,7 +67,7 @@ struct Takeover {
 class CmServerImpl : public CmServer {
  public:
   // The CM of node `self`. With `takeover`, it continues the configuration another CM recorded
-  // (see StartTakeover) instead of forming a cluster.
+  // (ContinueFrom) instead of forming a cluster.
   CmServerImpl(config::ClusterConfig config, uint32_t self,
                std::unique_ptr<ControlListener> listener, std::shared_ptr<ConfigurationStore> store,
                std::optional<Takeover> takeover)
@@ -99,7 +99,7 @@ class CmServerImpl : public CmServer {
   // Takes over the configuration `t.record`: its members are members, with the regions it
   // lists, and reconnect one by one (Readmit); once all did, or the reconnection window passed,
   // the failed CM and those that did not are removed like nodes whose leases expired
-  // (FinishTakeover).
+  // (MaybeFinishTakeover).
   void ContinueFrom(Takeover t) {
     const Clock::time_point now = Clock::now();
     formed_ = true;
@@ -152,7 +152,7 @@ class CmServerImpl : public CmServer {
                    listener_->port(), RequiredNodes());
     }
     std::vector<pollfd> fds;
-    Clock::time_point last_turn = Clock::now();  // when the last round ended
+    last_turn_ = Clock::now();
     while (!stop_.load(std::memory_order_relaxed)) {
       if (stepped_down_) {  // admits and watches nothing more (StepDown)
         absl::SleepFor(kTick);
@@ -160,7 +160,7 @@ class CmServerImpl : public CmServer {
       }
       // Tests stall the CM here, as a stopped process would be.
       FARM_SYNC_POINT("CmServer::Run:Turn");
-      if (StepDownIfPaused(last_turn, Clock::now(), Clock::duration::zero())) continue;
+      if (StepDownIfPaused(last_turn_, Clock::now(), Clock::duration::zero())) continue;
       // Wakes as soon as a connection or a message arrives (a heartbeat is acknowledged at once,
       // so that short leases work), else after a tick to judge leases and pending joins.
       fds.clear();
@@ -183,7 +183,7 @@ class CmServerImpl : public CmServer {
       if (!formed_ && !failed_ && absl::Now() > join_deadline_) FailFormation();
       if (formed_) WatchMembers();
       if (store_ != nullptr && !stepped_down_) PollCommit();
-      last_turn = Clock::now();
+      last_turn_ = Clock::now();
     }
   }
 
@@ -191,10 +191,11 @@ class CmServerImpl : public CmServer {
   // meanwhile, its own node's included: that node has stopped acting as a member, and the others
   // may be taking the role over. It must not judge anyone on what it saw before: it steps down
   // (without writing the store) once it finds that from `from` to `to` it ran for no more than
-  // `waited` (a poll's timeout) of it.
+  // `waited` (a poll's timeout) of it. Without a store nobody takes the role over: it goes on
+  // (reading the heartbeats that waited) rather than evict every member.
   bool StepDownIfPaused(Clock::time_point from, Clock::time_point to, Clock::duration waited) {
     const Clock::duration gap = to - from - waited;
-    if (!formed_ || gap < lease_ - lease_ / kLeaseSlackDivisor) return false;
+    if (!formed_ || store_ == nullptr || gap < lease_ - lease_ / kLeaseSlackDivisor) return false;
     StepDown(absl::StrCat("it did not run for ", absl::FormatDuration(absl::FromChrono(to - from)),
                           " (its process was stopped or starved), a lease or more: its own "
                           "node's lease ended, and another node may take its role over"));
@@ -370,6 +371,9 @@ class CmServerImpl : public CmServer {
     Member& m = it->second;
     m.channel = std::move(ch);
     m.last_heard = Clock::now();
+    // Judged gone earlier in the takeover (its first connection closed, or a peer that could not
+    // reach it while its lease lapsed reported it): it is back, and stays.
+    takeover_gone_.erase(id);
     for (const control::BackupCopy& c : req.backup_copies())
       backup_copies_[{c.region_id(), id}] = c;
     spdlog::info("CM: node {} reconnected from {} ({} of {} member(s))", id, m.channel->peer(),
@@ -813,7 +817,11 @@ class CmServerImpl : public CmServer {
       m.channel->Shutdown();
     }
     members_.clear();
+    // Closed, like the port: a node joining or reconnecting here learns at once that this CM
+    // answers nothing more, instead of waiting out its timeout on an open connection.
     pending_.clear();
+    deferred_joins_.clear();
+    listener_.reset();
     stepped_down_ = true;
   }
 
@@ -821,7 +829,8 @@ class CmServerImpl : public CmServer {
   // then drops members whose connection closed, who said Leave, whose lease expired or whom a
   // peer reported, and tells the rest. Everything queued is read before leases are judged, so a
   // CM thread that was itself held up (a loaded machine) never evicts a node whose heartbeats were
-  // waiting in its socket.
+  // waiting in its socket (held up for a lease or more, with a store, it steps down instead:
+  // StepDownIfPaused).
   void WatchMembers() {
     std::map<uint32_t, std::string> gone;  // id -> why
     std::vector<control::Suspect> suspects;
@@ -885,6 +894,12 @@ class CmServerImpl : public CmServer {
     }
     for (const control::Suspect& s : suspects) {
       if (members_.count(s.node_id()) && !gone.count(s.node_id())) gone[s.node_id()] = s.reason();
+    }
+    // A pause anywhere in this turn (after the check at its start) shows here, before anyone is
+    // judged on it: the turn ran for no more than a poll's wait of the time since the last one.
+    if (!gone.empty() &&
+        StepDownIfPaused(last_turn_, Clock::now(), absl::ToChronoNanoseconds(kTick))) {
+      return;
     }
     if (taking_over_) {
       // Removed with the failed CM when the takeover ends: no membership goes out before.
@@ -995,6 +1010,7 @@ class CmServerImpl : public CmServer {
   const uint32_t self_;  // the node this CM runs on (Membership.cm_node_id)
   std::unique_ptr<ControlListener> listener_;
   const absl::Time join_deadline_;
+  Clock::time_point last_turn_;  // when the service thread's last round ended (Run)
   const Clock::duration lease_;
   std::map<uint32_t, Member> members_;
   // The registered backup copies nodes reported, by (region, node).
@@ -1326,6 +1342,10 @@ class TcpConfigurationManager : public ConfigurationManager {
       std::lock_guard<std::mutex> l(send_mu_);
       reconnecting_ = true;
       channel_->Shutdown();
+      // The heartbeat thread may have closed the channel too after the watcher saw it closed:
+      // its reason is not the next loss's.
+      std::lock_guard<std::mutex> ll(lease_mu_);
+      lease_lost_.clear();
     }
     spdlog::warn(
         "node {}: lost the configuration manager, node {}: {}; looking for the next one "
@@ -1340,6 +1360,10 @@ class TcpConfigurationManager : public ConfigurationManager {
     // within a lease and records that, which the record shows before this node's turn comes.
     std::set<uint32_t> unreachable{lost_cm};
     const Clock::time_point lost_at = Clock::now();
+    // The CM this node's claim replaces, and why (the last claim tried: its write may have been
+    // applied although its answer did not come).
+    uint32_t claimed_from = lost_cm;
+    std::string claimed_why = lost;
     bool store_warned = false;
     while (!stopping()) {
       if (Clock::now() > deadline) {
@@ -1375,7 +1399,7 @@ class TcpConfigurationManager : public ConfigurationManager {
       const uint32_t cm = m.cm_node_id();
       if (cm == node_id_ && server_ == nullptr) {
         // This node's own takeover write, whose answer did not come, was applied after all.
-        if (!Serve(m, record->version, lost_cm, lost)) return false;
+        if (!Serve(m, record->version, claimed_from, claimed_why)) return false;
       }
       if (!unreachable.count(cm)) {
         const Rejoined r = Rejoin(cm, m, *me);
@@ -1395,17 +1419,21 @@ class TcpConfigurationManager : public ConfigurationManager {
       control::Membership claim = m;
       claim.set_epoch(m.epoch() + 1);
       claim.set_cm_node_id(node_id_);
+      claimed_from = cm;
+      claimed_why =
+          cm == lost_cm ? lost : absl::StrCat("node ", node_id_, " could not reconnect to it");
       absl::StatusOr<int64_t> v = store_->CompareAndSet(record->version, claim.SerializeAsString());
       if (!v.ok()) {
         spdlog::log(
             absl::IsFailedPrecondition(v.status()) ? spdlog::level::info : spdlog::level::warn,
             "node {}: did not take over as configuration manager: {}", node_id_,
             std::string(v.status().message()));
-        continue;  // another node did (read who), or the store did not answer (read whether)
+        // Another node did (read who), or the store did not answer (read whether), or refused
+        // the write: read again after a pause, not in a tight loop until the deadline.
+        Pause(kLookupPause);
+        continue;
       }
-      const std::string why =
-          cm == lost_cm ? lost : absl::StrCat("node ", node_id_, " could not reconnect to it");
-      if (!Serve(claim, *v, cm, why)) return false;
+      if (!Serve(claim, *v, claimed_from, claimed_why)) return false;
     }
     return false;
   }
@@ -1528,17 +1556,24 @@ class TcpConfigurationManager : public ConfigurationManager {
   // Sends a heartbeat every lease/4 and gives the node up once its lease ended (lease_expiry):
   // no heartbeat sent in the last lease (less the slack) was acknowledged. It wakes at the
   // expiry too, so that the node stops acting as a member no later than the CM removes it. A
-  // node that may take over (CanTakeOver) is not given up but looks for the next CM: this
-  // thread closes the connection, and the watcher reconnects; no heartbeats meanwhile.
+  // node that may take over (CanTakeOver) is not given up but, once the CM was silent for
+  // longer than a CM that finds itself paused tolerates (`give_up_after` more), looks for
+  // the next CM: this thread closes the connection, and the watcher reconnects; no heartbeats
+  // meanwhile. Until then it goes on sending them (its lease lapsed: the node acts on nothing),
+  // so that a CM that was held up for less than a lease renews the lease on reading them
+  // instead of finding the connection closed and removing the node.
   void Heartbeat() {
     const Clock::duration period = lease_ / 4;
+    // The CM last answered within a lease/4 before the lease's start, and judges a pause from
+    // the end of its last round less a poll's wait (CmServerImpl::StepDownIfPaused).
+    const Clock::duration give_up_after = lease_ / 2 + 2 * absl::ToChronoNanoseconds(kTick);
     uint64_t seq = 0;
     std::unique_lock<std::mutex> lock(stop_mu_);
     while (!stop_) {
       lock.unlock();
       const Clock::time_point now = Clock::now();
       const Clock::time_point expiry = lease_expiry();
-      if (now >= expiry) {
+      if (now >= expiry && (now >= expiry + give_up_after || !CanTakeOver())) {
         Clock::time_point start;
         {
           std::lock_guard<std::mutex> l(lease_mu_);
@@ -1585,8 +1620,10 @@ class TcpConfigurationManager : public ConfigurationManager {
         }
       }
       lock.lock();
-      const Clock::duration to_expiry = expiry - Clock::now();
-      stop_cv_.wait_for(lock, std::max(Clock::duration::zero(), std::min(period, to_expiry)),
+      // Wakes at the expiry, or, past it, when the CM is given up.
+      const Clock::time_point next = Clock::now() < expiry ? expiry : expiry + give_up_after;
+      const Clock::duration to_next = next - Clock::now();
+      stop_cv_.wait_for(lock, std::max(Clock::duration::zero(), std::min(period, to_next)),
                         [this] { return stop_; });
     }
   }
