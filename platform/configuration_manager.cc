@@ -1697,9 +1697,16 @@ uint32_t FindConfigurationManager(const config::ClusterConfig& config, Configura
   const absl::Duration lease = absl::Milliseconds(config.lease_ms());
   const absl::Duration patience = (formers + 2) * lease + absl::Seconds(5);
   const absl::Time deadline = absl::Now() + patience;
+  // A store that does not answer is asked again for a little while (a ZooKeeper session being
+  // established, a leader election), not taken for one without a record.
+  const absl::Time read_deadline = absl::Now() + absl::Seconds(3);
   bool said = false;
   for (;;) {
     absl::StatusOr<VersionedRecord> record = store.Read();
+    if (!record.ok() && !absl::IsNotFound(record.status()) && absl::Now() < read_deadline) {
+      absl::SleepFor(absl::Milliseconds(200));
+      continue;
+    }
     control::Membership m;
     if (!record.ok() || !m.ParseFromString(record->data)) return config.cm_node_id();
     const uint32_t cm = m.cm_node_id();
@@ -1724,9 +1731,12 @@ uint32_t FindConfigurationManager(const config::ClusterConfig& config, Configura
     // here would form a new cluster over theirs), or one not started yet (a whole cluster
     // starting again: its record is an earlier run's, and the configured CM starts once its
     // patience ran out).
+    // Late nodes never take the role over (TakeoverTime): they are not counted.
     bool others = false;
     for (const control::NodeInfo& node : m.nodes()) {
-      others = others || (static_cast<int>(node.node_id()) != self && node.node_id() != cm);
+      const config::NodeConfig* c = FindNode(config, node.node_id());
+      others = others || (static_cast<int>(node.node_id()) != self && node.node_id() != cm &&
+                          c != nullptr && !c->late());
     }
     if (!others || absl::Now() >= deadline) {
       if (others) {
