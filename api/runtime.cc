@@ -50,6 +50,12 @@ absl::Status CheckOptions(const RuntimeOptions& o) {
 // Runtime
 
 Runtime::Impl::~Impl() {
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> l(stop_hooks_mu);
+    hooks.swap(stop_hooks);
+  }
+  for (const std::function<void()>& hook : hooks) hook();
   // Stop serving before the engine goes: the protocol's handlers hold its participant, and the
   // poller runs them until the Rpc is gone.
   if (txn != nullptr) txn->Stop();

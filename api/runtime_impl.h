@@ -5,7 +5,10 @@
 #define FARM_API_RUNTIME_IMPL_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "farm.h"
 #include "messaging/messenger.h"
@@ -26,6 +29,10 @@ struct Runtime::Impl {
   std::unique_ptr<Rpc> rpc;
   std::unique_ptr<txn::Engine> txn;  // objects, allocation, the commit protocol's participant
   std::atomic<int> workers{0};  // Workers alive
+  // Run first when the runtime stops (~Impl), before anything is torn down: libraries built on
+  // the runtime stop the threads of their own that use it (the KV store's shard gathering).
+  std::mutex stop_hooks_mu;
+  std::vector<std::function<void()>> stop_hooks;
 
   ~Impl();
 };

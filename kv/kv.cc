@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <condition_variable>
 #include <mutex>
 #include <random>
+#include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -96,7 +99,18 @@ bool BlockEntries(const ShardInfo& s, uint64_t home, absl::string_view payload,
   return true;
 }
 
-// The Describe RPC's answer on the wire: the node's shard.
+// A shard as the Describe RPC carries the shards a node knows (in its request, the asker's; after
+// the answer's header, the answerer's).
+struct ShardEntry {
+  uint32_t node = 0;
+  uint32_t reserved = 0;
+  uint64_t first = 0;
+  uint64_t buckets = 0;
+  uint64_t seed = 0;
+};
+
+// The Describe RPC's answer on the wire: the node's shard, then the other shards it knows
+// (ShardEntry each).
 struct DescribeReply {
   uint32_t has_shard = 0;
   uint32_t bucket_bytes = 0;
@@ -896,14 +910,40 @@ struct Store::Impl {
   // list on every node, whoever is a member now.
   std::vector<uint32_t> shard_nodes;
   // This node formed its shard after restarting (it joined a cluster that had formed without
-  // it): the keys its previous process held are gone, and the empty shard must not pose as the
-  // old one. Its Describe and GET answers say DataLoss instead (until replication exists).
+  // it): the empty shard must not pose as the old one. Unless it takes the old one back
+  // (`adopted`), its Describe and GET answers say DataLoss.
   bool lost = false;
   std::mutex mu;
-  // The shard nodes asked so far, valid in membership epoch `described_epoch`: a node that
-  // left and joined again is another process with another shard.
-  absl::flat_hash_map<uint32_t, ShardInfo> described;
-  uint64_t described_epoch = 0;
+  // The shards of other nodes learnt so far (Describe answers and requests carry every shard the
+  // sender knows), kept across membership epochs: a shard's description never changes while its
+  // bucket array's region exists, wherever that region is served (after its node failed, by a
+  // promoted backup). One whose region is gone is dropped (Valid).
+  absl::flat_hash_map<uint32_t, ShardInfo> known;
+  // A restarted node's previous shard, taken back once another node described it and its region
+  // still exists: served by its promoted backup, it holds every key the old process held.
+  std::optional<ShardInfo> adopted;
+  // The gathering of the other shard nodes' descriptions (shard nodes only: Gather), on a
+  // thread of its own that uses a Worker: stopped by whichever goes first, this Store or its
+  // Runtime (a stop hook, Runtime::Impl::stop_hooks: the usual order destroys the Runtime first).
+  struct Gathering {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stopping = false;  // guarded by mu
+    std::mutex join_mu;
+    std::thread thread;     // guarded by join_mu
+    void Stop() {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        stopping = true;
+      }
+      cv.notify_all();
+      std::lock_guard<std::mutex> l(join_mu);
+      if (thread.joinable()) thread.join();
+    }
+  };
+  std::shared_ptr<Gathering> gathering = std::make_shared<Gathering>();
+
+  ~Impl() { gathering->Stop(); }
 
   uint16_t describe_method() const { return options.first_method; }
   uint16_t get_method() const { return static_cast<uint16_t>(options.first_method + 1); }
@@ -924,19 +964,49 @@ struct Store::Impl {
   // DataLoss for a shard that lost its keys in a restart (see `lost`).
   absl::Status LostError(uint32_t node) const {
     return absl::DataLossError(absl::StrCat(
-        "kv: node ", node, " restarted and lost the keys its shard held (the store keeps one "
-        "copy of each key, on its shard node: without replication a shard node's death loses "
-        "its keys); its shard refuses to serve rather than pose as empty. Start the whole "
-        "cluster again"));
+        "kv: node ", node, " restarted and lost the keys its shard held (without replication, "
+        "f = 0, the store keeps one copy of each key, on its shard node, and a shard node's "
+        "death loses its keys; with it, they are lost once every copy of the shard's region "
+        "is); its shard refuses to serve rather than pose as empty. Start the whole cluster "
+        "again"));
   }
 
-  absl::StatusOr<std::string> ServeGet(absl::string_view key) {
-    if (!local.has_value()) return absl::FailedPreconditionError("this node holds no shard");
-    if (lost) return LostError(local->node);
+  // The shard whose bucket array starts at the packed address at the front of `request` (the
+  // rest is returned in `rest`), if this node serves its region: its own, or one whose region
+  // was promoted here. FailedPrecondition otherwise (the caller resolved the region anew).
+  absl::StatusOr<ShardInfo> ServedShard(absl::string_view request, absl::string_view* rest) {
+    if (request.size() < 8) return absl::InvalidArgumentError("kv: a request without its shard");
+    uint64_t packed = 0;
+    std::memcpy(&packed, request.data(), 8);
+    *rest = request.substr(8);
+    const GlobalAddress first = GlobalAddress::Unpack(packed);
+    std::optional<ShardInfo> s;
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (local.has_value() && local->first == first) {
+        if (lost) return LostError(local->node);
+        s = local;
+      }
+      for (const auto& [node, info] : known) {
+        if (!s.has_value() && info.first == first) s = info;
+      }
+      if (!s.has_value() && adopted.has_value() && adopted->first == first) s = adopted;
+    }
+    if (!s.has_value() || !rt->Local(first, s->bucket_bytes).ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "kv: node ", rt->node_id(), " does not serve the shard at ", first.ToString()));
+    }
+    return *s;
+  }
+
+  absl::StatusOr<std::string> ServeGet(absl::string_view request) {
+    absl::string_view key;
+    absl::StatusOr<ShardInfo> shard = ServedShard(request, &key);
+    if (!shard.ok()) return shard.status();
     std::string value;
     std::vector<std::string> scratch;
     absl::StatusOr<Lookup> l = LookupOnce(
-        *local, key, KeyHash(local->seed, key),
+        *shard, key, KeyHash(shard->seed, key),
         [this](absl::Span<const txn::Range> r, std::vector<std::string>* o) {
           return LocalCopy(r, o);
         },
@@ -953,10 +1023,12 @@ struct Store::Impl {
     return absl::StrCat(std::string(1, kRpcFound), value);
   }
 
-  absl::StatusOr<StatsReply> ServeStats() {
+  absl::StatusOr<StatsReply> ServeStats(absl::string_view request) {
     StatsReply r;
-    if (!local.has_value()) return r;
-    const ShardInfo& s = *local;
+    absl::string_view rest;
+    absl::StatusOr<ShardInfo> shard = ServedShard(request, &rest);
+    if (!shard.ok()) return shard.status();
+    const ShardInfo& s = *shard;
     r.buckets = s.total;
     r.bucket_bytes = s.bucket_bytes;
     r.memory_bytes = s.total * s.bucket_bytes;
@@ -1010,18 +1082,89 @@ struct Store::Impl {
     return r;
   }
 
-  std::string Describe() {
+  // Whether region `id` is in this node's current membership (served, or recovering).
+  bool RegionExists(uint32_t id) const {
+    const control::Membership m = RuntimeAccess::Of(*rt).node->membership();
+    for (const control::RegionInfo& r : m.regions()) {
+      if (r.region_id() == id) return true;
+    }
+    return false;
+  }
+
+  // The node that serves the region of `addr` now: its shard node's, or a promoted backup.
+  absl::StatusOr<uint32_t> ServingNode(GlobalAddress addr) const {
+    absl::StatusOr<RemoteTarget> t = RuntimeAccess::Of(*rt).node->Resolve(addr, 8);
+    if (!t.ok()) return t.status();
+    return t->node_id;
+  }
+
+  // This node's own shard as others should use it: the one it took back after a restart, or the
+  // one it formed (nullopt if it holds none).
+  std::optional<ShardInfo> Own() const {  // mu held
+    if (adopted.has_value()) return adopted;
+    return local;
+  }
+
+  // Every shard this node knows, its own included (unless it restarted and lost it), on the wire.
+  std::string EncodeKnown() {  // mu held
+    std::string out;
+    auto append = [&out](const ShardInfo& info) {
+      ShardEntry e;
+      e.node = info.node;
+      e.first = info.first.Pack();
+      e.buckets = info.buckets;
+      e.seed = info.seed;
+      out.append(reinterpret_cast<const char*>(&e), sizeof(e));
+    };
+    for (const auto& [node, info] : known) append(info);
+    if (std::optional<ShardInfo> own = Own(); own.has_value() && !(lost && !adopted.has_value())) {
+      append(*own);
+    }
+    return out;
+  }
+
+  // Takes in the shards of `entries` (ShardEntry each) whose regions exist, for the nodes this
+  // node knows no valid shard of; a restarted node takes its previous shard back.
+  void Learn(absl::string_view entries) {
+    if (entries.size() % sizeof(ShardEntry) != 0) return;  // not from this store
+    for (size_t i = 0; i < entries.size(); i += sizeof(ShardEntry)) {
+      ShardEntry e;
+      std::memcpy(&e, entries.data() + i, sizeof(e));
+      if (e.buckets == 0 || e.buckets > (uint64_t{1} << 40)) continue;
+      const ShardInfo info = MakeShard(e.node, e.first, e.buckets, e.seed);
+      if (e.node == rt->node_id()) {
+        if (!lost || adopted.has_value() || !RegionExists(info.first.region)) continue;
+        adopted = info;
+        spdlog::warn("kv: node {} restarted and takes its previous shard back (region {}, "
+                     "served by its backup since): its keys are kept",
+                     rt->node_id(), info.first.region);
+        continue;
+      }
+      auto it = known.find(e.node);
+      if (it != known.end() && RegionExists(it->second.first.region)) continue;
+      if (!RegionExists(info.first.region)) continue;
+      known[e.node] = info;
+    }
+  }
+
+  // The Describe RPC: takes in what the asker knows; answers with this node's shard and what it
+  // knows.
+  std::string Describe(absl::string_view request) {
+    std::lock_guard<std::mutex> l(mu);
+    Learn(request);
     DescribeReply d;
     d.bucket_bytes = options.bucket_bytes;
     d.neighbourhood = options.neighbourhood;
-    if (local.has_value()) {
+    if (std::optional<ShardInfo> own = Own(); own.has_value()) {
       d.has_shard = 1;
-      d.first = local->first.Pack();
-      d.buckets = local->buckets;
-      d.seed = local->seed;
-      d.lost = lost ? 1 : 0;
+      d.first = own->first.Pack();
+      d.buckets = own->buckets;
+      d.seed = own->seed;
+      d.lost = lost && !adopted.has_value() ? 1 : 0;
     }
-    return std::string(reinterpret_cast<const char*>(&d), sizeof(d));
+    std::string out(reinterpret_cast<const char*>(&d), sizeof(d));
+    out += EncodeKnown();
+    return out;
   }
 
   ShardInfo MakeShard(uint64_t node, uint64_t first, uint64_t buckets, uint64_t seed) const {
@@ -1038,31 +1181,31 @@ struct Store::Impl {
     return s;
   }
 
-  // Shard node `node`'s shard, asked once per membership epoch (Describe RPC) and then kept.
-  // Unavailable while it cannot be asked (it left: its keys are unreachable); DataLoss once it
-  // restarted (its keys are lost).
-  absl::StatusOr<ShardInfo> DescribeNode(Worker& w, uint32_t node) {
-    const uint64_t epoch = rt->epoch();
+  // Asks `node` to describe its shard (telling it what this node knows) and takes in what it
+  // knows. Its own shard, or the error to report for it: FailedPrecondition for a node that
+  // holds none or uses other options, DataLoss if it restarted and lost its keys; Unavailable
+  // if it cannot be asked.
+  absl::StatusOr<ShardInfo> Ask(Worker& w, uint32_t node, absl::Duration timeout) {
+    std::string request;
     {
       std::lock_guard<std::mutex> l(mu);
-      if (described_epoch != epoch) {
-        described.clear();
-        described_epoch = epoch;
-      }
-      auto it = described.find(node);
-      if (it != described.end()) return it->second;
+      request = EncodeKnown();
     }
-    absl::StatusOr<std::string> r = w.Call(node, describe_method(), "");
+    absl::StatusOr<std::string> r = w.Call(node, describe_method(), request, timeout);
     if (!r.ok()) {
       return absl::UnavailableError(absl::StrCat("kv: the shard on node ", node,
                                                  " cannot be reached: ", r.status().message()));
     }
     DescribeReply d;
-    if (r->size() != sizeof(d)) {
+    if (r->size() < sizeof(d)) {
       return absl::DataLossError(absl::StrCat("kv: node ", node, " described its shard in ",
-                                              r->size(), " bytes, not ", sizeof(d)));
+                                              r->size(), " bytes, not ", sizeof(d), " or more"));
     }
     std::memcpy(&d, r->data(), sizeof(d));
+    {
+      std::lock_guard<std::mutex> l(mu);
+      Learn(absl::string_view(*r).substr(sizeof(d)));
+    }
     if (d.bucket_bytes != options.bucket_bytes || d.neighbourhood != options.neighbourhood) {
       return absl::FailedPreconditionError(absl::StrCat(
           "kv: node ", node, " uses ", d.bucket_bytes, "-byte buckets and neighbourhood ",
@@ -1077,8 +1220,72 @@ struct Store::Impl {
     if (d.lost != 0) return LostError(node);
     const ShardInfo s = MakeShard(node, d.first, d.buckets, d.seed);
     std::lock_guard<std::mutex> l(mu);
-    if (described_epoch == epoch) described[node] = s;
+    if (node != rt->node_id()) known[node] = s;
     return s;
+  }
+
+  // A valid shard of `node` this node knows (its own included).
+  std::optional<ShardInfo> Known(uint32_t node) {
+    std::lock_guard<std::mutex> l(mu);
+    if (node == rt->node_id()) {
+      if (lost && !adopted.has_value()) return std::nullopt;
+      return Own();
+    }
+    auto it = known.find(node);
+    if (it == known.end()) return std::nullopt;
+    if (!RegionExists(it->second.first.region)) {
+      known.erase(it);  // its only copy went with its node (f = 0), or every copy failed
+      return std::nullopt;
+    }
+    return it->second;
+  }
+
+  // Shard node `node`'s shard: known already, or asked of the node itself, or, when it cannot
+  // answer (gone) or lost its keys in a restart, of the other members, which may know the shard
+  // (its region lives on at its promoted backup). Unavailable while nobody can describe it (its
+  // keys are unreachable); DataLoss once it restarted and its old shard is gone.
+  absl::StatusOr<ShardInfo> DescribeNode(Worker& w, uint32_t node) {
+    if (std::optional<ShardInfo> s = Known(node); s.has_value()) return *s;
+    absl::StatusOr<ShardInfo> asked = Ask(w, node, absl::Seconds(10));
+    if (asked.ok() || absl::IsFailedPrecondition(asked.status())) return asked;
+    for (uint32_t m : rt->members()) {
+      if (m == node || m == rt->node_id()) continue;
+      (void)Ask(w, m, absl::Seconds(10));
+      if (std::optional<ShardInfo> s = Known(node); s.has_value()) return *s;
+    }
+    return asked.status();
+  }
+
+  // On a shard node: asks every other shard node for its shard until each was described, so
+  // that this node can describe them all to clients after any of them failed (their regions
+  // served by promoted backups), and takes its own previous shard back if it restarted.
+  // A node that answered without a shard (it holds none, uses other options, or restarted and
+  // lost its keys) is not asked again; one that is not a member is asked once it is back.
+  void Gather() {
+    std::unique_ptr<Worker> w;
+    std::set<uint32_t> answered;
+    for (;;) {
+      bool all = true;
+      if (w == nullptr) {
+        absl::StatusOr<std::unique_ptr<Worker>> made = rt->NewWorker();
+        if (made.ok()) w = std::move(*made);
+        all = false;
+      }
+      for (uint32_t n : shard_nodes) {
+        if (w == nullptr) break;
+        if (n == rt->node_id() || answered.count(n) || Known(n).has_value()) continue;
+        all = false;
+        if (!RuntimeAccess::Of(*rt).node->IsMember(n)) continue;
+        absl::StatusOr<ShardInfo> s = Ask(*w, n, absl::Seconds(1));
+        if (!s.ok() && !absl::IsUnavailable(s.status())) answered.insert(n);
+      }
+      if (all && w != nullptr) return;
+      std::unique_lock<std::mutex> l(gathering->mu);
+      if (gathering->cv.wait_for(l, std::chrono::milliseconds(100),
+                                 [this] { return gathering->stopping; })) {
+        return;
+      }
+    }
   }
 };
 
@@ -1147,28 +1354,41 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Opt
     for (const control::NodeInfo& n : membership.nodes()) {
       if (n.node_id() == runtime.node_id() && n.joined_epoch() > 1) impl->lost = true;
     }
-    if (impl->lost) {
+    if (impl->lost && rti.node->f() == 0) {
       spdlog::error("kv: node {} joined a running cluster: the keys its shard held before it "
                     "restarted are lost, and its shard answers DataLoss", runtime.node_id());
+    } else if (impl->lost) {
+      spdlog::warn("kv: node {} joined a running cluster: it takes its previous shard back once "
+                   "another node describes it (served by its region's backup since); if that is "
+                   "gone too, its shard answers DataLoss", runtime.node_id());
     }
   }
   Impl* p = impl.get();
-  absl::Status st = runtime.Handle(p->describe_method(), [p](const Request&) -> absl::StatusOr<std::string> {
-    return p->Describe();
-  });
+  absl::Status st =
+      runtime.Handle(p->describe_method(), [p](const Request& r) -> absl::StatusOr<std::string> {
+        return p->Describe(r.payload);
+      });
   if (st.ok()) {
     st = runtime.Handle(p->get_method(), [p](const Request& r) -> absl::StatusOr<std::string> {
       return p->ServeGet(r.payload);
     });
   }
   if (st.ok()) {
-    st = runtime.Handle(p->stats_method(), [p](const Request&) -> absl::StatusOr<std::string> {
-      absl::StatusOr<StatsReply> s = p->ServeStats();
+    st = runtime.Handle(p->stats_method(), [p](const Request& r) -> absl::StatusOr<std::string> {
+      absl::StatusOr<StatsReply> s = p->ServeStats(r.payload);
       if (!s.ok()) return s.status();
       return std::string(reinterpret_cast<const char*>(&*s), sizeof(*s));
     });
   }
   if (!st.ok()) return st;
+  if (options.hold_shard) {
+    {
+      std::lock_guard<std::mutex> l(p->gathering->join_mu);
+      p->gathering->thread = std::thread([p] { p->Gather(); });
+    }
+    std::lock_guard<std::mutex> l(rti.stop_hooks_mu);
+    rti.stop_hooks.push_back([g = p->gathering] { g->Stop(); });
+  }
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }
 
@@ -1183,7 +1403,8 @@ struct Client::Impl {
   Store::Impl* store = nullptr;
   Worker* worker = nullptr;
   txn::ThreadContext* ctx = nullptr;
-  // By position in store->shard_nodes, once asked in membership epoch `shards_epoch`.
+  // By position in store->shard_nodes, once described; checked again whenever the membership
+  // epoch changes (`shards_epoch`): a shard whose region is gone is described anew.
   std::vector<std::optional<ShardInfo>> shards;
   uint64_t shards_epoch = 0;
   std::vector<std::string> scratch;  // GET's copies (their memory is reused)
@@ -1208,11 +1429,16 @@ struct Client::Impl {
 
   absl::StatusOr<const ShardInfo*> ShardAt(size_t i) {
     const uint64_t epoch = store->rt->epoch();
+    if (shards.empty()) shards.resize(store->shard_nodes.size());
     if (epoch != shards_epoch) {
-      shards.clear();  // a shard node that left and came back is another process
+      // A shard lives as long as its bucket array's region, wherever that is served (after its
+      // node failed, by a promoted backup); one whose region is gone (its node failed with no
+      // backup, f = 0) is described anew: by a restarted node, as lost.
+      for (std::optional<ShardInfo>& s : shards) {
+        if (s.has_value() && !store->RegionExists(s->first.region)) s.reset();
+      }
       shards_epoch = epoch;
     }
-    if (shards.empty()) shards.resize(store->shard_nodes.size());
     if (!shards[i].has_value()) {
       absl::StatusOr<ShardInfo> s = store->DescribeNode(*worker, store->shard_nodes[i]);
       if (!s.ok()) return s.status();
@@ -1310,11 +1536,20 @@ absl::StatusOr<std::string> Client::GetRpc(absl::string_view key) {
   absl::StatusOr<const ShardInfo*> s = impl_->Shard(key, &h);
   if (!s.ok()) return s.status();
   const absl::Time deadline = absl::Now() + impl_->ctx->timeout;
+  std::string request(8, '\0');
+  const uint64_t first = (*s)->first.Pack();
+  std::memcpy(request.data(), &first, 8);
+  request.append(key.data(), key.size());
   for (int attempt = 0;; ++attempt) {
-    absl::StatusOr<std::string> r = impl_->worker->Call((*s)->node, impl_->store->get_method(), key);
-    if (absl::IsAborted(r.status()) && absl::Now() < deadline) {
+    // The node serving the shard's region now: its shard node, or the backup promoted after it
+    // failed.
+    absl::StatusOr<uint32_t> at = impl_->store->ServingNode((*s)->first);
+    absl::StatusOr<std::string> r =
+        at.ok() ? impl_->worker->Call(*at, impl_->store->get_method(), request) : at.status();
+    if ((absl::IsAborted(r.status()) || absl::IsFailedPrecondition(r.status())) &&
+        absl::Now() < deadline) {
       // Refused unexecuted (sent just before a configuration change the shard's node had
-      // applied, rpc.h): ask again.
+      // applied, rpc.h), or sent to a node that no longer serves the region: ask again.
       absl::SleepFor(absl::Microseconds(20));
       continue;
     }
@@ -1429,7 +1664,12 @@ absl::StatusOr<std::vector<ShardStats>> Client::Stats() {
     absl::StatusOr<const ShardInfo*> shard = impl_->ShardAt(i);
     if (!shard.ok()) return shard.status();
     const ShardInfo& s = **shard;
-    absl::StatusOr<std::string> r = impl_->worker->Call(s.node, impl_->store->stats_method(), "");
+    std::string request(8, '\0');
+    const uint64_t first = s.first.Pack();
+    std::memcpy(request.data(), &first, 8);
+    absl::StatusOr<uint32_t> at = impl_->store->ServingNode(s.first);
+    absl::StatusOr<std::string> r =
+        at.ok() ? impl_->worker->Call(*at, impl_->store->stats_method(), request) : at.status();
     if (!r.ok()) return impl_->Annotate(r.status(), s);
     StatsReply rep;
     if (r->size() != sizeof(rep)) return absl::DataLossError("kv: a statistics answer of the wrong size");

@@ -18,12 +18,18 @@
 //     ...
 //   };
 //
-// Durability: NONE beyond the shard node's process. Every key has exactly one copy, in its shard
-// node's memory, and the store has no replication yet: when a shard node dies (crash, kill,
-// eviction), the keys of its shard are lost. Until then they are unreachable (Unavailable); if
-// the node is restarted, its new shard is empty and says so: every operation on its keys gets
-// DataLoss (it does not pose as an empty shard, which would answer NotFound for keys whose PUT
-// returned OK), and the only way back is to start the whole cluster again.
+// Durability: that of the cluster's regions. With replication (ClusterConfig.f >= 1) a shard's
+// buckets and items are objects in regions with backups, so a shard node's death loses no key:
+// its regions are served by their promoted backups under the same addresses, clients go on using
+// the shard (after a short recovery, during which its keys answer Unavailable), a client that
+// never saw the shard learns it from any other shard node (every shard node gathers every
+// shard's description when the cluster starts), and the node, started again, takes its previous
+// shard back. Without replication (f = 0, the default) every key has exactly one copy, in its
+// shard node's memory: when a shard node dies (crash, kill, eviction), the keys of its shard are
+// lost. Until then they are unreachable (Unavailable); if the node is restarted, its new shard is
+// empty and says so: every operation on its keys gets DataLoss (it does not pose as an empty
+// shard, which would answer NotFound for keys whose PUT returned OK), and the only way back is to
+// start the whole cluster again.
 //
 // The table (FaRM's chained associative hopscotch hashing). Each shard is an array of buckets;
 // a bucket is one object of the transaction layer (txn/object.h: lock word, check, payload) and
@@ -48,12 +54,14 @@
 // locked nor torn returns that bucket's value, which was the key's value when the bucket was
 // read; a GET that does not find it reads the neighbourhood's lock words (and its chain's
 // blocks') again and answers NotFound only if none changed in between (otherwise it retries).
-// Clients keep the shard descriptions they asked for until the cluster's membership changes.
+// Clients keep the shard descriptions they learnt for as long as each shard's bucket array's
+// region exists (a shard's description never changes while it does).
 //
 // Errors (absl::Status): NotFound (no such key), InvalidArgument (empty key, key or value over
 // the limits), ResourceExhausted (the shard's memory is full), Unavailable (the key's shard node
-// left), DataLoss (the key's shard node restarted and lost its keys, or the shard's memory holds
-// no table), Aborted (a write kept conflicting), DeadlineExceeded, and the platform's errors.
+// left and, without replication, nobody serves its shard; or its region is recovering), DataLoss
+// (the key's shard node restarted and lost its keys, or the shard's memory holds no table),
+// Aborted (a write kept conflicting), DeadlineExceeded, and the platform's errors.
 //
 // Thread safety: a Store is safe for concurrent use; a Client belongs to its Worker's thread.
 #ifndef FARM_KV_KV_H_
@@ -145,7 +153,8 @@ class Client {
   // The value of `key`: NotFound when there is none. One one-sided READ of the key's
   // neighbourhood (a second for an out-of-line value or an overflow chain).
   absl::StatusOr<std::string> Get(absl::string_view key);
-  // The same answered by the shard's owner: one RPC (HERD's single round trip), for comparison.
+  // The same answered by the node that serves the shard (its shard node, or the promoted backup
+  // after that failed): one RPC (HERD's single round trip), for comparison.
   absl::StatusOr<std::string> GetRpc(absl::string_view key);
   // Several keys; their READs are posted together. One result per key, in order.
   std::vector<absl::StatusOr<std::string>> MultiGet(absl::Span<const std::string> keys);

@@ -17,68 +17,12 @@
 source "$(dirname "$0")/lib.sh"
 NODE=$(bin node) || exit 1
 KVSH=$(bin kvsh) || exit 1
-provider=${FARM_TEST_RESTART_PROVIDER:-tcp;ofi_rxm}
-host=${FARM_TEST_HOST:-127.0.0.1}
+source "$(dirname "$0")/kv_nodes.sh"
 keys=30
-
-read -r P0 P1 P2 P3 P4 < <(python3 -c 'import socket
-s = [socket.socket() for _ in range(5)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
 cfg="$TMP/restart.textproto"
-cat >"$cfg" <<CFG
-provider: "$provider"
-region_size: 8388608
-region_count: 2
-join_timeout_s: 60
-lease_ms: 5000
-lock_memory: false
-node { id: 0 host: "$host" control_port: $P0 }
-node { id: 1 host: "$host" control_port: $P1 }
-node { id: 2 host: "$host" control_port: $P2 }
-node { id: 3 host: "$host" control_port: $P3 late: true }
-node { id: 4 host: "$host" control_port: $P4 late: true }
-CFG
+kv_config "$cfg" "${FARM_TEST_RESTART_PROVIDER:-tcp;ofi_rxm}" "lease_ms: 5000"
 
-declare -a pids
-shell=
-cleanup() {
-  exec 9>&- 2>/dev/null
-  for p in "${pids[@]}" $shell; do kill -KILL "$p" 2>/dev/null; done
-}
-trap cleanup EXIT
-
-start_node() {  # ID RUN
-  "$NODE" --config="$cfg" --node_id="$1" --kv --kv_buckets=256 --log_level=info \
-    >"$TMP/n$1.$2.out" 2>"$TMP/n$1.$2.err" 9>&- &  # not the shell's input fifo (its EOF)
-  pids[$1]=$!
-}
-wait_for() {  # FILE PATTERN: waits up to 60 s for PATTERN in FILE
-  for _ in $(seq 600); do
-    grep -qE -- "$2" "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  fail "no /$2/ in $1:"$'\n'"$(cat "$1")"
-}
-
-for i in 0 1 2; do start_node "$i" 1; done
-for i in 0 1 2; do wait_for "$TMP/n$i.1.out" '^READY'; done
-echo "ok: 3 shard nodes"
-
-# The long-lived shell: commands through a fifo, replies in files.
-mkfifo "$TMP/in"
-timeout 300 "$KVSH" --config="$cfg" --node_id=3 <"$TMP/in" >"$TMP/shell.out" 2>"$TMP/shell.err" &
-shell=$!
-exec 9>"$TMP/in"
-for i in $(seq 0 $((keys - 1))); do echo "put k$i v$i" >&9; done
-for i in $(seq 0 $((keys - 1))); do echo "get k$i" >&9; done
-for _ in $(seq 600); do
-  [ "$(grep -c '^"v' "$TMP/shell.out")" = "$keys" ] && break
-  sleep 0.1
-done
-[ "$(grep -c '^OK$' "$TMP/shell.out")" = "$keys" ] || fail "puts: $(cat "$TMP/shell.out" "$TMP/shell.err")"
-[ "$(grep -c '^"v' "$TMP/shell.out")" = "$keys" ] || fail "gets: $(cat "$TMP/shell.out" "$TMP/shell.err")"
-echo "ok: $keys keys put and read back"
+start_with_keys
 
 # Node 2 paused past its 5 s lease while the shell reads every key (10 s operation timeout).
 kill -STOP "${pids[2]}"
@@ -136,17 +80,9 @@ check_reads() {
   [ "$lost" -gt 0 ] || fail "no key of node 2 (expected about a third of $keys)"
 }
 
-# The shell that cached node 2's old shard: its node may apply the new membership a moment after
-# node 2 is READY, so it asks again (a bounded number of times) while it still gets Unavailable.
-for attempt in $(seq 20); do
-  : >"$TMP/shell.out"
-  : >"$TMP/shell.err"
-  for i in $(seq 0 $((keys - 1))); do echo "get k$i" >&9; done
-  echo "put done-$attempt x" >&9
-  wait_for "$TMP/shell.out" "^OK$"
-  grep -q "UNAVAILABLE" "$TMP/shell.err" || break
-  sleep 1
-done
+# The shell that cached node 2's old shard (it asks again while its node still gets Unavailable:
+# it may apply the new membership a moment after node 2 is READY).
+reread
 check_reads "$TMP/shell.out" "$TMP/shell.err"
 echo "ok: the running shell reads every other key and gets DataLoss for node 2's $lost"
 
@@ -164,20 +100,5 @@ grep -q "DATA_LOSS kv: node 2 restarted and lost the keys" "$TMP/put.err" ||
   fail "PUT of $lost_key: $(cat "$TMP/put.out" "$TMP/put.err")"
 echo "ok: a PUT of $lost_key gets DataLoss"
 
-wait_exit() {  # PID NAME LOG: waits up to 30 s for PID to exit
-  for _ in $(seq 300); do
-    kill -0 "$1" 2>/dev/null || { wait "$1"; return 0; }
-    sleep 0.1
-  done
-  fail "$2 did not exit within 30 s:"$'\n'"$(tail -20 "$3")"
-}
-exec 9>&-
-wait_exit "$shell" "the running shell, at the end of its input," "$TMP/shell.err"
-shell=
-for i in 0 1 2; do kill -TERM "${pids[$i]}"; done
-wait_exit "${pids[0]}" "node 0 (SIGTERM)" "$TMP/n0.1.err"
-wait_exit "${pids[1]}" "node 1 (SIGTERM)" "$TMP/n1.1.err"
-wait_exit "${pids[2]}" "node 2, restarted (SIGTERM)" "$TMP/n2.2.err"
-trap - EXIT
-expect_no_process "$cfg"
+stop_all 2
 echo "PASS"
