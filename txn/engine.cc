@@ -371,12 +371,14 @@ bool Engine::Settle(const Departure& d) {
   const std::string payload = EncodeSettle(req);
   // What the members' participants know of each: committed by one, or undecided at one. This
   // node's own participant counts too, for the backup records (it may be an owner as well).
-  std::vector<bool> committed(req.txns.size(), false), held(req.txns.size(), false);
+  std::vector<bool> committed(req.txns.size(), false), held(req.txns.size(), false),
+      aborted(req.txns.size(), false);
   {
     const std::vector<SettleState> own = participant_->States(d.coordinator, d.fence, req.txns);
     for (size_t i = undecided.size(); i < req.txns.size(); ++i) {
       committed[i] = own[i] == SettleState::kCommitted;
       held[i] = own[i] == SettleState::kUndecided;
+      aborted[i] = own[i] == SettleState::kAborted;
     }
   }
   // Every other member, until it answered or left: its answer is final (it fenced first).
@@ -403,6 +405,7 @@ bool Engine::Settle(const Departure& d) {
       for (size_t i = 0; i < req.txns.size(); ++i) {
         committed[i] = committed[i] || (*answer)[i] == SettleState::kCommitted;
         held[i] = held[i] || (*answer)[i] == SettleState::kUndecided;
+        aborted[i] = aborted[i] || (*answer)[i] == SettleState::kAborted;
       }
     }
     ask = std::move(again);
@@ -426,12 +429,14 @@ bool Engine::Settle(const Departure& d) {
   }
   // A COMMIT-BACKUP record means the coordinator had decided commit: every owner had locked the
   // transaction and validation had passed. It commits unless an owner still holds it undecided
-  // and none committed it (the owners abort it then, as above). An owner that holds nothing of
-  // it committed it and was truncated since (a coordinator sends no ABORT after COMMIT-BACKUP),
-  // or left; a transaction whose only owners left is committed from the records (as FaRM's
+  // or its settlement aborted it, and none committed it (the owners abort it then, as above: an
+  // owner remembers that it aborted one until the departure is forgotten, so that a backup that
+  // asks late does not apply what the owners dropped). An owner that knows nothing of it
+  // committed it and was truncated since (a coordinator sends no ABORT after COMMIT-BACKUP), or
+  // left; a transaction whose only owners left is committed from the records (as FaRM's
   // recovery does when every region has a COMMIT-BACKUP record).
   for (size_t i = undecided.size(); i < req.txns.size(); ++i) {
-    const bool commit = committed[i] || !held[i];
+    const bool commit = committed[i] || (!held[i] && !aborted[i]);
     backup_log_->Settle(req.txns[i], commit);
     spdlog::info("txn: backup record of transaction {} of departed node {} settled: {}",
                  req.txns[i].ToString(), d.coordinator, commit ? "applied" : "dropped");

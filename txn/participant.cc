@@ -285,9 +285,10 @@ std::vector<SettleState> Participant::States(uint32_t coordinator, uint64_t epoc
   out.reserve(txns.size());
   for (const TxnId& t : txns) {
     auto it = records_.find(t);
-    out.push_back(it == records_.end()   ? SettleState::kUnknown
-                  : it->second.committed ? SettleState::kCommitted
-                                         : SettleState::kUndecided);
+    out.push_back(it != records_.end()
+                      ? (it->second.committed ? SettleState::kCommitted : SettleState::kUndecided)
+                  : settled_aborted_.contains(t) ? SettleState::kAborted
+                                                 : SettleState::kUnknown);
   }
   return out;
 }
@@ -300,6 +301,7 @@ void Participant::Settle(const TxnId& txn, bool commit) {
     Install(txn, it->second);
   } else {
     Drop(it);
+    settled_aborted_.insert(txn);
   }
 }
 
@@ -313,6 +315,8 @@ void Participant::Forget(uint32_t coordinator, uint64_t epoch) {
     }
     it = next;
   }
+  absl::erase_if(settled_aborted_,
+                 [&](const TxnId& t) { return t.node == coordinator && t.incarnation < epoch; });
 }
 
 std::vector<LogRecord> Participant::Log(uint32_t coordinator) const {

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -144,6 +145,10 @@ class Participant {
   const std::function<bool(uint32_t)> is_member_;
   mutable std::mutex mu_;
   absl::flat_hash_map<TxnId, Record> records_;
+  // Fenced coordinators' transactions this node's settlement aborted, until forgotten: asked
+  // again, it says so (kAborted) rather than "unknown", which a backup would take for "committed
+  // and truncated" and apply its record of it (Engine::Settle).
+  absl::flat_hash_set<TxnId> settled_aborted_;
   // Reserved slots (packed addresses) by transaction.
   absl::flat_hash_map<TxnId, std::vector<uint64_t>> reservations_;
   size_t reserved_ = 0;

@@ -341,15 +341,22 @@ TEST_CASE("a departed coordinator's transactions are settled as the other owners
   CHECK(h.Value(a, 4) == "AAAA");
   CHECK(h.Value(b, 4) == "bbbb");
   CHECK(h.participant->locked_objects() == 0);
+  // Asked again (a backup that keeps a record of 4), it says that it aborted 4, not that it
+  // knows nothing of it (which would read as "committed and truncated").
+  CHECK(h.participant->States(kCoordinator, kIncarnation + 1, {Txn(3), Txn(4), Txn(9)}) ==
+        std::vector<SettleState>{SettleState::kCommitted, SettleState::kAborted,
+                                 SettleState::kUnknown});
   // A new incarnation of the same node is not fenced.
   LockRequest fresh{TxnId{kCoordinator, kIncarnation + 1, 1},
                     {1},
                     {WriteRecord{b, WriteKind::kWrite, 1, "cccc"}},
                     {}};
   CHECK(h.participant->Lock(kCoordinator, fresh, EncodeLock(fresh)).ok());
-  // Forgetting drops the departed incarnation's committed records only.
+  // Forgetting drops the departed incarnation's committed records only, and what it aborted.
   h.participant->Forget(kCoordinator, kIncarnation + 1);
   CHECK(h.participant->records() == 1);
+  CHECK(h.participant->States(kCoordinator, kIncarnation + 1, {Txn(4)}) ==
+        std::vector<SettleState>{SettleState::kUnknown});
 }
 
 TEST_CASE("objects of an object array cannot be freed", "[participant]") {
@@ -398,7 +405,8 @@ TEST_CASE("corrupt protocol messages are errors, never crashes", "[participant]"
   REQUIRE(back.ok());
   CHECK(back->txns.size() == 2);
   CHECK(back->txns[1] == Txn(2));
-  CHECK_FALSE(DecodeSettleAnswer(std::string(1, 3), 1).ok());
+  CHECK(DecodeSettleAnswer(std::string(1, 3), 1).ok());  // kAborted
+  CHECK_FALSE(DecodeSettleAnswer(std::string(1, 4), 1).ok());
   CHECK_FALSE(DecodeSettleAnswer("", 1).ok());
 }
 

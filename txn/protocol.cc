@@ -136,7 +136,7 @@ absl::StatusOr<std::vector<SettleState>> DecodeSettleAnswer(absl::string_view b,
   if (b.size() != txns) return WireReader::Corrupt("settle answer");
   std::vector<SettleState> out(txns);
   for (size_t i = 0; i < txns; ++i) {
-    if (b[i] < 0 || b[i] > 2) return WireReader::Corrupt("settle answer");
+    if (b[i] < 0 || b[i] > 3) return WireReader::Corrupt("settle answer");
     out[i] = static_cast<SettleState>(b[i]);
   }
   return out;

@@ -126,6 +126,7 @@ enum class SettleState : uint8_t {
   kUnknown = 0,    // not locked here and not remembered committed (never here, or truncated)
   kCommitted = 1,  // COMMIT-PRIMARY applied here
   kUndecided = 2,  // locked here, no decision yet
+  kAborted = 3,    // locked here, then aborted by this node's settlement (until forgotten)
 };
 std::string EncodeSettleAnswer(const std::vector<SettleState>& states);
 absl::StatusOr<std::vector<SettleState>> DecodeSettleAnswer(absl::string_view b, size_t txns);
