@@ -34,6 +34,7 @@ mutants=(
   "activate_without_acks    //platform:configuration_manager_test"  # a promoted region serves before every member applied the change
   "activate_before_lease    //platform:configuration_manager_test"  # a promoted region serves while the failed primary's lease runs
   "promote_syncing_backup   //tests:replication_test"  # a backup still copying its region (re-replication) is promoted
+  "no_recovery_vote         //txn:recovery_test,//tests:replication_test"  # recovery commits only what a surviving owner committed
 )
 
 runs=1

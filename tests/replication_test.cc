@@ -25,6 +25,7 @@
 #include "tests/runtime_cluster.h"
 #include "txn/object.h"
 #include "txn/resync.h"
+#include "txn/transaction.h"
 
 namespace farm {
 namespace {
@@ -43,9 +44,9 @@ std::string ReplicatedConfig(int n, int f) {
   return text;
 }
 
-std::vector<std::unique_ptr<Runtime>> StartReplicated(int f) {
+std::vector<std::unique_ptr<Runtime>> StartReplicated(int f, int nodes = 3) {
   std::vector<std::unique_ptr<Runtime>> rts =
-      testing::StartRuntimes(3, RuntimeOptions{}, ReplicatedConfig(3, f));
+      testing::StartRuntimes(nodes, RuntimeOptions{}, ReplicatedConfig(nodes, f));
   for (auto& rt : rts) rt->Serve();
   return rts;
 }
@@ -605,10 +606,10 @@ TEST_CASE("a backup still copying its region is never promoted", "[replication][
 }
 
 // A coordinator evicted between COMMIT-BACKUP and COMMIT-PRIMARY (as a node paused past its lease
-// is) finds an empty last membership: the owners did not leave, it did. They settle the
-// transaction without it (each holds it locked and none committed it: it aborts), so it must not
-// report a commit: it once took the owners for departed and its backups' records for the commit
-// (chaos sigstop_cm: a lost update).
+// is) finds an empty last membership: the owners did not leave, it did. The others recover the
+// transaction without it, so it must not report a commit (it cannot know their decision): it once
+// took the owners for departed and its backups' records for the commit (chaos sigstop_cm: a lost
+// update).
 TEST_CASE("a coordinator evicted after COMMIT-BACKUP does not report the commit",
           "[replication][sync_point]") {
   std::vector<std::unique_ptr<Runtime>> rts = StartReplicated(1);
@@ -648,7 +649,9 @@ TEST_CASE("a coordinator evicted after COMMIT-BACKUP does not report the commit"
   REQUIRE(evicted.load());
   INFO(s.ToString());
   CHECK(absl::IsUnavailable(s));  // its outcome is unknown at the coordinator
-  // The owners settle it: both objects keep one value, the old one (nobody applied it).
+  // The members recover it: both objects end with one value. Every owner locked it and every
+  // backup keeps its record, so FaRM's vote commits it (txn/recovery.h, rule 4), though nobody
+  // had applied it.
   auto value = [&](GlobalAddress a) {
     const absl::Time until = absl::Now() + absl::Seconds(60);
     for (;;) {
@@ -661,8 +664,146 @@ TEST_CASE("a coordinator evicted after COMMIT-BACKUP does not report the commit"
   };
   const int64_t vx = value(x), vy = value(y);
   CHECK(vx == vy);
-  CHECK(vx == 1);
-  if (s.ok()) CHECK(vx == 2);
+  CHECK(vx == 2);
+}
+
+// FaRM's recovery vote (docs/replication.md, "Next, in order", step 3). A transaction writes x
+// (on node 2) and y (on the other owner); COMMIT-BACKUP completes, and COMMIT-PRIMARY reaches
+// node 2 only (the sync point "Transaction::Decide:Send" drops every COMMIT-PRIMARY to the other
+// owner, which keeps y locked, undecided). Node 2 applies it and a reader on node 0 sees x = 2.
+// Then the coordinator and node 2 are evicted, while the coordinator is held at
+// "Transaction::Decide:Acked" (right after node 2's acknowledgement), so it sends nothing more
+// and the survivors cannot settle the transaction before both are gone (node 2 goes first: a
+// settlement while it is still a member would find its commit). The survivors, node 2's region
+// served by its promoted backup, must commit it: a reader saw x = 2, and every region it wrote
+// has a surviving LOCK (y at its owner) or COMMIT-BACKUP record (x at the promoted backup).
+// Without the vote (mutant no_recovery_vote) they aborted it (no surviving owner committed
+// it): x read 1 from the promoted backup and y went back to 1, while the coordinator had
+// reported a commit.
+// (The send to the other owner is dropped, not held, at "Transaction::Decide:Send": Deliver
+// only queues each message there and flushes the lane at the first Await, so holding that send
+// would hold node 2's COMMIT-PRIMARY too.)
+TEST_CASE("a transaction seen committed stays committed when its coordinator and that owner fail",
+          "[replication][sync_point]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartReplicated(1, 4);
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  // Node 0 reports the evictions and reads; node 2 is the owner that applies COMMIT-PRIMARY.
+  // The coordinator is node 1 and the other owner node 3, or the two swapped when node 1 backs
+  // up x's region (that copy must outlive the coordinator's eviction: f = 1). Hence an object
+  // on each of nodes 1, 2 and 3, all 1: x is node 2's, y the other owner's.
+  constexpr uint32_t kApplied = 2;
+  GlobalAddress x, on[4];
+  REQUIRE(w0->Run([&](Txn& t) -> absl::Status {
+              for (uint32_t n : {1u, 2u, 3u}) {
+                absl::StatusOr<GlobalAddress> a = t.Alloc(sizeof(int64_t), AllocHint::OnNode(n));
+                if (!a.ok()) return a.status();
+                on[n] = *a;
+                if (absl::Status s = t.Put(on[n], int64_t{1}); !s.ok()) return s;
+              }
+              return absl::OkStatus();
+            }).ok());
+  x = on[kApplied];
+  const std::vector<uint32_t> x_backups = NodeOf(*rts[0]).BackupsOf(x.region);
+  REQUIRE(x_backups.size() == 1);
+  const bool swap = x_backups[0] == 1;
+  const uint32_t coord = swap ? 3 : 1, other = swap ? 1 : 3;
+  const GlobalAddress y = on[other];
+  INFO("x " << x.ToString() << " on node " << kApplied << " (backup node " << x_backups[0]
+            << "), y " << y.ToString() << " on node " << other << ", coordinator node " << coord);
+  std::unique_ptr<Worker> wc = NewWorker(*rts[coord]);
+
+  std::atomic<std::thread::id> coordinator_thread{};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool applied = false, release = false, done = false;
+  absl::Status status = absl::UnknownError("the coordinator did not finish");
+  SyncPoint* sp = SyncPoint::GetInstance();
+  // COMMIT-PRIMARY to the other owner never leaves the coordinator (sent again each round,
+  // dropped each time).
+  sp->SetCallBack("Transaction::Decide:Send", [&](void* arg) {
+    auto* probe = static_cast<txn::DecisionProbe*>(arg);
+    if (std::this_thread::get_id() != coordinator_thread.load()) return;
+    if (probe->method == txn::kCommitMethod && probe->owner == other) probe->drop = true;
+  });
+  // Node 2 acknowledged (applied) COMMIT-PRIMARY: the coordinator waits here until released.
+  sp->SetCallBack("Transaction::Decide:Acked", [&](void* arg) {
+    if (std::this_thread::get_id() != coordinator_thread.load()) return;
+    if (*static_cast<const uint32_t*>(arg) != kApplied) return;
+    std::unique_lock<std::mutex> l(mu);
+    applied = true;
+    cv.notify_all();
+    cv.wait_for(l, std::chrono::seconds(120), [&] { return release; });
+  });
+  sp->EnableProcessing();
+  std::thread coordinator([&] {
+    coordinator_thread.store(std::this_thread::get_id());
+    std::unique_ptr<Txn> t = wc->Begin();
+    absl::Status s = t->Put(x, int64_t{2});
+    if (s.ok()) s = t->Put(y, int64_t{2});
+    if (s.ok()) s = t->Commit();
+    std::lock_guard<std::mutex> l(mu);
+    status = s;
+    done = true;
+    cv.notify_all();
+  });
+  struct Release {
+    std::function<void()> f;
+    ~Release() { f(); }
+  } cleanup{[&] {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      release = true;
+    }
+    cv.notify_all();
+    sp->DisableProcessing();
+    sp->ClearAllCallBacks();
+    if (coordinator.joinable()) coordinator.join();
+  }};
+
+  {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait_for(l, std::chrono::seconds(60), [&] { return applied || done; });
+    INFO("coordinator: " << status.ToString());
+    REQUIRE(applied);
+  }
+  // Node 2 applied it: a reader sees x = 2 while y is still locked at the other owner.
+  absl::StatusOr<int64_t> seen = w0->LockFreeGet<int64_t>(x);
+  INFO("x read after COMMIT-PRIMARY at node 2: " << seen.status().ToString());
+  REQUIRE(seen.ok());
+  REQUIRE(*seen == 2);
+
+  // Node 2 goes first (the coordinator is still a member: nobody settles its transactions),
+  // then the coordinator; only then does the coordinator go on (it finds itself evicted).
+  Evict(rts, kApplied, "the test evicts the owner that applied COMMIT-PRIMARY");
+  Evict(rts, coord, "the test evicts the coordinator");
+  {
+    std::lock_guard<std::mutex> l(mu);
+    release = true;
+  }
+  cv.notify_all();
+  coordinator.join();
+
+  // The survivors settle it (x's region recovering until the CM activates it, x and y locked
+  // until then): committed, as the reader saw.
+  auto value = [&](GlobalAddress a) {
+    const absl::Time until = absl::Now() + absl::Seconds(60);
+    for (;;) {
+      absl::StatusOr<int64_t> v = w0->LockFreeGet<int64_t>(a);
+      if (v.ok()) return *v;
+      INFO(a.ToString() << ": " << v.status().ToString());
+      REQUIRE(absl::Now() < until);
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  };
+  const int64_t vx = value(x), vy = value(y);
+  std::string reported;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    reported = status.ToString();
+  }
+  INFO("the coordinator reported: " << reported);
+  CHECK(vx == 2);
+  CHECK(vy == 2);
 }
 #endif
 

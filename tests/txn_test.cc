@@ -819,23 +819,38 @@ TEST_CASE("a runtime being destroyed never runs the protocol's handlers on a fre
          absl::IsCancelled(answer)));
 }
 
-TEST_CASE("SETTLE requests about departures a node has finished with are not kept", "[txn]") {
+TEST_CASE("RECOVER requests about departures a node never knew leave nothing behind", "[txn]") {
   std::vector<std::unique_ptr<Runtime>> rts = StartCluster(2);
   Rpc* rpc0 = RuntimeAccess::Of(*rts[0]).rpc.get();
   const txn::Engine& e1 = *RuntimeAccess::Of(*rts[1]).txn;
-  // Asks about incarnations node 1 never knew (or, equally, departures it already forgot): the
-  // answer is "not committed here", and nothing stays behind (one entry per ask used to).
+  const uint64_t epoch = RuntimeAccess::Of(*rts[1]).node->membership().epoch();
+  // Asks about incarnations node 1 never knew, in its epoch: it holds nothing of them (no vote),
+  // and nothing stays behind, whatever is asked.
   for (uint64_t fence = 100; fence < 110; ++fence) {
-    absl::StatusOr<std::string> r =
-        rpc0->Call(1, txn::kSettleMethod,
-                   txn::EncodeSettle(txn::SettleRequest{7, fence, {txn::TxnId{7, fence - 1, 1}}}),
-                   absl::Seconds(10));
-    REQUIRE(r.ok());
-    absl::StatusOr<std::vector<txn::SettleState>> answer = txn::DecodeSettleAnswer(*r, 1);
-    REQUIRE(answer.ok());
-    CHECK((*answer)[0] == txn::SettleState::kUnknown);
+    for (txn::RecoverOp op : {txn::RecoverOp::kVote, txn::RecoverOp::kRecord,
+                              txn::RecoverOp::kApply, txn::RecoverOp::kForget}) {
+      txn::RecoverRequest req{op, 7, fence, epoch, {}};
+      if (op == txn::RecoverOp::kRecord) req.decisions = {{txn::TxnId{7, fence - 1, 1}, true}};
+      absl::StatusOr<std::string> r =
+          rpc0->Call(1, txn::kRecoverMethod, txn::EncodeRecover(req), absl::Seconds(10));
+      REQUIRE(r.ok());
+      absl::StatusOr<txn::RecoverAnswer> answer = txn::DecodeRecoverAnswer(*r);
+      REQUIRE(answer.ok());
+      CHECK(answer->status == txn::RecoverStatus::kOk);
+      CHECK(answer->votes.empty());
+    }
   }
-  CHECK(e1.remembered_asks() == 0);
+  // Asked in another epoch, it says so (the asker asks again once both are in the same).
+  absl::StatusOr<std::string> r = rpc0->Call(
+      1, txn::kRecoverMethod,
+      txn::EncodeRecover(txn::RecoverRequest{txn::RecoverOp::kVote, 7, 100, epoch + 1, {}}),
+      absl::Seconds(10));
+  REQUIRE(r.ok());
+  absl::StatusOr<txn::RecoverAnswer> answer = txn::DecodeRecoverAnswer(*r);
+  REQUIRE(answer.ok());
+  CHECK(answer->status == txn::RecoverStatus::kOtherEpoch);
+  CHECK(answer->epoch == epoch);
+  CHECK(e1.forgotten_departures() == 0);
   CHECK(e1.unsettled() == 0);
 }
 

@@ -36,6 +36,7 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
     k.copies.push_back(std::move(copy));
   }
   k.writes = request.writes;
+  k.written = request.written;
   std::lock_guard<std::mutex> l(mu_);
   if (auto f = fences_.find(coordinator);
       f != fences_.end() && request.txn.incarnation < f->second) {
@@ -74,6 +75,7 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
     Kept& kept = it->second;
     kept.writes.insert(kept.writes.end(), k.writes.begin(), k.writes.end());
     kept.copies.insert(kept.copies.end(), k.copies.begin(), k.copies.end());
+    if (kept.written.empty()) kept.written = std::move(k.written);
   }
   return absl::OkStatus();
 }
@@ -212,6 +214,26 @@ std::vector<TxnId> BackupLog::Fence(uint32_t coordinator, uint64_t fence) {
   std::vector<TxnId> out;
   for (const auto& [txn, kept] : records_) {
     if (txn.node == coordinator && txn.incarnation < f) out.push_back(txn);
+  }
+  return out;
+}
+
+std::vector<TxnVote> BackupLog::Votes(uint32_t coordinator, uint64_t fence) {
+  std::lock_guard<std::mutex> l(mu_);
+  uint64_t& f = fences_[coordinator];
+  f = std::max(f, fence);
+  std::vector<TxnVote> out;
+  for (const auto& [txn, kept] : records_) {
+    if (txn.node != coordinator || txn.incarnation >= f) continue;
+    TxnVote v;
+    v.txn = txn;
+    for (const WriteRecord& w : kept.writes) {
+      if (std::find(v.recorded.begin(), v.recorded.end(), w.addr.region) == v.recorded.end()) {
+        v.recorded.push_back(w.addr.region);
+      }
+    }
+    v.written = kept.written;
+    out.push_back(std::move(v));
   }
   return out;
 }

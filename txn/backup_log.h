@@ -72,6 +72,9 @@ class BackupLog {
   // below `fence` send is kept (Append refuses it with Aborted), and their kept records are
   // returned, to be decided with the other members (Settle). Idempotent.
   std::vector<TxnId> Fence(uint32_t coordinator, uint64_t fence);
+  // The recovery vote (txn/recovery.h): fences as Fence does, then one vote per kept record of
+  // those incarnations (the regions it writes here, and every region its transaction writes).
+  std::vector<TxnVote> Votes(uint32_t coordinator, uint64_t fence);
   // Applies (commit) or drops (abort) the kept record of a fenced coordinator's transaction.
   void Settle(const TxnId& txn, bool commit);
   // DROP-BACKUP from `coordinator`: drops the kept record of its transaction `txn` (aborted after
@@ -114,6 +117,7 @@ class BackupLog {
     std::vector<WriteRecord> writes;
     std::vector<std::shared_ptr<Region>> copies;  // each write's copy, held until applied
     std::vector<bool> recovering;                 // per write: counted in recovery_locks_
+    std::vector<WrittenRegion> written;           // every region the transaction writes
   };
   // Applies a record's writes that are newer than the copies, then releases its recovery locks.
   // Caller holds mu_.

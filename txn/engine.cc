@@ -10,6 +10,7 @@
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 #include "txn/object.h"
+#include "txn/recovery.h"
 
 namespace farm {
 namespace txn {
@@ -175,10 +176,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
         return EncodeResyncAnswer(a);
       });
   Engine* raw = e.get();
-  rpc->RegisterHandler(kSettleMethod, [raw](const RpcRequest& r) -> absl::StatusOr<std::string> {
-    absl::StatusOr<SettleRequest> req = DecodeSettle(r.payload);
+  rpc->RegisterHandler(kRecoverMethod, [raw](const RpcRequest& r) -> absl::StatusOr<std::string> {
+    absl::StatusOr<RecoverRequest> req = DecodeRecover(r.payload);
     if (!req.ok()) return req.status();
-    return raw->OnSettle(r.from, *req);
+    return raw->OnRecover(r.from, *req);
   });
   e->resync_ = std::make_unique<Resync>(node, rpc, e->backup_log_.get());
   e->resync_->OnMembership(m);
@@ -224,26 +225,31 @@ void Engine::OnMembership(const control::Membership& m) {
   }
   for (const auto& [id, joined] : gone) {
     if (id == node_->id()) continue;
-    Departure d;
-    d.coordinator = id;
-    d.fence = joined + 1;
+    const uint64_t fence = joined + 1;
+    // Fenced before this membership counts as applied here (the vote asks only members that
+    // applied it): nothing it sent is locked, committed or kept here from now on.
+    const std::vector<Participant::Undecided> undecided = participant_->Fence(id, fence);
+    const std::vector<TxnId> kept = backup_log_->Fence(id, fence);
     auto why = m.departed().find(id);
-    d.graceful = why != m.departed().end() && why->second == "it left";
-    // Who will ask this node about it: the members that were members before it left too.
-    for (const auto& [m_id, m_joined] : now) {
-      if (d.graceful) break;  // nobody asks about a node that left on its own
-      auto before = members_.find(m_id);
-      if (m_id == node_->id() || m_id == id || before == members_.end() ||
-          before->second != m_joined) {
+    if (why != m.departed().end() && why->second == "it left") {
+      // It left on its own: it had finished every commit (Transaction::Decide returns only
+      // then), so its records here are of committed transactions whose truncation had not come.
+      for (const TxnId& t : kept) backup_log_->Settle(t, true);
+      if (undecided.empty()) {
+        // Nothing to recover here. Not counted as a finished recovery: a member that holds one
+        // of its transactions undecided still asks, and gets an empty vote.
+        participant_->Forget(id, fence);
         continue;
       }
-      d.askers.emplace_back(m_id, m_joined);
+      spdlog::warn(
+          "txn: node {} left on its own with {} transaction(s) undecided here: recovering "
+          "them with the other members",
+          id, undecided.size());
     }
-    spdlog::debug("txn: node {} (incarnation {}) left: settling its transactions", id, joined);
-    departures_.push_back(std::move(d));
+    spdlog::debug("txn: node {} (incarnation {}) left: recovering its transactions", id, joined);
+    departures_.push_back(Departure{id, fence, {}});
   }
   members_ = std::move(now);
-  ForgetFinished();
   cv_.notify_all();
 }
 
@@ -274,59 +280,114 @@ void Engine::AdoptPromoted(const control::Membership& m) {
   }
 }
 
-absl::StatusOr<std::string> Engine::OnSettle(uint32_t from, const SettleRequest& request) {
-  const std::vector<SettleState> committed =
-      participant_->States(request.coordinator, request.fence_epoch, request.txns);
+absl::StatusOr<std::string> Engine::OnRecover(uint32_t from, const RecoverRequest& request) {
+  RecoverAnswer out;
   std::lock_guard<std::mutex> l(mu_);
-  // Remembered until this node forgets that departure. A SETTLE about a departure this node has
-  // not seen yet (the coordinator's incarnation is still a member here) is remembered for when
-  // it does; one about a departure already forgotten, or about an incarnation this node never
-  // knew, would never be forgotten and is not kept.
+  out.epoch = members_epoch_;
   const auto key = std::make_pair(request.coordinator, request.fence_epoch);
-  const auto member = members_.find(request.coordinator);
-  const bool not_seen_yet = member != members_.end() && member->second + 1 == request.fence_epoch;
-  const bool pending = std::any_of(departures_.begin(), departures_.end(), [&](const Departure& d) {
-    return d.coordinator == key.first && d.fence == key.second;
+  auto d = std::find_if(departures_.begin(), departures_.end(), [&](const Departure& x) {
+    return x.coordinator == key.first && x.fence == key.second;
   });
-  if (not_seen_yet || pending) asked_[key].insert(from);
-  ForgetFinished();
-  return EncodeSettleAnswer(committed);
+  if (d == departures_.end()) {
+    if (forgotten_.contains(key)) {
+      out.status = RecoverStatus::kFinished;
+    } else if (request.op == RecoverOp::kVote || request.op == RecoverOp::kRecord) {
+      // Not seen here: either this node has not applied the membership without it yet (another
+      // epoch: asked again), or it joined after the coordinator left and holds nothing of it.
+      if (request.epoch != members_epoch_) out.status = RecoverStatus::kOtherEpoch;
+    }
+    return EncodeRecoverAnswer(out);
+  }
+  switch (request.op) {
+    case RecoverOp::kVote: {
+      if (request.epoch != members_epoch_) {
+        out.status = RecoverStatus::kOtherEpoch;
+        break;
+      }
+      absl::flat_hash_map<TxnId, size_t> index;
+      auto add = [&](TxnVote v) {
+        auto [it, added] = index.try_emplace(v.txn, out.votes.size());
+        if (added) {
+          out.votes.push_back(std::move(v));
+          return;
+        }
+        TxnVote& mine = out.votes[it->second];
+        if (v.decided != Decided::kNone) mine.decided = v.decided;
+        if (v.owner != SettleState::kUnknown) mine.owner = v.owner;
+        mine.locked.insert(mine.locked.end(), v.locked.begin(), v.locked.end());
+        mine.recorded.insert(mine.recorded.end(), v.recorded.begin(), v.recorded.end());
+        if (mine.written.empty()) mine.written = std::move(v.written);
+      };
+      for (TxnVote& v : participant_->Votes(key.first, key.second)) add(std::move(v));
+      for (TxnVote& v : backup_log_->Votes(key.first, key.second)) add(std::move(v));
+      for (const auto& [txn, commit] : d->decided) {
+        TxnVote v;
+        v.txn = txn;
+        v.decided = commit ? Decided::kCommit : Decided::kAbort;
+        add(std::move(v));
+      }
+      break;
+    }
+    case RecoverOp::kRecord:
+      if (request.epoch != members_epoch_) {
+        out.status = RecoverStatus::kOtherEpoch;
+        break;
+      }
+      for (const auto& [txn, commit] : request.decisions) {
+        auto [it, added] = d->decided.try_emplace(txn, commit);
+        if (!added && it->second != commit) {
+          spdlog::error(
+              "txn: recovery of node {}'s transactions: node {} asks to record transaction {} "
+              "as {}, but it was recorded {} here",
+              key.first, from, txn.ToString(), commit ? "committed" : "aborted",
+              it->second ? "committed" : "aborted");
+          out.status = RecoverStatus::kConflict;
+        }
+      }
+      break;
+    case RecoverOp::kApply:
+      for (const auto& [txn, commit] : d->decided) {
+        // A transaction that some owner committed is committed: its decision was made (every
+        // owner had locked and validation had passed) and it may have been reported to its
+        // client; one whose records were complete too (txn/recovery.h).
+        FARM_SYNC_POINT("Engine::Recover:Apply");
+        participant_->Settle(txn, commit);
+        backup_log_->Settle(txn, commit);
+      }
+      break;
+    case RecoverOp::kForget:
+      // Every member applied every decision: undecided records of the coordinator are gone.
+      participant_->Forget(key.first, key.second);
+      forgotten_.insert(key);
+      departures_.erase(d);
+      cv_.notify_all();
+      break;
+  }
+  return EncodeRecoverAnswer(out);
 }
 
-void Engine::ForgetFinished() {
-  for (auto it = departures_.begin(); it != departures_.end();) {
-    const auto key = std::make_pair(it->coordinator, it->fence);
-    const auto asked = asked_.find(key);
-    bool done = it->settled;
-    for (const auto& [id, joined] : it->askers) {
-      auto m = members_.find(id);
-      const bool still_there = m != members_.end() && m->second == joined;
-      if (still_there && (asked == asked_.end() || !asked->second.contains(id))) done = false;
-    }
-    if (!done) {
-      ++it;
-      continue;
-    }
-    participant_->Forget(it->coordinator, it->fence);
-    asked_.erase(key);
-    it = departures_.erase(it);
-  }
+absl::StatusOr<RecoverAnswer> Engine::AskRecover(uint32_t member, const RecoverRequest& request) {
+  absl::StatusOr<std::string> r =
+      member == node_->id()
+          ? OnRecover(member, request)
+          : rpc_->Call(*lane_, member, kRecoverMethod, EncodeRecover(request), absl::Seconds(1));
+  if (!r.ok()) return r.status();
+  return DecodeRecoverAnswer(*r);
+}
+
+bool Engine::Pause(absl::Duration d) {
+  std::unique_lock<std::mutex> l(mu_);
+  return !cv_.wait_for(l, absl::ToChronoNanoseconds(d), [&] { return stopping_; });
 }
 
 void Engine::SettlementLoop() {
   for (;;) {
-    Departure d;
+    std::pair<uint32_t, uint64_t> next;
     {
       std::unique_lock<std::mutex> l(mu_);
-      auto next = [&] {
-        for (Departure& x : departures_) {
-          if (!x.settled) return &x;
-        }
-        return static_cast<Departure*>(nullptr);
-      };
       // Backup truncations that no transaction took are sent after a short wait, and so are
       // object arrays for the backups (again after a failure).
-      while (!stopping_ && next() == nullptr) {
+      while (!stopping_ && departures_.empty()) {
         if (backup_truncations_.empty() && pending_arrays_.empty()) {
           cv_.wait(l);
         } else if (cv_.wait_for(l, absl::ToChronoNanoseconds(kBackupTruncationDelay)) ==
@@ -338,108 +399,99 @@ void Engine::SettlementLoop() {
         }
       }
       if (stopping_) return;
-      d = *next();
+      next = {departures_.front().coordinator, departures_.front().fence};
     }
-    if (!Settle(d)) return;
-    std::lock_guard<std::mutex> l(mu_);
-    for (Departure& x : departures_) {
-      if (x.coordinator == d.coordinator && x.fence == d.fence) x.settled = true;
+    if (!Recover(next.first, next.second)) {
+      // Stopped, or evicted: an evicted node decides nothing (its last membership lists nobody);
+      // it waits for its end.
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return stopping_; });
+      return;
     }
-    ForgetFinished();
   }
 }
 
-bool Engine::Settle(const Departure& d) {
-  const std::vector<Participant::Undecided> undecided = participant_->Fence(d.coordinator, d.fence);
-  std::vector<TxnId> kept = backup_log_->Fence(d.coordinator, d.fence);
-  if (d.graceful) {
-    // It finished every commit before leaving (Transaction::Decide returns only then), so its
-    // records here are of committed transactions whose truncation had not come yet.
-    for (const TxnId& t : kept) backup_log_->Settle(t, true);
-    kept.clear();
-  }
-  if (d.graceful && undecided.empty()) return true;  // fenced; nothing to settle or to ask
-  if (d.graceful) {
-    spdlog::warn(
-        "txn: node {} left on its own with {} transaction(s) undecided here: settling "
-        "them with the other members",
-        d.coordinator, undecided.size());
-  }
-  SettleRequest req{d.coordinator, d.fence, {}};
-  for (const Participant::Undecided& u : undecided) req.txns.push_back(u.txn);
-  req.txns.insert(req.txns.end(), kept.begin(), kept.end());
-  const std::string payload = EncodeSettle(req);
-  // What the members' participants know of each: committed by one, or undecided at one. This
-  // node's own participant counts too, for the backup records (it may be an owner as well).
-  std::vector<bool> committed(req.txns.size(), false), held(req.txns.size(), false),
-      aborted(req.txns.size(), false);
-  {
-    const std::vector<SettleState> own = participant_->States(d.coordinator, d.fence, req.txns);
-    for (size_t i = undecided.size(); i < req.txns.size(); ++i) {
-      committed[i] = own[i] == SettleState::kCommitted;
-      held[i] = own[i] == SettleState::kUndecided;
-      aborted[i] = own[i] == SettleState::kAborted;
-    }
-  }
-  // Every other member, until it answered or left: its answer is final (it fenced first).
-  std::vector<uint32_t> ask;
-  for (uint32_t m : node_->members()) {
-    if (m != node_->id() && m != d.coordinator) ask.push_back(m);
-  }
+bool Engine::Recover(uint32_t coordinator, uint64_t fence) {
   absl::Duration pause = absl::Milliseconds(1);
-  while (!ask.empty()) {
-    std::vector<uint32_t> again;
-    for (uint32_t m : ask) {
-      if (!node_->IsMember(m)) continue;
-      absl::StatusOr<std::string> r =
-          rpc_->Call(*lane_, m, kSettleMethod, payload, absl::Seconds(1));
-      absl::StatusOr<std::vector<SettleState>> answer =
-          r.ok() ? DecodeSettleAnswer(*r, req.txns.size())
-                 : absl::StatusOr<std::vector<SettleState>>(r.status());
-      if (!answer.ok()) {
-        spdlog::debug("txn: settling node {}'s transactions: node {} did not answer yet: {}",
-                      d.coordinator, m, answer.status().ToString());
-        again.push_back(m);
-        continue;
-      }
-      for (size_t i = 0; i < req.txns.size(); ++i) {
-        committed[i] = committed[i] || (*answer)[i] == SettleState::kCommitted;
-        held[i] = held[i] || (*answer)[i] == SettleState::kUndecided;
-        aborted[i] = aborted[i] || (*answer)[i] == SettleState::kAborted;
-      }
-    }
-    ask = std::move(again);
-    if (ask.empty() || !node_->evicted().ok()) break;
-    {
-      std::unique_lock<std::mutex> l(mu_);
-      if (cv_.wait_for(l, absl::ToChronoNanoseconds(pause), [&] { return stopping_; })) {
-        return false;
-      }
-    }
+  for (;;) {
+    if (!node_->evicted().ok()) return false;
+    if (RecoverOnce(coordinator, fence)) return true;
+    if (!Pause(pause)) return false;
     pause = std::min(pause * 2, absl::Milliseconds(100));
   }
-  if (!node_->evicted().ok()) return true;  // not an owner any more: settle nothing
-  for (size_t i = 0; i < undecided.size(); ++i) {
-    // A transaction that some owner committed is committed: its decision was made (every owner
-    // had locked and validation passed) and it may have been reported to its client.
-    FARM_SYNC_POINT("Engine::Settle:Decide");
-    participant_->Settle(undecided[i].txn, committed[i]);
-    spdlog::info("txn: transaction {} of departed node {} settled: {}", undecided[i].txn.ToString(),
-                 d.coordinator, committed[i] ? "committed" : "aborted");
+}
+
+bool Engine::RecoverOnce(uint32_t coordinator, uint64_t fence) {
+  const control::Membership m = node_->membership();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const bool pending = std::any_of(
+        departures_.begin(), departures_.end(),
+        [&](const Departure& x) { return x.coordinator == coordinator && x.fence == fence; });
+    if (!pending) return true;                      // finished (forgotten) meanwhile
+    if (members_epoch_ != m.epoch()) return false;  // this node's listener has not run on it yet
   }
-  // A COMMIT-BACKUP record means the coordinator had decided commit: every owner had locked the
-  // transaction and validation had passed. It commits unless an owner still holds it undecided
-  // or its settlement aborted it, and none committed it (the owners abort it then, as above: an
-  // owner remembers that it aborted one until the departure is forgotten, so that a backup that
-  // asks late does not apply what the owners dropped). An owner that knows nothing of it
-  // committed it and was truncated since (a coordinator sends no ABORT after COMMIT-BACKUP), or
-  // left; a transaction whose only owners left is committed from the records (as FaRM's
-  // recovery does when every region has a COMMIT-BACKUP record).
-  for (size_t i = undecided.size(); i < req.txns.size(); ++i) {
-    const bool commit = committed[i] || (!held[i] && !aborted[i]);
-    backup_log_->Settle(req.txns[i], commit);
-    spdlog::info("txn: backup record of transaction {} of departed node {} settled: {}",
-                 req.txns[i].ToString(), d.coordinator, commit ? "applied" : "dropped");
+  RecoveryView view;
+  std::vector<uint32_t> members;
+  for (const control::NodeInfo& n : m.nodes()) {
+    members.push_back(n.node_id());
+    view.members.insert(n.node_id());
+  }
+  for (const control::RegionInfo& r : m.regions()) {
+    if (r.purpose().empty()) view.primary[r.region_id()] = r.node_id();
+  }
+  RecoverRequest req{RecoverOp::kVote, coordinator, fence, m.epoch(), {}};
+  auto finished = [&] {
+    // Another member's recovery finished it: this node forgets it too.
+    RecoverRequest forget{RecoverOp::kForget, coordinator, fence, m.epoch(), {}};
+    (void)OnRecover(node_->id(), forget);
+    return true;
+  };
+  // 1. Votes, all in this epoch.
+  absl::flat_hash_map<TxnId, std::vector<std::pair<uint32_t, TxnVote>>> votes;
+  for (uint32_t member : members) {
+    absl::StatusOr<RecoverAnswer> a = AskRecover(member, req);
+    if (!a.ok() || a->status == RecoverStatus::kOtherEpoch) {
+      spdlog::debug("txn: recovering node {}'s transactions: node {} did not vote in epoch {}: {}",
+                    coordinator, member, m.epoch(),
+                    a.ok() ? absl::StrCat("it is in epoch ", a->epoch) : a.status().ToString());
+      return false;
+    }
+    if (a->status == RecoverStatus::kFinished) return finished();
+    for (TxnVote& v : a->votes) votes[v.txn].emplace_back(member, std::move(v));
+  }
+  // 2. Decide.
+  req.op = RecoverOp::kRecord;
+  for (const auto& [txn, vs] : votes) {
+    const RecoveryOutcome o = RecoveryDecision(vs, view);
+    req.decisions.emplace_back(txn, o.commit);
+    spdlog::info("txn: transaction {} of departed node {}: {} ({})", txn.ToString(), coordinator,
+                 o.commit ? "commit" : "abort", o.why);
+  }
+  // 3. Recorded by every member before any applies them.
+  for (uint32_t member : members) {
+    absl::StatusOr<RecoverAnswer> a = AskRecover(member, req);
+    if (!a.ok() || a->status == RecoverStatus::kOtherEpoch ||
+        a->status == RecoverStatus::kConflict) {
+      return false;
+    }
+    if (a->status == RecoverStatus::kFinished) return finished();
+  }
+  // 4. Applied, and 5. forgotten, by every member until it did or left (this node last).
+  std::rotate(members.begin(), std::find(members.begin(), members.end(), node_->id()) + 1,
+              members.end());
+  for (RecoverOp op : {RecoverOp::kApply, RecoverOp::kForget}) {
+    req.op = op;
+    req.decisions.clear();
+    for (uint32_t member : members) {
+      absl::Duration pause = absl::Milliseconds(1);
+      for (;;) {
+        absl::StatusOr<RecoverAnswer> a = AskRecover(member, req);
+        if (a.ok() || !node_->IsMember(member)) break;
+        if (!node_->evicted().ok() || !Pause(pause)) return false;
+        pause = std::min(pause * 2, absl::Milliseconds(100));
+      }
+    }
   }
   return true;
 }
@@ -450,14 +502,12 @@ TxnId Engine::NextId() {
 
 size_t Engine::unsettled() const {
   std::lock_guard<std::mutex> l(mu_);
-  size_t n = 0;
-  for (const Departure& d : departures_) n += d.settled ? 0 : 1;
-  return n;
+  return departures_.size();
 }
 
-size_t Engine::remembered_asks() const {
+size_t Engine::forgotten_departures() const {
   std::lock_guard<std::mutex> l(mu_);
-  return asked_.size();
+  return forgotten_.size();
 }
 
 namespace {

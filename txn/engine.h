@@ -3,18 +3,24 @@
 // coordinators that leave, and hands out transaction ids and pending truncations to this node's
 // coordinators (txn/transaction.h).
 //
-// A coordinator that leaves. Its transactions locked here may be undecided: it may have sent
-// COMMIT-PRIMARY to some owners and not (yet) to this one, or to none. The owners settle them
-// among themselves, as FaRM's recovery does from the LOCK records (SOSP'15 section 5.3): when a
-// membership without coordinator C arrives, the engine's settlement thread
-//   1. fences C here (Participant::Fence: nothing C sent is applied here from now on),
-//   2. asks every other member (SETTLE, with the transactions of C it holds undecided, possibly
-//      none) which of them it committed; each fences C before it answers, so once every member
-//      answered (or left) no owner can still apply a decision of C's: a membership barrier,
-//   3. commits a transaction that any owner committed, aborts the others.
-// An owner keeps C's committed records until every member that was there when C left has asked
-// (or left itself), then forgets them. Without replication (f = 0) an owner that left took its
-// records with it: if it alone had committed a transaction, the others abort their parts.
+// A coordinator that leaves. Its transactions may be undecided: it may have sent COMMIT-PRIMARY
+// to some owners and not to others, or COMMIT-BACKUP to some backups only. The members decide
+// them as FaRM's recovery does (SOSP'15 section 5.3; the rule in txn/recovery.h): when a
+// membership without coordinator C arrives, the engine fences C (Participant and BackupLog:
+// nothing C sent is applied or kept here from now on), and its recovery thread drives C's
+// recovery, as every member's does (the same decisions, whoever drives: see RECOVER in
+// txn/protocol.h):
+//   1. vote: every member of the current membership epoch, once it applied that epoch, says
+//      what it holds of C's transactions (a member in another epoch is asked again);
+//   2. decide each transaction (txn/recovery.h) from the votes and the epoch's region map;
+//   3. record: every member of that epoch keeps the decisions (refused in another epoch: then
+//      from 1 again), so that whoever drives later, in any epoch, finds them;
+//   4. apply: every member applies them (owners install or unlock, backups apply or drop their
+//      records) until every member did or left;
+//   5. forget: every member drops the departure (a member asked about it afterwards says it is
+//      finished).
+// Without replication (f = 0) there are no records: a transaction commits only if a surviving
+// owner committed it (an owner that left took its part with it).
 //
 // Thread safety: all methods are safe for concurrent use.
 #ifndef FARM_TXN_ENGINE_H_
@@ -92,10 +98,10 @@ class Engine {
   TxnId NextId();
   // This node's incarnation (its joined epoch): the middle part of its transaction ids.
   uint64_t incarnation() const { return incarnation_; }
-  // Departed coordinators whose settlement has not finished here (for tests).
+  // Departed coordinators whose recovery has not finished here (for tests).
   size_t unsettled() const;
-  // SETTLE requests remembered for departures not yet forgotten (for tests).
-  size_t remembered_asks() const;
+  // Departures finished and forgotten here (for tests).
+  size_t forgotten_departures() const;
   // Transactions of this node whose records `owner` may drop: taken by the next LOCK to it.
   std::vector<uint64_t> TakeTruncations(uint32_t owner, size_t max = kMaxTruncationsPerLock);
   void AddTruncation(uint32_t owner, uint64_t seq);
@@ -112,31 +118,30 @@ class Engine {
   // Takes the regions `m` promoted to this node into the allocator (their memory is this node's
   // backup copy, their layout what the backup log learnt). On the membership listener's thread.
   void AdoptPromoted(const control::Membership& m);
-  // The SETTLE handler: another owner asks about `coordinator`'s transactions.
-  absl::StatusOr<std::string> OnSettle(uint32_t from, const SettleRequest& request);
-  // A coordinator that left, being settled here.
+  // The RECOVER handler (txn/protocol.h), for another member's recovery or this node's own.
+  absl::StatusOr<std::string> OnRecover(uint32_t from, const RecoverRequest& request);
+  // A coordinator that left, being recovered here.
   struct Departure {
     uint32_t coordinator = 0;
     uint64_t fence = 0;  // its incarnations below this are fenced (the departed one's + 1)
-    // Members (id, incarnation) that were there before and after it left: each asks this node
-    // once about it (SETTLE), unless it leaves first.
-    std::vector<std::pair<uint32_t, uint64_t>> askers;
-    bool settled = false;  // this node's own settlement is done
-    // It left on its own ("it left"): it had finished every commit, so every decision of it was
-    // delivered (Transaction::Decide returns only then) and nothing of it is undecided. Nobody
-    // asks anybody about it; its records are forgotten at once.
-    bool graceful = false;
+    // The decisions recorded here (RecoverOp::kRecord), kept until the departure is forgotten.
+    absl::flat_hash_map<TxnId, bool> decided;
   };
   void SettlementLoop();
   // Sends every pending backup truncation (the settlement thread, on its lane).
   void FlushBackupTruncations();
   // Sends the object arrays the backups have not acknowledged yet (the same thread).
   void FlushArrays();
-  // Settles one departure: fence, ask, decide. Returns false if stopped.
-  bool Settle(const Departure& d);
-  // Forgets departures that every asker asked about (or left) and this node settled. Caller
-  // holds mu_.
-  void ForgetFinished();
+  // Drives one departure's recovery to its end (steps 1-5 above). Returns false if stopped or
+  // this node was evicted.
+  bool Recover(uint32_t coordinator, uint64_t fence);
+  // One attempt: true once every member forgot the departure, false to try again (another
+  // epoch, a member that did not answer yet).
+  bool RecoverOnce(uint32_t coordinator, uint64_t fence);
+  // Sends `request` to `member` (this node's own handler for itself).
+  absl::StatusOr<RecoverAnswer> AskRecover(uint32_t member, const RecoverRequest& request);
+  // Waits up to `d` unless stopping. False if stopping.
+  bool Pause(absl::Duration d);
 
   Node* const node_;
   Rpc* const rpc_;
@@ -164,9 +169,9 @@ class Engine {
   // The last membership seen: members by id, with their incarnations (guarded by mu_).
   absl::flat_hash_map<uint32_t, uint64_t> members_;
   uint64_t members_epoch_ = 0;
-  // Who asked (SETTLE) about a departure, by (coordinator, fence); guarded by mu_. An ask may
-  // arrive before this node saw the departure itself.
-  absl::flat_hash_map<std::pair<uint32_t, uint64_t>, absl::flat_hash_set<uint32_t>> asked_;
+  // Departures whose recovery finished (coordinator, fence), so that a late question about one
+  // is answered "finished" (guarded by mu_; one entry per departure).
+  absl::flat_hash_set<std::pair<uint32_t, uint64_t>> forgotten_;
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> truncations_;         // guarded by mu_
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> backup_truncations_;  // guarded by mu_
   std::vector<std::pair<uint32_t, ArrayRecord>> pending_arrays_;             // guarded by mu_

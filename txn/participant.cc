@@ -268,27 +268,30 @@ std::vector<Participant::Undecided> Participant::Fence(uint32_t coordinator, uin
   return out;
 }
 
-std::vector<bool> Participant::Committed(uint32_t coordinator, uint64_t epoch,
-                                         const std::vector<TxnId>& txns) {
-  std::vector<bool> out;
-  for (SettleState s : States(coordinator, epoch, txns)) {
-    out.push_back(s == SettleState::kCommitted);
-  }
-  return out;
-}
-
-std::vector<SettleState> Participant::States(uint32_t coordinator, uint64_t epoch,
-                                             const std::vector<TxnId>& txns) {
+std::vector<TxnVote> Participant::Votes(uint32_t coordinator, uint64_t epoch) {
   std::lock_guard<std::mutex> l(mu_);
   FenceLocked(coordinator, epoch);
-  std::vector<SettleState> out;
-  out.reserve(txns.size());
-  for (const TxnId& t : txns) {
-    auto it = records_.find(t);
-    out.push_back(it != records_.end()
-                      ? (it->second.committed ? SettleState::kCommitted : SettleState::kUndecided)
-                  : settled_aborted_.contains(t) ? SettleState::kAborted
-                                                 : SettleState::kUnknown);
+  std::vector<TxnVote> out;
+  for (const auto& [txn, r] : records_) {
+    if (txn.node != coordinator || !Fenced(txn)) continue;
+    TxnVote v;
+    v.txn = txn;
+    v.owner = r.committed ? SettleState::kCommitted : SettleState::kUndecided;
+    if (!r.committed) {
+      for (const Locked& o : r.objects) {
+        if (std::find(v.locked.begin(), v.locked.end(), o.addr.region) == v.locked.end()) {
+          v.locked.push_back(o.addr.region);
+        }
+      }
+    }
+    out.push_back(std::move(v));
+  }
+  for (const TxnId& txn : settled_aborted_) {
+    if (txn.node != coordinator || !Fenced(txn)) continue;
+    TxnVote v;
+    v.txn = txn;
+    v.owner = SettleState::kAborted;
+    out.push_back(std::move(v));
   }
   return out;
 }

@@ -23,11 +23,11 @@
 //   1. Fence(coordinator, epoch): from then on nothing sent by its incarnations that joined
 //      before `epoch` is locked, committed, aborted or reserved here; its reservations are
 //      released. Returns its transactions locked here and undecided.
-//   2. The owner asks every other member which of those it committed (Committed(), which fences
-//      the coordinator there first). Since every member fences before answering, no owner can
-//      commit one of them after the question: the answers are final.
-//   3. Settle(txn, commit): commit if any owner had committed it, else abort.
-//   4. Forget(coordinator, epoch) once every member that may still ask has asked.
+//   2. Votes(coordinator, epoch): what is known here of each of its transactions, for the
+//      recovery vote (txn/recovery.h; it fences first, so no vote changes afterwards but by
+//      a decision).
+//   3. Settle(txn, commit): the recovery's decision.
+//   4. Forget(coordinator, epoch) once every member applied every decision.
 //
 // Thread safety: all methods are safe for concurrent use (one mutex; no call blocks on I/O).
 #ifndef FARM_TXN_PARTICIPANT_H_
@@ -91,12 +91,10 @@ class Participant {
   // Fences the incarnations of `coordinator` that joined before membership epoch `epoch` (see
   // the header comment) and returns their undecided transactions. Idempotent.
   std::vector<Undecided> Fence(uint32_t coordinator, uint64_t epoch);
-  // Another owner's question (SETTLE): fences as Fence does, then says for each of `txns`
-  // whether it committed here.
-  std::vector<bool> Committed(uint32_t coordinator, uint64_t epoch, const std::vector<TxnId>& txns);
-  // The same, saying also which are locked here undecided (SettleState).
-  std::vector<SettleState> States(uint32_t coordinator, uint64_t epoch,
-                                  const std::vector<TxnId>& txns);
+  // The recovery vote (txn/recovery.h): fences as Fence does, then one vote per transaction of
+  // those incarnations known here (locked, with the regions of its locked objects; committed;
+  // or aborted by the recovery).
+  std::vector<TxnVote> Votes(uint32_t coordinator, uint64_t epoch);
   // Decides a fenced coordinator's undecided transaction: installs it (commit) or unlocks it.
   // A no-op for a transaction that is not locked here.
   void Settle(const TxnId& txn, bool commit);

@@ -22,6 +22,38 @@ bool GetCount(WireReader& r, uint64_t* n, uint64_t entry) {
   return r.U64(n) && *n <= r.remaining() / entry;
 }
 
+void PutIds(WireWriter& w, const std::vector<uint32_t>& ids) {
+  w.U64(ids.size());
+  for (uint32_t id : ids) w.U32(id);
+}
+bool GetIds(WireReader& r, std::vector<uint32_t>* ids) {
+  uint64_t n = 0;
+  if (!GetCount(r, &n, 4)) return false;
+  ids->resize(n);
+  for (uint32_t& id : *ids) {
+    if (!r.U32(&id)) return false;
+  }
+  return true;
+}
+
+void PutWritten(WireWriter& w, const std::vector<WrittenRegion>& written) {
+  w.U64(written.size());
+  for (const WrittenRegion& x : written) {
+    w.U32(x.region);
+    w.U32(x.primary);
+    PutIds(w, x.backups);
+  }
+}
+bool GetWritten(WireReader& r, std::vector<WrittenRegion>* written) {
+  uint64_t n = 0;
+  if (!GetCount(r, &n, 16)) return false;
+  written->resize(n);
+  for (WrittenRegion& x : *written) {
+    if (!r.U32(&x.region) || !r.U32(&x.primary) || !GetIds(r, &x.backups)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::string_view LogRecordTypeName(LogRecordType type) {
@@ -54,6 +86,7 @@ std::string EncodeLock(const LockRequest& r) {
   }
   w.U64(r.truncate.size());
   for (uint64_t s : r.truncate) w.U64(s);
+  PutWritten(w, r.written);
   return std::move(w.str());
 }
 
@@ -85,7 +118,7 @@ absl::StatusOr<LockRequest> DecodeLock(absl::string_view b) {
   for (uint64_t& s : out.truncate) {
     if (!r.U64(&s)) return WireReader::Corrupt("LOCK");
   }
-  if (!r.done()) return WireReader::Corrupt("LOCK");
+  if (!GetWritten(r, &out.written) || !r.done()) return WireReader::Corrupt("LOCK");
   return out;
 }
 
@@ -102,43 +135,76 @@ absl::StatusOr<DecisionRequest> DecodeDecision(absl::string_view b) {
   return out;
 }
 
-std::string EncodeSettle(const SettleRequest& r) {
+std::string EncodeRecover(const RecoverRequest& r) {
   WireWriter w;
+  w.U8(static_cast<uint8_t>(r.op));
   w.U32(r.coordinator);
   w.U64(r.fence_epoch);
-  w.U64(r.txns.size());
-  for (const TxnId& t : r.txns) PutTxn(w, t);
+  w.U64(r.epoch);
+  w.U64(r.decisions.size());
+  for (const auto& [t, commit] : r.decisions) {
+    PutTxn(w, t);
+    w.U8(commit ? 1 : 0);
+  }
   return std::move(w.str());
 }
 
-absl::StatusOr<SettleRequest> DecodeSettle(absl::string_view b) {
+absl::StatusOr<RecoverRequest> DecodeRecover(absl::string_view b) {
   WireReader r(b);
-  SettleRequest out;
+  RecoverRequest out;
+  uint8_t op = 0;
   uint64_t n = 0;
-  if (!r.U32(&out.coordinator) || !r.U64(&out.fence_epoch) || !GetCount(r, &n, 20)) {
-    return WireReader::Corrupt("settle");
+  if (!r.U8(&op) || op < 1 || op > 4 || !r.U32(&out.coordinator) || !r.U64(&out.fence_epoch) ||
+      !r.U64(&out.epoch) || !GetCount(r, &n, 21)) {
+    return WireReader::Corrupt("RECOVER");
   }
-  out.txns.resize(n);
-  for (TxnId& t : out.txns) {
-    if (!GetTxn(r, &t)) return WireReader::Corrupt("settle");
+  out.op = static_cast<RecoverOp>(op);
+  out.decisions.resize(n);
+  for (auto& [t, commit] : out.decisions) {
+    uint8_t c = 0;
+    if (!GetTxn(r, &t) || !r.U8(&c) || c > 1) return WireReader::Corrupt("RECOVER");
+    commit = c == 1;
   }
-  if (!r.done()) return WireReader::Corrupt("settle");
+  if (!r.done()) return WireReader::Corrupt("RECOVER");
   return out;
 }
 
-std::string EncodeSettleAnswer(const std::vector<SettleState>& states) {
-  std::string out(states.size(), '\0');
-  for (size_t i = 0; i < states.size(); ++i) out[i] = static_cast<char>(states[i]);
-  return out;
+std::string EncodeRecoverAnswer(const RecoverAnswer& a) {
+  WireWriter w;
+  w.U8(static_cast<uint8_t>(a.status));
+  w.U64(a.epoch);
+  w.U64(a.votes.size());
+  for (const TxnVote& v : a.votes) {
+    PutTxn(w, v.txn);
+    w.U8(static_cast<uint8_t>(v.decided));
+    w.U8(static_cast<uint8_t>(v.owner));
+    PutIds(w, v.locked);
+    PutIds(w, v.recorded);
+    PutWritten(w, v.written);
+  }
+  return std::move(w.str());
 }
 
-absl::StatusOr<std::vector<SettleState>> DecodeSettleAnswer(absl::string_view b, size_t txns) {
-  if (b.size() != txns) return WireReader::Corrupt("settle answer");
-  std::vector<SettleState> out(txns);
-  for (size_t i = 0; i < txns; ++i) {
-    if (b[i] < 0 || b[i] > 3) return WireReader::Corrupt("settle answer");
-    out[i] = static_cast<SettleState>(b[i]);
+absl::StatusOr<RecoverAnswer> DecodeRecoverAnswer(absl::string_view b) {
+  WireReader r(b);
+  RecoverAnswer out;
+  uint8_t status = 0;
+  uint64_t n = 0;
+  if (!r.U8(&status) || status > 3 || !r.U64(&out.epoch) || !GetCount(r, &n, 46)) {
+    return WireReader::Corrupt("RECOVER answer");
   }
+  out.status = static_cast<RecoverStatus>(status);
+  out.votes.resize(n);
+  for (TxnVote& v : out.votes) {
+    uint8_t decided = 0, owner = 0;
+    if (!GetTxn(r, &v.txn) || !r.U8(&decided) || decided > 2 || !r.U8(&owner) || owner > 3 ||
+        !GetIds(r, &v.locked) || !GetIds(r, &v.recorded) || !GetWritten(r, &v.written)) {
+      return WireReader::Corrupt("RECOVER answer");
+    }
+    v.decided = static_cast<Decided>(decided);
+    v.owner = static_cast<SettleState>(owner);
+  }
+  if (!r.done()) return WireReader::Corrupt("RECOVER answer");
   return out;
 }
 

@@ -14,8 +14,9 @@
 //   TRUNCATE        coordinator -> owners: the transactions whose records may be dropped (sent
 //                   with later LOCKs to the same owner, as FaRM piggybacks them).
 //
-//   SETTLE          owner -> owners, when a coordinator left: which of its transactions did you
-//                   commit? (Engine: how the owners settle a departed coordinator's transactions.)
+//   RECOVER         member -> members, when a coordinator left: FaRM's recovery vote on its
+//                   transactions (votes, recorded decisions, applying them, forgetting them;
+//                   txn/recovery.h and Engine).
 //
 // Each owner keeps the records of each transaction it locked (the LOCK as received, and whether
 // it committed) until they are truncated, or at once for an aborted one (Participant::Log).
@@ -40,7 +41,7 @@ inline constexpr uint16_t kLockMethod = 0xff20;
 inline constexpr uint16_t kCommitMethod = 0xff21;
 inline constexpr uint16_t kAbortMethod = 0xff22;
 inline constexpr uint16_t kReserveMethod = 0xff23;
-inline constexpr uint16_t kSettleMethod = 0xff24;
+inline constexpr uint16_t kRecoverMethod = 0xff24;
 inline constexpr uint16_t kCommitBackupMethod = 0xff25;
 inline constexpr uint16_t kArrayBackupMethod = 0xff26;
 // DROP-BACKUP (a DecisionRequest): the coordinator aborts a transaction after COMMIT-BACKUP
@@ -91,13 +92,26 @@ struct WriteRecord {
   std::string data;      // the new value (kWrite, kAlloc)
 };
 
+// A region a transaction writes, as its coordinator saw it at COMMIT-BACKUP: the primary that
+// locked its objects and the backups the records went to (the recovery vote, txn/recovery.h).
+struct WrittenRegion {
+  uint32_t region = 0;
+  uint32_t primary = 0;
+  std::vector<uint32_t> backups;
+  friend bool operator==(const WrittenRegion& a, const WrittenRegion& b) {
+    return a.region == b.region && a.primary == b.primary && a.backups == b.backups;
+  }
+};
+
 // LOCK: the writes at one owner, the owners taking part, and transactions of this coordinator
-// whose records that owner may truncate.
+// whose records that owner may truncate. COMMIT-BACKUP is encoded as a LOCK too, and lists every
+// region the transaction writes (`written`, empty in a LOCK).
 struct LockRequest {
   TxnId txn;
   std::vector<uint32_t> participants;
   std::vector<WriteRecord> writes;
   std::vector<uint64_t> truncate;  // sequence numbers (same coordinator)
+  std::vector<WrittenRegion> written;
 };
 std::string EncodeLock(const LockRequest& r);
 absl::StatusOr<LockRequest> DecodeLock(absl::string_view b);
@@ -110,26 +124,53 @@ struct DecisionRequest {
 std::string EncodeDecision(const DecisionRequest& r);
 absl::StatusOr<DecisionRequest> DecodeDecision(absl::string_view b);
 
-// SETTLE: `coordinator` left the cluster in membership epoch `fence_epoch`; the asking node
-// holds `txns` of it undecided (locked as an owner, or kept as a backup's COMMIT-BACKUP record).
-// The answer says, for each, what the answering node's participant knows of it (one byte each,
-// SettleState). Every node asks every other member once per departure, with an empty list if it
-// holds nothing of the coordinator's.
-struct SettleRequest {
-  uint32_t coordinator = 0;
-  uint64_t fence_epoch = 0;
-  std::vector<TxnId> txns;
-};
-std::string EncodeSettle(const SettleRequest& r);
-absl::StatusOr<SettleRequest> DecodeSettle(absl::string_view b);
+// What an owner's participant knows of a departed coordinator's transaction.
 enum class SettleState : uint8_t {
   kUnknown = 0,    // not locked here and not remembered committed (never here, or truncated)
   kCommitted = 1,  // COMMIT-PRIMARY applied here
   kUndecided = 2,  // locked here, no decision yet
-  kAborted = 3,    // locked here, then aborted by this node's settlement (until forgotten)
+  kAborted = 3,    // locked here, then aborted by the recovery (until forgotten)
 };
-std::string EncodeSettleAnswer(const std::vector<SettleState>& states);
-absl::StatusOr<std::vector<SettleState>> DecodeSettleAnswer(absl::string_view b, size_t txns);
+
+// RECOVER: FaRM's recovery of the transactions of `coordinator`, which left the cluster in
+// membership epoch `fence_epoch` (txn/recovery.h, Engine). Every member drives it: it asks every
+// member for its votes (kVote) in one membership epoch, decides each transaction, has every
+// member record the decisions (kRecord, refused by a member in another epoch), then apply them
+// (kApply), then forget the departure (kForget).
+enum class RecoverOp : uint8_t { kVote = 1, kRecord = 2, kApply = 3, kForget = 4 };
+struct RecoverRequest {
+  RecoverOp op = RecoverOp::kVote;
+  uint32_t coordinator = 0;
+  uint64_t fence_epoch = 0;
+  uint64_t epoch = 0;                             // the asker's membership epoch
+  std::vector<std::pair<TxnId, bool>> decisions;  // kRecord: commit or abort
+};
+std::string EncodeRecover(const RecoverRequest& r);
+absl::StatusOr<RecoverRequest> DecodeRecover(absl::string_view b);
+
+enum class Decided : uint8_t { kNone = 0, kCommit = 1, kAbort = 2 };
+// One member's vote on one transaction.
+struct TxnVote {
+  TxnId txn;
+  Decided decided = Decided::kNone;  // a decision this member recorded
+  SettleState owner = SettleState::kUnknown;
+  std::vector<uint32_t> locked;        // regions in which its objects are locked here
+  std::vector<uint32_t> recorded;      // regions whose copy here keeps its COMMIT-BACKUP record
+  std::vector<WrittenRegion> written;  // every region it writes, from that record
+};
+enum class RecoverStatus : uint8_t {
+  kOk = 0,
+  kOtherEpoch = 1,  // the answerer is in another membership epoch (`epoch`): ask again
+  kFinished = 2,    // the answerer forgot the departure: every decision was applied
+  kConflict = 3,    // kRecord: the answerer recorded another decision (a bug: logged)
+};
+struct RecoverAnswer {
+  RecoverStatus status = RecoverStatus::kOk;
+  uint64_t epoch = 0;          // the answerer's membership epoch
+  std::vector<TxnVote> votes;  // kVote
+};
+std::string EncodeRecoverAnswer(const RecoverAnswer& a);
+absl::StatusOr<RecoverAnswer> DecodeRecoverAnswer(absl::string_view b);
 
 // A reservation request: the object's size; the response is the packed slot address and the
 // slot's version (16 bytes), which the allocation's COMMIT-BACKUP carries.

@@ -819,6 +819,25 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
       return {};
     }
   }
+  // Every part names every region written, with its primary and backups: the recovery vote
+  // (txn/recovery.h) tells from them whether this COMMIT-BACKUP was complete.
+  std::vector<WrittenRegion> written;
+  uint64_t written_bytes = 8;
+  for (const auto& [key, w] : writes_) {
+    if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) continue;  // never created
+    const uint32_t region = GlobalAddress::Unpack(key).region;
+    if (std::any_of(written.begin(), written.end(),
+                    [&](const WrittenRegion& x) { return x.region == region; })) {
+      continue;
+    }
+    const RegionCopies& copies = regions[region];
+    written.push_back(WrittenRegion{region, copies.primary, copies.backups});
+    written_bytes += 16 + 4 * copies.backups.size();
+  }
+  std::sort(written.begin(), written.end(),
+            [](const WrittenRegion& a, const WrittenRegion& b) { return a.region < b.region; });
+  const uint64_t room = engine_->max_message() - Engine::kLockOverhead;
+  const uint64_t part_room = written_bytes < room / 2 ? room - written_bytes : room / 2;
   // The writes by backup node, in COMMIT-BACKUP messages of at most max_message bytes each.
   std::map<uint32_t, std::vector<LockRequest>> parts;
   std::map<uint32_t, uint64_t> part_bytes;
@@ -830,7 +849,7 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
     for (uint32_t b : copies.backups) {
       std::vector<LockRequest>& p = parts[b];
       const uint64_t bytes = 64 + w.data.size();
-      if (p.empty() || part_bytes[b] + bytes > engine_->max_message() - Engine::kLockOverhead) {
+      if (p.empty() || part_bytes[b] + bytes > part_room) {
         p.emplace_back();
         p.back().txn = id_;
         part_bytes[b] = 0;
@@ -844,7 +863,10 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   std::vector<std::pair<uint32_t, std::string>> messages;
   for (auto& [b, ps] : parts) {
     ps.front().truncate = engine_->TakeBackupTruncations(b);
-    for (const LockRequest& r : ps) messages.emplace_back(b, EncodeLock(r));
+    for (LockRequest& r : ps) {
+      r.written = written;
+      messages.emplace_back(b, EncodeLock(r));
+    }
   }
   BackupLog& local = engine_->backup_log();
   const uint32_t self = node->id();

@@ -1,0 +1,96 @@
+#include "txn/recovery.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "platform/mutant.h"
+
+namespace farm {
+namespace txn {
+namespace {
+
+bool Contains(const std::vector<uint32_t>& ids, uint32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
+
+RecoveryOutcome RecoveryDecision(const std::vector<std::pair<uint32_t, TxnVote>>& votes,
+                                 const RecoveryView& view) {
+  // 1. A recorded decision stands (every member recorded it before any applied it).
+  for (const auto& [member, v] : votes) {
+    if (v.decided != Decided::kNone) {
+      return {v.decided == Decided::kCommit, absl::StrCat("decision recorded at node ", member)};
+    }
+  }
+  // 2. Applied at an owner.
+  for (const auto& [member, v] : votes) {
+    if (v.owner == SettleState::kCommitted) {
+      return {true, absl::StrCat("committed at owner ", member)};
+    }
+    if (v.owner == SettleState::kAborted) {
+      return {false, absl::StrCat("aborted at owner ", member)};
+    }
+  }
+  // 3. Never decided commit (no record).
+  std::vector<WrittenRegion> written;
+  bool locked_anywhere = false;
+  absl::flat_hash_map<uint32_t, absl::flat_hash_set<uint32_t>> locked_at, recorded_at;
+  for (const auto& [member, v] : votes) {
+    if (written.empty() && !v.written.empty()) written = v.written;
+    for (uint32_t r : v.locked) locked_at[r].insert(member);
+    for (uint32_t r : v.recorded) recorded_at[r].insert(member);
+    locked_anywhere = locked_anywhere || !v.locked.empty();
+  }
+  if (written.empty()) return {false, "no COMMIT-BACKUP record"};
+  // Mutant: no vote; a transaction commits only if a surviving owner committed it (the rule
+  // before FaRM's vote: what a failed owner showed its readers is lost).
+  if (FARM_MUTANT("no_recovery_vote")) return {false, "no owner committed it"};
+  auto holds = [&](const absl::flat_hash_map<uint32_t, absl::flat_hash_set<uint32_t>>& at,
+                   uint32_t region, uint32_t node) {
+    auto it = at.find(region);
+    return it != at.end() && it->second.contains(node);
+  };
+  if (locked_anywhere) {
+    // 4. Some owner holds it locked: every region must be held by its current primary, and
+    // every backup the records went to that is still a member must keep its record.
+    for (const WrittenRegion& w : written) {
+      auto p = view.primary.find(w.region);
+      if (p == view.primary.end()) {
+        return {false, absl::StrCat("region ", w.region, " is lost")};
+      }
+      const uint32_t primary = p->second;
+      if (!holds(locked_at, w.region, primary) && !holds(recorded_at, w.region, primary)) {
+        return {false, absl::StrCat("region ", w.region, "'s primary (node ", primary,
+                                    ") neither locks it nor keeps its record")};
+      }
+      for (uint32_t b : w.backups) {
+        if (b == primary || !view.members.contains(b)) continue;
+        if (!holds(recorded_at, w.region, b)) {
+          return {false, absl::StrCat("backup node ", b, " of region ", w.region,
+                                      " has no record (COMMIT-BACKUP was partial)")};
+        }
+      }
+    }
+    return {true, "every region locked at its primary or recorded at its promoted backup"};
+  }
+  // 5. Nobody holds it locked.
+  for (const WrittenRegion& w : written) {
+    auto p = view.primary.find(w.region);
+    if (p != view.primary.end() && p->second == w.primary) {
+      return {true, absl::StrCat("unlocked at region ", w.region, "'s primary (node ", w.primary,
+                                 "): it applied COMMIT-PRIMARY")};
+    }
+  }
+  for (const WrittenRegion& w : written) {
+    auto p = view.primary.find(w.region);
+    if (p == view.primary.end() || !holds(recorded_at, w.region, p->second)) {
+      return {false, absl::StrCat("every primary that locked it left, and region ", w.region,
+                                  "'s new primary keeps no record")};
+    }
+  }
+  return {true, "every primary that locked it left; every new primary keeps its record"};
+}
+
+}  // namespace txn
+}  // namespace farm
