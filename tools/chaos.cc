@@ -441,7 +441,9 @@ void FinalReads(Workload& w) {
 
 // Crashes this process at the commit path's sync point `where` (the driver's "arm" command):
 // after_commit_backup, or the second COMMIT-BACKUP / COMMIT-PRIMARY send of a transaction
-// (mid_commit_backup, between_primaries). Returns false where sync points are compiled out.
+// (mid_commit_backup, between_primaries), the second backup truncation of a flush
+// (mid_truncate), or applying a recovery's decisions (recovery_apply). Returns false where sync
+// points are compiled out.
 #ifndef NDEBUG
 thread_local int t_decision_sends = 0;  // of the transaction this thread is committing
 
@@ -467,6 +469,12 @@ bool ArmCrash(const std::string& where) {
       const auto* probe = static_cast<const txn::DecisionProbe*>(arg);
       if (probe->method == method && ++t_decision_sends == 2) DieAt(where);
     });
+  } else if (where == "mid_truncate") {
+    sp->SetCallBack("Engine::FlushBackupTruncations:Send", [where](void* arg) {
+      if (*static_cast<const int*>(arg) == 1) DieAt(where);
+    });
+  } else if (where == "recovery_apply") {
+    sp->SetCallBack("Engine::Recover:Apply", [where](void*) { DieAt(where); });
   } else {
     return false;
   }
@@ -1036,28 +1044,50 @@ absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const D
     }
     case Scenario::kCrashMidCommitBackup:
     case Scenario::kCrashAfterCommitBackup:
-    case Scenario::kCrashBetweenPrimaries: {
+    case Scenario::kCrashBetweenPrimaries:
+    case Scenario::kOwnerCrashBetweenPrimaries:
+    case Scenario::kCrashMidTruncate:
+    case Scenario::kCrashDuringRecovery: {
       const std::string where = s == Scenario::kCrashMidCommitBackup     ? "mid_commit_backup"
                                 : s == Scenario::kCrashAfterCommitBackup ? "after_commit_backup"
+                                : s == Scenario::kCrashMidTruncate       ? "mid_truncate"
                                                                          : "between_primaries";
-      c.MarkVictim(v);
-      if (absl::Status st = c.Send(v, absl::StrCat("arm ", where)); !st.ok()) return st;
-      absl::StatusOr<std::string> armed = c.WaitLine(v, "", c.Deadline());
-      if (!armed.ok()) return armed.status();
-      if (!absl::StartsWith(*armed, "ARMED")) {
-        notes->push_back(absl::StrCat("node ", v, " could not arm ", where, ": ", *armed));
-        return false;
+      // The victims, in the order they die, and where.
+      std::vector<std::pair<uint32_t, std::string>> crashes = {{v, where}};
+      if (s == Scenario::kCrashDuringRecovery) {
+        if (!c.Alive(f.also)) {
+          notes->push_back(
+              absl::StrCat("node ", f.also, " was not running when its fault was due"));
+          return false;
+        }
+        crashes.emplace_back(f.also, "recovery_apply");
       }
-      absl::StatusOr<std::string> crash = c.WaitLine(v, "CRASH", c.Deadline());
-      if (!crash.ok()) {
-        notes->push_back(
-            absl::StrCat("node ", v, " did not crash at ", where, ": ", crash.status().message()));
-        if (c.Alive(v)) c.Signal(v, SIGKILL);
-        return false;
+      for (auto it = crashes.rbegin(); it != crashes.rend(); ++it) {
+        const auto& [node, at] = *it;
+        c.MarkVictim(node);
+        if (absl::Status st = c.Send(node, absl::StrCat("arm ", at)); !st.ok()) return st;
+        absl::StatusOr<std::string> armed = c.WaitLine(node, "", c.Deadline());
+        if (!armed.ok()) return armed.status();
+        if (!absl::StartsWith(*armed, "ARMED")) {
+          notes->push_back(absl::StrCat("node ", node, " could not arm ", at, ": ", *armed));
+          return false;
+        }
       }
-      absl::StatusOr<bool> gone = c.WaitExit(v, absl::Now() + absl::Seconds(5));
-      if (!gone.ok()) return gone.status();
-      return *gone;
+      for (const auto& [node, at] : crashes) {
+        absl::StatusOr<std::string> crash = c.WaitLine(node, "CRASH", c.Deadline());
+        if (!crash.ok()) {
+          notes->push_back(absl::StrCat("node ", node, " did not crash at ", at, ": ",
+                                        crash.status().message()));
+          for (const auto& [n, unused] : crashes) {
+            if (c.Alive(n)) c.Signal(n, SIGKILL);
+          }
+          return false;
+        }
+        absl::StatusOr<bool> gone = c.WaitExit(node, absl::Now() + absl::Seconds(5));
+        if (!gone.ok()) return gone.status();
+        if (!*gone) return false;
+      }
+      return true;
     }
   }
   return false;
@@ -1338,6 +1368,7 @@ absl::Status RunFaults(Scenario s, const std::vector<Fault>& plan, ChaosCluster&
       f.victim = *cm;
     }
     victims.insert(f.victim);
+    if (f.also != 0) victims.insert(f.also);
     FaultTimes t;
     t.fault_ns = MonoNs();
     spdlog::info("{}: fault {} of {}: node {}", Info(s).name, k + 1, plan.size(), f.victim);

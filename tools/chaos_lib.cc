@@ -49,6 +49,18 @@ const std::vector<ScenarioInfo>& AllScenarios() {
       {Scenario::kCrashBetweenPrimaries, "crash_between_primaries",
        "a client coordinator dies between two COMMIT-PRIMARY sends (sync point)", true, true, 0,
        true},
+      {Scenario::kOwnerCrashBetweenPrimaries, "owner_crash_between_primaries",
+       "a data node (not the CM) dies between two COMMIT-PRIMARY sends of a transaction it "
+       "coordinates, its own part maybe applied (sync point; the recovery vote), restarted after",
+       false, true, 1, true},
+      {Scenario::kCrashMidTruncate, "crash_mid_truncate",
+       "a data node (not the CM) dies between two backup truncations it sends on its own, its "
+       "committed transactions truncated at some backups only (sync point), restarted after",
+       false, true, 1, true},
+      {Scenario::kCrashDuringRecovery, "crash_during_recovery",
+       "a client coordinator dies between two COMMIT-PRIMARY sends, and a data node (not the CM) "
+       "dies applying the recovery's decision on it (sync points), both restarted after",
+       true, true, 0, true},
   };
   return *all;
 }
@@ -108,6 +120,9 @@ std::vector<Fault> PlanFaults(Scenario s, int faults, int nodes, int lease_ms, u
       f.victim = 0;
     } else {
       f.victim = 1 + static_cast<uint32_t>(rng() % static_cast<uint64_t>(nodes - 1));
+    }
+    if (s == Scenario::kCrashDuringRecovery && nodes >= 2) {
+      f.also = 1 + static_cast<uint32_t>(rng() % static_cast<uint64_t>(nodes - 1));
     }
     if (s == Scenario::kSigstopShort) f.pause = absl::Milliseconds(lease_ms * 2 / 5);
     if (s == Scenario::kSigstopLong || s == Scenario::kSigstopCm) {

@@ -31,15 +31,20 @@ namespace farm {
 namespace chaos {
 
 enum class Scenario {
-  kSigstopShort,            // a data node (not the CM) stopped for less than a lease, resumed
-  kSigstopLong,             // the same for longer than a lease: evicted, exits on resume
-  kKill9,                   // a data node (not the CM) killed with SIGKILL, restarted after
-  kKillCm,                  // the configuration manager's node killed with SIGKILL, restarted
-  kClientKill,              // a client-only (late) node killed mid-transaction, restarted after
-  kCrashMidCommitBackup,    // a client coordinator dies between two COMMIT-BACKUP sends
-  kCrashAfterCommitBackup,  // ... after every backup acknowledged, before COMMIT-PRIMARY
-  kCrashBetweenPrimaries,   // ... after its first COMMIT-PRIMARY send, before the second
-  kSigstopCm,               // the configuration manager's node stopped for longer than a lease
+  kSigstopShort,                // a data node (not the CM) stopped for less than a lease, resumed
+  kSigstopLong,                 // the same for longer than a lease: evicted, exits on resume
+  kKill9,                       // a data node (not the CM) killed with SIGKILL, restarted after
+  kKillCm,                      // the configuration manager's node killed with SIGKILL, restarted
+  kClientKill,                  // a client-only (late) node killed mid-transaction, restarted after
+  kCrashMidCommitBackup,        // a client coordinator dies between two COMMIT-BACKUP sends
+  kCrashAfterCommitBackup,      // ... after every backup acknowledged, before COMMIT-PRIMARY
+  kCrashBetweenPrimaries,       // ... after its first COMMIT-PRIMARY send, before the second
+  kSigstopCm,                   // the configuration manager's node stopped for longer than a lease
+  kOwnerCrashBetweenPrimaries,  // a data node (not the CM) coordinating a transaction dies
+                                // after its first COMMIT-PRIMARY send, restarted after
+  kCrashMidTruncate,            // a data node (not the CM) dies between two backup truncations
+  kCrashDuringRecovery,         // a data node (not the CM) dies applying the recovery's
+                                // decisions on a client coordinator crashed between primaries
 };
 
 // Whether the scenario's cluster needs a ZooKeeper: its fault hits the configuration manager,
@@ -69,6 +74,9 @@ absl::StatusOr<std::vector<Scenario>> ParseScenarios(absl::string_view list, boo
 struct Fault {
   uint32_t victim = 0;
   absl::Duration pause;  // SIGSTOP scenarios: how long the victim stays stopped
+  // crash_during_recovery: the data node (not the CM) that dies applying the recovery's
+  // decisions on the victim's transactions (0: none).
+  uint32_t also = 0;
 };
 
 // The faults of one scenario run: `faults` of them. Data nodes are 0..nodes-1 with the

@@ -5,6 +5,10 @@
 #  - client_kill and crash_between_primaries on tcp;ofi_rxm: a client-only node killed with
 #    SIGKILL mid-transaction, or crashed at its sync point after its first COMMIT-PRIMARY send
 #    (the owners settle), twice each: the same targets;
+#  - owner_crash_between_primaries, crash_during_recovery and crash_mid_truncate on tcp;ofi_rxm
+#    (sync points): a data node coordinator crashed after its first COMMIT-PRIMARY send, a data
+#    node crashed applying a recovery's decision, a data node crashed between two backup
+#    truncations; the same targets;
 #  - kill9 on tcp;ofi_rxm: a data node killed with SIGKILL once and started again: its regions
 #    are served by their backups (f = 1), the same targets;
 #  - kill_cm and sigstop_cm on tcp;ofi_rxm: the configuration manager's node killed twice, or
@@ -76,6 +80,24 @@ rc=$?
 [ "$(wc -l <<<"$out")" = 2 ] || fail "expected two JSON lines: $out"
 check_line "$(sed -n 1p <<<"$out")" client_kill 'tcp;ofi_rxm'
 check_line "$(sed -n 2p <<<"$out")" crash_between_primaries 'tcp;ofi_rxm'
+no_nodes_left
+
+# The recovery vote and the recovery itself under crashes: a data node coordinating a transfer
+# dies after its first COMMIT-PRIMARY send, maybe after applying its own part (readers may have
+# seen it: the vote commits what a surviving lock or record supports); a client coordinator dies
+# between primaries and a data node dies applying the recovery's decision on it (every member
+# recorded the decision first: the next recovery, in the next membership, finds it); a data
+# node dies between two backup truncations it sends (records truncated at some backups only).
+echo "== owner_crash_between_primaries, crash_during_recovery, crash_mid_truncate on tcp;ofi_rxm"
+out=$(timeout 300 "$CHAOS" --provider='tcp;ofi_rxm' \
+  --scenarios=owner_crash_between_primaries,crash_during_recovery,crash_mid_truncate \
+  "${short[@]}" 2>"$TMP/recovery.err")
+rc=$?
+[ $rc = 0 ] || fail "chaos exited $rc: $out"$'\n'"$(tail -20 "$TMP/recovery.err")"
+[ "$(wc -l <<<"$out")" = 3 ] || fail "expected three JSON lines: $out"
+check_line "$(sed -n 1p <<<"$out")" owner_crash_between_primaries 'tcp;ofi_rxm'
+check_line "$(sed -n 2p <<<"$out")" crash_during_recovery 'tcp;ofi_rxm'
+check_line "$(sed -n 3p <<<"$out")" crash_mid_truncate 'tcp;ofi_rxm'
 no_nodes_left
 
 # kill9: a data node killed with SIGKILL mid-run and started again (empty, as a new incarnation);

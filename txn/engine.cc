@@ -347,9 +347,8 @@ absl::StatusOr<std::string> Engine::OnRecover(uint32_t from, const RecoverReques
       break;
     case RecoverOp::kApply:
       for (const auto& [txn, commit] : d->decided) {
-        // A transaction that some owner committed is committed: its decision was made (every
-        // owner had locked and validation had passed) and it may have been reported to its
-        // client; one whose records were complete too (txn/recovery.h).
+        // Tests crash a member here, while it applies a recovery's decisions (chaos
+        // crash_during_recovery): every member recorded them, so the next recovery finds them.
         FARM_SYNC_POINT("Engine::Recover:Apply");
         participant_->Settle(txn, commit);
         backup_log_->Settle(txn, commit);
@@ -413,9 +412,17 @@ void Engine::SettlementLoop() {
 
 bool Engine::Recover(uint32_t coordinator, uint64_t fence) {
   absl::Duration pause = absl::Milliseconds(1);
-  for (;;) {
+  for (int attempt = 1;; ++attempt) {
     if (!node_->evicted().ok()) return false;
     if (RecoverOnce(coordinator, fence)) return true;
+    if (attempt % 50 == 0) {
+      spdlog::warn("txn: recovering node {}'s transactions: still not done after {} attempts",
+                   coordinator, attempt);
+    }
+    // This thread's other duties go on meanwhile: truncations release the records (and the
+    // recovery locks of promoted regions) of transactions that live coordinators finished.
+    FlushArrays();
+    FlushBackupTruncations();
     if (!Pause(pause)) return false;
     pause = std::min(pause * 2, absl::Milliseconds(100));
   }
@@ -590,10 +597,14 @@ void Engine::FlushBackupTruncations() {
     std::lock_guard<std::mutex> l(mu_);
     for (const auto& [b, seqs] : backup_truncations_) backups.push_back(b);
   }
+  int sent = 0;  // truncations sent so far by this flush (for the sync point)
   for (uint32_t b : backups) {
     LockRequest r;
     r.txn = TxnId{node_->id(), incarnation_, 0};  // no transaction: truncations only
     while (!(r.truncate = TakeBackupTruncations(b)).empty()) {
+      // Tests crash a coordinator here, between two truncations (chaos crash_mid_truncate).
+      FARM_SYNC_POINT_CALLBACK("Engine::FlushBackupTruncations:Send", &sent);
+      ++sent;
       absl::Status s;
       if (b == node_->id()) {
         s = backup_log_->Append(b, r);

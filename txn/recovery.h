@@ -20,19 +20,21 @@
 //      (locked, or a promoted backup keeping its record) and every backup the records went to
 //      that is still a member, other than that primary, keeps its record; else abort (its
 //      COMMIT-BACKUP was partial: no COMMIT-PRIMARY was sent, nobody saw it);
-//   5. nobody holds it locked: if some written region is still served by the primary that
-//      locked it, that primary applied it and truncated its record (a lock is released only by
-//      COMMIT-PRIMARY, or by an ABORT, which comes only after every record was dropped): commit.
-//      Else (every primary that locked it left) commit if every written region's promoted
-//      primary keeps its record, else abort.
+//   5. nobody holds it locked: its coordinator decided commit (there is a record) and no owner
+//      aborted it (an ABORT after COMMIT-BACKUP comes only once every record was dropped), so
+//      every primary that locked it applied it (and may have truncated its record since), or
+//      failed with its locks: commit.
 // Rule 4 is the case FaRM's vote is for: an owner applied COMMIT-PRIMARY (readers saw the
 // writes) and failed with the coordinator; its region's promoted backup keeps the record, every
 // other region is locked at its primary: the transaction commits.
 //
-// Known gap (FaRM closes it with per-coordinator truncation bounds): in rule 5's second case a
-// promoted primary that applied and dropped its record at a truncation cannot be told from one
-// whose record never came (the COMMIT-BACKUP was partial); it takes the latter. It needs the
-// coordinator and every primary the transaction locked to fail together.
+// Known gap (FaRM closes it with per-coordinator truncation bounds): in rule 5, a promoted
+// backup that keeps no record may have applied it and dropped it at a truncation (the common
+// case: a coordinator that was the transaction's only owner committed it locally, and failed
+// before every backup was truncated), or may never have got it (that coordinator failed between
+// two COMMIT-BACKUP sends); the rule takes the former, so in the latter case the regions whose
+// backups kept the record get the writes and the others do not. It needs the coordinator to be
+// the only owner and to fail mid-COMMIT-BACKUP.
 #ifndef FARM_TXN_RECOVERY_H_
 #define FARM_TXN_RECOVERY_H_
 
