@@ -1,19 +1,10 @@
 #include "txn/recovery.h"
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 #include "platform/mutant.h"
 
 namespace farm {
 namespace txn {
-namespace {
-
-bool Contains(const std::vector<uint32_t>& ids, uint32_t id) {
-  return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
-
-}  // namespace
 
 RecoveryOutcome RecoveryDecision(const std::vector<std::pair<uint32_t, TxnVote>>& votes,
                                  const RecoveryView& view) {
