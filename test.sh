@@ -5,7 +5,8 @@
 #  2. the SoftiWARP lane: the multi-node tests again on the verbs provider, over a software RDMA
 #     device in a QEMU guest (tests/softiwarp; needs root; FARM_SOFTIWARP=off skips it).
 # Extra arguments go to `bazel test`. For .ci/run, Bazel's build events go to $FARM_BEP_FILE and
-# the lane's output to $FARM_SOFTIWARP_LOG.
+# the lane's output to $FARM_SOFTIWARP_LOG, and the lane runs the tests named in $FARM_SIW_AGAIN
+# (comma-separated, from tests/softiwarp/project.tests) once more at its end.
 set -uo pipefail
 cd "$(dirname "$0")"
 third_party/install_deps.sh || exit 1
@@ -19,7 +20,8 @@ if [ "${FARM_SOFTIWARP:-on}" = off ]; then
 elif [ "$(id -u)" != 0 ]; then
   echo "SoftiWARP lane: skipped (it needs root for QEMU and apt)" | tee "$siw_log"
 else
-  tests/softiwarp/run.sh --tests tests/softiwarp/project.tests 2>&1 | tee "$siw_log"
+  tests/softiwarp/run.sh --tests tests/softiwarp/project.tests \
+    ${FARM_SIW_AGAIN:+--again "$FARM_SIW_AGAIN"} 2>&1 | tee "$siw_log"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 exit $rc

@@ -1,7 +1,8 @@
 // Mutants: deliberately broken variants of the code, each breaking one guarantee, so that the
 // randomized tests can be shown to catch such a bug (tests/mutants.sh). A mutant is compiled in
-// only by a `--config=mutants` build (which defines FARM_MUTANTS) and is switched on at run time
-// by the environment variable FARM_MUTANT=<name>, which node processes inherit from the test:
+// only by a `--config=mutants` or `--config=asan` build (which define FARM_MUTANTS) and is
+// switched on at run time by the environment variable FARM_MUTANT=<name>, which node processes
+// inherit from the test:
 //
 //   if (FARM_MUTANT("skip_validate")) return absl::OkStatus();  // in Transaction::Validate
 //

@@ -2,7 +2,7 @@
 # SoftiWARP lane: run test commands inside a QEMU guest that has a software RDMA NIC.
 #
 #   tests/softiwarp/run.sh [OPTIONS] [--tests FILE|T1,T2]... [--test NAME=COMMAND]...
-#                          [--repeat N] [-- CMD [ARGS...]]
+#                          [--repeat N] [--again T1,T2] [-- CMD [ARGS...]]
 #
 # With no test given, runs tests/softiwarp/smoke.tests. See tests/softiwarp/README.md.
 #
@@ -57,6 +57,8 @@ Tests:
   --tests T1,T2         the tests of that name in $HERE/project.tests
                         (an argument that is not a file path: no '/', no existing file)
   --repeat N            run every test N times in a row (NAME.r1 .. NAME.rN)
+  --again T1,T2         after all the others, once more each of these tests of
+                        $HERE/project.tests (NAME.again; CI's verbs teardown runs)
   --test NAME=COMMAND   one test; COMMAND is a bash command line
   -- CMD [ARGS...]      one test named after CMD, arguments passed as given
 Options:
@@ -86,6 +88,7 @@ TEST_NAMES=()
 TEST_CMDS=()
 PROJECT_TESTS=$HERE/project.tests
 REPEAT=1
+AGAIN=""
 REBUILD=0
 PREPARE_ONLY=0
 
@@ -121,16 +124,17 @@ add_test_file() {  # add_test_file FILE
     done <<< "$lines"
 }
 
-# add_named_tests T1,T2: the tests of those names in project.tests, in the order given.
+# add_named_tests T1,T2 [SUFFIX]: the tests of those names in project.tests, in the order given
+# (named NAME+SUFFIX).
 add_named_tests() {
-    local list=$1 want line lines found
+    local list=$1 suffix=${2:-} want line lines found
     lines=$(test_file_lines "$PROJECT_TESTS") || exit 2
     IFS=, read -ra wanted <<< "$list"
     for want in "${wanted[@]}"; do
         found=0
         while IFS= read -r line; do
             if [[ ${line%%$'\t'*} == "$want" ]]; then
-                add_test "$want" "${line#*$'\t'}"
+                add_test "$want$suffix" "${line#*$'\t'}"
                 found=1
                 break
             fi
@@ -174,6 +178,10 @@ while [[ $# -gt 0 ]]; do
     case $1 in
         --tests) need_value "$@"; add_tests_arg "$2"; shift 2 ;;
         --repeat) need_value "$@"; need_number --repeat "$2"; REPEAT=$2; shift 2 ;;
+        --again) need_value "$@"
+            [[ $2 =~ ^[A-Za-z0-9_.:+-]+(,[A-Za-z0-9_.:+-]+)*$ ]] ||
+                usage_error "--again wants a list of test names like node_test,rpc_test; got '$2'"
+            AGAIN=${AGAIN:+$AGAIN,}$2; shift 2 ;;
         --test) need_value "$@"; [[ $2 == *=* ]] || usage_error "--test wants NAME=COMMAND"
             add_test "${2%%=*}" "${2#*=}"; shift 2 ;;
         --timeout) need_value "$@"; TIMEOUT=$2; shift 2 ;;
@@ -203,6 +211,9 @@ if [[ ${#TEST_NAMES[@]} -eq 0 && $PREPARE_ONLY -eq 0 ]]; then
     add_test_file "$HERE/smoke.tests"
 fi
 [[ $REPEAT -le 1 ]] || expand_repeats
+# --again: one more run of each named project test, after all the others (so that a teardown
+# crash shows in a second run without a second guest boot).
+[[ -z $AGAIN ]] || add_named_tests "$AGAIN" .again
 # The whole-run limit only catches a guest that stopped making progress (each test has its own
 # limit inside the guest), so it grows with the number of test runs: 300 s for boot and set-up
 # plus 60 s per run, at least 900 s. A fixed 900 s for the 15 tests of the CI lane (408 s on a
