@@ -78,7 +78,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& op
         absl::StrCat("node id ", options.node_id, " is not in the cluster configuration"));
   }
   MessengerOptions mo;
-  // And two for the transaction engine: its settlement, and re-replication's copier.
+  // And two for the transaction engine: its recovery, and re-replication's copier.
   mo.lanes = options.workers + 2;
   mo.ring_size = options.ring_size;
   NodeOptions no;

@@ -111,6 +111,25 @@ void Evict(std::vector<std::unique_ptr<Runtime>>& rts, uint32_t victim, const st
   }
 }
 
+// Runs `f` when it goes out of scope: a test's clean-up, also when a REQUIRE ends the test.
+struct AtExit {
+  std::function<void()> f;
+  ~AtExit() { f(); }
+};
+
+// The int64_t at `a` read by `w`, once it can be read (up to 60 s: it may be locked by a
+// transaction being recovered, or its region recovering).
+int64_t ReadWhenReadable(Worker& w, GlobalAddress a) {
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  for (;;) {
+    absl::StatusOr<int64_t> v = w.LockFreeGet<int64_t>(a);
+    if (v.ok()) return *v;
+    INFO(a.ToString() << ": " << v.status().ToString());
+    REQUIRE(absl::Now() < until);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("with f = 1 every backup copy ends equal to its primary", "[replication]") {
@@ -554,10 +573,7 @@ TEST_CASE("a backup still copying its region is never promoted", "[replication][
     cv.wait_for(l, std::chrono::seconds(120), [&] { return release; });
   });
   sp->EnableProcessing();
-  struct Release {
-    std::function<void()> f;
-    ~Release() { f(); }
-  } cleanup{[&] {
+  AtExit cleanup{[&] {
     {
       std::lock_guard<std::mutex> l(mu);
       release = true;
@@ -635,10 +651,7 @@ TEST_CASE("a coordinator evicted after COMMIT-BACKUP does not report the commit"
     evicted.store(NodeOf(*rts[1]).WaitForEviction(absl::Seconds(60)));
   });
   sp->EnableProcessing();
-  struct Release {
-    std::function<void()> f;
-    ~Release() { f(); }
-  } cleanup{[&] {
+  AtExit cleanup{[&] {
     sp->DisableProcessing();
     sp->ClearAllCallBacks();
   }};
@@ -652,17 +665,7 @@ TEST_CASE("a coordinator evicted after COMMIT-BACKUP does not report the commit"
   // The members recover it: both objects end with one value. Every owner locked it and every
   // backup keeps its record, so FaRM's vote commits it (txn/recovery.h, rule 4), though nobody
   // had applied it.
-  auto value = [&](GlobalAddress a) {
-    const absl::Time until = absl::Now() + absl::Seconds(60);
-    for (;;) {
-      absl::StatusOr<int64_t> v = w0->LockFreeGet<int64_t>(a);
-      if (v.ok()) return *v;
-      INFO(a.ToString() << ": " << v.status().ToString());
-      REQUIRE(absl::Now() < until);
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-  };
-  const int64_t vx = value(x), vy = value(y);
+  const int64_t vx = ReadWhenReadable(*w0, x), vy = ReadWhenReadable(*w0, y);
   CHECK(vx == vy);
   CHECK(vx == 2);
 }
@@ -674,7 +677,7 @@ TEST_CASE("a coordinator evicted after COMMIT-BACKUP does not report the commit"
 // Then the coordinator and node 2 are evicted, while the coordinator is held at
 // "Transaction::Decide:Acked" (right after node 2's acknowledgement), so it sends nothing more
 // and the survivors cannot settle the transaction before both are gone (node 2 goes first: a
-// settlement while it is still a member would find its commit). The survivors, node 2's region
+// recovery while it is still a member would find its commit). The survivors, node 2's region
 // served by its promoted backup, must commit it: a reader saw x = 2, and every region it wrote
 // has a surviving LOCK (y at its owner) or COMMIT-BACKUP record (x at the promoted backup).
 // Without the vote (mutant no_recovery_vote) they aborted it (no surviving owner committed
@@ -746,10 +749,7 @@ TEST_CASE("a transaction seen committed stays committed when its coordinator and
     done = true;
     cv.notify_all();
   });
-  struct Release {
-    std::function<void()> f;
-    ~Release() { f(); }
-  } cleanup{[&] {
+  AtExit cleanup{[&] {
     {
       std::lock_guard<std::mutex> l(mu);
       release = true;
@@ -785,17 +785,7 @@ TEST_CASE("a transaction seen committed stays committed when its coordinator and
 
   // The survivors settle it (x's region recovering until the CM activates it, x and y locked
   // until then): committed, as the reader saw.
-  auto value = [&](GlobalAddress a) {
-    const absl::Time until = absl::Now() + absl::Seconds(60);
-    for (;;) {
-      absl::StatusOr<int64_t> v = w0->LockFreeGet<int64_t>(a);
-      if (v.ok()) return *v;
-      INFO(a.ToString() << ": " << v.status().ToString());
-      REQUIRE(absl::Now() < until);
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-  };
-  const int64_t vx = value(x), vy = value(y);
+  const int64_t vx = ReadWhenReadable(*w0, x), vy = ReadWhenReadable(*w0, y);
   std::string reported;
   {
     std::lock_guard<std::mutex> l(mu);

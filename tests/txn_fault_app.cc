@@ -130,7 +130,7 @@ void ArmHalfCommit(bool stop) {
     if (stop) {
       std::printf("stopping at Transaction::Decide:Acked (node 0 committed, node 2 not told)\n");
       std::fflush(stdout);
-      raise(SIGSTOP);  // until node 0 sends SIGCONT, after the eviction and the settlement
+      raise(SIGSTOP);  // until node 0 sends SIGCONT, after the eviction and the recovery
       std::printf("resumed after the eviction\n");
       std::fflush(stdout);
       return;

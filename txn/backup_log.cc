@@ -40,7 +40,7 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
   std::lock_guard<std::mutex> l(mu_);
   if (auto f = fences_.find(coordinator);
       f != fences_.end() && request.txn.incarnation < f->second) {
-    // Its settlement has begun: a record kept now would never be decided.
+    // Its recovery has begun: a record kept now would never be decided.
     return absl::FailedPreconditionError(absl::StrCat("COMMIT-BACKUP of transaction ",
                                                       request.txn.ToString(), ": node ",
                                                       coordinator, " left the cluster"));
@@ -207,10 +207,15 @@ absl::Status BackupLog::InstallArray(const ArrayRecord& record) {
   return absl::OkStatus();
 }
 
-std::vector<TxnId> BackupLog::Fence(uint32_t coordinator, uint64_t fence) {
-  std::lock_guard<std::mutex> l(mu_);
+uint64_t BackupLog::RaiseFence(uint32_t coordinator, uint64_t fence) {
   uint64_t& f = fences_[coordinator];
   f = std::max(f, fence);
+  return f;
+}
+
+std::vector<TxnId> BackupLog::Fence(uint32_t coordinator, uint64_t fence) {
+  std::lock_guard<std::mutex> l(mu_);
+  const uint64_t f = RaiseFence(coordinator, fence);
   std::vector<TxnId> out;
   for (const auto& [txn, kept] : records_) {
     if (txn.node == coordinator && txn.incarnation < f) out.push_back(txn);
@@ -220,8 +225,7 @@ std::vector<TxnId> BackupLog::Fence(uint32_t coordinator, uint64_t fence) {
 
 std::vector<TxnVote> BackupLog::Votes(uint32_t coordinator, uint64_t fence) {
   std::lock_guard<std::mutex> l(mu_);
-  uint64_t& f = fences_[coordinator];
-  f = std::max(f, fence);
+  const uint64_t f = RaiseFence(coordinator, fence);
   std::vector<TxnVote> out;
   for (const auto& [txn, kept] : records_) {
     if (txn.node != coordinator || txn.incarnation >= f) continue;

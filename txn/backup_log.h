@@ -68,7 +68,7 @@ class BackupLog {
   // Adopt rebuilds the allocator from it and the copy). Empty for a region never written.
   RegionLayout Layout(uint32_t region) const;
 
-  // A coordinator that left (txn/engine.h, settlement): from now on nothing its incarnations
+  // A coordinator that left (txn/engine.h, recovery): from now on nothing its incarnations
   // below `fence` send is kept (Append refuses it with Aborted), and their kept records are
   // returned, to be decided with the other members (Settle). Idempotent.
   std::vector<TxnId> Fence(uint32_t coordinator, uint64_t fence);
@@ -83,7 +83,7 @@ class BackupLog {
 
   // Promotion: this node's copy of `region` becomes the region's primary. Every object of it that
   // a kept record writes (and the copy holds older) is locked first, until every such record is
-  // decided (applied at its truncation or settlement, or dropped): a transaction that committed
+  // decided (applied at its truncation or recovery, or dropped): a transaction that committed
   // before the failure must not be overtaken by one that read the object's older version here
   // (FaRM's lock recovery). Call before the region serves.
   void Promote(uint32_t region);
@@ -124,6 +124,8 @@ class BackupLog {
   void Apply(const Kept& k);
   // Releases a record's recovery locks (after Apply, or when it is dropped). Caller holds mu_.
   void Release(const Kept& k);
+  // Raises `coordinator`'s fence to `fence` (never lowers it) and returns it. Caller holds mu_.
+  uint64_t RaiseFence(uint32_t coordinator, uint64_t fence);
   // Whether the object at `addr` is held by Promote for a record still kept. Caller holds mu_.
   bool Recovering(GlobalAddress addr) const { return recovery_locks_.contains(addr.Pack()); }
   // Notes that the block holding the object at `addr` (in a copy of `region_size` bytes) has the
@@ -135,11 +137,10 @@ class BackupLog {
   mutable std::mutex mu_;
   absl::flat_hash_map<TxnId, Kept> records_;
   absl::flat_hash_map<uint32_t, RegionLayout> layouts_;
-  absl::flat_hash_map<uint32_t, uint64_t> fences_;
+  absl::flat_hash_map<uint32_t, uint64_t> fences_;  // coordinator -> its fenced incarnations' bound
   absl::flat_hash_set<uint32_t> promoted_;  // regions this node's copy now serves as primary
   // Objects of promoted regions locked by Promote: how many kept records still write each.
-  absl::flat_hash_map<uint64_t, int>
-      recovery_locks_;  // coordinator -> its fenced incarnations' bound
+  absl::flat_hash_map<uint64_t, int> recovery_locks_;
   uint64_t applied_ = 0;
   uint64_t skipped_ = 0;
 };

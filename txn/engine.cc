@@ -183,7 +183,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   });
   e->resync_ = std::make_unique<Resync>(node, rpc, e->backup_log_.get());
   e->resync_->OnMembership(m);
-  e->settler_ = std::thread([raw] { raw->SettlementLoop(); });
+  e->recovery_thread_ = std::thread([raw] { raw->RecoveryLoop(); });
   e->listener_ =
       node->AddMembershipListener([raw](const control::Membership& m) { raw->OnMembership(m); });
   return e;
@@ -201,7 +201,7 @@ void Engine::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (settler_.joinable()) settler_.join();
+  if (recovery_thread_.joinable()) recovery_thread_.join();
   if (resync_ != nullptr) resync_->Stop();
   lane_ = Messenger::LaneLease();
 }
@@ -259,7 +259,7 @@ void Engine::AdoptPromoted(const control::Membership& m) {
     std::shared_ptr<Region> copy = node_->BackupCopy(r.region_id());
     if (copy == nullptr) continue;  // Node logged it: nothing to serve
     // The copy holds every object whose records were truncated here; records still kept are
-    // decided by their coordinators' truncations, or by the settlement if they left.
+    // decided by their coordinators' truncations, or by the recovery if they left.
     RegionLayout layout = backup_log_->Layout(r.region_id());
     if (layout.block_size == 0) layout = Allocator::EmptyLayout(copy->size());  // never written
     // Objects of records still kept are locked before anyone can lock them here.
@@ -379,7 +379,7 @@ bool Engine::Pause(absl::Duration d) {
   return !cv_.wait_for(l, absl::ToChronoNanoseconds(d), [&] { return stopping_; });
 }
 
-void Engine::SettlementLoop() {
+void Engine::RecoveryLoop() {
   for (;;) {
     std::pair<uint32_t, uint64_t> next;
     {

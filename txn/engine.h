@@ -60,7 +60,7 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
   // Stops (as Stop) if that was not done.
   ~Engine();
-  // Stops following membership and ends the settlement thread. Call before the Rpc stops
+  // Stops following membership and ends the recovery thread. Call before the Rpc stops
   // serving; the protocol's handlers must not run after the engine is destroyed (destroy the Rpc
   // first). Idempotent.
   void Stop();
@@ -127,8 +127,8 @@ class Engine {
     // The decisions recorded here (RecoverOp::kRecord), kept until the departure is forgotten.
     absl::flat_hash_map<TxnId, bool> decided;
   };
-  void SettlementLoop();
-  // Sends every pending backup truncation (the settlement thread, on its lane).
+  void RecoveryLoop();
+  // Sends every pending backup truncation (the recovery thread, on its lane).
   void FlushBackupTruncations();
   // Sends the object arrays the backups have not acknowledged yet (the same thread).
   void FlushArrays();
@@ -158,10 +158,10 @@ class Engine {
   uint64_t max_message_ = 0;
   uint64_t max_object_size_ = 0;
   int listener_ = -1;
-  // The settlement thread's own lane (the runtime's pool has two more lanes than workers: this
+  // The recovery thread's own lane (the runtime's pool has two more lanes than workers: this
   // one and re-replication's copier's).
   Messenger::LaneLease lane_;
-  std::thread settler_;
+  std::thread recovery_thread_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

@@ -224,7 +224,7 @@ absl::Status Participant::Abort(uint32_t coordinator, const DecisionRequest& req
           absl::StrCat("ABORT of transaction ", request.txn.ToString(), ", which committed here"));
     }
     // A fenced coordinator's transaction is the owners' to settle; an ABORT from it still
-    // means it never sent COMMIT-PRIMARY, but the settlement decides for every owner alike.
+    // means it never sent COMMIT-PRIMARY, but the recovery decides for every owner alike.
     if (!Fenced(request.txn)) Drop(it);
   }
   Release(request.txn);
@@ -312,7 +312,7 @@ void Participant::Forget(uint32_t coordinator, uint64_t epoch) {
   std::lock_guard<std::mutex> l(mu_);
   for (auto it = records_.begin(); it != records_.end();) {
     auto next = std::next(it);
-    // Only decided records: an undecided one waits for its settlement.
+    // Only decided records: an undecided one waits for its recovery.
     if (it->first.node == coordinator && it->first.incarnation < epoch && it->second.committed) {
       records_.erase(it);
     }

@@ -19,7 +19,7 @@
 // the coordinator sends this owner afterwards: both travel on the coordinator's lane, behind the
 // request, and messages on a lane are handled in order.
 //
-// A coordinator that leaves (Engine runs the settlement, see engine.h):
+// A coordinator that leaves (Engine runs the recovery, see engine.h):
 //   1. Fence(coordinator, epoch): from then on nothing sent by its incarnations that joined
 //      before `epoch` is locked, committed, aborted or reserved here; its reservations are
 //      released. Returns its transactions locked here and undecided.
@@ -143,7 +143,7 @@ class Participant {
   const std::function<bool(uint32_t)> is_member_;
   mutable std::mutex mu_;
   absl::flat_hash_map<TxnId, Record> records_;
-  // Fenced coordinators' transactions this node's settlement aborted, until forgotten: asked
+  // Fenced coordinators' transactions this node's recovery aborted, until forgotten: asked
   // again, it says so (kAborted) rather than "unknown", which a backup would take for "committed
   // and truncated" and apply its record of it (Engine::Settle).
   absl::flat_hash_set<TxnId> settled_aborted_;

@@ -686,7 +686,7 @@ Transaction::Delivery Transaction::Deliver(
   Rpc* rpc = engine_->rpc();
   Delivery out;
   // Back-off between rounds, and when to ask the CM to evict a node that stays silent while it
-  // is still a member (a broken ring): its departure ends the wait, here and at the settlement.
+  // is still a member (a broken ring): its departure ends the wait, here and at the recovery.
   absl::Duration pause = absl::Microseconds(10);
   const absl::Time suspect_at = absl::Now() + ctx_->timeout;
   bool suspected = false;
@@ -995,7 +995,7 @@ absl::Status Transaction::Commit() {
     backups = SendBackups(&moved);
     if (moved) {
       // Nothing was applied anywhere yet: the backups that kept the records drop them first (a
-      // record nobody holds undecided would be applied by a settlement), then the owners unlock.
+      // record nobody holds undecided would be applied by a recovery), then the owners unlock.
       std::vector<std::pair<uint32_t, std::string>> drops;
       for (uint32_t b : backups) drops.emplace_back(b, EncodeDecision(DecisionRequest{id_}));
       BackupLog& local = engine_->backup_log();
@@ -1066,7 +1066,7 @@ absl::Status Transaction::Commit() {
   }
   if (backed_up_) {
     // Every region it wrote has a backup that keeps its record: the promoted backups apply it
-    // (at the truncation below, or at the settlement if this node leaves first).
+    // (at the truncation below, or at the recovery if this node leaves first).
     spdlog::warn(
         "txn: transaction {} committed; its owners left before applying it, and their "
         "regions' backups hold it",
