@@ -59,10 +59,10 @@ while [ $# -gt 0 ]; do
     --config) config=$2; shift 2 ;;
     --config=*) config=${1#*=}; shift ;;
     --no-baseline) baseline=0; shift ;;
-    --) shift; bazel_flags=("$@"); break ;;
     --output_base) output_base=$2; shift 2 ;;
     --output_base=*) output_base=${1#*=}; shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    --) shift; bazel_flags=("$@"); break ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "mutants.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
