@@ -42,6 +42,9 @@ mutants=(
   "activate_before_lease    //platform:configuration_manager_test"  # a promoted region serves while the failed primary's lease runs
   "promote_syncing_backup   //tests:replication_test"  # a backup still copying its region (re-replication) is promoted
   "no_recovery_vote         //txn:recovery_test,//tests:replication_test"  # recovery commits only what a surviving owner committed
+  "forget_truncations       //tests:replication_test a coordinator that fails between two truncations loses none of its writes"  # backups do not remember what they truncated
+  "bound_ignores_unfinished //tests:replication_test a coordinator that fails between two truncations loses none of its writes"  # the truncation bound passes transactions not yet truncated everywhere
+  "count_partial_records    //txn:backup_log_test"  # a COMMIT-BACKUP record missing parts counts in the vote
 )
 
 runs=1

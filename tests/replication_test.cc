@@ -117,6 +117,33 @@ struct AtExit {
   ~AtExit() { f(); }
 };
 
+// Where a sync point's callback parks its thread until the test opens it (or 120 s pass).
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  bool reached = false;  // a thread was held
+  // On the held thread: `note` runs under mu first.
+  void Hold(const std::function<void()>& note = {}) {
+    std::unique_lock<std::mutex> l(mu);
+    if (note) note();
+    reached = true;
+    cv.notify_all();
+    cv.wait_for(l, std::chrono::seconds(120), [&] { return open; });
+  }
+  bool WaitReached(std::chrono::seconds d) {
+    std::unique_lock<std::mutex> l(mu);
+    return cv.wait_for(l, d, [&] { return reached; });
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> l(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+};
+
 // The int64_t at `a` read by `w`, once it can be read (up to 60 s: it may be locked by a
 // transaction being recovered, or its region recovering).
 int64_t ReadWhenReadable(Worker& w, GlobalAddress a) {
@@ -559,26 +586,17 @@ TEST_CASE("a backup still copying its region is never promoted", "[replication][
                 return t.Put(*a, int64_t{i + 1});
               }).ok());
   }
-  std::mutex mu;
-  std::condition_variable cv;
-  bool release = false;
-  std::set<uint32_t> held;  // regions whose copy by node 0 is held
+  Gate gate;
+  std::set<uint32_t> held;  // regions whose copy by node 0 is held (guarded by gate.mu)
   SyncPoint* sp = SyncPoint::GetInstance();
   sp->SetCallBack("Resync::Copy", [&](void* arg) {
     const auto* p = static_cast<const txn::Resync::CopyPoint*>(arg);
     if (p->node != 0) return;
-    std::unique_lock<std::mutex> l(mu);
-    held.insert(p->region);
-    cv.notify_all();
-    cv.wait_for(l, std::chrono::seconds(120), [&] { return release; });
+    gate.Hold([&] { held.insert(p->region); });
   });
   sp->EnableProcessing();
   AtExit cleanup{[&] {
-    {
-      std::lock_guard<std::mutex> l(mu);
-      release = true;
-    }
-    cv.notify_all();
+    gate.Open();
     sp->DisableProcessing();
     sp->ClearAllCallBacks();
   }};
@@ -598,7 +616,7 @@ TEST_CASE("a backup still copying its region is never promoted", "[replication][
     }
     bool all_held = !syncing.empty();
     {
-      std::lock_guard<std::mutex> l(mu);
+      std::lock_guard<std::mutex> l(gate.mu);
       for (uint32_t r : syncing) all_held = all_held && held.count(r) > 0;
     }
     if (all_held) break;
@@ -792,6 +810,138 @@ TEST_CASE("a transaction seen committed stays committed when its coordinator and
     reported = status.ToString();
   }
   INFO("the coordinator reported: " << reported);
+  CHECK(vx == 2);
+  CHECK(vy == 2);
+}
+
+// A coordinator that is its transaction's only owner, writing two of its own regions whose
+// backups are different nodes: x in one, y in the other (two object arrays of more than half a
+// region each, so the second goes to the node's other region). The test finds such a node.
+struct SoleOwner {
+  uint32_t coordinator = 0;
+  GlobalAddress x, y;
+  uint32_t x_backup = 0, y_backup = 0;
+  std::string ToString() const {
+    return absl::StrCat("coordinator node ", coordinator, ": x ", x.ToString(), " (backup node ",
+                        x_backup, "), y ", y.ToString(), " (backup node ", y_backup, ")");
+  }
+};
+SoleOwner FindSoleOwner(std::vector<std::unique_ptr<Runtime>>& rts) {
+  // 10000 objects of 8 bytes in 64-byte slots: 640 KB of a 1 MiB region.
+  constexpr uint64_t kObjects = 10000;
+  for (uint32_t c = 1; c < rts.size(); ++c) {
+    absl::StatusOr<GlobalAddress> a = EngineOf(*rts[c]).CreateObjectArray(8, kObjects);
+    absl::StatusOr<GlobalAddress> b = EngineOf(*rts[c]).CreateObjectArray(8, kObjects);
+    INFO(a.status().ToString() << " / " << b.status().ToString());
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    REQUIRE(a->region != b->region);
+    const std::vector<uint32_t> ba = NodeOf(*rts[0]).BackupsOf(a->region);
+    const std::vector<uint32_t> bb = NodeOf(*rts[0]).BackupsOf(b->region);
+    REQUIRE(ba.size() == 1);
+    REQUIRE(bb.size() == 1);
+    if (ba[0] == bb[0]) continue;
+    WaitForTruncation(rts);  // the arrays reached their backups
+    return SoleOwner{c, *a, *b, ba[0], bb[0]};
+  }
+  FAIL("no node has two regions backed up by different nodes");
+  return {};
+}
+
+// Truncation bounds (txn/recovery.h, rule 5), one side: the coordinator, the transaction's only
+// owner, fails while sending COMMIT-BACKUP (y's backup never gets its record; the sync point
+// "Transaction::Decide:Send" drops that send each round). No COMMIT-PRIMARY was sent and nobody
+// saw the writes; nobody locks the transaction after the coordinator is gone, and x's promoted
+// backup keeps its record: the recovery must abort it, or x would get the write and y not. It
+// once committed it (a record remained and nobody locked it).
+TEST_CASE("a coordinator that fails during COMMIT-BACKUP leaves none of its writes",
+          "[replication][sync_point]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartReplicated(1, 4);
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  const SoleOwner so = FindSoleOwner(rts);
+  INFO(so.ToString());
+  std::unique_ptr<Worker> wc = NewWorker(*rts[so.coordinator]);
+  std::atomic<std::thread::id> coordinator_thread{};
+  SyncPoint* sp = SyncPoint::GetInstance();
+  sp->SetCallBack("Transaction::Decide:Send", [&](void* arg) {
+    auto* probe = static_cast<txn::DecisionProbe*>(arg);
+    if (std::this_thread::get_id() != coordinator_thread.load()) return;
+    if (probe->method == txn::kCommitBackupMethod && probe->owner == so.y_backup) {
+      probe->drop = true;
+    }
+  });
+  sp->EnableProcessing();
+  std::atomic<bool> finished{false};
+  absl::Status status;
+  std::thread coordinator([&] {
+    coordinator_thread.store(std::this_thread::get_id());
+    std::unique_ptr<Txn> t = wc->Begin();
+    absl::Status s = t->Put(so.x, int64_t{2});
+    if (s.ok()) s = t->Put(so.y, int64_t{2});
+    if (s.ok()) s = t->Commit();
+    status = s;
+    finished.store(true);
+  });
+  AtExit cleanup{[&] {
+    sp->DisableProcessing();
+    sp->ClearAllCallBacks();
+    if (coordinator.joinable()) coordinator.join();
+  }};
+  // x's backup keeps the record; then the coordinator is evicted (its COMMIT-BACKUP to y's
+  // backup still being dropped).
+  txn::BackupLog& x_log = EngineOf(*rts[so.x_backup]).backup_log();
+  for (int i = 0; x_log.records() == 0; ++i) {
+    REQUIRE(i < 6000);
+    REQUIRE_FALSE(finished.load());
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  Evict(rts, so.coordinator, "the test evicts the coordinator during COMMIT-BACKUP");
+  coordinator.join();
+  INFO("the coordinator reported: " << status.ToString());
+  CHECK_FALSE(status.ok());
+  // The survivors serve both regions from their promoted backups, and abort it.
+  const int64_t vx = ReadWhenReadable(*w0, so.x), vy = ReadWhenReadable(*w0, so.y);
+  CHECK(vx == 0);
+  CHECK(vy == 0);
+}
+
+// The other side: the coordinator, the transaction's only owner, commits it (applied at once,
+// readers may see it), truncates one backup's record (that backup applies and drops it) and
+// fails before truncating the other's (held at "Engine::FlushBackupTruncations:Send"). The first
+// backup, promoted, keeps no record but says it truncated the transaction; the second keeps the
+// record: the recovery commits, and both promoted regions hold the writes. Backups that forget
+// what they truncated (mutant forget_truncations) make the recovery abort it: one write lost.
+TEST_CASE("a coordinator that fails between two truncations loses none of its writes",
+          "[replication][sync_point]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartReplicated(1, 4);
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  const SoleOwner so = FindSoleOwner(rts);
+  INFO(so.ToString());
+  txn::BackupLog& x_log = EngineOf(*rts[so.x_backup]).backup_log();
+  txn::BackupLog& y_log = EngineOf(*rts[so.y_backup]).backup_log();
+  Gate gate;
+  SyncPoint* sp = SyncPoint::GetInstance();
+  // The coordinator's engine thread, about to send a truncation while one backup already
+  // applied its record and the other keeps it, waits until released.
+  sp->SetCallBack("Engine::FlushBackupTruncations:Send", [&](void*) {
+    if ((x_log.records() == 0) != (y_log.records() == 0)) gate.Hold();
+  });
+  sp->EnableProcessing();
+  AtExit cleanup{[&] {
+    gate.Open();
+    sp->DisableProcessing();
+    sp->ClearAllCallBacks();
+  }};
+  std::unique_ptr<Worker> wc = NewWorker(*rts[so.coordinator]);
+  const absl::Status s = wc->Run([&](Txn& t) -> absl::Status {
+    if (absl::Status s = t.Put(so.x, int64_t{2}); !s.ok()) return s;
+    return t.Put(so.y, int64_t{2});
+  });
+  REQUIRE(s.ok());  // committed: applied at its only owner
+  REQUIRE(gate.WaitReached(std::chrono::seconds(60)));
+  Evict(rts, so.coordinator, "the test evicts the coordinator between two truncations");
+  gate.Open();
+  const int64_t vx = ReadWhenReadable(*w0, so.x), vy = ReadWhenReadable(*w0, so.y);
   CHECK(vx == 2);
   CHECK(vy == 2);
 }

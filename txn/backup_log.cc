@@ -46,12 +46,24 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
                                                       coordinator, " left the cluster"));
   }
   // The truncations first: they are of earlier transactions, whatever becomes of this one (a
-  // refused message must not take them with it).
-  for (uint64_t seq : request.truncate) {
-    auto it = records_.find(TxnId{coordinator, request.txn.incarnation, seq});
-    if (it == records_.end()) continue;  // it wrote nothing here, or was truncated already
-    Apply(it->second);
-    records_.erase(it);
+  // refused message must not take them with it). Each is remembered until the coordinator's
+  // bound passes it (the recovery vote: this node applied it).
+  if (!request.truncate.empty() || request.finished_below > 0) {
+    Truncations& t = truncated_[{coordinator, request.txn.incarnation}];
+    for (uint64_t seq : request.truncate) {
+      auto it = records_.find(TxnId{coordinator, request.txn.incarnation, seq});
+      if (it == records_.end()) continue;  // it wrote nothing here, or was truncated already
+      Apply(it->second);
+      records_.erase(it);
+      if (seq >= t.below) t.seqs.insert(seq);
+    }
+    // Mutant: the bound is ignored and nothing truncated is remembered (the recovery cannot
+    // tell a backup that applied a record from one that never got it).
+    if (FARM_MUTANT("forget_truncations")) t.seqs.clear();
+    if (request.finished_below > t.below) {
+      t.below = request.finished_below;
+      absl::erase_if(t.seqs, [&](uint64_t seq) { return seq < t.below; });
+    }
   }
   for (const WriteRecord& w : k.writes) {
     if (promoted_.contains(w.addr.region)) {
@@ -70,12 +82,17 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
   // A transaction's writes to this node may come in several COMMIT-BACKUPs (each at most a
   // message): they add up. A message delivered twice (its answer was lost) adds its writes
   // twice, which changes nothing: the second of two equal writes is never newer.
+  k.parts = request.parts;
   auto [it, inserted] = records_.try_emplace(request.txn, std::move(k));
+  Kept& kept = it->second;
   if (!inserted) {
-    Kept& kept = it->second;
     kept.writes.insert(kept.writes.end(), k.writes.begin(), k.writes.end());
     kept.copies.insert(kept.copies.end(), k.copies.begin(), k.copies.end());
     if (kept.written.empty()) kept.written = std::move(k.written);
+  }
+  if (std::find(kept.parts_seen.begin(), kept.parts_seen.end(), request.part) ==
+      kept.parts_seen.end()) {
+    kept.parts_seen.push_back(request.part);
   }
   return absl::OkStatus();
 }
@@ -231,7 +248,11 @@ std::vector<TxnVote> BackupLog::Votes(uint32_t coordinator, uint64_t fence) {
     if (txn.node != coordinator || txn.incarnation >= f) continue;
     TxnVote v;
     v.txn = txn;
-    for (const WriteRecord& w : kept.writes) {
+    // A record missing parts is no record: its coordinator failed while sending it, before
+    // any COMMIT-PRIMARY (the vote then finds this backup without it, and aborts).
+    // Mutant: a record counts whatever parts of it arrived.
+    const bool complete = kept.complete() || FARM_MUTANT("count_partial_records");
+    for (const WriteRecord& w : complete ? kept.writes : std::vector<WriteRecord>{}) {
       if (std::find(v.recorded.begin(), v.recorded.end(), w.addr.region) == v.recorded.end()) {
         v.recorded.push_back(w.addr.region);
       }
@@ -240,6 +261,30 @@ std::vector<TxnVote> BackupLog::Votes(uint32_t coordinator, uint64_t fence) {
     out.push_back(std::move(v));
   }
   return out;
+}
+
+std::vector<TxnId> BackupLog::Truncated(uint32_t coordinator, uint64_t fence) const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<TxnId> out;
+  for (const auto& [key, t] : truncated_) {
+    if (key.first != coordinator || key.second >= fence) continue;
+    for (uint64_t seq : t.seqs) out.push_back(TxnId{coordinator, key.second, seq});
+  }
+  return out;
+}
+
+void BackupLog::Forget(uint32_t coordinator, uint64_t fence) {
+  std::lock_guard<std::mutex> l(mu_);
+  absl::erase_if(truncated_, [&](const auto& entry) {
+    return entry.first.first == coordinator && entry.first.second < fence;
+  });
+}
+
+size_t BackupLog::truncated_remembered() const {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t n = 0;
+  for (const auto& [key, t] : truncated_) n += t.seqs.size();
+  return n;
 }
 
 void BackupLog::Settle(const TxnId& txn, bool commit) {

@@ -10,7 +10,10 @@
 // applied: a transaction whose coordinator fails before every COMMIT-BACKUP was acknowledged may
 // still be aborted by recovery. The coordinator truncates it (piggybacked on a later
 // COMMIT-BACKUP to this node, or sent alone when it has nothing else to send) once COMMIT-PRIMARY
-// was acknowledged by every primary: then it is applied to the copies and dropped.
+// was acknowledged by every primary: then it is applied to the copies and dropped, and its
+// sequence number remembered until the coordinator's truncation bound passes it (the recovery
+// vote asks what was truncated: a promoted backup without a record applied it, or never got it;
+// txn/recovery.h, rule 5).
 //
 // Records of different coordinators may be truncated in any order, so each write is applied only
 // if it is newer than what the copy holds (its new version above the copy's): every copy ends
@@ -32,9 +35,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "platform/region.h"
 #include "txn/allocator.h"
@@ -73,8 +78,15 @@ class BackupLog {
   // returned, to be decided with the other members (Settle). Idempotent.
   std::vector<TxnId> Fence(uint32_t coordinator, uint64_t fence);
   // The recovery vote (txn/recovery.h): fences as Fence does, then one vote per kept record of
-  // those incarnations (the regions it writes here, and every region its transaction writes).
+  // those incarnations (the regions it writes here, if every part of it arrived, and every
+  // region its transaction writes).
   std::vector<TxnVote> Votes(uint32_t coordinator, uint64_t fence);
+  // The transactions of `coordinator`'s incarnations below `fence` whose records were
+  // truncated here (applied and dropped) and not yet forgotten under a truncation bound: the
+  // recovery tells from them a promoted backup that applied a record from one that never got it.
+  std::vector<TxnId> Truncated(uint32_t coordinator, uint64_t fence) const;
+  // The departure's recovery finished: forgets what was truncated of those incarnations.
+  void Forget(uint32_t coordinator, uint64_t fence);
   // Applies (commit) or drops (abort) the kept record of a fenced coordinator's transaction.
   void Settle(const TxnId& txn, bool commit);
   // DROP-BACKUP from `coordinator`: drops the kept record of its transaction `txn` (aborted after
@@ -107,6 +119,9 @@ class BackupLog {
 
   // Records kept (received, not yet truncated).
   size_t records() const;
+  // Truncated transactions remembered, of every coordinator (bounded by the coordinators'
+  // truncation bounds; for tests).
+  size_t truncated_remembered() const;
   // Writes applied to copies, and writes skipped because the copy held a newer version (for
   // tests and statistics).
   uint64_t applied() const;
@@ -118,6 +133,15 @@ class BackupLog {
     std::vector<std::shared_ptr<Region>> copies;  // each write's copy, held until applied
     std::vector<bool> recovering;                 // per write: counted in recovery_locks_
     std::vector<WrittenRegion> written;           // every region the transaction writes
+    uint32_t parts = 1;                           // COMMIT-BACKUPs its writes here take
+    std::vector<uint32_t> parts_seen;             // the ones received
+    bool complete() const { return parts_seen.size() >= parts; }
+  };
+  // What this node truncated of one coordinator incarnation's transactions: the sequence
+  // numbers at or above its latest truncation bound (below it, every backup truncated them).
+  struct Truncations {
+    uint64_t below = 0;
+    absl::flat_hash_set<uint64_t> seqs;
   };
   // Applies a record's writes that are newer than the copies, then releases its recovery locks.
   // Caller holds mu_.
@@ -138,6 +162,8 @@ class BackupLog {
   absl::flat_hash_map<TxnId, Kept> records_;
   absl::flat_hash_map<uint32_t, RegionLayout> layouts_;
   absl::flat_hash_map<uint32_t, uint64_t> fences_;  // coordinator -> its fenced incarnations' bound
+  // (coordinator, incarnation) -> what was truncated here.
+  absl::flat_hash_map<std::pair<uint32_t, uint64_t>, Truncations> truncated_;
   absl::flat_hash_set<uint32_t> promoted_;  // regions this node's copy now serves as primary
   // Objects of promoted regions locked by Promote: how many kept records still write each.
   absl::flat_hash_map<uint64_t, int> recovery_locks_;

@@ -78,6 +78,57 @@ TEST_CASE("a transaction's writes in several COMMIT-BACKUPs add up", "[backup]")
   CHECK(f.log.applied() == 2);
 }
 
+TEST_CASE("a record missing parts counts as no record in the vote", "[backup]") {
+  Fixture f;
+  const GlobalAddress a{kRegion, 512}, b{kRegion, 1024};
+  LockRequest one = Record(1, {{a, WriteKind::kAlloc, 0, "part one"}});
+  one.parts = 2;
+  REQUIRE(f.log.Append(kCoordinator, one).ok());
+  std::vector<TxnVote> votes = f.log.Votes(kCoordinator, 2);
+  REQUIRE(votes.size() == 1);
+  CHECK(votes[0].recorded.empty());  // the coordinator failed before part two: no record
+  // The second part completes it.
+  Fixture g;
+  REQUIRE(g.log.Append(kCoordinator, one).ok());
+  LockRequest two = Record(1, {{b, WriteKind::kAlloc, 0, "part two"}});
+  two.part = 1;
+  two.parts = 2;
+  REQUIRE(g.log.Append(kCoordinator, two).ok());
+  REQUIRE(g.log.Append(kCoordinator, one).ok());  // a retry of part one changes nothing
+  votes = g.log.Votes(kCoordinator, 2);
+  REQUIRE(votes.size() == 1);
+  CHECK(votes[0].recorded == std::vector<uint32_t>{kRegion});
+}
+
+TEST_CASE("truncated transactions are remembered until the coordinator's bound passes them",
+          "[backup]") {
+  Fixture f;
+  const GlobalAddress a{kRegion, 128}, b{kRegion, 256};
+  REQUIRE(f.log.Append(kCoordinator, Record(1, {{a, WriteKind::kAlloc, 0, "one"}})).ok());
+  REQUIRE(f.log.Append(kCoordinator, Record(2, {{b, WriteKind::kAlloc, 0, "two"}})).ok());
+  LockRequest t = Record(0, {}, {1, 2, 9});  // 9 wrote nothing here: not remembered
+  t.finished_below = 1;
+  REQUIRE(f.log.Append(kCoordinator, t).ok());
+  CHECK(f.log.truncated_remembered() == 2);
+  // The bound passes 1: every backup truncated it, so no vote on it will come.
+  t = Record(0, {}, {});
+  t.finished_below = 2;
+  REQUIRE(f.log.Append(kCoordinator, t).ok());
+  CHECK(f.log.truncated_remembered() == 1);
+  // Another incarnation's bound says nothing of this one's.
+  LockRequest other = Record(0, {}, {});
+  other.txn.incarnation = 5;
+  other.finished_below = 100;
+  REQUIRE(f.log.Append(kCoordinator, other).ok());
+  // The coordinator leaves: its vote names what was truncated, until the recovery forgets it.
+  (void)f.log.Votes(kCoordinator, 2);
+  CHECK(f.log.Truncated(kCoordinator, 2) == std::vector<TxnId>{TxnId{kCoordinator, 1, 2}});
+  CHECK(f.log.Truncated(kCoordinator, 1).empty());  // incarnation 1 is not below fence 1
+  f.log.Forget(kCoordinator, 2);
+  CHECK(f.log.Truncated(kCoordinator, 2).empty());
+  CHECK(f.log.truncated_remembered() == 0);
+}
+
 TEST_CASE("truncations in any order leave the newest version of each object", "[backup]") {
   Fixture f;
   const GlobalAddress a{kRegion, 256};

@@ -239,6 +239,7 @@ void Engine::OnMembership(const control::Membership& m) {
         // Nothing to recover here. Not counted as a finished recovery: a member that holds one
         // of its transactions undecided still asks, and gets an empty vote.
         participant_->Forget(id, fence);
+        backup_log_->Forget(id, fence);
         continue;
       }
       spdlog::warn(
@@ -320,6 +321,7 @@ absl::StatusOr<std::string> Engine::OnRecover(uint32_t from, const RecoverReques
       };
       for (TxnVote& v : participant_->Votes(key.first, key.second)) add(std::move(v));
       for (TxnVote& v : backup_log_->Votes(key.first, key.second)) add(std::move(v));
+      out.truncated = backup_log_->Truncated(key.first, key.second);
       for (const auto& [txn, commit] : d->decided) {
         TxnVote v;
         v.txn = txn;
@@ -357,6 +359,7 @@ absl::StatusOr<std::string> Engine::OnRecover(uint32_t from, const RecoverReques
     case RecoverOp::kForget:
       // Every member applied every decision: undecided records of the coordinator are gone.
       participant_->Forget(key.first, key.second);
+      backup_log_->Forget(key.first, key.second);
       forgotten_.insert(key);
       departures_.erase(d);
       cv_.notify_all();
@@ -456,6 +459,7 @@ bool Engine::RecoverOnce(uint32_t coordinator, uint64_t fence) {
   };
   // 1. Votes, all in this epoch.
   absl::flat_hash_map<TxnId, std::vector<std::pair<uint32_t, TxnVote>>> votes;
+  std::vector<std::pair<uint32_t, std::vector<TxnId>>> truncated;
   for (uint32_t member : members) {
     absl::StatusOr<RecoverAnswer> a = AskRecover(member, req);
     if (!a.ok() || a->status == RecoverStatus::kOtherEpoch) {
@@ -466,6 +470,19 @@ bool Engine::RecoverOnce(uint32_t coordinator, uint64_t fence) {
     }
     if (a->status == RecoverStatus::kFinished) return finished();
     for (TxnVote& v : a->votes) votes[v.txn].emplace_back(member, std::move(v));
+    truncated.emplace_back(member, std::move(a->truncated));
+  }
+  // A member that truncated a transaction applied its record and dropped it: that counts in
+  // the vote on a transaction some member still holds something of (txn/recovery.h, rule 5).
+  for (const auto& [member, txns] : truncated) {
+    for (const TxnId& t : txns) {
+      auto it = votes.find(t);
+      if (it == votes.end()) continue;
+      TxnVote v;
+      v.txn = t;
+      v.truncated = true;
+      it->second.emplace_back(member, std::move(v));
+    }
   }
   // 2. Decide.
   req.op = RecoverOp::kRecord;
@@ -504,7 +521,27 @@ bool Engine::RecoverOnce(uint32_t coordinator, uint64_t fence) {
 }
 
 TxnId Engine::NextId() {
-  return TxnId{node_->id(), incarnation_, next_seq_.fetch_add(1, std::memory_order_relaxed)};
+  std::lock_guard<std::mutex> l(seq_mu_);
+  const uint64_t seq = next_seq_++;
+  unfinished_.emplace_hint(unfinished_.end(), seq, 1);
+  return TxnId{node_->id(), incarnation_, seq};
+}
+
+void Engine::ReleaseId(uint64_t seq) { Truncated({seq}); }
+
+void Engine::Truncated(const std::vector<uint64_t>& seqs) {
+  std::lock_guard<std::mutex> l(seq_mu_);
+  for (uint64_t seq : seqs) {
+    auto it = unfinished_.find(seq);
+    if (it != unfinished_.end() && --it->second == 0) unfinished_.erase(it);
+  }
+}
+
+uint64_t Engine::TruncationBound() const {
+  std::lock_guard<std::mutex> l(seq_mu_);
+  // Mutant: the bound passes transactions whose truncations are still on their way.
+  if (FARM_MUTANT("bound_ignores_unfinished")) return next_seq_;
+  return unfinished_.empty() ? next_seq_ : unfinished_.begin()->first;
 }
 
 size_t Engine::unsettled() const {
@@ -550,11 +587,21 @@ std::vector<uint64_t> Engine::TakeBackupTruncations(uint32_t backup, size_t max)
 }
 
 void Engine::AddBackupTruncation(uint32_t backup, uint64_t seq) {
+  {
+    std::lock_guard<std::mutex> l(seq_mu_);
+    ++unfinished_[seq];
+  }
+  RequeueBackupTruncations(backup, {seq});
+}
+
+void Engine::RequeueBackupTruncations(uint32_t backup, const std::vector<uint64_t>& seqs) {
+  if (seqs.empty()) return;
   bool first = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     first = backup_truncations_.empty();
-    backup_truncations_[backup].push_back(seq);
+    std::vector<uint64_t>& queue = backup_truncations_[backup];
+    queue.insert(queue.end(), seqs.begin(), seqs.end());
   }
   // The engine's thread sleeps until there is something to truncate.
   if (first) cv_.notify_all();
@@ -602,6 +649,7 @@ void Engine::FlushBackupTruncations() {
     LockRequest r;
     r.txn = TxnId{node_->id(), incarnation_, 0};  // no transaction: truncations only
     while (!(r.truncate = TakeBackupTruncations(b)).empty()) {
+      r.finished_below = TruncationBound();
       // Tests crash a coordinator here, between two truncations (chaos crash_mid_truncate).
       FARM_SYNC_POINT_CALLBACK("Engine::FlushBackupTruncations:Send", &sent);
       ++sent;
@@ -615,9 +663,10 @@ void Engine::FlushBackupTruncations() {
         // The records stay at the backup until a later truncation or recovery applies them.
         spdlog::warn("txn: could not truncate {} COMMIT-BACKUP record(s) at node {}: {}",
                      r.truncate.size(), b, s.ToString());
-        for (uint64_t seq : r.truncate) AddBackupTruncation(b, seq);
+        RequeueBackupTruncations(b, r.truncate);
         break;
       }
+      Truncated(r.truncate);  // applied there, or it left with its copies
     }
   }
 }

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -95,7 +96,13 @@ class Engine {
   // Regions this node copied as a new backup (re-replication, txn/resync.h; for tests).
   uint64_t resync_regions_copied() const { return resync_->regions_copied(); }
 
+  // A new transaction's id. Its sequence number holds this incarnation's truncation bound
+  // until ReleaseId (the transaction ended) and every truncation of it was acknowledged.
   TxnId NextId();
+  void ReleaseId(uint64_t seq);
+  // The truncation bound (txn/protocol.h, LockRequest::finished_below): every transaction of
+  // this incarnation below it has ended and was truncated at every backup that kept its record.
+  uint64_t TruncationBound() const;
   // This node's incarnation (its joined epoch): the middle part of its transaction ids.
   uint64_t incarnation() const { return incarnation_; }
   // Departed coordinators whose recovery has not finished here (for tests).
@@ -108,8 +115,12 @@ class Engine {
   // The same for the COMMIT-BACKUP records `backup` keeps of this node's transactions: taken by
   // the next COMMIT-BACKUP to it, or sent alone by the engine's thread within
   // kBackupTruncationDelay when no transaction takes them (so that idle backups catch up).
+  // A truncation holds the bound until Truncated (acknowledged, or its backup left) is called
+  // for it; one whose send failed goes back with RequeueBackupTruncations.
   std::vector<uint64_t> TakeBackupTruncations(uint32_t backup, size_t max = kMaxTruncationsPerLock);
   void AddBackupTruncation(uint32_t backup, uint64_t seq);
+  void RequeueBackupTruncations(uint32_t backup, const std::vector<uint64_t>& seqs);
+  void Truncated(const std::vector<uint64_t>& seqs);
   static constexpr absl::Duration kBackupTruncationDelay = absl::Milliseconds(10);
 
  private:
@@ -154,7 +165,11 @@ class Engine {
   absl::flat_hash_set<uint32_t> adopted_;
   std::vector<std::shared_ptr<Region>> adopted_copies_;
   uint64_t incarnation_ = 0;
-  std::atomic<uint64_t> next_seq_{1};
+  // Transaction ids: the next sequence number, and those that hold the truncation bound (how
+  // many holds each: its transaction, and its truncations not yet acknowledged).
+  mutable std::mutex seq_mu_;
+  uint64_t next_seq_ = 1;               // guarded by seq_mu_
+  std::map<uint64_t, int> unfinished_;  // guarded by seq_mu_
   uint64_t max_message_ = 0;
   uint64_t max_object_size_ = 0;
   int listener_ = -1;

@@ -87,6 +87,9 @@ std::string EncodeLock(const LockRequest& r) {
   w.U64(r.truncate.size());
   for (uint64_t s : r.truncate) w.U64(s);
   PutWritten(w, r.written);
+  w.U32(r.part);
+  w.U32(r.parts);
+  w.U64(r.finished_below);
   return std::move(w.str());
 }
 
@@ -118,7 +121,10 @@ absl::StatusOr<LockRequest> DecodeLock(absl::string_view b) {
   for (uint64_t& s : out.truncate) {
     if (!r.U64(&s)) return WireReader::Corrupt("LOCK");
   }
-  if (!GetWritten(r, &out.written) || !r.done()) return WireReader::Corrupt("LOCK");
+  if (!GetWritten(r, &out.written) || !r.U32(&out.part) || !r.U32(&out.parts) ||
+      !r.U64(&out.finished_below) || out.parts == 0 || out.part >= out.parts || !r.done()) {
+    return WireReader::Corrupt("LOCK");
+  }
   return out;
 }
 
@@ -182,6 +188,8 @@ std::string EncodeRecoverAnswer(const RecoverAnswer& a) {
     PutIds(w, v.recorded);
     PutWritten(w, v.written);
   }
+  w.U64(a.truncated.size());
+  for (const TxnId& t : a.truncated) PutTxn(w, t);
   return std::move(w.str());
 }
 
@@ -203,6 +211,11 @@ absl::StatusOr<RecoverAnswer> DecodeRecoverAnswer(absl::string_view b) {
     }
     v.decided = static_cast<Decided>(decided);
     v.owner = static_cast<SettleState>(owner);
+  }
+  if (!GetCount(r, &n, 20)) return WireReader::Corrupt("RECOVER answer");
+  out.truncated.resize(n);
+  for (TxnId& t : out.truncated) {
+    if (!GetTxn(r, &t)) return WireReader::Corrupt("RECOVER answer");
   }
   if (!r.done()) return WireReader::Corrupt("RECOVER answer");
   return out;

@@ -6,7 +6,8 @@
 //   COMMIT-BACKUP   coordinator -> backups of written regions (ClusterConfig.f > 0), after
 //                   validation and before any COMMIT-PRIMARY: the writes to that backup's
 //                   copies, kept until truncated, then applied (txn/backup_log.h). Encoded as a
-//                   LOCK (the versions are the ones read; an allocation's is the slot's).
+//                   LOCK (the versions are the ones read; an allocation's is the slot's), with
+//                   the truncations of earlier records and the coordinator's truncation bound.
 //   COMMIT-PRIMARY  coordinator -> owners: install the new versions and unlock. Sent until every
 //                   owner acknowledged it or left (idempotent at the owner).
 //   ABORT           coordinator -> owners: unlock, cancel the transaction's reservations. Sent
@@ -105,13 +106,20 @@ struct WrittenRegion {
 
 // LOCK: the writes at one owner, the owners taking part, and transactions of this coordinator
 // whose records that owner may truncate. COMMIT-BACKUP is encoded as a LOCK too, and lists every
-// region the transaction writes (`written`, empty in a LOCK).
+// region the transaction writes (`written`, empty in a LOCK); a transaction's writes to one
+// backup may take several COMMIT-BACKUPs (`part` of `parts`: a record counts in the recovery
+// vote only once every part arrived), and each carries the coordinator's truncation bound
+// (`finished_below`: every transaction of that incarnation with a lower sequence number was
+// truncated at every backup that kept it, so backups may forget that they truncated it).
 struct LockRequest {
   TxnId txn;
   std::vector<uint32_t> participants;
   std::vector<WriteRecord> writes;
   std::vector<uint64_t> truncate;  // sequence numbers (same coordinator)
   std::vector<WrittenRegion> written;
+  uint32_t part = 0;  // COMMIT-BACKUP: this message's index among its backup's parts
+  uint32_t parts = 1;
+  uint64_t finished_below = 0;  // COMMIT-BACKUP and truncations: the bound (0: none)
 };
 std::string EncodeLock(const LockRequest& r);
 absl::StatusOr<LockRequest> DecodeLock(absl::string_view b);
@@ -157,6 +165,9 @@ struct TxnVote {
   std::vector<uint32_t> locked;        // regions in which its objects are locked here
   std::vector<uint32_t> recorded;      // regions whose copy here keeps its COMMIT-BACKUP record
   std::vector<WrittenRegion> written;  // every region it writes, from that record
+  // Not on the wire: set by the driver when this member's answer lists the transaction among
+  // the ones it truncated (RecoverAnswer.truncated).
+  bool truncated = false;
 };
 enum class RecoverStatus : uint8_t {
   kOk = 0,
@@ -168,6 +179,9 @@ struct RecoverAnswer {
   RecoverStatus status = RecoverStatus::kOk;
   uint64_t epoch = 0;          // the answerer's membership epoch
   std::vector<TxnVote> votes;  // kVote
+  // kVote: the departed coordinator's transactions whose COMMIT-BACKUP records the answerer
+  // truncated (applied and dropped), above that incarnation's last truncation bound.
+  std::vector<TxnId> truncated;
 };
 std::string EncodeRecoverAnswer(const RecoverAnswer& a);
 absl::StatusOr<RecoverAnswer> DecodeRecoverAnswer(absl::string_view b);

@@ -1,5 +1,7 @@
 #include "txn/recovery.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "platform/mutant.h"
 
@@ -67,9 +69,26 @@ RecoveryOutcome RecoveryDecision(const std::vector<std::pair<uint32_t, TxnVote>>
   }
   // 5. Nobody holds it locked, and a record exists: its coordinator decided commit, and no owner
   // aborted it (an ABORT after COMMIT-BACKUP comes only once every record was dropped), so every
-  // primary that locked it applied it, or failed: commit. (A failed primary's promoted backup
-  // that keeps no record applied it at a truncation, or never got it, if the coordinator failed
-  // mid-COMMIT-BACKUP with every owner: the known gap in the header comment.)
+  // primary that locked it applied it, or failed. A failed primary's promoted backup keeps the
+  // record, or truncated it (applied it), or never got it: then the coordinator failed during
+  // COMMIT-BACKUP, before any COMMIT-PRIMARY, and the transaction aborts.
+  absl::flat_hash_set<uint32_t> truncated_by;
+  for (const auto& [member, v] : votes) {
+    if (v.truncated) truncated_by.insert(member);
+  }
+  for (const WrittenRegion& w : written) {
+    auto p = view.primary.find(w.region);
+    if (p == view.primary.end()) continue;  // lost: nothing to apply either way
+    const uint32_t primary = p->second;
+    if (primary == w.primary) continue;  // the owner that locked it applied it
+    // A backup added after COMMIT-BACKUP copied the region from its primary, which copies an
+    // object only unlocked (txn/resync.h): after that primary applied it.
+    if (std::find(w.backups.begin(), w.backups.end(), primary) == w.backups.end()) continue;
+    if (holds(recorded_at, w.region, primary) || truncated_by.contains(primary)) continue;
+    return {false, absl::StrCat("region ", w.region, "'s promoted backup (node ", primary,
+                                ") neither keeps its record nor truncated it (COMMIT-BACKUP "
+                                "was partial)")};
+  }
   return {true, "nobody locks it and its records remain: its owners applied it"};
 }
 

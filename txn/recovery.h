@@ -6,10 +6,11 @@
 // took their recovery locks) votes on each transaction it holds something of (TxnVote: a
 // decision it recorded, what its participant knows as an owner, the regions whose copies here
 // keep its COMMIT-BACKUP record, and from that record every region the transaction writes with
-// the primary it locked at and the backups the records went to). RecoveryDecision is a function
-// of those votes and of the epoch's region map only, so every member that drives the recovery
-// in one epoch decides alike; a decision is recorded by every member before any applies it, so a
-// later epoch's recovery finds it (Engine).
+// the primary it locked at and the backups the records went to; and the transactions whose
+// records it truncated, i.e. applied). RecoveryDecision is a function of those votes and of the
+// epoch's region map only, so every member that drives the recovery in one epoch decides alike;
+// a decision is recorded by every member before any applies it, so a later epoch's recovery
+// finds it (Engine).
 //
 // The rule, for a transaction:
 //   1. a decision some member recorded stands;
@@ -23,18 +24,22 @@
 //   5. nobody holds it locked: its coordinator decided commit (there is a record) and no owner
 //      aborted it (an ABORT after COMMIT-BACKUP comes only once every record was dropped), so
 //      every primary that locked it applied it (and may have truncated its record since), or
-//      failed with its locks: commit.
+//      failed with its locks. Commit, unless a written region's primary failed and its promoted
+//      backup, one the records went to, neither keeps its record nor truncated it (a backup
+//      remembers what it truncated until the coordinator's truncation bound passes it: below
+//      the bound no record is kept anywhere, so no vote is taken): then it never got it, the
+//      coordinator failed during COMMIT-BACKUP, before any COMMIT-PRIMARY, and nobody saw the
+//      transaction: abort.
 // Rule 4 is the case FaRM's vote is for: an owner applied COMMIT-PRIMARY (readers saw the
 // writes) and failed with the coordinator; its region's promoted backup keeps the record, every
-// other region is locked at its primary: the transaction commits.
+// other region is locked at its primary: the transaction commits. Rule 5's two sides: a
+// coordinator that is its transaction's only owner commits it locally, truncates one backup and
+// fails before the other (commit: the first applied it, the second applies its record); or it
+// fails between two COMMIT-BACKUP sends (abort: the backup that kept the record drops it).
 //
-// Known gap (FaRM closes it with per-coordinator truncation bounds): in rule 5, a promoted
-// backup that keeps no record may have applied it and dropped it at a truncation (the common
-// case: a coordinator that was the transaction's only owner committed it locally, and failed
-// before every backup was truncated), or may never have got it (that coordinator failed between
-// two COMMIT-BACKUP sends); the rule takes the former, so in the latter case the regions whose
-// backups kept the record get the writes and the others do not. It needs the coordinator to be
-// the only owner and to fail mid-COMMIT-BACKUP.
+// A record counts only once every part of it arrived (a transaction's writes to one backup may
+// take several COMMIT-BACKUPs); a backup added by re-replication after COMMIT-BACKUP holds no
+// record, and copied the region once its primary had applied the transaction.
 #ifndef FARM_TXN_RECOVERY_H_
 #define FARM_TXN_RECOVERY_H_
 

@@ -27,6 +27,13 @@ TxnVote Recorded(uint32_t region) {
   v.written = Written();
   return v;
 }
+// The member truncated it (applied its record and dropped it).
+TxnVote Truncated() {
+  TxnVote v;
+  v.txn = kTxn;
+  v.truncated = true;
+  return v;
+}
 TxnVote Owner(SettleState s) {
   TxnVote v;
   v.txn = kTxn;
@@ -92,9 +99,24 @@ TEST_CASE("nobody locks it and a record remains: its owners applied it") {
   CHECK(Commits({{2, Recorded(1)}}, View(1, 3, {1, 2, 3, 4})));
   // Both primaries that locked it left; both promoted backups keep the record.
   CHECK(Commits({{2, Recorded(1)}, {4, Recorded(2)}}, View(2, 4, {2, 4})));
-  // One of them keeps none: the coordinator, the only owner, applied it and truncated that
+  // One of them truncated it: the coordinator, the only owner, applied it and truncated that
   // backup before it failed (chaos kill_cm lost a committed write when this aborted).
-  CHECK(Commits({{2, Recorded(1)}}, View(2, 4, {2, 4})));
+  CHECK(Commits({{2, Recorded(1)}, {4, Truncated()}}, View(2, 4, {2, 4})));
+  // Region 2's primary is a backup added after COMMIT-BACKUP (not one the records went to): it
+  // copied the region after its primary applied the transaction.
+  CHECK(Commits({{2, Recorded(1)}}, View(2, 5, {2, 5})));
+}
+
+TEST_CASE("nobody locks it and a promoted backup never got its record: it aborts") {
+  // The coordinator, the only owner, failed between its two COMMIT-BACKUPs: node 2 keeps the
+  // record, node 4 (promoted for region 2) neither keeps nor truncated it. No COMMIT-PRIMARY was
+  // sent, so nobody saw the writes; committing would apply region 1's half only.
+  CHECK_FALSE(Commits({{2, Recorded(1)}}, View(2, 4, {2, 4})));
+  // The same when region 1's primary survived and never locked anything of it since (it applied
+  // nothing: the transaction was never committed at an owner).
+  CHECK_FALSE(Commits({{2, Recorded(1)}}, View(1, 4, {1, 2, 4})));
+  // A truncation by a backup that is not region 2's primary says nothing of region 2.
+  CHECK_FALSE(Commits({{2, Recorded(1)}, {2, Truncated()}}, View(2, 4, {2, 4})));
 }
 
 TEST_CASE("RECOVER messages round-trip and refuse corruption") {
@@ -118,6 +140,7 @@ TEST_CASE("RECOVER messages round-trip and refuse corruption") {
   v.decided = Decided::kCommit;
   v.locked = {5, 6};
   a.votes = {v, Owner(SettleState::kAborted)};
+  a.truncated = {kTxn, TxnId{9, 4, 18}};
   absl::StatusOr<RecoverAnswer> got = DecodeRecoverAnswer(EncodeRecoverAnswer(a));
   REQUIRE(got.ok());
   CHECK(got->epoch == 41);
@@ -128,15 +151,27 @@ TEST_CASE("RECOVER messages round-trip and refuse corruption") {
   CHECK(got->votes[0].recorded == std::vector<uint32_t>{1});
   CHECK(got->votes[0].written == Written());
   CHECK(got->votes[1].owner == SettleState::kAborted);
+  CHECK(got->truncated == a.truncated);
   const std::string enc = EncodeRecoverAnswer(a);
   for (size_t n = 0; n < enc.size(); ++n) CHECK_FALSE(DecodeRecoverAnswer(enc.substr(0, n)).ok());
 
   LockRequest lock;
   lock.txn = kTxn;
   lock.written = Written();
+  lock.part = 2;
+  lock.parts = 3;
+  lock.finished_below = 15;
   absl::StatusOr<LockRequest> l = DecodeLock(EncodeLock(lock));
   REQUIRE(l.ok());
   CHECK(l->written == Written());
+  CHECK(l->part == 2);
+  CHECK(l->parts == 3);
+  CHECK(l->finished_below == 15);
+  lock.part = 3;  // no such part
+  CHECK_FALSE(DecodeLock(EncodeLock(lock)).ok());
+  lock.part = 0;
+  lock.parts = 0;
+  CHECK_FALSE(DecodeLock(EncodeLock(lock)).ok());
 }
 
 }  // namespace

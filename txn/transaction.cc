@@ -225,6 +225,7 @@ Transaction::Transaction(ThreadContext* ctx)
 
 Transaction::~Transaction() {
   if (state_ == State::kActive) Abort();
+  engine_->ReleaseId(id_.seq);
 }
 
 absl::Status Transaction::CheckActive() const {
@@ -861,10 +862,16 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   // Mutant: no COMMIT-BACKUP (the backups never learn of the writes).
   if (parts.empty() || FARM_MUTANT("skip_commit_backup")) return {};
   std::vector<std::pair<uint32_t, std::string>> messages;
+  std::map<uint32_t, std::vector<uint64_t>> truncations;  // piggybacked, by backup
+  const uint64_t bound = engine_->TruncationBound();
   for (auto& [b, ps] : parts) {
-    ps.front().truncate = engine_->TakeBackupTruncations(b);
-    for (LockRequest& r : ps) {
+    ps.front().truncate = truncations[b] = engine_->TakeBackupTruncations(b);
+    for (size_t i = 0; i < ps.size(); ++i) {
+      LockRequest& r = ps[i];
       r.written = written;
+      r.part = static_cast<uint32_t>(i);
+      r.parts = static_cast<uint32_t>(ps.size());
+      r.finished_below = bound;
       messages.emplace_back(b, EncodeLock(r));
     }
   }
@@ -875,6 +882,20 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
                                absl::StatusOr<LockRequest> r = DecodeLock(payload);
                                return r.ok() ? local.Append(self, *r) : r.status();
                              });
+  // The truncations went with the first part: a backup that acknowledged or refused it
+  // applied them first (BackupLog::Append), one that left took its records with it; if this
+  // node was evicted meanwhile, they go back to the queue (an acknowledgement may be another
+  // part's).
+  for (auto& [b, seqs] : truncations) {
+    auto in = [b = b](const auto& v) { return std::find(v.begin(), v.end(), b) != v.end(); };
+    const bool refused = std::any_of(d.refused.begin(), d.refused.end(),
+                                     [b = b](const auto& r) { return r.first == b; });
+    if (!d.evicted && (in(d.acked) || in(d.left) || refused)) {
+      engine_->Truncated(seqs);
+    } else {
+      engine_->RequeueBackupTruncations(b, seqs);
+    }
+  }
   // A backup that left holds no copy to keep up to date (the region is degraded until it gets
   // a new one). One that refused was promoted (or fenced this node): the commit cannot go on.
   *moved = !d.refused.empty();
@@ -1006,6 +1027,16 @@ absl::Status Transaction::Commit() {
       return absl::AbortedError(absl::StrCat("transaction ", id_.ToString(),
                                              " aborted: a region it wrote moved to a promoted "
                                              "backup during its commit"));
+    }
+    if (!engine_->node()->evicted().ok()) {
+      // Evicted, perhaps before every backup kept its record: the members decide it without
+      // this node, and abort it if a record is missing (txn/recovery.h), so nothing is applied
+      // here and its outcome is unknown.
+      state_ = State::kAborted;
+      return absl::UnavailableError(absl::StrCat(
+          "transaction ", id_.ToString(),
+          " was decided, but this node was evicted during COMMIT-BACKUP: the other members "
+          "settle it, and its outcome is unknown here"));
     }
     FARM_SYNC_POINT("Transaction::Commit:AfterCommitBackup");
   }
