@@ -1523,6 +1523,9 @@ void PrintTableRow(const ScenarioResult& r, bool ok) {
       static_cast<unsigned long long>(r.lost_commits), static_cast<unsigned long long>(r.anomalies),
       static_cast<unsigned long long>(r.unavailable), ms(r.recovery_ms_p50).c_str(),
       ms(r.recovery_ms_p99).c_str(), r.tput_before, r.tput_after, ok ? "yes" : "NO");
+  std::printf("    bank total %s of %lld\n",
+              r.bank_total ? absl::StrCat(*r.bank_total).c_str() : "not read",
+              static_cast<long long>(r.bank_expected));
   for (const std::string& n : r.notes) std::printf("    note: %s\n", n.c_str());
   if (!r.first_anomaly.empty()) std::printf("    anomaly: %s\n", r.first_anomaly.c_str());
   std::fflush(stdout);
