@@ -100,15 +100,15 @@ absl::Status ValidateAndComplete(config::ClusterConfig* c) {
 }
 
 absl::Status CheckReplication(config::ClusterConfig* c) {
-  if (!c->has_f()) c->set_f(kDefaultF);
-  if (c->f() > kMaxF) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("f ", c->f(), " is out of range (0 .. ", kMaxF, " backups per region)"));
-  }
   // The failure domains of the nodes that form the cluster, with their nodes.
   std::map<std::string, std::vector<uint32_t>> domains;
   for (const config::NodeConfig& n : c->node()) {
     if (!n.late()) domains[FailureDomainOf(n)].push_back(n.id());
+  }
+  if (!c->has_f()) c->set_f(domains.size() >= kDefaultFMinDomains ? kDefaultF : 0);
+  if (c->f() > kMaxF) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("f ", c->f(), " is out of range (0 .. ", kMaxF, " backups per region)"));
   }
   if (c->f() + 1 <= domains.size()) return absl::OkStatus();
   std::vector<std::string> listed;

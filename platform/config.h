@@ -22,9 +22,12 @@ inline constexpr uint32_t kDefaultJoinTimeoutS = 30;
 inline constexpr uint32_t kDefaultLeaseMs = 3000;
 // FaRM's leases are 10 ms, on machines that give the lease threads a core of their own.
 inline constexpr uint32_t kMinLeaseMs = 10;
-// Backups per region (ClusterConfig.f): none by default until the commit protocol keeps them
-// up to date (issue 16).
-inline constexpr uint32_t kDefaultF = 0;
+// Backups per region (ClusterConfig.f) when the configuration does not say: kDefaultF when the
+// nodes that form the cluster are in kDefaultFMinDomains failure domains or more (one can fail
+// while the region's two copies stay in distinct domains, with a third to re-replicate to),
+// else 0 (no fault tolerance).
+inline constexpr uint32_t kDefaultF = 1;
+inline constexpr uint32_t kDefaultFMinDomains = 3;
 inline constexpr uint32_t kMaxF = 7;
 
 // Reads and validates a configuration file. Errors (NotFound, InvalidArgument) name the file and,

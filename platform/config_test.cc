@@ -14,7 +14,28 @@ TEST_CASE("a minimal configuration gets every default", "[config]") {
   CHECK(c->cm_node_id() == 4);
   CHECK(c->lock_memory());
   CHECK(c->lease_ms() == kDefaultLeaseMs);
-  CHECK(c->f() == kDefaultF);
+  CHECK(c->f() == 0);  // one failure domain: nothing to replicate to
+}
+
+TEST_CASE("f defaults to 1 when the cluster's nodes span 3 failure domains", "[config]") {
+  auto config = [](const std::string& nodes) {
+    auto c = ParseClusterConfig(nodes);
+    INFO(c.status().ToString());
+    REQUIRE(c.ok());
+    return c->f();
+  };
+  const std::string two = R"(node { id: 0 host: "a" control_port: 1 }
+                             node { id: 1 host: "b" control_port: 1 })";
+  CHECK(config(two) == 0);
+  // A third host; a late node's host does not count.
+  CHECK(config(two + R"(node { id: 2 host: "c" control_port: 1 late: true })") == 0);
+  CHECK(config(two + R"(node { id: 2 host: "c" control_port: 1 })") == kDefaultF);
+  // Processes on one host, each its own failure domain.
+  CHECK(config(R"(node { id: 0 host: "h" control_port: 1 failure_domain: "p0" }
+                  node { id: 1 host: "h" control_port: 2 failure_domain: "p1" }
+                  node { id: 2 host: "h" control_port: 3 failure_domain: "p2" })") == kDefaultF);
+  // Said explicitly, f stays.
+  CHECK(config("f: 0 " + two + R"(node { id: 2 host: "c" control_port: 1 })") == 0);
 }
 
 TEST_CASE("syntax errors name the origin, line and column", "[config]") {

@@ -14,6 +14,8 @@
 #    and resumed while the CM holds its eviction back (it is still a member everywhere): a node
 #    whose lease ended does not decide, so both objects are unchanged; it ends evicted (status 3).
 # Each run must report exactly the dying node as failed (status 17) and leave no process behind.
+# Without replication (--f=0; with backups, the same deaths are recovery's: replication_test,
+# //tools:chaos).
 #
 # Not on shm. libfabric 1.17's shm provider guards each process's command queue with a spinlock
 # in shared memory that its peers take to post to it; a process killed while one of its threads
@@ -36,7 +38,7 @@ run() {  # scenario provider dying_node [exit status] [cluster flags...]
   shift 4 2>/dev/null || shift $#
   echo "== $scenario, provider $provider: node $dying dies mid-commit"
   TXN_FAULT=$scenario timeout 120 "$CLUSTER" --nodes=3 --provider="$provider" --host="$host" \
-    --node_binary="$APP" --lock_memory=false --log_level=warn "$@" >"$TMP/out" 2>"$TMP/err"
+    --node_binary="$APP" --lock_memory=false --log_level=warn --f=0 "$@" >"$TMP/out" 2>"$TMP/err"
   local rc=$?
   cat "$TMP/out"
   [ "$rc" != 124 ] || { cat "$TMP/err"; fail "$scenario timed out (a hang)"; }

@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,10 +75,11 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or of
 ABSL_FLAG(int, lease_ms, 0,
           "the nodes' lease with the configuration manager (0: the configuration's default, "
           "3000); longer on slow or overloaded machines, where healthy nodes can miss it");
-ABSL_FLAG(int, f, 0,
-          "backups per data region (FaRM's f; 0: no fault tolerance). Each launched node is its "
-          "own failure domain (\"process N\") unless --hosts names different hosts, so a cluster "
-          "on one host tolerates the failure of f node processes, not of the host");
+ABSL_FLAG(std::optional<int>, f, std::nullopt,
+          "backups per data region (FaRM's f; 0: no fault tolerance). Default: 1 with 3 or more "
+          "failure domains, else 0. Each launched node is its own failure domain "
+          "(\"process N\") unless --hosts names different hosts, so a cluster on one host "
+          "tolerates the failure of f node processes, not of the host");
 ABSL_FLAG(int, late_nodes, 0,
           "extra node ids after the launched ones, marked `late` in the configuration: not "
           "launched, not needed to form; clients (//tools:kvsh, //tools:kvbench) attach as them");
@@ -129,8 +131,10 @@ class Cluster {
     c.set_region_count(static_cast<uint32_t>(absl::GetFlag(FLAGS_region_count)));
     c.set_lock_memory(absl::GetFlag(FLAGS_lock_memory));
     if (absl::GetFlag(FLAGS_lease_ms) != 0) c.set_lease_ms(absl::GetFlag(FLAGS_lease_ms));
-    if (absl::GetFlag(FLAGS_f) < 0) return absl::InvalidArgumentError("--f must be 0 or more");
-    c.set_f(static_cast<uint32_t>(absl::GetFlag(FLAGS_f)));
+    if (const std::optional<int> f = absl::GetFlag(FLAGS_f); f.has_value()) {
+      if (*f < 0) return absl::InvalidArgumentError("--f must be 0 or more");
+      c.set_f(static_cast<uint32_t>(*f));
+    }
     if (std::string zk = absl::GetFlag(FLAGS_zookeeper); !zk.empty()) {
       if (zk == "local") {
         // On the main thread, which outlives it: the server dies with the thread that started it.
@@ -538,7 +542,10 @@ int Main(const std::vector<std::string>& node_args) {
   spdlog::info("cluster ready: {} node(s) connected all-to-all over {} in {}", n,
                cluster.provider_opened(), absl::FormatDuration(absl::Now() - start));
   if (!absl::GetFlag(FLAGS_json)) {
-    std::printf("cluster ready: %d nodes, provider %s\n", n, cluster.provider_opened().c_str());
+    const uint32_t f = cluster.config().f();
+    std::printf(
+        "cluster ready: %d nodes, provider %s, f = %u (%s)\n", n, cluster.provider_opened().c_str(),
+        f, f == 0 ? "no fault tolerance" : absl::StrCat(f + 1, " copies of every region").c_str());
     std::fflush(stdout);
   }
   int failed = 0;

@@ -54,6 +54,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   std::vector<LocalRegion> regions;
   const std::vector<control::RegionInfo> infos = node->RegionsOf(node->id());
   for (size_t i = 0; i < infos.size(); ++i) {
+    // A region promoted to this node before the engine started (a node that failed while the
+    // cluster formed) is its backup copy, not its own memory: adopted below.
+    if (infos[i].promoted()) continue;
     if (static_cast<int>(infos[i].index()) >= node->local_region_count()) continue;
     regions.push_back(LocalRegion{infos[i].region_id(),
                                   node->local_region_data(static_cast<int>(infos[i].index())),
@@ -182,6 +185,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
     return raw->OnRecover(r.from, *req);
   });
   e->resync_ = std::make_unique<Resync>(node, rpc, e->backup_log_.get());
+  e->AdoptPromoted(m);
   e->resync_->OnMembership(m);
   e->recovery_thread_ = std::thread([raw] { raw->RecoveryLoop(); });
   e->listener_ =
