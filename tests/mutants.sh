@@ -26,7 +26,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # mutant  tests that must catch it (comma-separated) [Catch2 test case: only that one runs; a
-#         comma in it separates names for Catch2, so such a name ends in a * before its comma]
+#         comma in it separates names for Catch2, so such a name ends in a * before its comma;
+#         tests@N runs them N times for each run of the mutant, for a randomized test that catches
+#         it most of the time: any of the N failing catches it]
 #                                                         what it breaks
 mutants=(
   "skip_validate            //tests:txn_history_test"  # Commit skips VALIDATE of objects only read
@@ -34,7 +36,7 @@ mutants=(
   "commit_first_owner_only  //tests:txn_history_test"  # COMMIT-PRIMARY reaches the first owner only
   "accept_torn              //txn:object_test,//tests:txn_test"  # a copy failing its check is accepted
   "kv_skip_miss_recheck     //tests:kv_linearizability_test"  # a KV miss is not re-checked
-  "kv_skip_block_identity   //tests:kv_linearizability_test"  # overflow blocks' identity unchecked
+  "kv_skip_block_identity   //tests:kv_linearizability_test@3"  # overflow blocks' identity unchecked
   "skip_commit_backup       //tests:replication_test with f = 1 every backup copy ends equal to its primary"  # no COMMIT-BACKUP: backups never get the writes (the whole test: 68 s)
   "backup_apply_older       //txn:backup_log_test"  # a backup applies an older write over a newer one
   "skip_array_backup        //tests:replication_test with f = 1 every backup copy ends equal to its primary"  # backups never get an object array (the whole test: 79 s under ASan, its new cases waiting 60 s for objects the backups never got)
@@ -91,7 +93,7 @@ fi
 targets=()
 for m in "${chosen[@]}"; do
   read -r _ tests _ <<<"$m"
-  IFS=, read -r -a ts <<<"$tests"
+  IFS=, read -r -a ts <<<"${tests%@*}"
   for t in "${ts[@]}"; do
     [[ " ${targets[*]} " == *" $t "* ]] || targets+=("$t")
   done
@@ -126,6 +128,11 @@ fi
 caught=0
 for m in "${chosen[@]}"; do
   read -r name tests case <<<"$m"
+  repeat=()  # tests@N: each run of the mutant runs them N times; one failure catches it
+  if [[ $tests == *@* ]]; then
+    repeat=(--runs_per_test="${tests##*@}")
+    tests=${tests%@*}
+  fi
   IFS=, read -r -a ts <<<"$tests"
   only_case=()
   [ -z "$case" ] || only_case=(--test_arg="$case")
@@ -138,7 +145,7 @@ for m in "${chosen[@]}"; do
   for r in $(seq 1 "$runs"); do
     t0=$SECONDS
     bazel test "${common[@]}" "${run[@]}" --notest_keep_going --test_env=FARM_MUTANT="$name" \
-      "${only_case[@]}" "${ts[@]}" \
+      "${only_case[@]}" "${repeat[@]}" "${ts[@]}" \
       >"$log/$name.$r.log" 2>&1
     rc=$?
     failing=$(grep -E "^//[^ ]+ +.*(FAILED|TIMEOUT)" "$log/$name.$r.log" | awk '{print $1}' |
