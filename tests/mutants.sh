@@ -148,8 +148,12 @@ for m in "${chosen[@]}"; do
       "${only_case[@]}" "${repeat[@]}" "${ts[@]}" \
       >"$log/$name.$r.log" 2>&1
     rc=$?
-    failing=$(grep -E "^//[^ ]+ +.*(FAILED|TIMEOUT)" "$log/$name.$r.log" | awk '{print $1}' |
-      tr '\n' ' ')
+    # A repeated test (tests@N) that fails stops the others: "FAIL: //t (run 1 of 3)", then
+    # "//t NO STATUS".
+    failing=$({
+      grep -E "^//[^ ]+ +.*(FAILED|TIMEOUT)" "$log/$name.$r.log" | awk '{print $1}'
+      grep -E "^FAIL: //" "$log/$name.$r.log" | awk '{print $2}'
+    } | sort -u | tr '\n' ' ')
     for t in $failing; do  # keep the failing test's own log: what the mutant did
       p=${t#//}
       cp "$testlogs/${p/://}/test.log" "$log/$name.$r.$(basename "${p/://}").test.log" 2>/dev/null
