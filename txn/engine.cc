@@ -531,9 +531,9 @@ TxnId Engine::NextId() {
   return TxnId{node_->id(), incarnation_, seq};
 }
 
-void Engine::ReleaseId(uint64_t seq) { Truncated({seq}); }
+void Engine::ReleaseId(uint64_t seq) { Truncated(absl::MakeConstSpan(&seq, 1)); }
 
-void Engine::Truncated(const std::vector<uint64_t>& seqs) {
+void Engine::Truncated(absl::Span<const uint64_t> seqs) {
   std::lock_guard<std::mutex> l(seq_mu_);
   for (uint64_t seq : seqs) {
     auto it = unfinished_.find(seq);
@@ -595,10 +595,10 @@ void Engine::AddBackupTruncation(uint32_t backup, uint64_t seq) {
     std::lock_guard<std::mutex> l(seq_mu_);
     ++unfinished_[seq];
   }
-  RequeueBackupTruncations(backup, {seq});
+  RequeueBackupTruncations(backup, absl::MakeConstSpan(&seq, 1));
 }
 
-void Engine::RequeueBackupTruncations(uint32_t backup, const std::vector<uint64_t>& seqs) {
+void Engine::RequeueBackupTruncations(uint32_t backup, absl::Span<const uint64_t> seqs) {
   if (seqs.empty()) return;
   bool first = false;
   {

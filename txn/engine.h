@@ -40,6 +40,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "messaging/rpc.h"
 #include "platform/node.h"
 #include "txn/allocator.h"
@@ -119,8 +120,8 @@ class Engine {
   // for it; one whose send failed goes back with RequeueBackupTruncations.
   std::vector<uint64_t> TakeBackupTruncations(uint32_t backup, size_t max = kMaxTruncationsPerLock);
   void AddBackupTruncation(uint32_t backup, uint64_t seq);
-  void RequeueBackupTruncations(uint32_t backup, const std::vector<uint64_t>& seqs);
-  void Truncated(const std::vector<uint64_t>& seqs);
+  void RequeueBackupTruncations(uint32_t backup, absl::Span<const uint64_t> seqs);
+  void Truncated(absl::Span<const uint64_t> seqs);
   static constexpr absl::Duration kBackupTruncationDelay = absl::Milliseconds(10);
 
  private:
