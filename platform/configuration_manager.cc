@@ -24,6 +24,7 @@
 #include "platform/control_channel.h"
 #include "platform/mutant.h"
 #include "platform/placement.h"
+#include "platform/priority.h"
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 
@@ -144,6 +145,7 @@ class CmServerImpl : public CmServer {
   };
 
   void Run() {
+    RaiseToLeasePriority();
     if (taking_over_) {
       spdlog::info("configuration manager listening on port {}, for the members to reconnect",
                    listener_->port());
@@ -200,6 +202,36 @@ class CmServerImpl : public CmServer {
                           " (its process was stopped or starved), a lease or more: its own "
                           "node's lease ended, and another node may take its role over"));
     return true;
+  }
+
+  // Whether the CM's own node goes without a lease renewal now. With a configuration store,
+  // another node may take the role over once this CM has not answered it for a lease (and a
+  // lease more), and serves this node's regions elsewhere a lease after that: this node must
+  // have stopped serving by then, though a CM cut off from the others (not stopped: a network
+  // partition) goes on running. So a CM that has not heard from a member that could take over
+  // (one that forms the cluster and is connected to it) for a lease, or whose removal of such a
+  // member the store has not recorded yet, renews its own node's lease no more until that
+  // changes: once the removal is recorded, that member's compare-and-set fails. A member that
+  // failed costs the CM's node nothing while the store records its removal within the rest of
+  // the node's lease; a CM cut off from the others and from the store loses its node's lease
+  // within two leases of last hearing from them (its node then stops acting as a member), before
+  // a takeover, which waits two leases from the same time, can activate its regions elsewhere a
+  // lease later. The price: with the store unreachable, a member's failure ends the CM's node's
+  // lease too (nobody can tell a store that is down from one cut off from the CM).
+  bool OwnLeaseWithheld(Clock::time_point now) const {
+    if (store_ == nullptr || !formed_ || taking_over_) return false;
+    if (FARM_MUTANT("cm_keeps_own_lease")) return false;
+    auto could_take_over = [&](uint32_t id) {
+      const config::NodeConfig* n = FindNode(config_, id);
+      return id != self_ && n != nullptr && !n->late();
+    };
+    for (const auto& [id, m] : members_) {
+      if (m.channel != nullptr && could_take_over(id) && now - m.last_heard > lease_) return true;
+    }
+    for (const auto& [id, why] : pending_departed_) {
+      if (why != kLeft && could_take_over(id)) return true;
+    }
+    return false;
   }
 
   // Admits the pending connections whose join request arrived and drops those that sent
@@ -854,6 +886,7 @@ class CmServerImpl : public CmServer {
           break;
         }
         if (msg->has_heartbeat()) {
+          if (id == self_ && OwnLeaseWithheld(now)) continue;
           control::ControlMessage ack;
           ack.mutable_heartbeat_ack()->set_epoch(epoch_);
           ack.mutable_heartbeat_ack()->set_seq(msg->heartbeat().seq());
@@ -1280,7 +1313,10 @@ class TcpConfigurationManager : public ConfigurationManager {
     if (stopping()) return;  // leaving on purpose: nothing to report
     // Tests hold the eviction back here, as a node scheduled late would (lease_test).
     FARM_SYNC_POINT("TcpConfigurationManager::Evict");
-    if (eviction_callback_) eviction_callback_(reason);
+    if (eviction_callback_) {
+      NormalPriority normal;  // the node's own work, not the lease's
+      eviction_callback_(reason);
+    }
     {
       std::lock_guard<std::mutex> l(stop_mu_);
       stop_ = true;
@@ -1289,6 +1325,7 @@ class TcpConfigurationManager : public ConfigurationManager {
   }
 
   void Watch() {
+    RaiseToLeasePriority();
     std::string lost;
     while (WatchChannel(&lost)) {
       if (!CanTakeOver()) {
@@ -1326,7 +1363,10 @@ class TcpConfigurationManager : public ConfigurationManager {
       }
       if (msg->has_membership()) {
         Track(msg->membership());
-        if (callback_) callback_(msg->membership());
+        if (callback_) {
+          NormalPriority normal;  // the node applies the membership: its work, not the lease's
+          callback_(msg->membership());
+        }
       }
     }
     return false;
@@ -1563,6 +1603,7 @@ class TcpConfigurationManager : public ConfigurationManager {
   // so that a CM that was held up for less than a lease renews the lease on reading them
   // instead of finding the connection closed and removing the node.
   void Heartbeat() {
+    RaiseToLeasePriority();
     const Clock::duration period = lease_ / 4;
     // The CM last answered within a lease/4 before the lease's start, and judges a pause from
     // the end of its last round less a poll's wait (CmServerImpl::StepDownIfPaused).

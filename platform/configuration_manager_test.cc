@@ -418,6 +418,66 @@ TEST_CASE("while the configuration store is unreachable, members keep their conf
   CHECK(!s.evicted[0].has_value());
 }
 
+// Drops node `id`'s heartbeats while it lives (the node goes silent: failed, or cut off).
+struct SilenceNode {
+  explicit SilenceNode(uint32_t id) {
+    SyncPoint* sp = SyncPoint::GetInstance();
+    sp->SetCallBack("TcpConfigurationManager::Heartbeat:Send", [id](void* arg) {
+      auto* send = static_cast<std::pair<uint32_t, bool>*>(arg);
+      if (send->first == id) send->second = false;
+    });
+    sp->EnableProcessing();
+  }
+  ~SilenceNode() {
+    SyncPoint::GetInstance()->DisableProcessing();
+    SyncPoint::GetInstance()->ClearAllCallBacks();
+  }
+};
+
+TEST_CASE("a CM that cannot record a member's failure stops renewing its own node's lease",
+          "[cm][store]") {
+  // Node 1 goes silent and the store takes nothing: this CM may be the one cut off, and node 1
+  // may be taking the role over through the store; the CM's own node (node 0) must stop acting
+  // before a takeover could serve its regions elsewhere.
+  std::atomic<bool> down{false};
+  StoreCluster s([&](absl::string_view) {
+    return down.load() ? absl::UnavailableError("the test cut the CM off from ZooKeeper")
+                       : absl::OkStatus();
+  });
+  down = true;
+  const Clock::time_point silenced = Clock::now();
+  {
+    SilenceNode silence(1);
+    bool ended = false;
+    for (int k = 0; k < 1000 && !ended; ++k) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      ended = s.n[0]->lease_expiry() <= Clock::now();
+    }
+    CHECK(ended);
+    // Within two leases of the silence: a takeover waits that long, and a lease more before it
+    // serves the CM's regions elsewhere.
+    CHECK(s.n[0]->lease_expiry() <= silenced + std::chrono::milliseconds(2 * kLeaseMs));
+  }
+  std::optional<control::Membership> meanwhile = s.Last(0);
+  CHECK((!meanwhile.has_value() || Lists(*meanwhile, 1)));  // nothing unrecorded went out
+  down = false;
+}
+
+TEST_CASE("a CM that records a member's failure keeps its own node's lease", "[cm][store]") {
+  StoreCluster s;
+  SilenceNode silence(1);
+  std::optional<control::Membership> after = s.WaitWithout1(0);
+  REQUIRE(after.has_value());
+  absl::StatusOr<control::Membership> stored = s.Stored();
+  REQUIRE(stored.ok());
+  CHECK(stored->epoch() == after->epoch());
+  // A lease more: node 0's lease is renewed again and again, it was never evicted.
+  std::this_thread::sleep_for(std::chrono::milliseconds(kLeaseMs));
+  CHECK(s.n[0]->lease_expiry() > Clock::now());
+  std::lock_guard<std::mutex> l(s.mu);
+  CHECK(!s.evicted[0].has_value());
+}
+
 TEST_CASE("when another configuration wins in the store, the CM evicts its members and stops",
           "[cm][store]") {
   StoreCluster s;

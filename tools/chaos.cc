@@ -9,12 +9,14 @@
 //   bazel run //tools:chaos -- --provider=shm --scenarios=sigstop_short,client_kill --faults=2
 //
 // Scenarios (tools/chaos_lib.h): sigstop_short, sigstop_long, kill9, kill_cm, sigstop_cm,
-// client_kill, and crashes of a client coordinator at the commit path's sync points
+// client_kill, partition, and crashes of a client coordinator at the commit path's sync points
 // (crash_mid_commit_backup, crash_after_commit_backup, crash_between_primaries; compiled out with
 // NDEBUG, i.e. -c opt). kill_cm and sigstop_cm hit whichever node holds the configuration
 // manager's role when the fault is due, with a ZooKeeper through which another node takes it
-// over (--zookeeper). Not yet: veth partitions between network namespaces, crashes mid-TRUNCATE
-// and during recovery.
+// over (--zookeeper). Data nodes crash at the sync points of the recovery vote and truncation
+// (owner_crash_between_primaries, crash_mid_truncate, crash_during_recovery), and partition cuts
+// a data node off: every node then runs in a network namespace of its own (class Netns, as
+// tests/netns_test.sh makes them; root), and the victim's veth link goes down for two leases.
 //
 // How a scenario runs. The driver writes a configuration (--nodes data nodes, node 0 the
 // configuration manager, each process its own failure domain, --f backups, --lease_ms; one late
@@ -113,8 +115,10 @@ ABSL_DECLARE_FLAG(std::string, zookeeper);
 ABSL_FLAG(std::string, scenarios, "all",
           "comma-separated scenarios: sigstop_short, sigstop_long, kill9, kill_cm, sigstop_cm, "
           "client_kill, crash_mid_commit_backup, crash_after_commit_backup, "
-          "crash_between_primaries; all: "
-          "every one this build can run (the crash_* ones need sync points: not with -c opt)");
+          "crash_between_primaries, owner_crash_between_primaries, crash_mid_truncate, "
+          "crash_during_recovery, partition; all: every one this build and machine can run "
+          "(the crash_* ones need sync points: not with -c opt; partition needs root and "
+          "`ip netns`)");
 ABSL_FLAG(int, nodes, 3, "data node processes (2..8); node 0 is the configuration manager");
 ABSL_FLAG(int, f, 1, "backups per region (0 .. nodes-1); each node process is a failure domain");
 ABSL_FLAG(int, lease_ms, 1000,
@@ -612,6 +616,33 @@ absl::Status NodeSetup(Runtime& rt) {
 // ---------------------------------------------------------------------------------------------
 // Driver side.
 
+// Runs `command` through the shell; its output (stdout and stderr) in the error.
+absl::Status Shell(const std::string& command) {
+  FILE* p = popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return absl::UnavailableError(absl::StrCat("cannot run ", command));
+  std::string out;
+  char buf[512];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int st = pclose(p);
+  if (st != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("`", command, "` failed: ", absl::StripTrailingAsciiWhitespace(out)));
+  }
+  return absl::OkStatus();
+}
+
+// Why network namespaces cannot be made here (empty: they can).
+std::string NetnsUnavailable() {
+  if (geteuid() != 0) return "it needs root (ip netns add)";
+  // Made and removed, since a sandbox (e.g. Bazel's) may refuse to make one.
+  const std::string probe = absl::StrCat("fch", getpid(), "-probe");
+  if (absl::Status s = Shell(absl::StrCat("ip netns add ", probe, " && ip netns del ", probe));
+      !s.ok()) {
+    return absl::StrCat("`ip netns` (iproute2) cannot make a namespace here: ", s.message());
+  }
+  return "";
+}
+
 struct DriverOptions {
   std::vector<Scenario> scenarios;
   std::string provider;
@@ -629,8 +660,9 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
 #else
   constexpr bool kSyncPoints = true;
 #endif
+  const std::string netns_why = NetnsUnavailable();
   absl::StatusOr<std::vector<Scenario>> s =
-      ParseScenarios(absl::GetFlag(FLAGS_scenarios), kSyncPoints);
+      ParseScenarios(absl::GetFlag(FLAGS_scenarios), kSyncPoints, netns_why.empty(), netns_why);
   if (!s.ok())
     return absl::InvalidArgumentError(absl::StrCat("--scenarios: ", s.status().message()));
   o.scenarios = *s;
@@ -721,6 +753,78 @@ std::string LastLogLine(const std::string& path) {
   return last;
 }
 
+// The project's own test hosts (as tests/netns_test.sh makes them): one network namespace per
+// node process, each with a veth link to a bridge in a namespace of its own, addresses
+// 10.214.S.(i+1)/24 and no route out; with `host_link`, one more link joins this (the driver's)
+// namespace to the bridge as 10.214.S.254, for a ZooKeeper the nodes reach. A node is cut off
+// (partitioned from every other and from that ZooKeeper, the driver's pipes aside) by setting its
+// link's bridge end down, and healed by setting it up. The destructor removes every namespace
+// (their links go with them).
+class Netns {
+ public:
+  static absl::StatusOr<std::unique_ptr<Netns>> Create(int count, bool host_link) {
+    std::unique_ptr<Netns> n(new Netns);
+    n->tag_ = absl::StrCat("fch", getpid(), "-", next_++);
+    n->subnet_ = absl::StrCat("10.214.", getpid() % 200 + 20);
+    n->bridge_ = absl::StrCat(n->tag_, "-br");
+    n->count_ = 0;
+    if (absl::Status s = Shell(absl::StrCat("ip netns add ", n->bridge_)); !s.ok()) return s;
+    n->bridge_made_ = true;
+    if (absl::Status s =
+            Shell(absl::StrCat("ip -n ", n->bridge_, " link add br0 type bridge && ip -n ",
+                               n->bridge_, " link set br0 up"));
+        !s.ok()) {
+      return s;
+    }
+    for (int i = 0; i < count; ++i) {
+      const std::string ns = n->ns(i), veth = absl::StrCat("fc", getpid() % 100000, "v", i),
+                        port = n->Port(i);
+      if (absl::Status s = Shell(absl::StrCat("ip netns add ", ns)); !s.ok()) return s;
+      ++n->count_;
+      const std::string cmd = absl::StrCat(
+          "ip link add ", veth, " type veth peer name ", port, " && ip link set ", veth, " netns ",
+          ns, " && ip link set ", port, " netns ", n->bridge_, " && ip -n ", n->bridge_,
+          " link set ", port, " master br0 up && ip -n ", ns, " link set lo up && ip -n ", ns,
+          " link set ", veth, " name eth0 && ip -n ", ns, " addr add ", n->host(i),
+          "/24 dev eth0 && ip -n ", ns, " link set eth0 up");
+      if (absl::Status s = Shell(cmd); !s.ok()) return s;
+    }
+    if (host_link) {
+      const std::string veth = absl::StrCat("fc", getpid() % 100000, "h"), port = n->Port(99);
+      const std::string cmd =
+          absl::StrCat("ip link add ", veth, " type veth peer name ", port, " && ip link set ",
+                       port, " netns ", n->bridge_, " && ip -n ", n->bridge_, " link set ", port,
+                       " master br0 up && ip addr add ", n->host_address(), "/24 dev ", veth,
+                       " && ip link set ", veth, " up");
+      if (absl::Status s = Shell(cmd); !s.ok()) return s;
+    }
+    return n;
+  }
+  ~Netns() {
+    for (int i = 0; i < count_; ++i) Shell(absl::StrCat("ip netns del ", ns(i))).IgnoreError();
+    if (bridge_made_) Shell(absl::StrCat("ip netns del ", bridge_)).IgnoreError();
+  }
+  std::string ns(int i) const { return absl::StrCat(tag_, "-", i); }
+  std::string host(int i) const { return absl::StrCat(subnet_, ".", i + 1); }
+  // This namespace's address on the bridge (with `host_link`).
+  std::string host_address() const { return absl::StrCat(subnet_, ".254"); }
+  absl::Status Cut(int i) {
+    return Shell(absl::StrCat("ip -n ", bridge_, " link set ", Port(i), " down"));
+  }
+  absl::Status Heal(int i) {
+    return Shell(absl::StrCat("ip -n ", bridge_, " link set ", Port(i), " up"));
+  }
+
+ private:
+  Netns() = default;
+  std::string Port(int i) const { return absl::StrCat("fc", getpid() % 100000, "b", i); }
+
+  static inline int next_ = 0;  // the scenarios of one driver get namespaces of their own
+  std::string tag_, subnet_, bridge_;
+  int count_ = 0;  // namespaces made (and to remove)
+  bool bridge_made_ = false;
+};
+
 // The node processes of one scenario: started, watched (their CHAOS lines queued per node), sent
 // commands, signalled, and stopped. A signal to the driver (SIGINT, SIGTERM, SIGHUP: its
 // signalfd) ends any wait with Cancelled; the destructor kills whatever still runs.
@@ -728,14 +832,16 @@ class ChaosCluster {
  public:
   // `zookeeper`: the servers the nodes record their configuration in (empty: none), under
   // cluster name `cluster_name`.
+  // `netns`: the namespaces the nodes run in, node i in namespace i (nullptr: none).
   ChaosCluster(const DriverOptions& o, int signal_fd, TempDir& dir, bool client,
-               std::string zookeeper = "", std::string cluster_name = "")
+               std::string zookeeper = "", std::string cluster_name = "", Netns* netns = nullptr)
       : o_(o),
         signal_fd_(signal_fd),
         dir_(dir),
         client_(client),
         zookeeper_(std::move(zookeeper)),
-        cluster_name_(std::move(cluster_name)) {}
+        cluster_name_(std::move(cluster_name)),
+        netns_(netns) {}
   ~ChaosCluster() {
     for (auto& [id, s] : slots_) {
       if (s.proc == nullptr || s.proc->reaped()) continue;
@@ -760,6 +866,7 @@ class ChaosCluster {
     }
     for (config::NodeConfig& n : *c->mutable_node()) {
       n.set_failure_domain(absl::StrCat("process ", n.id()));
+      if (netns_ != nullptr) n.set_host(netns_->host(static_cast<int>(n.id())));
       if (static_cast<int>(n.id()) == o_.nodes) n.set_late(true);  // the client
     }
     if (absl::Status s = ValidateAndComplete(&*c); !s.ok()) return s;
@@ -800,8 +907,17 @@ class ChaosCluster {
     ChildProcess::Options options;
     options.stderr_path = s.log;
     options.own_process_group = true;  // a Ctrl-C reaches the driver only, which stops them all
-    absl::StatusOr<std::unique_ptr<ChildProcess>> p =
-        ChildProcess::Spawn("/proc/self/exe", args, options);
+    absl::StatusOr<std::unique_ptr<ChildProcess>> p;
+    if (netns_ == nullptr) {
+      p = ChildProcess::Spawn("/proc/self/exe", args, options);
+    } else {
+      // `ip netns exec` runs the program in the namespace (the same process: it execs).
+      std::error_code ec;
+      const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+      if (ec) return absl::UnavailableError(absl::StrCat("/proc/self/exe: ", ec.message()));
+      args.insert(args.begin(), {"netns", "exec", netns_->ns(static_cast<int>(id)), self});
+      p = ChildProcess::Spawn("ip", args, options);
+    }
     if (!p.ok()) return p.status();
     s.proc = std::move(*p);
     s.victim = false;
@@ -923,6 +1039,7 @@ class ChaosCluster {
   }
 
   absl::Time Deadline() const { return absl::Now() + absl::Seconds(o_.timeout_s); }
+  Netns* netns() const { return netns_; }
 
  private:
   struct Slot {
@@ -982,6 +1099,7 @@ class ChaosCluster {
   TempDir& dir_;
   bool client_;
   const std::string zookeeper_, cluster_name_;
+  Netns* const netns_;
   std::string config_path_;
   std::map<uint32_t, Slot> slots_;
   int spawned_ = 0;  // processes started so far: each one's --incarnation
@@ -1003,6 +1121,20 @@ struct Resumed {
   int64_t cont_ns = 0;
 };
 
+// Waits for victim `v`, evicted during `what`, to exit; kills it (a note, false) if it does not.
+absl::StatusOr<bool> WaitEvicted(ChaosCluster& c, uint32_t v, const DriverOptions& o,
+                                 const std::string& what, std::vector<std::string>* notes) {
+  absl::StatusOr<bool> gone =
+      c.WaitExit(v, absl::Now() + absl::Milliseconds(3 * o.lease_ms) + absl::Seconds(10));
+  if (!gone.ok()) return gone.status();
+  if (*gone) return true;
+  notes->push_back(
+      absl::StrCat("node ", v, " kept running after ", what, " (not evicted?); killed"));
+  c.Signal(v, SIGKILL);
+  c.WaitExit(v, absl::Now() + absl::Seconds(5)).IgnoreError();
+  return false;
+}
+
 // Injects `f`; true when it happened as planned (notes say otherwise).
 absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const DriverOptions& o,
                             std::vector<std::string>* notes, std::vector<Resumed>* resumed) {
@@ -1022,17 +1154,27 @@ absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const D
       if (s == Scenario::kSigstopShort) return true;
       resumed->push_back(Resumed{v, c.Pid(v), MonoNs()});
       // Evicted while stopped: on SIGCONT it must learn so and exit (status 3) without acting.
-      absl::StatusOr<bool> gone =
-          c.WaitExit(v, absl::Now() + absl::Milliseconds(3 * o.lease_ms) + absl::Seconds(10));
-      if (!gone.ok()) return gone.status();
-      if (!*gone) {
-        notes->push_back(absl::StrCat("node ", v, " kept running after a stop of ",
-                                      absl::FormatDuration(f.pause), " (not evicted?); killed"));
-        c.Signal(v, SIGKILL);
-        c.WaitExit(v, absl::Now() + absl::Seconds(5)).IgnoreError();
+      return WaitEvicted(c, v, o, absl::StrCat("a stop of ", absl::FormatDuration(f.pause)), notes);
+    }
+    case Scenario::kPartition:
+    case Scenario::kPartitionCm: {
+      c.MarkVictim(v);  // its eviction's exit is expected
+      if (c.netns() == nullptr) return absl::InternalError("partition without namespaces");
+      if (absl::Status st = c.netns()->Cut(static_cast<int>(v)); !st.ok()) {
+        notes->push_back(absl::StrCat("cannot cut node ", v, " off: ", st.message()));
         return false;
       }
-      return true;
+      absl::Status slept = c.Sleep(f.pause);
+      // Healed whatever happened meanwhile (a signal to the driver included).
+      if (absl::Status st = c.netns()->Heal(static_cast<int>(v)); !st.ok()) {
+        notes->push_back(absl::StrCat("cannot heal node ", v, "'s link: ", st.message()));
+        return false;
+      }
+      if (!slept.ok()) return slept;
+      resumed->push_back(Resumed{v, c.Pid(v), MonoNs()});
+      // Evicted while cut off: it must learn so and exit (status 3) without acting, by the time
+      // its link is back or soon after (its lease is not renewed, its messages are refused).
+      return WaitEvicted(c, v, o, absl::StrCat(absl::FormatDuration(f.pause), " cut off"), notes);
     }
     case Scenario::kKill9:
     case Scenario::kKillCm:
@@ -1438,14 +1580,37 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   }
   absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("chaos");
   if (!dir.ok()) return dir.status();
-  // kill_cm and sigstop_cm need a ZooKeeper: the node that takes the configuration manager's
-  // role over finds
-  // the configuration there. Without --zookeeper one is started for the scenario, on this thread
-  // (the server dies with the thread that started it).
+  // Scenarios that cut nodes off run every node in a network namespace of its own.
+  std::unique_ptr<Netns> netns;
+  if (info.netns) {
+    if (o.provider == "shm") {
+      return absl::FailedPreconditionError(
+          "shm ignores network namespaces (its processes share memory): use a network provider");
+    }
+    absl::StatusOr<std::unique_ptr<Netns>> made =
+        Netns::Create(o.nodes + (info.client ? 1 : 0), /*host_link=*/HitsCm(s));
+    if (!made.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot make the network namespaces: ", made.status().message()));
+    }
+    netns = std::move(*made);
+  }
+  // kill_cm, sigstop_cm and partition_cm need a ZooKeeper: the node that takes the configuration
+  // manager's role over finds the configuration there. Without --zookeeper one is started for the
+  // scenario, on this thread (the server dies with the thread that started it); nodes in network
+  // namespaces reach only the one started on the driver's link to their bridge.
   std::unique_ptr<ZooKeeperServer> zk;
   std::string zookeeper = o.zookeeper == "none" ? "" : o.zookeeper;
-  if (o.zookeeper.empty() && HitsCm(s)) {
-    absl::StatusOr<std::unique_ptr<ZooKeeperServer>> started = ZooKeeperServer::Start();
+  if (netns != nullptr && !zookeeper.empty()) {
+    r.notes.push_back(
+        absl::StrCat("the nodes in network namespaces cannot reach --zookeeper=", zookeeper,
+                     HitsCm(s) ? ": a ZooKeeper of the scenario's own is used" : ": none is used"));
+    zookeeper.clear();
+  }
+  if (HitsCm(s) && zookeeper.empty() && o.zookeeper != "none") {
+    ZooKeeperServerOptions zo;
+    if (netns != nullptr) zo.host = netns->host_address();
+    absl::StatusOr<std::unique_ptr<ZooKeeperServer>> started = ZooKeeperServer::Start(zo);
     if (!started.ok()) {
       return absl::UnavailableError(
           absl::StrCat("cannot start a local ZooKeeper: ", started.status().message()));
@@ -1457,7 +1622,7 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
     r.notes.push_back("no ZooKeeper (--zookeeper=none): no node can take the CM's role over");
   }
   ChaosCluster c(o, signal_fd, **dir, info.client, zookeeper,
-                 absl::StrCat("chaos-", getpid(), "-", info.name));
+                 absl::StrCat("chaos-", getpid(), "-", info.name), netns.get());
   if (absl::Status st = c.Configure(); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("cannot configure the cluster: ", st.message()));
   }
@@ -1500,7 +1665,8 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
 
 // The stopped node's own eviction (it exits on SIGCONT).
 bool EvictionsAllowed(Scenario s) {
-  return s == Scenario::kSigstopLong || s == Scenario::kSigstopCm;
+  return s == Scenario::kSigstopLong || s == Scenario::kSigstopCm || s == Scenario::kPartition ||
+         s == Scenario::kPartitionCm;
 }
 
 void PrintTableHeader(const DriverOptions& o) {

@@ -61,11 +61,23 @@ const std::vector<ScenarioInfo>& AllScenarios() {
        "a client coordinator dies between two COMMIT-PRIMARY sends, and a data node (not the CM) "
        "dies applying the recovery's decision on it (sync points), both restarted after",
        true, true, 0, true},
+      {Scenario::kPartition, "partition",
+       "a data node (not the CM) cut off from the others for two leases (its network namespace's "
+       "veth link down): evicted; once the link is back it must exit without acting; restarted "
+       "after (root and ip netns; not on shm)",
+       false, false, 0, true, true},
+      {Scenario::kPartitionCm, "partition_cm",
+       "the configuration manager's node cut off from every other node and from ZooKeeper for "
+       "two leases: another node takes the role over; the cut-off node must stop acting and exit; "
+       "restarted after (root and ip netns; not on shm)",
+       false, false, 0, true, true},
   };
   return *all;
 }
 
-bool HitsCm(Scenario s) { return s == Scenario::kKillCm || s == Scenario::kSigstopCm; }
+bool HitsCm(Scenario s) {
+  return s == Scenario::kKillCm || s == Scenario::kSigstopCm || s == Scenario::kPartitionCm;
+}
 
 const ScenarioInfo& Info(Scenario s) {
   for (const ScenarioInfo& i : AllScenarios()) {
@@ -74,12 +86,13 @@ const ScenarioInfo& Info(Scenario s) {
   return AllScenarios().front();  // unreachable: every enumerator is listed
 }
 
-absl::StatusOr<std::vector<Scenario>> ParseScenarios(absl::string_view list, bool sync_points) {
+absl::StatusOr<std::vector<Scenario>> ParseScenarios(absl::string_view list, bool sync_points,
+                                                     bool netns, absl::string_view netns_why) {
   std::vector<Scenario> out;
   list = absl::StripAsciiWhitespace(list);
   if (list.empty() || list == "all") {
     for (const ScenarioInfo& i : AllScenarios()) {
-      if (sync_points || !i.sync_point) out.push_back(i.scenario);
+      if ((sync_points || !i.sync_point) && (netns || !i.netns)) out.push_back(i.scenario);
     }
     return out;
   }
@@ -100,6 +113,12 @@ absl::StatusOr<std::vector<Scenario>> ParseScenarios(absl::string_view list, boo
           "scenario ", found->name,
           " crashes a process at a sync point, and sync points are compiled out of this build "
           "(NDEBUG, e.g. -c opt): build without -c opt to run it"));
+    }
+    if (found->netns && !netns) {
+      return absl::InvalidArgumentError(absl::StrCat("scenario ", found->name,
+                                                     " runs every node in a network namespace of "
+                                                     "its own, which is not possible here: ",
+                                                     netns_why));
     }
     if (std::find(out.begin(), out.end(), found->scenario) == out.end()) {
       out.push_back(found->scenario);
@@ -125,9 +144,12 @@ std::vector<Fault> PlanFaults(Scenario s, int faults, int nodes, int lease_ms, u
       f.also = 1 + static_cast<uint32_t>(rng() % static_cast<uint64_t>(nodes - 1));
     }
     if (s == Scenario::kSigstopShort) f.pause = absl::Milliseconds(lease_ms * 2 / 5);
-    if (s == Scenario::kSigstopLong || s == Scenario::kSigstopCm) {
+    if (s == Scenario::kSigstopLong || s == Scenario::kSigstopCm || s == Scenario::kPartition) {
       f.pause = absl::Milliseconds(2 * lease_ms);
     }
+    // Long enough that another node takes the role over and its regions serve again elsewhere
+    // while it is still cut off (a takeover waits for two leases, activation for one more).
+    if (s == Scenario::kPartitionCm) f.pause = absl::Milliseconds(5 * lease_ms);
     plan.push_back(f);
   }
   return plan;

@@ -45,6 +45,10 @@ enum class Scenario {
   kCrashMidTruncate,            // a data node (not the CM) dies between two backup truncations
   kCrashDuringRecovery,         // a data node (not the CM) dies applying the recovery's
                                 // decisions on a client coordinator crashed between primaries
+  kPartition,                   // a data node (not the CM) cut off from the others (its
+                                // network namespace's link down) for two leases, then healed
+  kPartitionCm,                 // the same for the configuration manager's node (cut off from
+                                // ZooKeeper too): another node takes the role over
 };
 
 // Whether the scenario's cluster needs a ZooKeeper: its fault hits the configuration manager,
@@ -59,6 +63,7 @@ struct ScenarioInfo {
   bool sync_point = false;  // the victim dies at a sync point (compiled out with NDEBUG)
   int min_f = 0;            // the sync point is only on the path with backups
   bool restart = false;     // the victim is started again after each fault
+  bool netns = false;       // every node runs in a network namespace of its own (root, ip)
 };
 
 // Every implemented scenario, in the order they run by default.
@@ -66,9 +71,12 @@ const std::vector<ScenarioInfo>& AllScenarios();
 const ScenarioInfo& Info(Scenario s);
 
 // A comma-separated list of scenario names ("all", or empty: every scenario available, i.e.
-// without the sync-point ones when `sync_points` is false). InvalidArgument names an unknown
-// entry, lists the known ones, and refuses a sync-point scenario when `sync_points` is false.
-absl::StatusOr<std::vector<Scenario>> ParseScenarios(absl::string_view list, bool sync_points);
+// without the sync-point ones when `sync_points` is false and without the network-namespace ones
+// when `netns` is false). InvalidArgument names an unknown entry, lists the known ones, and
+// refuses a scenario that needs what is not available (`netns_why` says why namespaces are not).
+absl::StatusOr<std::vector<Scenario>> ParseScenarios(absl::string_view list, bool sync_points,
+                                                     bool netns = true,
+                                                     absl::string_view netns_why = "");
 
 // One injected fault.
 struct Fault {
@@ -83,7 +91,9 @@ struct Fault {
 // configuration manager on 0 (kill_cm's victim: the driver kills whichever node holds the role
 // when the fault is due); the client node is `nodes`.
 // sigstop_short pauses for 2/5 of a lease (heartbeats go every quarter lease, so the gap stays
-// below the lease); sigstop_long for two leases. Victims are drawn from `seed`.
+// below the lease); sigstop_long and sigstop_cm for two leases, partition cuts for as long, and
+// partition_cm for five (the role taken over and the cut-off CM's regions serving elsewhere).
+// Victims are drawn from `seed`.
 std::vector<Fault> PlanFaults(Scenario s, int faults, int nodes, int lease_ms, uint64_t seed);
 
 // Keeps the last record of each transaction, named by (client, start_ns): a workload writes a

@@ -37,14 +37,27 @@ TEST_CASE("scenarios parse by name, all, and refuse unknown or unavailable ones"
   REQUIRE(two.ok());
   CHECK(*two == std::vector<Scenario>{Scenario::kKill9, Scenario::kSigstopShort});
 
-  absl::StatusOr<std::vector<Scenario>> bad = ParseScenarios("kill9,partition", true);
+  absl::StatusOr<std::vector<Scenario>> bad = ParseScenarios("kill9,split_brain", true);
   REQUIRE_FALSE(bad.ok());
-  CHECK(absl::StrContains(bad.status().message(), "unknown scenario 'partition'"));
+  CHECK(absl::StrContains(bad.status().message(), "unknown scenario 'split_brain'"));
   CHECK(absl::StrContains(bad.status().message(), "sigstop_short"));
 
   absl::StatusOr<std::vector<Scenario>> opt = ParseScenarios("crash_between_primaries", false);
   REQUIRE_FALSE(opt.ok());
   CHECK(absl::StrContains(opt.status().message(), "compiled out"));
+
+  // Without network namespaces "all" leaves partition out, and naming it says why.
+  absl::StatusOr<std::vector<Scenario>> no_netns = ParseScenarios("all", true, false, "not root");
+  REQUIRE(no_netns.ok());
+  CHECK(no_netns->size() + 2 == all->size());  // partition, partition_cm
+  for (Scenario s : *no_netns) CHECK_FALSE(Info(s).netns);
+  absl::StatusOr<std::vector<Scenario>> cut = ParseScenarios("partition", true, false, "not root");
+  REQUIRE_FALSE(cut.ok());
+  CHECK(absl::StrContains(cut.status().message(), "network namespace"));
+  CHECK(absl::StrContains(cut.status().message(), "not root"));
+  absl::StatusOr<std::vector<Scenario>> with = ParseScenarios("partition", true, true);
+  REQUIRE(with.ok());
+  CHECK(*with == std::vector<Scenario>{Scenario::kPartition});
 }
 
 TEST_CASE("the fault schedule picks victims by scenario and is the same for one seed") {
@@ -69,6 +82,11 @@ TEST_CASE("the fault schedule picks victims by scenario and is the same for one 
   CHECK(stopped_cm[0].victim == 0);
   CHECK(stopped_cm[0].pause == absl::Milliseconds(2000));  // past the lease: taken over
   for (const Fault& f : PlanFaults(Scenario::kClientKill, 3, 3, 1000, 1)) CHECK(f.victim == 3);
+  for (const Fault& f : PlanFaults(Scenario::kPartition, 6, 3, 1000, 3)) {
+    CHECK(f.victim >= 1);  // a data node, never the CM
+    CHECK(f.victim <= 2);
+    CHECK(f.pause == absl::Milliseconds(2000));  // cut off past the lease: evicted
+  }
 }
 
 TEST_CASE("merged records keep each transaction's last line, in start order") {
