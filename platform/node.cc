@@ -1,5 +1,6 @@
 #include "platform/node.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +33,19 @@ Node::~Node() {
   registrations_.clear();
 }
 
+std::string MemlockWarningForBackups(const config::ClusterConfig& cfg,
+                                     const config::NodeConfig* self, uint64_t limit) {
+  if (!cfg.lock_memory() || cfg.f() == 0 || self == nullptr || self->late()) return "";
+  const uint64_t own = uint64_t{cfg.region_count()} * cfg.region_size();
+  const uint64_t copies = own * cfg.f();
+  if (limit >= own + copies) return "";
+  return absl::StrCat("node ", self->id(), ": with f = ", cfg.f(), " this node holds about ",
+                      copies / 1024,
+                      " KiB of other nodes' regions as backup copies beside its own ", own / 1024,
+                      " KiB, more than it can lock in RAM: ", MemlockAdvice(),
+                      "; copies beyond the limit will be kept in memory that may be paged out");
+}
+
 absl::Status Node::Init() {
   const config::ClusterConfig& cfg = options_.config;
   const config::NodeConfig* self =
@@ -43,6 +57,10 @@ absl::Status Node::Init() {
   const config::NodeConfig* cm_node = FindNode(cfg, cfg.cm_node_id());
   region_size_ = cfg.region_size();
   if (options_.node_id >= 0) id_ = static_cast<uint32_t>(options_.node_id);
+  if (rlimit lim{}; getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+    const std::string warning = MemlockWarningForBackups(cfg, self, lim.rlim_cur);
+    if (!warning.empty()) spdlog::warn("{}", warning);
+  }
 
   FabricOptions fopts;
   fopts.provider = options_.provider.empty() ? cfg.provider() : options_.provider;

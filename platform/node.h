@@ -79,6 +79,16 @@ struct NodeOptions {
   absl::Duration join_timeout = absl::ZeroDuration();
 };
 
+// A member that forms the cluster holds backup copies when f > 0 (f of every region on average,
+// more after failures) and locks them in RAM like its own regions. Its own regions are checked
+// against the locked-memory limit when they are allocated (a clear error, before joining); its
+// share of copies arrives later, and a copy that cannot be locked is then kept unlocked with a
+// warning. So that nobody learns this only after joining, Init warns at start when `limit` (bytes,
+// RLIMIT_MEMLOCK) cannot hold both: this returns that warning, empty when there is none (no
+// locking, f = 0, a late node, or a limit large enough).
+std::string MemlockWarningForBackups(const config::ClusterConfig& cfg,
+                                     const config::NodeConfig* self, uint64_t limit);
+
 // Where a global address lives, resolved from the region map.
 struct RemoteTarget {
   uint32_t node_id = 0;

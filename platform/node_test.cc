@@ -92,6 +92,31 @@ uint32_t UnusedRegionId(const control::Membership& m) {
 
 }  // namespace
 
+TEST_CASE("a locked-memory limit too low for the backup copies is said at start", "[node]") {
+  config::ClusterConfig c;
+  c.set_region_size(4 << 20);
+  c.set_region_count(2);
+  c.set_lock_memory(true);
+  c.set_f(1);
+  config::NodeConfig* member = c.add_node();
+  member->set_id(1);
+  config::NodeConfig* late = c.add_node();
+  late->set_id(2);
+  late->set_late(true);
+  // 8 MiB of its own regions and about 8 MiB of copies.
+  const std::string warning = MemlockWarningForBackups(c, member, 12 << 20);
+  CHECK_THAT(warning, Catch::Contains("node 1: with f = 1"));
+  CHECK_THAT(warning, Catch::Contains("8192 KiB of other nodes' regions as backup copies"));
+  CHECK_THAT(warning, Catch::Contains("ulimit -l"));
+  CHECK(MemlockWarningForBackups(c, member, 16 << 20).empty());  // enough for both
+  CHECK(MemlockWarningForBackups(c, late, 1 << 20).empty());     // a late node holds no copies
+  c.set_f(0);
+  CHECK(MemlockWarningForBackups(c, member, 1 << 20).empty());  // no copies
+  c.set_f(1);
+  c.set_lock_memory(false);
+  CHECK(MemlockWarningForBackups(c, member, 1 << 20).empty());  // nothing locked
+}
+
 TEST_CASE("three nodes form a cluster and access each other's regions", "[node]") {
   auto nodes = StartCluster(ThreeNodes());
   for (auto& n : nodes) {
