@@ -127,6 +127,9 @@ ABSL_FLAG(int, lease_ms, 1000,
 ABSL_FLAG(int, faults, 2, "faults injected per scenario (1..1000)");
 
 ABSL_FLAG(uint64_t, seed, 1, "seed of the victims and of the clients' choices");
+ABSL_FLAG(int, rounds, 1,
+          "times every scenario runs (1..10000), each time on a fresh cluster with the next seed "
+          "(--seed, --seed+1, ...): the long run is --rounds=N");
 ABSL_FLAG(bool, json, false, "one JSON line per scenario instead of a table");
 ABSL_FLAG(int, duration_ms, 3000, "milliseconds of each phase: before each fault, after each");
 ABSL_FLAG(int, warmup_ms, 1000, "milliseconds run before the first phase");
@@ -648,6 +651,7 @@ struct DriverOptions {
   std::string provider;
   int nodes = 3, f = 1, lease_ms = 1000, faults = 2, duration_ms = 3000, warmup_ms = 1000;
   int window_ms = 500, accounts = 30, threads = 2, timeout_s = 60, kv_threads = 1, kv_keys = 48;
+  int rounds = 1;
   int kv_buckets = 4;
   uint64_t seed = 1;
   std::string host, keep_histories, zookeeper;
@@ -689,6 +693,9 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
   o.kv_buckets = absl::GetFlag(FLAGS_kv_buckets);
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.rounds = absl::GetFlag(FLAGS_rounds);
+  if (o.rounds < 1 || o.rounds > 10000)
+    return absl::InvalidArgumentError("--rounds must be 1..10000");
   o.host = absl::GetFlag(FLAGS_host);
   o.keep_histories = absl::GetFlag(FLAGS_keep_histories);
   o.zookeeper = absl::GetFlag(FLAGS_zookeeper);
@@ -1712,25 +1719,35 @@ int DriverMain() {
   const bool json = absl::GetFlag(FLAGS_json);
   if (!json) PrintTableHeader(*o);
   int exit_code = 0;
-  for (Scenario s : o->scenarios) {
-    absl::StatusOr<ScenarioResult> r = RunScenario(s, *o, signal_fd);
-    if (!r.ok()) {
-      if (absl::IsCancelled(r.status())) {
-        spdlog::error("{}: {}; every node was stopped", Info(s).name,
-                      std::string(r.status().message()));
-        return kExitSignal;
-      }
-      spdlog::error("{}: {}", Info(s).name, std::string(r.status().message()));
-      exit_code = kExitCannotRun;
-      continue;
+  for (int round = 1; round <= o->rounds; ++round) {
+    DriverOptions ro = *o;
+    ro.seed = o->seed + static_cast<uint64_t>(round - 1);
+    if (!json && o->rounds > 1) {
+      std::printf("round %d of %d (seed %llu)\n", round, o->rounds,
+                  static_cast<unsigned long long>(ro.seed));
     }
-    const bool ok = r->ok(EvictionsAllowed(s));
-    if (!ok && exit_code == 0) exit_code = kExitMissed;
-    if (json) {
-      std::printf("%s\n", ToJsonLine(*r, ok).c_str());
-      std::fflush(stdout);
-    } else {
-      PrintTableRow(*r, ok);
+    for (Scenario s : o->scenarios) {
+      absl::StatusOr<ScenarioResult> r = RunScenario(s, ro, signal_fd);
+      if (!r.ok()) {
+        if (absl::IsCancelled(r.status())) {
+          spdlog::error("{}: {}; every node was stopped", Info(s).name,
+                        std::string(r.status().message()));
+          return kExitSignal;
+        }
+        spdlog::error("{}: {}", Info(s).name, std::string(r.status().message()));
+        exit_code = kExitCannotRun;
+        continue;
+      }
+      r->seed = ro.seed;
+      r->round = round;
+      const bool ok = r->ok(EvictionsAllowed(s));
+      if (!ok && exit_code == 0) exit_code = kExitMissed;
+      if (json) {
+        std::printf("%s\n", ToJsonLine(*r, ok).c_str());
+        std::fflush(stdout);
+      } else {
+        PrintTableRow(*r, ok);
+      }
     }
   }
   return exit_code;

@@ -292,7 +292,7 @@ std::string ToJsonLine(const ScenarioResult& r, bool ok) {
       !r.kv_checked || !r.kv_linearizable ? std::string("null")
                                           : std::string(*r.kv_linearizable ? "true" : "false"),
       ",\"first_anomaly\":", JsonString(r.first_anomaly), ",\"notes\":[", absl::StrJoin(notes, ","),
-      "],\"ok\":", ok ? "true" : "false", "}");
+      "],\"seed\":", r.seed, ",\"round\":", r.round, ",\"ok\":", ok ? "true" : "false", "}");
 }
 
 }  // namespace chaos

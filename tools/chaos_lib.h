@@ -160,6 +160,8 @@ struct ScenarioResult {
   uint64_t kv_unknown = 0;  // of which the client learnt no outcome (errors, killed processes)
   std::optional<bool> kv_linearizable;
   std::vector<std::string> notes;
+  uint64_t seed = 0;  // of the victims and the clients' choices (--seed, plus the round)
+  int round = 1;      // 1..--rounds
 
   bool bank_ok() const { return unavailable == 0 && bank_total && *bank_total == bank_expected; }
   // The scenario's targets: every fault injected, nothing lost, no anomaly, the bank conserved,

@@ -184,6 +184,13 @@ TEST_CASE("the JSON line has the issue's keys in order, null for no recovery, es
   CHECK(absl::StrContains(line, "\"ok\":false}"));
   CHECK(*JsonNumber(line, "committed") == 1234);
   CHECK(*JsonNumber(line, "tput_after") == Approx(350.5));
+  CHECK(*JsonNumber(line, "seed") == 0);  // unset; --rounds gives each round's seed
+  CHECK(*JsonNumber(line, "round") == 1);
+  r.seed = 7;
+  r.round = 3;
+  const std::string later = ToJsonLine(r, true);
+  CHECK(*JsonNumber(later, "seed") == 7);
+  CHECK(*JsonNumber(later, "round") == 3);
 }
 
 TEST_CASE("a scenario is ok only with every fault injected, nothing lost and the bank whole") {

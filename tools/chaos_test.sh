@@ -185,13 +185,17 @@ for s in kill_cm sigstop_cm; do
 done
 no_nodes_left
 
+# The table, over two rounds (--rounds: each on a fresh cluster with the next seed).
 echo "== the table"
-out=$(timeout 60 "$CHAOS" --provider=shm --scenarios=sigstop_short --faults=1 --duration_ms=500 \
-  --lease_ms=2000 --warmup_ms=200 --window_ms=100 --timeout_s=40 2>"$TMP/table.err")
+out=$(timeout 90 "$CHAOS" --provider=shm --scenarios=sigstop_short --faults=1 --duration_ms=500 \
+  --lease_ms=2000 --warmup_ms=200 --window_ms=100 --timeout_s=40 --rounds=2 --seed=5 \
+  2>"$TMP/table.err")
 rc=$?
 [ $rc = 0 ] || fail "chaos (table) exited $rc: $out"$'\n'"$(tail -20 "$TMP/table.err")"
 grep -qE '^scenario +faults +committed +lost +anomalies' <<<"$out" || fail "no table header: $out"
-grep -qE '^sigstop_short +1/1 +[1-9][0-9]* +0 +0 +0 .* yes$' <<<"$out" || fail "no row: $out"
+[ "$(grep -cE '^sigstop_short +1/1 +[1-9][0-9]* +0 +0 +0 .* yes$' <<<"$out")" = 2 ] ||
+  fail "expected a row per round: $out"
+grep -q '^round 2 of 2 (seed 6)$' <<<"$out" || fail "no second round with the next seed: $out"
 no_nodes_left
 
 echo "== bad flags and a cluster that cannot start"
@@ -214,6 +218,7 @@ else
   ip netns del "fchtest$$"
 fi
 expect 2 "--f must be 0..2" "$CHAOS" --f=3
+expect 2 "--rounds must be 1..10000" "$CHAOS" --rounds=0
 expect 2 "--nodes must be 2..8" "$CHAOS" --nodes=1
 expect 2 "--provider" "$CHAOS" --provider=carrier-pigeon
 expect 2 "scenario crash_after_commit_backup needs --f >= 1" "$CHAOS" --f=0 \
