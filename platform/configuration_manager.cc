@@ -1161,9 +1161,6 @@ class TcpConfigurationManager : public ConfigurationManager {
     channel_ = std::move(*ch);
     control::ControlMessage join;
     *join.mutable_join() = request;
-    // The lease runs from here until the first heartbeat is acknowledged: the CM starts its view
-    // of it when it admits the node (or forms the cluster), after it received this request.
-    const Clock::time_point join_sent = Clock::now();
     absl::Status s = channel_->Send(join);
     if (!s.ok()) return s;
     for (;;) {
@@ -1187,14 +1184,61 @@ class TcpConfigurationManager : public ConfigurationManager {
         continue;
       }
       if (reply->has_membership()) {
+        control::Membership m = reply->membership();
+        absl::StatusOr<Clock::time_point> start = FirstHeartbeat(deadline, cm, &m);
+        if (!start.ok()) return start.status();
         {
           std::lock_guard<std::mutex> l(lease_mu_);
-          SetLeaseStart(join_sent);
+          SetLeaseStart(*start);
         }
-        Track(reply->membership());
+        Track(m);
         watcher_ = std::thread([this] { Watch(); });
         heartbeat_ = std::thread([this] { Heartbeat(); });
-        return reply->membership();
+        return m;
+      }
+    }
+  }
+
+  // The lease's start: when this node sent a heartbeat that the CM acknowledged, sent once the
+  // cluster has formed (`m`, the membership that says so). The CM starts its view of every lease
+  // when it forms the cluster (or admits a node to a formed one), which may be long after this
+  // node asked to join: nodes started by hand, one after another. A lease run from the join
+  // request would have ended by then, and the node would leave as soon as it was admitted. A
+  // newer membership that arrives meanwhile replaces `m`.
+  absl::StatusOr<Clock::time_point> FirstHeartbeat(absl::Time deadline, const std::string& cm,
+                                                   control::Membership* m) {
+    control::ControlMessage hb;
+    hb.mutable_heartbeat()->set_node_id(node_id_);
+    hb.mutable_heartbeat()->set_seq(++heartbeat_seq_);
+    const Clock::time_point sent = Clock::now();  // before the send: the lease starts no later
+    if (absl::Status s = channel_->Send(hb); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("lost the ", cm, ": ", s.message()));
+    }
+    for (;;) {
+      absl::StatusOr<control::ControlMessage> reply = channel_->Receive(deadline - absl::Now());
+      if (!reply.ok()) {
+        if (absl::IsDeadlineExceeded(reply.status())) {
+          return absl::DeadlineExceededError(
+              absl::StrCat("the ", cm,
+                           " formed the cluster but did not acknowledge this node's first "
+                           "heartbeat in time"));
+        }
+        return absl::UnavailableError(
+            absl::StrCat("lost the ", cm, ": ", reply.status().message()));
+      }
+      if (reply->has_heartbeat_ack() && reply->heartbeat_ack().seq() == hb.heartbeat().seq()) {
+        return sent;
+      }
+      if (reply->has_membership() && reply->membership().epoch() > m->epoch()) {
+        *m = reply->membership();
+      }
+      if (reply->has_eviction()) {
+        return absl::UnavailableError(absl::StrCat(
+            "the ", cm, " removed this node as it joined: ", reply->eviction().reason()));
+      }
+      if (reply->has_refusal()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the ", cm, " refused this node: ", reply->refusal().reason()));
       }
     }
   }
@@ -1608,7 +1652,7 @@ class TcpConfigurationManager : public ConfigurationManager {
     // The CM last answered within a lease/4 before the lease's start, and judges a pause from
     // the end of its last round less a poll's wait (CmServerImpl::StepDownIfPaused).
     const Clock::duration give_up_after = lease_ / 2 + 2 * absl::ToChronoNanoseconds(kTick);
-    uint64_t seq = 0;
+    uint64_t seq = heartbeat_seq_;  // after Join's (FirstHeartbeat)
     std::unique_lock<std::mutex> lock(stop_mu_);
     while (!stop_) {
       lock.unlock();
@@ -1682,7 +1726,8 @@ class TcpConfigurationManager : public ConfigurationManager {
   // CM takeover: the cluster's configuration and its store (both, or no store: no takeover).
   const std::optional<config::ClusterConfig> config_;
   const std::shared_ptr<ConfigurationStore> store_;
-  uint32_t node_id_ = 0;  // written by Join before the threads start
+  uint32_t node_id_ = 0;        // written by Join before the threads start
+  uint64_t heartbeat_seq_ = 0;  // the last heartbeat Join sent (before the threads start)
   // The CM this node is connected to (or last was), from the memberships.
   std::atomic<uint32_t> current_cm_;
   uint64_t joined_epoch_ = 0;         // this incarnation's (watcher, or Join before it starts)

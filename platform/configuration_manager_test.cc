@@ -126,6 +126,32 @@ TEST_CASE("a node's lease ends before the CM's view of it, whatever else the CM 
   n0->Leave();
 }
 
+TEST_CASE("a node that asked to join long before the cluster formed holds a lease once it forms",
+          "[cm]") {
+  // Nodes started by hand, one after another: node 0 asks to join two leases before node 1 does.
+  // Its lease runs from its first heartbeat after the cluster formed (the CM's view of every
+  // lease starts at the formation), not from its request, which would have ended it at once.
+  const config::ClusterConfig c = Config();
+  absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(c);
+  REQUIRE(server.ok());
+  std::unique_ptr<ConfigurationManager> n0 = Client(c), n1 = Client(c);
+  std::atomic<bool> evicted{false};
+  n0->OnEviction([&](const std::string&) { evicted.store(true); });
+  auto joining =
+      std::async(std::launch::async, [&] { return n0->Join(Request(c, 0), absl::Seconds(60)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * kLeaseMs));
+  const Clock::time_point forming = Clock::now();
+  REQUIRE(n1->Join(Request(c, 1), absl::Seconds(30)).ok());
+  absl::StatusOr<control::Membership> m = joining.get();
+  REQUIRE(m.ok());
+  CHECK(Lists(*m, 0));
+  CHECK(Lists(*m, 1));
+  CHECK(n0->lease_expiry() > forming);
+  CHECK_FALSE(evicted.load());
+  n1->Leave();
+  n0->Leave();
+}
+
 }  // namespace farm
 
 namespace farm {

@@ -508,6 +508,38 @@ std::string ReplicationLine(const Runtime& rt) {
                       " recovering=", recovering, " cm=", rt.configuration_manager());
 }
 
+// Why this node cannot reach sync point `where` in the current configuration (empty: it can).
+// A transaction sends COMMIT-BACKUPs and COMMIT-PRIMARYs to other nodes only, so the second
+// COMMIT-PRIMARY send (between_primaries) needs accounts whose primaries are two other nodes,
+// and a flush's second truncation (mid_truncate) accounts backed up on two other nodes. After
+// a few crashes every account may live on one node (a promoted backup stays the primary): the
+// fault cannot happen there, and the driver says so at once instead of waiting for it.
+std::string CannotReach(const Runtime& rt, const std::vector<GlobalAddress>& accounts,
+                        const std::string& where) {
+  if (where != "between_primaries" && where != "mid_truncate") return "";
+  std::map<uint32_t, RegionRef> regions;
+  for (uint32_t m : rt.members()) {
+    for (const RegionRef& r : rt.Regions(m)) regions[r.id] = r;
+  }
+  std::set<uint32_t> others;
+  for (const GlobalAddress& a : accounts) {
+    auto it = regions.find(a.region);
+    if (it == regions.end()) continue;
+    if (where == "between_primaries") {
+      others.insert(it->second.node);
+    } else {
+      others.insert(it->second.backups.begin(), it->second.backups.end());
+    }
+  }
+  others.erase(rt.node_id());
+  if (others.size() >= 2) return "";
+  return absl::StrCat("the accounts' ",
+                      where == "between_primaries" ? "primaries" : "backup copies",
+                      " are on ", others.size(), " node(s) other than this one (",
+                      absl::StrJoin(others, ","), "), and ", where,
+                      " needs two: a transaction sends to other nodes only");
+}
+
 void StopClients(Workload& w, std::vector<std::thread>* threads) {
   w.stop.store(true, std::memory_order_release);
   for (std::thread& t : *threads) t.join();
@@ -576,6 +608,10 @@ absl::Status RunWorkload(Runtime& rt) {
       Emit("FINAL_DONE");
     } else if (line == "replication") {
       Emit(ReplicationLine(rt));
+    } else if (absl::StartsWith(line, "can ")) {
+      const std::string where = line.substr(4);
+      const std::string why = CannotReach(rt, w.accounts, where);
+      Emit(why.empty() ? absl::StrCat("CAN ", where) : absl::StrCat("CANNOT ", where, ": ", why));
     } else if (absl::StartsWith(line, "arm ")) {
       const std::string where = line.substr(4);
       Emit(absl::StrCat(ArmCrash(where) ? "ARMED " : "NOT_ARMED ", where));
@@ -1210,6 +1246,17 @@ absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const D
           return false;
         }
         crashes.emplace_back(f.also, "recovery_apply");
+      }
+      // Asked first, so that nothing is armed for a fault that cannot happen.
+      for (const auto& [node, at] : crashes) {
+        if (absl::Status st = c.Send(node, absl::StrCat("can ", at)); !st.ok()) return st;
+        absl::StatusOr<std::string> can = c.WaitLine(node, "CAN", c.Deadline());
+        if (!can.ok()) return can.status();
+        if (!absl::StartsWith(*can, "CAN ")) {
+          notes->push_back(absl::StrCat("node ", node, " cannot crash at ", at, " now: ",
+                                        absl::StripPrefix(*can, absl::StrCat("CANNOT ", at, ": "))));
+          return false;
+        }
       }
       for (auto it = crashes.rbegin(); it != crashes.rend(); ++it) {
         const auto& [node, at] = *it;

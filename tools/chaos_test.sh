@@ -9,6 +9,8 @@
 #    (sync points): a data node coordinator crashed after its first COMMIT-PRIMARY send, a data
 #    node crashed applying a recovery's decision, a data node crashed between two backup
 #    truncations; the same targets;
+#  - a sync point that cannot be reached (two data nodes: no transaction has two other
+#    primaries): said at once, the fault not counted, exit 1;
 #  - kill9 on tcp;ofi_rxm: a data node killed with SIGKILL once and started again: its regions
 #    are served by their backups (f = 1), the same targets;
 #  - kill_cm and sigstop_cm on tcp;ofi_rxm: the configuration manager's node killed twice, or
@@ -148,6 +150,23 @@ rc=$?
 check_line "$(sed -n 1p <<<"$out")" owner_crash_between_primaries 'tcp;ofi_rxm'
 check_line "$(sed -n 2p <<<"$out")" crash_during_recovery 'tcp;ofi_rxm'
 check_line "$(sed -n 3p <<<"$out")" crash_mid_truncate 'tcp;ofi_rxm'
+no_nodes_left
+
+# A sync point that cannot be reached: with two data nodes, a data node's transactions have at
+# most one other primary, so owner_crash_between_primaries cannot happen. The driver asks first
+# and says so at once (nothing armed, no wait for a crash that cannot come), counts the fault as
+# not injected, and the run misses its targets (exit 1) with nothing lost.
+echo "== a sync point that cannot be reached (two data nodes)"
+out=$(timeout 120 "$CHAOS" --provider='tcp;ofi_rxm' --nodes=2 \
+  --scenarios=owner_crash_between_primaries "${short[@]}" --faults=1 2>"$TMP/unreachable.err")
+rc=$?
+[ $rc = 1 ] || fail "chaos exited $rc, not 1: $out"$'\n'"$(tail -20 "$TMP/unreachable.err")"
+for want in '"faults":0,' '"faults_planned":1,' '"lost_commits":0,' '"anomalies":0,' \
+            '"bank_total":30000,"bank_expected":30000,' \
+            "node 1 cannot crash at between_primaries now: the accounts' primaries are on 1 node(s) other than this one (0)"; do
+  grep -qF "$want" <<<"$out" || fail "expected $want in:"$'\n'"$out"
+done
+echo "ok: $out"
 no_nodes_left
 
 # kill9: a data node killed with SIGKILL mid-run and started again (empty, as a new incarnation);
