@@ -534,10 +534,9 @@ std::string CannotReach(const Runtime& rt, const std::vector<GlobalAddress>& acc
   others.erase(rt.node_id());
   if (others.size() >= 2) return "";
   return absl::StrCat("the accounts' ",
-                      where == "between_primaries" ? "primaries" : "backup copies",
-                      " are on ", others.size(), " node(s) other than this one (",
-                      absl::StrJoin(others, ","), "), and ", where,
-                      " needs two: a transaction sends to other nodes only");
+                      where == "between_primaries" ? "primaries" : "backup copies", " are on ",
+                      others.size(), " node(s) other than this one (", absl::StrJoin(others, ","),
+                      "), and ", where, " needs two: a transaction sends to other nodes only");
 }
 
 void StopClients(Workload& w, std::vector<std::thread>* threads) {
@@ -1253,8 +1252,9 @@ absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const D
         absl::StatusOr<std::string> can = c.WaitLine(node, "CAN", c.Deadline());
         if (!can.ok()) return can.status();
         if (!absl::StartsWith(*can, "CAN ")) {
-          notes->push_back(absl::StrCat("node ", node, " cannot crash at ", at, " now: ",
-                                        absl::StripPrefix(*can, absl::StrCat("CANNOT ", at, ": "))));
+          notes->push_back(
+              absl::StrCat("node ", node, " cannot crash at ", at,
+                           " now: ", absl::StripPrefix(*can, absl::StrCat("CANNOT ", at, ": "))));
           return false;
         }
       }
