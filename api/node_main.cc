@@ -17,7 +17,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <set>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -28,14 +28,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "api/done_barrier.h"
 #include "api/runtime_impl.h"
 #include "farm.h"
 #include "platform/config.h"
 #include "platform/logging.h"
-#include "platform/mutex.h"
 #include "platform/poller.h"
 #include "platform/self_check.h"
 #include "spdlog/spdlog.h"
@@ -143,63 +142,6 @@ void RunSelfCheckCommand(Runtime::Impl& rt) {
   Emit(absl::StrFormat("SELFCHECK_DONE {\"node\":%d}", node.id()));
 }
 
-// The end of an application run: every node tells every member that its `run` returned, and
-// leaves only once every current member has told it the same (or left), so no node goes away
-// while others may still call it.
-class DoneBarrier {
- public:
-  explicit DoneBarrier(Runtime::Impl& rt) : rt_(rt) {
-    rt_.rpc->RegisterHandler(kAppDoneMethod,
-                             [this](const RpcRequest& r) -> absl::StatusOr<std::string> {
-                               MutexLock l(&mu_);
-                               done_.insert(r.from);
-                               return std::string();
-                             });
-  }
-
-  // Tells every member; then waits until all are done or gone (or this node was evicted). Returns
-  // false on a signal or a closed control input (then the node leaves at once).
-  bool Arrive(Events& events) {
-    const uint32_t self = rt_.node->id();
-    for (uint32_t peer : rt_.node->members()) {
-      // A peer that left or does not answer no longer holds us up: only members count.
-      absl::StatusOr<std::string> r = rt_.rpc->Call(peer, kAppDoneMethod, "", absl::Seconds(5));
-      if (!r.ok())
-        spdlog::debug("node {}: done notice to node {}: {}", self, peer, r.status().ToString());
-    }
-    for (bool logged = false;;) {
-      std::vector<uint32_t> waiting;
-      {
-        MutexLock l(&mu_);
-        for (uint32_t m : rt_.node->members()) {
-          if (done_.count(m) == 0) waiting.push_back(m);
-        }
-      }
-      if (!rt_.node->evicted().ok()) {
-        // This node's application has finished; nodes leave one by one once all have, and the
-        // configuration manager's node leaving evicts the rest (a notice may still be on its way
-        // to us then). Nothing is left for this node to do either way.
-        spdlog::info("node {}: left the cluster after its application finished: {}", self,
-                     std::string(rt_.node->evicted().message()));
-        return true;
-      }
-      if (waiting.empty()) return true;
-      if (!logged) {
-        spdlog::info("node {}: application finished; waiting for node(s) {} to finish theirs", self,
-                     absl::StrJoin(waiting, ", "));
-        logged = true;
-      }
-      const Events::Kind k = events.Next(20);
-      if (k == Events::kSignal || k == Events::kQuit || k == Events::kStdinClosed) return false;
-    }
-  }
-
- private:
-  Runtime::Impl& rt_;
-  Mutex mu_;
-  std::set<uint32_t> done_ ABSL_GUARDED_BY(mu_);
-};
-
 absl::StatusOr<RuntimeOptions> OptionsFromFlags() {
   RuntimeOptions o;
   o.config_path = absl::GetFlag(FLAGS_config);
@@ -302,13 +244,15 @@ int Main(const App& app) {
   const int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC);
   Events events(signal_fd, absl::GetFlag(FLAGS_control_stdin));
 
+  // Outlives the runtime: its RPC handler may run until the runtime stops.
+  std::optional<DoneBarrier> barrier;
   absl::StatusOr<std::unique_ptr<Runtime>> rt = Runtime::Start(*options);
   if (!rt.ok()) {
     spdlog::error("node {} could not start: {}", node_id, std::string(rt.status().message()));
     return 1;
   }
   Runtime::Impl& impl = RuntimeAccess::Of(**rt);
-  DoneBarrier barrier(impl);
+  barrier.emplace(impl);
   if (app.setup) {
     if (absl::Status s = app.setup(**rt); !s.ok()) {
       spdlog::error("node {}: {} setup failed: {}", (*rt)->node_id(), app.name,
@@ -342,7 +286,11 @@ int Main(const App& app) {
     }
     Emit(absl::StrFormat("APP_DONE {\"node\":%d,\"ok\":%s,\"error\":\"%s\"}", (*rt)->node_id(),
                          s.ok() ? "true" : "false", JsonEscape(s.message())));
-    if (app.wait_for_peers && !barrier.Arrive(events)) exit_code = exit_code == 0 ? 1 : exit_code;
+    if (app.wait_for_peers && !barrier->Arrive([&events] {
+          const Events::Kind k = events.Next(20);
+          return k != Events::kSignal && k != Events::kQuit && k != Events::kStdinClosed;
+        }))
+      exit_code = exit_code == 0 ? 1 : exit_code;
   } else {
     for (bool serving = true; serving;) {
       // Wakes up now and then to notice an eviction (it happens on the node's own threads).

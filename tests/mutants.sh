@@ -48,6 +48,7 @@ mutants=(
   "forget_truncations       //tests:replication_test a coordinator that fails between two truncations loses none of its writes"  # backups do not remember what they truncated
   "bound_ignores_unfinished //tests:replication_test a coordinator that fails between two truncations loses none of its writes"  # the truncation bound passes transactions not yet truncated everywhere
   "count_partial_records    //txn:backup_log_test"  # a COMMIT-BACKUP record missing parts counts in the vote
+  "done_notice_once         //tests:runtime_test every node passes the done barrier when notices are refused once"  # an application's done notice that failed is not sent again
   "cm_keeps_own_lease       //platform:configuration_manager_test a CM that cannot record a member's failure stops renewing its own node's lease"  # a CM cut off from the others and the store keeps its own node's lease
 )
 
