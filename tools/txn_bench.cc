@@ -77,6 +77,7 @@
 #include "tools/bench_driver.h"
 #include "tools/bench_peers.h"
 #include "tools/child_process.h"
+#include "tools/sched_probe.h"
 #include "tools/txn_peers.h"
 #include "tools/txn_workload.h"
 
@@ -769,12 +770,15 @@ absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, cons
 }
 
 // One cluster's lease: its heartbeats' round trips on every node that reported them (the worst
-// node's percentiles), and the nodes evicted (status 3: a lease that healthy nodes miss).
+// node's percentiles), the nodes evicted (status 3: a lease that healthy nodes miss), and how late
+// a thread at the lease threads' priority in the driver woke up meanwhile (tools/sched_probe.h):
+// a lease shorter than that cannot hold on this machine, whatever the heartbeats' round trip.
 struct LeaseRow {
   std::string provider;
   int f = 0, lease_ms = 0, nodes = 0, reported = 0, evictions = 0;
   uint64_t heartbeats = 0;
   double p50_us = 0, p99_us = 0, max_us = 0;
+  SchedProbe::Result probe;  // the driver's probe thread over the cluster's life
 };
 
 std::string JsonLease(const LeaseRow& l) {
@@ -782,17 +786,22 @@ std::string JsonLease(const LeaseRow& l) {
       "{\"target\":\"farm\",\"kind\":\"lease\",\"provider\":\"%s\",\"f\":%d,"
       "\"lease_ms\":%d,\"nodes\":%d,\"nodes_reported\":%d,\"heartbeats\":%d,"
       "\"hb_rtt_p50_us\":%.3f,\"hb_rtt_p99_us\":%.3f,\"hb_rtt_max_us\":%.3f,"
-      "\"evictions\":%d}",
+      "\"evictions\":%d,\"probe_realtime\":%s,\"probe_s\":%.1f,\"probe_gap_max_ms\":%.2f,"
+      "\"probe_gaps_over_5ms\":%d,\"probe_gaps_over_10ms\":%d,\"steal_ms\":%.0f}",
       l.provider, l.f, l.lease_ms, l.nodes, l.reported, l.heartbeats, l.p50_us, l.p99_us,
-      l.max_us, l.evictions);
+      l.max_us, l.evictions, l.probe.realtime ? "true" : "false", l.probe.seconds,
+      l.probe.max_gap_ms, l.probe.gaps_over_5ms, l.probe.gaps_over_10ms, l.probe.steal_ms);
 }
 
 void PrintLease(const LeaseRow& l) {
   std::printf(
       "lease %d ms (f=%d): heartbeat round trip p50 %.1f us, p99 %.1f us, max %.1f us (worst of "
-      "%d nodes, %d heartbeats); lease = %.0fx the p99; nodes evicted: %d\n",
+      "%d nodes, %d heartbeats); lease = %.0fx the p99; nodes evicted: %d; a %s thread woke up "
+      "to %.1f ms late (%d times over 10 ms in %.0f s), steal time %.0f ms\n",
       l.lease_ms, l.f, l.p50_us, l.p99_us, l.max_us, l.reported, static_cast<int>(l.heartbeats),
-      l.p99_us > 0 ? 1000.0 * l.lease_ms / l.p99_us : 0.0, l.evictions);
+      l.p99_us > 0 ? 1000.0 * l.lease_ms / l.p99_us : 0.0, l.evictions,
+      l.probe.realtime ? "real-time" : "normal-priority", l.probe.max_gap_ms,
+      static_cast<int>(l.probe.gaps_over_10ms), l.probe.seconds, l.probe.steal_ms);
   std::fflush(stdout);
 }
 
@@ -822,6 +831,8 @@ absl::Status RunFarm(const std::string& provider, int f, int lease_ms, const Opt
   if (!dir.ok()) return dir.status();
   absl::StatusOr<std::string> config = WriteClusterConfig(provider, f, lease_ms, o, **dir);
   if (!config.ok()) return config.status();
+  // From the first node's start to the last lease line: what the scheduler did meanwhile.
+  SchedProbe probe;
   std::vector<std::unique_ptr<ChildProcess>> nodes;
   for (int i = 0; i < o.nodes; ++i) {
     absl::StatusOr<std::unique_ptr<ChildProcess>> child = SpawnNode(i, *config, provider);
@@ -843,6 +854,7 @@ absl::Status RunFarm(const std::string& provider, int f, int lease_ms, const Opt
     if (line.ok()) lease_lines.push_back(line->substr(strlen("TXNBENCH ")));
   }
   LeaseRow lease;
+  lease.probe = probe.Stop();
   lease.provider = provider;
   lease.f = f;
   lease.lease_ms = lease_ms > 0 ? lease_ms : static_cast<int>(kDefaultLeaseMs);

@@ -36,9 +36,10 @@ rc=$?
 [ $rc = 0 ] || fail "txn_bench exited $rc: $(tail -20 "$TMP/farm.err")"
 lines=$(grep -c '"tx_per_s":' <<<"$out")
 [ "$lines" = 8 ] || fail "expected 8 JSON points (4 kinds x 2 distributions), got $lines:"$'\n'"$out"
-# One line for the cluster's lease: every node's heartbeats, none evicted.
-grep -qE '^\{"target":"farm","kind":"lease",.*"lease_ms":3000,"nodes":3,"nodes_reported":3,"heartbeats":[1-9][0-9]*,.*"evictions":0\}$' <<<"$out" ||
-  fail "no lease line with 3 nodes' heartbeats and no eviction:"$'\n'"$out"
+# One line for the cluster's lease: every node's heartbeats, none evicted, and the scheduling
+# probe's record (it woke up at least 1 ms apart; steal time -1 where the kernel reports none).
+grep -qE '^\{"target":"farm","kind":"lease",.*"lease_ms":3000,"nodes":3,"nodes_reported":3,"heartbeats":[1-9][0-9]*,.*"evictions":0,"probe_realtime":(true|false),"probe_s":[0-9.]+,"probe_gap_max_ms":([1-9][0-9]*)\.[0-9]+,"probe_gaps_over_5ms":[0-9]+,"probe_gaps_over_10ms":[0-9]+,"steal_ms":-?[0-9]+\}$' <<<"$out" ||
+  fail "no lease line with 3 nodes' heartbeats, no eviction and the probe's record:"$'\n'"$out"
 for key in target provider kind threads tx_per_s p50_us p99_us abort_rate msg_rounds; do
   n=$(grep '"tx_per_s":' <<<"$out" | grep -c "\"$key\":")
   [ "$n" = 8 ] || fail "key $key is in $n of 8 points:"$'\n'"$out"
