@@ -796,8 +796,9 @@ std::string JsonLease(const LeaseRow& l) {
 void PrintLease(const LeaseRow& l) {
   std::printf(
       "lease %d ms (f=%d): heartbeat round trip p50 %.1f us, p99 %.1f us, max %.1f us (worst of "
-      "%d nodes, %d heartbeats); lease = %.0fx the p99; nodes evicted: %d; a %s thread woke up "
-      "to %.1f ms late (%d times over 10 ms in %.0f s), steal time %.0f ms\n",
+      "%d nodes, %d heartbeats); lease = %.0fx the p99; nodes evicted: %d; a %s thread sleeping "
+      "1 ms saw up to %.1f ms between wake-ups (%d gaps over 10 ms in %.0f s), steal time %.0f "
+      "ms\n",
       l.lease_ms, l.f, l.p50_us, l.p99_us, l.max_us, l.reported, static_cast<int>(l.heartbeats),
       l.p99_us > 0 ? 1000.0 * l.lease_ms / l.p99_us : 0.0, l.evictions,
       l.probe.realtime ? "real-time" : "normal-priority", l.probe.max_gap_ms,
