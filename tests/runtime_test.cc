@@ -233,13 +233,13 @@ TEST_CASE("every node passes the done barrier when notices are refused once", "[
   });
   sp->EnableProcessing();
   for (auto& rt : rts) rt->Serve();
-  // Each node arrives on a thread of its own, gives up after 30 s (a bound on the test, not a
+  // Each node arrives on a thread of its own, gives up after 15 s (a bound on the test, not a
   // timing claim: with the retry every node passes as soon as all have arrived), and leaves
   // once through, as RunNode does.
   std::vector<std::future<bool>> passed;
   for (size_t i = 0; i < rts.size(); ++i) {
     passed.push_back(std::async(std::launch::async, [&, i] {
-      const absl::Time give_up = absl::Now() + absl::Seconds(30);
+      const absl::Time give_up = absl::Now() + absl::Seconds(15);
       const bool ok = barriers[i]->Arrive([give_up] {
         absl::SleepFor(absl::Milliseconds(20));
         return absl::Now() < give_up;
