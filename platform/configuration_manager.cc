@@ -32,6 +32,8 @@ namespace farm {
 namespace {
 
 constexpr absl::Duration kTick = absl::Milliseconds(50);
+// The shortest a leaving node waits for the CM's release (TcpConfigurationManager::Leave).
+constexpr absl::Duration kLeaveWait = absl::Seconds(2);
 constexpr absl::Duration kFirstMessageTimeout = absl::Seconds(5);
 // How long the CM waits before it tries again to record a membership that the configuration
 // store did not take (unreachable, or refused it).
@@ -138,6 +140,45 @@ class CmServerImpl : public CmServer {
         absl::FormatDuration(absl::FromChrono(takeover_deadline_ - now)), Awaited());
   }
 
+  // A member that said Leave, waiting for its release (see ReleaseLeavers).
+  struct Leaving {
+    uint32_t id;
+    std::unique_ptr<ControlChannel> channel;
+    uint64_t epoch;  // the first membership without it; 0: none (no member left)
+  };
+
+  // The second step of a graceful leave. A node that leaves closes its fabric once released:
+  // when every member has acknowledged a membership without it (epoch `epoch` or a later one),
+  // none of them posts to it any more, so no operation is in flight to a connection that closes
+  // (SoftiWARP flushes requests posted to a closing connection later, with contexts that other
+  // operations reuse by then: README "Providers"). The release is an Eviction that says it left;
+  // the leaving node waits for it for a bounded time only, so a member that never acknowledges
+  // costs a shutdown that bound, not more.
+  void ReleaseLeavers() {
+    for (auto it = leaving_.begin(); it != leaving_.end();) {
+      bool closed = false;
+      for (;;) {  // anything it still sends (a heartbeat sent before its Leave) is of no use
+        absl::StatusOr<control::ControlMessage> msg = it->channel->Receive(absl::ZeroDuration());
+        if (msg.ok()) continue;
+        closed = !absl::IsDeadlineExceeded(msg.status());
+        break;
+      }
+      bool applied = true;
+      for (const auto& [id, m] : members_) applied &= m.acked_epoch >= it->epoch;
+      if (!closed && !applied) {
+        ++it;
+        continue;
+      }
+      if (!closed) {
+        control::ControlMessage release;
+        release.mutable_eviction()->set_reason(kLeft);
+        (void)it->channel->Send(release);
+      }
+      it->channel->Shutdown();
+      it = leaving_.erase(it);
+    }
+  }
+
   // A connection accepted, waiting for its join request.
   struct Pending {
     std::unique_ptr<ControlChannel> channel;
@@ -184,6 +225,7 @@ class CmServerImpl : public CmServer {
       if (taking_over_) MaybeFinishTakeover();
       if (!formed_ && !failed_ && absl::Now() > join_deadline_) FailFormation();
       if (formed_) WatchMembers();
+      ReleaseLeavers();
       if (store_ != nullptr && !stepped_down_) PollCommit();
       last_turn_ = Clock::now();
     }
@@ -849,6 +891,8 @@ class CmServerImpl : public CmServer {
       m.channel->Shutdown();
     }
     members_.clear();
+    for (Leaving& l : leaving_) l.channel->Shutdown();  // released: nobody is left to post
+    leaving_.clear();
     // Closed, like the port: a node joining or reconnecting here learns at once that this CM
     // answers nothing more, instead of waiting out its timeout on an open connection.
     pending_.clear();
@@ -968,6 +1012,10 @@ class CmServerImpl : public CmServer {
       }
       Member& m = members_[id];
       if (m.channel == nullptr) continue;
+      if (why == kLeft) {  // released once the others applied a membership without it
+        leaving_.push_back({id, std::move(m.channel), 0});
+        continue;
+      }
       control::ControlMessage eviction;
       eviction.mutable_eviction()->set_reason(why);
       (void)m.channel->Send(eviction);  // it may be gone already; then nobody needs to know
@@ -986,8 +1034,11 @@ class CmServerImpl : public CmServer {
       }
     }
     DropBackups(gone);
+    const uint64_t published = members_.empty() ? 0 : Broadcast(gone);
+    for (Leaving& l : leaving_) {
+      if (gone.count(l.id) && l.epoch == 0) l.epoch = published;
+    }
     if (members_.empty()) return 0;
-    const uint64_t published = Broadcast(gone);
     if (recovering > 0) {
       recovery_epoch_ = published;
       recovery_start_ = now;
@@ -1082,6 +1133,7 @@ class CmServerImpl : public CmServer {
   bool stepped_down_ = false;
   // Departed nodes' reasons not yet in a membership sent.
   std::map<uint32_t, std::string> pending_departed_;
+  std::vector<Leaving> leaving_;  // members that said Leave, not released yet
   // Commit thread only (see Commit).
   int64_t store_version_ = -1;  // the record's version this CM wrote last; -1: none yet
   std::string last_attempt_;    // a write that timed out, maybe applied
@@ -1297,24 +1349,37 @@ class TcpConfigurationManager : public ConfigurationManager {
     return Clock::time_point(Clock::duration(expiry_.load(std::memory_order_acquire)));
   }
 
+  // A member leaves in two steps: it says Leave, then waits until the CM releases it (every
+  // other member applied a membership without it: CmServerImpl::ReleaseLeavers), so that when
+  // its fabric closes next nobody posts to it any more. The wait is bounded (a lease, at least
+  // kLeaveWait): a CM that is gone or stopped costs that, and the node then leaves anyway.
   void Leave() override {
     if (left_.exchange(true)) return;
+    const bool member = watcher_.joinable();  // joined (not a failed Join)
+    bool said = false;
+    {
+      std::lock_guard<std::mutex> l(send_mu_);
+      if (channel_ != nullptr && !reconnecting_ && !evicted_.load(std::memory_order_relaxed)) {
+        control::ControlMessage leave;
+        leave.mutable_leave();
+        said = channel_->Send(leave).ok();
+      }
+    }
     {
       std::lock_guard<std::mutex> l(stop_mu_);
       stop_ = true;
     }
     stop_cv_.notify_all();
-    {
-      std::lock_guard<std::mutex> l(send_mu_);
-      if (channel_ != nullptr) {
-        control::ControlMessage leave;
-        leave.mutable_leave();
-        if (!reconnecting_) (void)channel_->Send(leave);
-        channel_->Shutdown();
-      }
-    }
     if (watcher_.joinable()) watcher_.join();
     if (heartbeat_.joinable()) heartbeat_.join();
+    // The threads are gone: this thread alone uses the channel now.
+    if (said && member && !FARM_MUTANT("leave_without_release")) {
+      bool released = released_.load(std::memory_order_relaxed) || AwaitRelease();
+      // Tests learn whether the CM released this node (true) or the wait ran out.
+      FARM_SYNC_POINT_CALLBACK("TcpConfigurationManager::Leave:Released", &released);
+    }
+    std::lock_guard<std::mutex> l(send_mu_);
+    if (channel_ != nullptr) channel_->Shutdown();
   }
 
  private:
@@ -1327,6 +1392,29 @@ class TcpConfigurationManager : public ConfigurationManager {
   void Pause(Clock::duration d) {
     std::unique_lock<std::mutex> l(stop_mu_);
     stop_cv_.wait_for(l, d, [this] { return stop_; });
+  }
+
+  // Waits for the CM's release after Leave: its Eviction, or the connection closed (a CM that
+  // stopped has nobody left to post to this node). False if the wait ran out.
+  bool AwaitRelease() {
+    const Clock::duration bound =
+        std::max<Clock::duration>(lease_, absl::ToChronoMilliseconds(kLeaveWait));
+    const Clock::time_point deadline = Clock::now() + bound;
+    for (;;) {
+      const Clock::time_point now = Clock::now();
+      absl::StatusOr<control::ControlMessage> msg =
+          now < deadline ? channel_->Receive(absl::FromChrono(deadline - now))
+                         : absl::DeadlineExceededError("");
+      if (msg.ok() && !msg->has_eviction()) continue;  // sent before the CM had the Leave
+      if (absl::IsDeadlineExceeded(msg.status())) {
+        spdlog::warn(
+            "node {}: the configuration manager did not confirm within {} that the other members "
+            "let this node go; it leaves anyway",
+            node_id_, absl::FormatDuration(absl::FromChrono(bound)));
+        return false;
+      }
+      return true;
+    }
   }
 
   // Sends a report to the CM, unless there is none now (reconnecting: a report is best effort).
@@ -1398,6 +1486,10 @@ class TcpConfigurationManager : public ConfigurationManager {
       }
       if (msg->has_heartbeat_ack()) Renew(msg->heartbeat_ack().seq());
       if (msg->has_eviction()) {
+        if (left_.load(std::memory_order_relaxed)) {  // the release of this node's Leave
+          released_.store(true, std::memory_order_relaxed);
+          return false;
+        }
         if (msg->eviction().cm_stepped_down() && CanTakeOver()) {
           *lost = msg->eviction().reason();
           return true;
@@ -1754,6 +1846,7 @@ class TcpConfigurationManager : public ConfigurationManager {
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by stop_mu_
   std::atomic<bool> left_{false};
+  std::atomic<bool> released_{false};  // the CM answered Leave (the watcher saw it)
   std::atomic<bool> evicted_{false};
 };
 

@@ -29,11 +29,11 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kLeaseMs = 1000;
 
 // Nodes 0 (the CM's) and 1 form the cluster; node 2 is a late slot.
-config::ClusterConfig Config() {
+config::ClusterConfig Config(uint32_t lease_ms = kLeaseMs) {
   absl::StatusOr<std::vector<uint16_t>> ports = testing::FreePorts(3);
   REQUIRE(ports.ok());
   std::string text = "provider: \"shm\" region_size: 1048576 region_count: 1 lock_memory: false" +
-                     std::string(" lease_ms: ") + std::to_string(kLeaseMs);
+                     std::string(" lease_ms: ") + std::to_string(lease_ms);
   for (int i = 0; i < 3; ++i) {
     text += " node { id: " + std::to_string(i) + " host: \"" + testing::TestHost() +
             "\" control_port: " + std::to_string((*ports)[i]) + (i == 2 ? " late: true" : "") +
@@ -148,6 +148,55 @@ TEST_CASE("a node that asked to join long before the cluster formed holds a leas
   CHECK(Lists(*m, 1));
   CHECK(n0->lease_expiry() > forming);
   CHECK_FALSE(evicted.load());
+  n1->Leave();
+  n0->Leave();
+}
+
+TEST_CASE("a node that leaves goes once every other member applied a membership without it",
+          "[cm]") {
+  // Node 1 holds its acknowledgements back: node 2's Leave waits (the CM's release would let it
+  // close its fabric while node 1 may still post to it), and returns, released, once node 1
+  // acknowledges. The lease is long: the wait gives up after a lease.
+  const config::ClusterConfig c = Config(10000);
+  absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(c);
+  REQUIRE(server.ok());
+  std::unique_ptr<ConfigurationManager> n0 = Client(c), n1 = Client(c), n2 = Client(c);
+  n0->OnMembershipChange([&](const control::Membership& m) { n0->AckMembership(m.epoch()); });
+  std::mutex mu;
+  uint64_t without_2 = 0;  // the epoch of the first membership node 1 got without node 2
+  n1->OnMembershipChange([&](const control::Membership& m) {
+    std::lock_guard<std::mutex> l(mu);
+    if (!Lists(m, 2) && without_2 == 0) without_2 = m.epoch();
+  });
+  auto joining =
+      std::async(std::launch::async, [&] { return n1->Join(Request(c, 1), absl::Seconds(30)); });
+  REQUIRE(n0->Join(Request(c, 0), absl::Seconds(30)).ok());
+  REQUIRE(joining.get().ok());
+  absl::StatusOr<control::Membership> m2 = n2->Join(Request(c, 2), absl::Seconds(30));
+  REQUIRE(m2.ok());
+  n2->AckMembership(m2->epoch());
+
+  std::atomic<int> released{-1};
+  SyncPoint* sp = SyncPoint::GetInstance();
+  sp->SetCallBack("TcpConfigurationManager::Leave:Released",
+                  [&](void* arg) { released.store(*static_cast<bool*>(arg) ? 1 : 0); });
+  sp->EnableProcessing();
+  auto leaving = std::async(std::launch::async, [&] { n2->Leave(); });
+  uint64_t epoch = 0;
+  for (int i = 0; i < 3000 && epoch == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::lock_guard<std::mutex> l(mu);
+    epoch = without_2;
+  }
+  REQUIRE(epoch != 0);
+  // Node 1 has not applied it: node 2 is still waiting.
+  CHECK(leaving.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  CHECK(released.load() == -1);
+  n1->AckMembership(epoch);
+  REQUIRE(leaving.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  sp->DisableProcessing();
+  sp->ClearAllCallBacks();
+  CHECK(released.load() == 1);
   n1->Leave();
   n0->Leave();
 }
