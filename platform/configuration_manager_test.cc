@@ -57,10 +57,16 @@ control::JoinRequest Request(const config::ClusterConfig& c, uint32_t id) {
   return r;
 }
 
+// A client that acknowledges every membership it gets, as a node does once it applied it (a
+// test that holds acknowledgements back sets a callback of its own). A node that leaves waits
+// for the others' acknowledgements.
 std::unique_ptr<ConfigurationManager> Client(const config::ClusterConfig& c) {
   const config::NodeConfig& cm = c.node(0);
-  return NewTcpConfigurationManager(cm.host(), static_cast<uint16_t>(cm.control_port()),
-                                    absl::Milliseconds(c.lease_ms()));
+  std::unique_ptr<ConfigurationManager> n = NewTcpConfigurationManager(
+      cm.host(), static_cast<uint16_t>(cm.control_port()), absl::Milliseconds(c.lease_ms()));
+  ConfigurationManager* self = n.get();
+  n->OnMembershipChange([self](const control::Membership& m) { self->AckMembership(m.epoch()); });
+  return n;
 }
 
 bool Lists(const control::Membership& m, uint32_t id) {
@@ -80,8 +86,11 @@ TEST_CASE("a node's lease ends before the CM's view of it, whatever else the CM 
   std::mutex mu;
   Clock::time_point gone;  // when node 0 got the membership without node 1
   n0->OnMembershipChange([&](const control::Membership& m) {
-    std::lock_guard<std::mutex> l(mu);
-    if (!Lists(m, 1) && gone == Clock::time_point()) gone = Clock::now();
+    {
+      std::lock_guard<std::mutex> l(mu);
+      if (!Lists(m, 1) && gone == Clock::time_point()) gone = Clock::now();
+    }
+    n0->AckMembership(m.epoch());
   });
   std::promise<std::string> evicted;
   n1->OnEviction([&](const std::string& why) { evicted.set_value(why); });
@@ -161,7 +170,6 @@ TEST_CASE("a node that leaves goes once every other member applied a membership 
   absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(c);
   REQUIRE(server.ok());
   std::unique_ptr<ConfigurationManager> n0 = Client(c), n1 = Client(c), n2 = Client(c);
-  n0->OnMembershipChange([&](const control::Membership& m) { n0->AckMembership(m.epoch()); });
   std::mutex mu;
   uint64_t without_2 = 0;  // the epoch of the first membership node 1 got without node 2
   n1->OnMembershipChange([&](const control::Membership& m) {
@@ -399,11 +407,14 @@ struct StoreCluster {
     for (int i = 0; i < 2; ++i) {
       n[i] = Client(c);
       n[i]->OnMembershipChange([this, i](const control::Membership& m) {
-        std::lock_guard<std::mutex> l(mu);
-        // Already in the store when a node gets it: the record holds this epoch or a later one.
-        absl::StatusOr<control::Membership> stored = Stored();
-        if (!stored.ok() || stored->epoch() < m.epoch()) ++unrecorded;
-        seen[i].push_back(m);
+        {
+          std::lock_guard<std::mutex> l(mu);
+          // Already in the store when a node gets it: the record holds this epoch or a later one.
+          absl::StatusOr<control::Membership> stored = Stored();
+          if (!stored.ok() || stored->epoch() < m.epoch()) ++unrecorded;
+          seen[i].push_back(m);
+        }
+        n[i]->AckMembership(m.epoch());
       });
       n[i]->OnEviction([this, i](const std::string& why) {
         std::lock_guard<std::mutex> l(mu);

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "platform/config.h"
+#include "platform/mutant.h"
 #include "platform/zookeeper_store.h"
 #include "spdlog/spdlog.h"
 
@@ -582,10 +584,19 @@ absl::Status Node::Batch::CheckTargets() {
   bool found = false, member = false;
   uint64_t epoch = 0;
   std::string why;
+  std::optional<std::pair<uint32_t, uint32_t>> moved;  // a region and its primary now
   {
     farm::MutexLock l(&node_->map_mu_);
     for (const auto& [region, node] : targets_) {
-      if (node_->region_map_.contains(region)) continue;
+      auto r = node_->region_map_.find(region);
+      // A region whose primary moved (a backup promoted) is abandoned too: an operation that
+      // completes at the old primary after this node applied the move may have read memory
+      // that the new primary has written over since (once every member acknowledged the move).
+      if (r != node_->region_map_.end() &&
+          (r->second.info.node_id() == node || FARM_MUTANT("count_moved_reads"))) {
+        continue;
+      }
+      if (r != node_->region_map_.end()) moved.emplace(region, r->second.info.node_id());
       found = true;
       gone = node;
       const control::Membership& m = node_->membership_;
@@ -600,6 +611,13 @@ absl::Status Node::Batch::CheckTargets() {
     return absl::UnavailableError(absl::StrCat("the RDMA operation(s) to node ", gone,
                                                " were abandoned: ", evicted.message()));
   }
+  if (moved.has_value()) {
+    return absl::UnavailableError(
+        absl::StrCat("region ", moved->first, " moved from node ", gone, " to node ", moved->second,
+                     " (membership epoch ", epoch,
+                     why.empty() ? "" : absl::StrCat("; node ", gone, " left the cluster: ", why),
+                     "); the RDMA operation(s) to node ", gone, " were abandoned"));
+  }
   return absl::UnavailableError(absl::StrCat(
       "node ", gone, member ? " restarted" : " left the cluster", " (membership epoch ", epoch, ")",
       why.empty() ? "" : absl::StrCat(": ", why), "; the RDMA operation(s) to it were abandoned"));
@@ -608,6 +626,9 @@ absl::Status Node::Batch::CheckTargets() {
 absl::Status Node::Batch::Wait(absl::Duration timeout) {
   absl::Status s =
       targets_.empty() ? ops_.Wait(timeout) : ops_.Wait(timeout, [this] { return CheckTargets(); });
+  // Once more after the last completion: a membership applied while the operations completed
+  // decides whether their results count.
+  if (s.ok() && !targets_.empty()) s = CheckTargets();
   if (!early_error_.ok()) {
     s = early_error_;
     early_error_ = absl::OkStatus();

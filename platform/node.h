@@ -186,8 +186,11 @@ class Node {
     // Gives up early, with Unavailable ("node 2 left the cluster (membership epoch 5): its
     // lease expired ..."), once a membership without the node of one of the batch's regions
     // is applied: an operation to a node that left ends at the reconfiguration, not at the
-    // timeout. After an error, operations may still be in flight (outstanding() > 0): their
-    // local memory must not be reused (StagingBuffer::Retire).
+    // timeout. So does one to a region whose primary moved (a promoted backup serves it), and
+    // the batch is checked once more after its last completion: an operation that completed at
+    // the old primary after this node applied the move does not count. After an error, operations
+    // may still be in flight (outstanding() > 0): their local memory must not be reused
+    // (StagingBuffer::Retire).
     absl::Status Wait(absl::Duration timeout = absl::Seconds(10));
     // Operations posted and not yet completed.
     int outstanding() const { return ops_.outstanding(); }
@@ -196,7 +199,8 @@ class Node {
 
    private:
     absl::Status Post(bool is_read, GlobalAddress addr, LocalBuffer local);
-    // Unavailable once a region the batch posted to is no longer in the membership.
+    // Unavailable once a region the batch posted to is no longer in the membership, or is served
+    // by another node than the one posted to.
     absl::Status CheckTargets();
     Node* node_;
     OpBatch ops_;

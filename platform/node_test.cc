@@ -9,6 +9,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -431,9 +432,10 @@ struct ReadInFlight {
   }
 };
 
-ReadInFlight StartReadInFlight(const std::string& provider, uint64_t offset, size_t len) {
+ReadInFlight StartReadInFlight(const std::string& provider, uint64_t offset, size_t len,
+                               int f = 0) {
   ReadInFlight r;
-  r.nodes = StartCluster(ThreeNodes(provider));
+  r.nodes = StartCluster(ThreeNodes(provider, f));
   const uint32_t region = r.nodes[0]->RegionsOf(2).at(0).region_id();
   // Connected first: setting up node 0's connection to node 2 needs node 2's progress too.
   char first[8];
@@ -470,6 +472,40 @@ TEST_CASE("a READ in flight to a node that is evicted ends when the membership w
   CHECK_THAT(std::string(s.message()), Catch::Contains("a test reports it"));
   CHECK_THAT(std::string(s.message()), Catch::Contains("abandoned"));
   CHECK(nodes[0]->members() == std::vector<uint32_t>{0, 1});
+}
+
+TEST_CASE("a READ from a region whose primary moved does not count, even if it completes",
+          "[node]") {
+  const std::string provider = ManualProgressProvider();
+  if (provider.empty()) return;
+  ReadInFlight r = StartReadInFlight(provider, 0, 8, /*f=*/1);
+  auto& nodes = r.nodes;
+  const uint32_t region = r.nodes[0]->RegionsOf(2).at(0).region_id();
+  // Node 2 is evicted while its process lives on: its regions move to their backups (same ids)
+  // in the membership without it.
+  nodes[1]->ReportSuspect(2, "a test reports it");
+  for (int i = 0; i < 1000 && nodes[0]->members() != std::vector<uint32_t>{0, 1}; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  REQUIRE(nodes[0]->members() == std::vector<uint32_t>{0, 1});
+  std::optional<control::RegionInfo> moved;
+  const control::Membership after = nodes[0]->membership();
+  for (const control::RegionInfo& info : after.regions()) {
+    if (info.region_id() == region) moved = info;
+  }
+  REQUIRE(moved.has_value());
+  REQUIRE(moved->node_id() != 2);
+  // The old primary, alive, completes the READ only now, after node 0 applied the move: what it
+  // read may be older than what the new primary commits once the move is active.
+  const OpBatch::InFlight in_flight = r.batch->in_flight();
+  for (int i = 0; i < 1000000 && !in_flight.done(); ++i) nodes[2]->fabric()->Progress();
+  REQUIRE(in_flight.done());
+  const absl::Status s = r.batch->Wait(absl::Seconds(20));
+  INFO(s.ToString());
+  CHECK(absl::IsUnavailable(s));
+  CHECK_THAT(std::string(s.message()),
+             Catch::Contains(
+                 absl::StrCat("region ", region, " moved from node 2 to node ", moved->node_id())));
 }
 
 TEST_CASE(

@@ -43,6 +43,7 @@ mutants=(
   "skip_recovery_locks      //txn:backup_log_test,//tests:replication_test"  # a promoted copy does not lock kept records' objects (since recovering regions, replication_test alone rarely sees it: settlement mostly ends before activation)
   "activate_without_acks    //platform:configuration_manager_test a promoted region serves only once every member applied the change*"  # a promoted region serves before every member applied the change
   "leave_without_release    //platform:configuration_manager_test a node that leaves goes once every other member applied*"  # a leaving node closes without waiting for the others to let it go
+  "count_moved_reads        //platform:node_test a READ from a region whose primary moved does not count*"  # a READ that completes at a region's old primary after the move counts
   "activate_before_lease    //platform:configuration_manager_test a promoted region serves only once every member applied the change*"  # a promoted region serves while the failed primary's lease runs
   "promote_syncing_backup   //tests:replication_test a backup still copying its region is never promoted"  # a backup still copying its region (re-replication) is promoted
   "no_recovery_vote         //tests:replication_test a transaction seen committed stays committed when its coordinator and that owner fail"  # recovery commits only what a surviving owner committed (recovery_test catches it too)
