@@ -142,7 +142,6 @@ class CmServerImpl : public CmServer {
 
   // A member that said Leave, waiting for its release (see ReleaseLeavers).
   struct Leaving {
-    uint32_t id;
     std::unique_ptr<ControlChannel> channel;
     uint64_t epoch;  // the first membership without it; 0: none (no member left)
   };
@@ -1004,6 +1003,7 @@ class CmServerImpl : public CmServer {
   // drops their backup copies and publishes the membership without them. Returns the epoch that
   // will carry the change (0 if no member is left).
   uint64_t RemoveMembers(const std::map<uint32_t, std::string>& gone, Clock::time_point now) {
+    std::vector<std::unique_ptr<ControlChannel>> leavers;  // released later (ReleaseLeavers)
     for (const auto& [id, why] : gone) {
       if (why == kLeft) {
         spdlog::info("CM: node {} left", id);
@@ -1012,8 +1012,8 @@ class CmServerImpl : public CmServer {
       }
       Member& m = members_[id];
       if (m.channel == nullptr) continue;
-      if (why == kLeft) {  // released once the others applied a membership without it
-        leaving_.push_back({id, std::move(m.channel), 0});
+      if (why == kLeft) {
+        leavers.push_back(std::move(m.channel));
         continue;
       }
       control::ControlMessage eviction;
@@ -1035,9 +1035,7 @@ class CmServerImpl : public CmServer {
     }
     DropBackups(gone);
     const uint64_t published = members_.empty() ? 0 : Broadcast(gone);
-    for (Leaving& l : leaving_) {
-      if (gone.count(l.id) && l.epoch == 0) l.epoch = published;
-    }
+    for (auto& channel : leavers) leaving_.push_back({std::move(channel), published});
     if (members_.empty()) return 0;
     if (recovering > 0) {
       recovery_epoch_ = published;
