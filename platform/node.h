@@ -113,6 +113,8 @@ class Node {
   control::Membership membership() const;
   // Node ids of the current members, ascending.
   std::vector<uint32_t> members() const;
+  // Whether this node runs the cluster's configuration manager (it was started with it).
+  bool serves_cm() const { return cm_server_ != nullptr; }
   // Changes whenever a membership (or the eviction) is applied: cheap, for seeing whether the
   // configuration moved during an operation.
   uint64_t map_version() const { return map_version_.load(std::memory_order_acquire); }

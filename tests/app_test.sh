@@ -36,6 +36,11 @@ for provider in "${providers[@]}"; do
         "$TMP/hello.out" || fail "node $from did not read node $to's greeting"
     done
   done
+  # A clean end: the CM's node leaves last, so nobody sees the CM go while leaving.
+  if grep -q "was evicted" "$TMP/hello.out" "$TMP/hello.err"; then
+    grep "was evicted" "$TMP/hello.out" "$TMP/hello.err"
+    fail "a node was evicted at the application's end on $provider"
+  fi
   expect_no_process "$HELLO --config"
 done
 
