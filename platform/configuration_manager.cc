@@ -616,6 +616,162 @@ class CmServerImpl : public CmServer {
     return promoted;
   }
 
+  static bool IsBackup(const control::RegionInfo& r, uint32_t node) {
+    return std::find(r.backup_node().begin(), r.backup_node().end(), node) != r.backup_node().end();
+  }
+
+  bool BalancePrimaries() const {
+    return config_.f() > 0 && (!config_.has_balance_primaries() || config_.balance_primaries());
+  }
+
+  // Primary balancing: when nothing recovers, syncs or is being handed over, and a member that
+  // forms the cluster serves at least two data regions more than another one that holds a
+  // complete, registered backup copy of one of them, marks that region handing_off to it (the
+  // largest such gap; one region at a time). Its primary drains it and says HandOffReady
+  // (txn/engine.h); MoveHandedOff moves it then. True if a region was marked.
+  bool Rebalance(Clock::time_point now) {
+    if (!BalancePrimaries() || recovery_epoch_ != 0) return false;
+    absl::flat_hash_map<uint32_t, int> serves;  // members that form the cluster: data regions
+    for (const auto& [id, m] : members_) {
+      const config::NodeConfig* n = FindNode(config_, id);
+      if (n != nullptr && !n->late()) serves[id] = 0;
+    }
+    for (const auto& [id, m] : members_) {
+      for (const control::RegionInfo& r : m.regions) {
+        if (!r.purpose().empty()) continue;
+        if (r.recovering() || r.handing_off() || r.syncing_backup_size() > 0) return false;
+        if (auto s = serves.find(id); s != serves.end()) ++s->second;
+      }
+    }
+    // A complete, registered backup copy on a member that forms the cluster.
+    auto can_take = [&](const control::RegionInfo& r, uint32_t b) {
+      return serves.contains(b) && IsBackup(r, b) && !IsSyncing(r, b) &&
+             backup_copies_.count({r.region_id(), b}) > 0;
+    };
+    std::pair<uint32_t, uint32_t> choice{0, 0};  // region (0: none), to
+    int gap = 1;
+    for (const auto& [id, m] : members_) {
+      if (!serves.contains(id)) continue;
+      for (const control::RegionInfo& r : m.regions) {
+        if (!r.purpose().empty()) continue;
+        for (uint32_t b : r.backup_node()) {
+          if (can_take(r, b) && serves[id] - serves[b] > gap) {
+            gap = serves[id] - serves[b];
+            choice = {r.region_id(), b};
+          }
+        }
+      }
+    }
+    // Tests choose the region to hand over here (the argument: region id, 0 for none, and the
+    // backup to hand it to).
+    FARM_SYNC_POINT_CALLBACK("CmServer::Rebalance", &choice);
+    if (choice.first == 0) return false;
+    for (auto& [id, m] : members_) {
+      for (control::RegionInfo& r : m.regions) {
+        if (r.region_id() != choice.first || !r.purpose().empty()) continue;
+        if (!serves.contains(id) || !can_take(r, choice.second)) return false;
+        r.set_handing_off(true);
+        r.set_handing_off_to(choice.second);
+        hand_off_since_[r.region_id()] = now;
+        spdlog::info(
+            "CM: region {} moves from node {} (primary of {} data region(s)) to node {} (of {}), "
+            "its backup (primary balancing); node {} drains it first",
+            r.region_id(), id, serves[id], choice.second, serves[choice.second], id);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Moves the regions whose primaries said HandOffReady (`ready`: region, from): the backup it
+  // is handed to serves it (promoted and recovering until ActivateRecovered, as after a failure,
+  // but its old primary stays: no lease to wait for) and the old primary becomes a backup, its
+  // memory the copy (complete: nothing was locked in it). A hand-off that cannot finish (its
+  // target is no complete backup any more) or that did not drain in time is called off
+  // (`changed`). True if a region moved.
+  bool MoveHandedOff(const std::vector<std::pair<uint32_t, uint32_t>>& ready,
+                     Clock::time_point now, bool* changed) {
+    bool moved = false;
+    for (const auto& [region, from] : ready) {
+      auto m = members_.find(from);
+      if (m == members_.end()) continue;
+      std::vector<control::RegionInfo>& regions = m->second.regions;
+      auto it = std::find_if(regions.begin(), regions.end(), [&](const control::RegionInfo& r) {
+        return r.region_id() == region && r.handing_off();
+      });
+      if (it == regions.end()) continue;  // a late or repeated report
+      const uint32_t to = it->handing_off_to();
+      auto copy = backup_copies_.find({region, to});
+      hand_off_since_.erase(region);
+      if (!members_.count(to) || copy == backup_copies_.end() || !IsBackup(*it, to) ||
+          IsSyncing(*it, to)) {
+        spdlog::warn("CM: region {} stays on node {}: node {} holds no complete copy of it now",
+                     region, from, to);
+        it->set_handing_off(false);
+        it->set_handing_off_to(0);
+        *changed = true;
+        continue;
+      }
+      control::RegionInfo p = *it;
+      p.set_node_id(to);
+      p.set_remote_base(copy->second.remote_base());
+      p.set_rkey(copy->second.rkey());
+      p.set_promoted(true);
+      p.set_recovering(true);  // until ActivateRecovered
+      p.set_handing_off(false);
+      p.set_handing_off_to(0);
+      p.clear_backup_node();
+      for (uint32_t b : it->backup_node()) {
+        if (b != to) p.add_backup_node(b);
+      }
+      p.add_backup_node(from);
+      // The old primary's memory is its copy now (Node), registered as the primary's was.
+      control::BackupCopy own;
+      own.set_region_id(region);
+      own.set_remote_base(it->remote_base());
+      own.set_rkey(it->rkey());
+      backup_copies_[{region, from}] = own;
+      regions.erase(it);
+      members_[to].regions.push_back(std::move(p));
+      spdlog::warn("CM: region {} is served by node {} now, handed over by node {} (a backup now)",
+                   region, to, from);
+      moved = true;
+    }
+    // A hand-off that does not drain (a transaction that holds a lock in the region for this
+    // long) is called off; balancing may mark it again later.
+    const Clock::duration limit = std::max<Clock::duration>(20 * lease_, std::chrono::seconds(5));
+    for (auto& [id, m] : members_) {
+      for (control::RegionInfo& r : m.regions) {
+        if (!r.handing_off()) continue;
+        auto since = hand_off_since_.try_emplace(r.region_id(), now).first;
+        if (now - since->second < limit) continue;
+        spdlog::warn("CM: region {} stays on node {}: it did not drain within {}", r.region_id(),
+                     id, absl::FormatDuration(absl::FromChrono(limit)));
+        r.set_handing_off(false);
+        r.set_handing_off_to(0);
+        hand_off_since_.erase(since);
+        *changed = true;
+      }
+    }
+    return moved;
+  }
+
+  // Calls off the hand-offs whose primary or target is among the departed (`gone`).
+  void CancelHandOffs(const std::map<uint32_t, std::string>& gone) {
+    for (auto& [id, m] : members_) {
+      for (control::RegionInfo& r : m.regions) {
+        if (!r.handing_off() || (!gone.count(id) && !gone.count(r.handing_off_to()))) continue;
+        if (!gone.count(id)) {
+          spdlog::warn("CM: region {} stays on node {}: node {}, to which it was handed, left",
+                       r.region_id(), id, r.handing_off_to());
+        }
+        r.set_handing_off(false);
+        r.set_handing_off_to(0);
+        hand_off_since_.erase(r.region_id());
+      }
+    }
+  }
+
   // Drops the departed nodes' backup copies from the regions they backed up. The regions stay
   // with the copies they have left (degraded) until re-replication copies them anew.
   void DropBackups(const std::map<uint32_t, std::string>& gone) {
@@ -909,6 +1065,7 @@ class CmServerImpl : public CmServer {
   void WatchMembers() {
     std::map<uint32_t, std::string> gone;  // id -> why
     std::vector<control::Suspect> suspects;
+    std::vector<std::pair<uint32_t, uint32_t>> hand_off_ready;  // region, from
     const Clock::time_point now = Clock::now();
     for (auto& [id, m] : members_) {
       if (m.channel == nullptr) continue;  // taking over: not reconnected yet
@@ -940,6 +1097,8 @@ class CmServerImpl : public CmServer {
           backup_copies_[{msg->backup_copy().region_id(), id}] = msg->backup_copy();
         } else if (msg->has_backup_synced()) {
           synced_ |= MarkSynced(msg->backup_synced().region_id(), id);
+        } else if (msg->has_hand_off_ready()) {
+          hand_off_ready.emplace_back(msg->hand_off_ready().region_id(), id);
         } else if (msg->has_suspect()) {
           control::Suspect suspect = msg->suspect();
           if (suspect.node_id() == self_) {
@@ -989,10 +1148,23 @@ class CmServerImpl : public CmServer {
     }
     if (gone.empty()) {
       ActivateRecovered(now);
+      bool changed = false;
+      const bool moved = MoveHandedOff(hand_off_ready, now, &changed);
       const bool added = Rereplicate();
-      if (added || synced_) {
+      // Balancing waits for a quiet cluster: nothing recovering, syncing or moving.
+      const bool marked = !moved && !added && !synced_ && !changed && Rebalance(now);
+      if (moved || added || marked || changed || synced_) {
         synced_ = false;
-        Broadcast();
+        const uint64_t published = Broadcast();
+        if (moved) {
+          // Activated as promoted regions are (ActivateRecovered), without a lease to wait for:
+          // the old primary stays, and locks nothing in them.
+          if (recovery_epoch_ == 0) {
+            recovery_start_ = now;
+            recovery_warned_ = false;
+          }
+          recovery_epoch_ = published;
+        }
       }
       return;
     }
@@ -1021,6 +1193,7 @@ class CmServerImpl : public CmServer {
       (void)m.channel->Send(eviction);  // it may be gone already; then nobody needs to know
       m.channel->Shutdown();
     }
+    CancelHandOffs(gone);
     const int recovering = PromoteBackups(gone);
     for (const auto& [id, why] : gone) {
       // A node that failed may still be alive (paused, cut off) and act until its own lease
@@ -1100,6 +1273,8 @@ class CmServerImpl : public CmServer {
   bool fence_next_ = false;   // the next membership fences (Rereplicate added backups)
   uint64_t fence_epoch_ = 0;  // the last membership that did
   bool synced_ = false;       // a syncing backup reported its copy complete since the last one
+  // Regions marked handing_off, since when (MoveHandedOff calls off those that do not drain).
+  std::map<uint32_t, Clock::time_point> hand_off_since_;
   std::list<Pending> pending_;
   bool formed_ = false;
   bool failed_ = false;
@@ -1313,6 +1488,12 @@ class TcpConfigurationManager : public ConfigurationManager {
   void ReportBackupSynced(uint32_t region_id) override {
     control::ControlMessage m;
     m.mutable_backup_synced()->set_region_id(region_id);
+    SendToCm(m);
+  }
+
+  void ReportHandOffReady(uint32_t region_id) override {
+    control::ControlMessage m;
+    m.mutable_hand_off_ready()->set_region_id(region_id);
     SendToCm(m);
   }
 

@@ -82,6 +82,12 @@ class ConfigurationManager {
   // (reported again after the next membership that still lists it as syncing).
   virtual void ReportBackupSynced(uint32_t region_id) = 0;
 
+  // Tells the CM that this node, the primary of data region `region_id`, which membership marks
+  // handing_off, holds nothing locked in it and takes no new lock on it (control.HandOffReady):
+  // the CM may move it to its new primary. Does not wait; best effort (the engine says it again
+  // while the region stays marked).
+  virtual void ReportHandOffReady(uint32_t region_id) = 0;
+
   // Tells the CM that this node applied membership `epoch` (its layers' listeners ran on it), so
   // that the CM can activate the regions that membership made recovering. Does not wait; best
   // effort (a node that cannot reach the CM loses its lease, and the CM stops waiting for it).

@@ -197,9 +197,18 @@ absl::Status Node::Init() {
 absl::flat_hash_map<uint32_t, Node::BackupEntry> Node::BackupCopiesFor(
     const control::Membership& m, std::vector<uint32_t>* fresh) {
   absl::flat_hash_map<uint32_t, BackupEntry> held;
+  // Data regions this node serves from its own memory now (a primary hand-off makes that memory
+  // its backup copy), by index.
+  absl::flat_hash_map<uint32_t, uint32_t> own;
   {
     farm::MutexLock l(&map_mu_);
     held = backups_;
+    for (const auto& [id, e] : region_map_) {
+      if (e.info.node_id() == id_ && e.info.purpose().empty() && !e.info.promoted() &&
+          e.info.index() < regions_.size()) {
+        own[id] = e.info.index();
+      }
+    }
   }
   absl::flat_hash_map<uint32_t, BackupEntry> out;
   for (const control::RegionInfo& r : m.regions()) {
@@ -209,6 +218,19 @@ absl::flat_hash_map<uint32_t, Node::BackupEntry> Node::BackupCopiesFor(
     if (!backup && !promoted) continue;
     if (auto it = held.find(r.region_id()); it != held.end()) {
       out.insert(*it);
+      continue;
+    }
+    if (auto o = own.find(r.region_id()); o != own.end() && !promoted) {
+      // Handed over to another node (RegionInfo.handing_off): this node's memory of it holds
+      // every committed write (nothing was locked in it when it moved), so it is a complete
+      // backup copy at once. Owned by the node (regions_), not by the entry.
+      out.emplace(r.region_id(),
+                  BackupEntry{std::shared_ptr<Region>(std::shared_ptr<Region>(),
+                                                      regions_[o->second].get()),
+                              std::shared_ptr<MemoryRegistration>(
+                                  std::shared_ptr<MemoryRegistration>(),
+                                  registrations_[o->second].get())});
+      fresh->push_back(r.region_id());  // reported, so that a CM that takes over knows it
       continue;
     }
     if (promoted) {
@@ -416,6 +438,11 @@ void Node::ReportSuspect(uint32_t node, const std::string& reason) {
   if (!evicted().ok() || cm_ == nullptr) return;
   spdlog::warn("node {} reports node {} to the configuration manager: {}", id_, node, reason);
   cm_->ReportSuspect(node, reason);
+}
+
+void Node::ReportHandOffReady(uint32_t region_id) {
+  if (!evicted().ok() || cm_ == nullptr) return;
+  cm_->ReportHandOffReady(region_id);
 }
 
 void Node::ReportBackupSynced(uint32_t region_id) {

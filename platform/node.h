@@ -345,6 +345,10 @@ class Node {
   // Tells the CM that this node's backup copy of `region_id`, listed as syncing, is complete
   // (ConfigurationManager::ReportBackupSynced).
   void ReportBackupSynced(uint32_t region_id);
+  // Tells the CM that this node, the primary of data region `region_id` that the membership
+  // marks handing_off, holds nothing locked in it any more (ConfigurationManager::
+  // ReportHandOffReady).
+  void ReportHandOffReady(uint32_t region_id);
 
  private:
   struct RegionEntry {

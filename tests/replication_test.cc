@@ -968,4 +968,186 @@ TEST_CASE("a write transaction with backups takes one more message round", "[rep
   }
 }
 
+// Primary hand-off (txn/engine.h): the CM moves a region of node 1, which holds accounts, an
+// object array and counters, to its backup while transfers run on every node, then back to node
+// 1, then the region's primary fails. The test chooses the region at the CM's balancing sync
+// point (and keeps balancing from choosing anything else). At each step: every client's runs
+// end committed (the refused LOCKs of the drain are retried), the old primary's memory is the
+// new backup copy and ends equal to the primary's, the bank's total holds, every counter counts
+// its committed runs, and allocation in the region goes on at its new primary.
+TEST_CASE("a region handed over to its backup and back keeps every committed write",
+          "[replication][sync_point]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartReplicated(1);
+  constexpr int kAccounts = 12;
+  constexpr int64_t kInitial = 1000;
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  std::vector<GlobalAddress> accounts;
+  GlobalAddress counters[3];
+  REQUIRE(w0->Run([&](Txn& t) -> absl::Status {
+              accounts.clear();
+              for (int i = 0; i < kAccounts + 3; ++i) {
+                absl::StatusOr<GlobalAddress> a = t.Alloc(sizeof(int64_t), AllocHint::OnNode(1));
+                if (!a.ok()) return a.status();
+                if (i < kAccounts) {
+                  accounts.push_back(*a);
+                } else {
+                  counters[i - kAccounts] = *a;
+                }
+                if (absl::Status s = t.Put(*a, i < kAccounts ? kInitial : 0); !s.ok()) return s;
+              }
+              return absl::OkStatus();
+            }).ok());
+  const uint32_t region = accounts[0].region;
+  for (const GlobalAddress& a : accounts) REQUIRE(a.region == region);  // node 1's first region
+  absl::StatusOr<GlobalAddress> array = EngineOf(*rts[1]).CreateObjectArray(100, 40);
+  REQUIRE(array.ok());
+  REQUIRE(array->region == region);
+  const GlobalAddress marked{array->region, array->offset + 7 * 128};
+  const std::string mark(100, 'm');
+  REQUIRE(w0->Run([&](Txn& t) { return t.Write(marked, mark.data(), mark.size()); }).ok());
+  const std::vector<uint32_t> backups = NodeOf(*rts[1]).BackupsOf(region);
+  REQUIRE(backups.size() == 1);
+  const uint32_t other = backups[0];
+  INFO("region " << region << " of node 1, backed up on node " << other);
+
+  // The region the CM hands over next, and to whom (none: balancing does nothing here).
+  std::mutex choice_mu;
+  std::pair<uint32_t, uint32_t> wanted{0, 0};
+  SyncPoint* sp = SyncPoint::GetInstance();
+  sp->SetCallBack("CmServer::Rebalance", [&](void* arg) {
+    auto* choice = static_cast<std::pair<uint32_t, uint32_t>*>(arg);
+    std::lock_guard<std::mutex> l(choice_mu);
+    *choice = wanted;
+    wanted = {0, 0};
+  });
+  sp->EnableProcessing();
+  AtExit cleanup{[&] {
+    sp->DisableProcessing();
+    sp->ClearAllCallBacks();
+  }};
+  // Every node's map shows `node` serving the region (activated), and its old primary no longer
+  // handing it over.
+  auto served_by = [&](uint32_t node) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    for (;;) {
+      bool all = true;
+      for (auto& rt : rts) {
+        if (!NodeOf(*rt).evicted().ok()) continue;
+        absl::StatusOr<RemoteTarget> t = NodeOf(*rt).Resolve(GlobalAddress{region, 0}, 8);
+        all = all && t.ok() && t->node_id == node;
+        all = all && EngineOf(*rt).handing_off() == 0;
+      }
+      if (all) return;
+      REQUIRE(absl::Now() < deadline);
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  };
+  auto hand_over = [&](uint32_t to) {
+    {
+      std::lock_guard<std::mutex> l(choice_mu);
+      wanted = {region, to};
+    }
+    served_by(to);
+  };
+
+  // Transfers among the accounts, each counted in its thread's counter, on every node.
+  std::unique_ptr<Worker> workers[3] = {NewWorker(*rts[0]), NewWorker(*rts[1]),
+                                        NewWorker(*rts[2])};
+  int64_t ok[3] = {0, 0, 0}, unknown[3] = {0, 0, 0};
+  std::string first_error[3];
+  auto transfers = [&](int rounds, const std::function<void()>& meanwhile) {
+    std::atomic<int> started{0};
+    std::vector<std::thread> threads;
+    for (int k = 0; k < 3; ++k) {
+      if (!NodeOf(*rts[k]).evicted().ok()) continue;
+      threads.emplace_back([&, k] {
+        std::mt19937 rng(11 + k + rounds);
+        for (int i = 0; i < rounds; ++i) {
+          const int from = rng() % kAccounts;
+          const int to = (from + 1 + rng() % (kAccounts - 1)) % kAccounts;
+          absl::Status s = workers[k]->Run([&](Txn& t) -> absl::Status {
+            absl::StatusOr<int64_t> a = t.Get<int64_t>(accounts[from]);
+            absl::StatusOr<int64_t> b = t.Get<int64_t>(accounts[to]);
+            absl::StatusOr<int64_t> c = t.Get<int64_t>(counters[k]);
+            if (!a.ok()) return a.status();
+            if (!b.ok()) return b.status();
+            if (!c.ok()) return c.status();
+            if (absl::Status s = t.Put(accounts[from], *a - 1); !s.ok()) return s;
+            if (absl::Status s = t.Put(accounts[to], *b + 1); !s.ok()) return s;
+            return t.Put(counters[k], *c + 1);
+          });
+          if (s.ok()) {
+            ++ok[k];
+          } else {
+            ++unknown[k];
+            if (first_error[k].empty()) first_error[k] = s.ToString();
+          }
+          if (i == rounds / 4) started.fetch_add(1);
+        }
+      });
+    }
+    while (started.load() < static_cast<int>(threads.size())) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    meanwhile();
+    for (std::thread& t : threads) t.join();
+  };
+  // What every reader sees, and (once truncated) the backup copy on `backup` equal to the
+  // primary's memory on `primary`, object for object.
+  auto check = [&](int reader, uint32_t primary, int backup) {
+    INFO("errors: " << first_error[0] << " / " << first_error[1] << " / " << first_error[2]);
+    Worker& w = *workers[reader];
+    int64_t total = 0;
+    for (const GlobalAddress& a : accounts) total += ReadWhenReadable(w, a);
+    CHECK(total == kAccounts * kInitial);
+    for (int k = 0; k < 3; ++k) {
+      INFO("thread " << k << ": " << ok[k] << " committed, " << unknown[k] << " unknown");
+      const int64_t c = ReadWhenReadable(w, counters[k]);
+      CHECK(c >= ok[k]);
+      CHECK(c <= ok[k] + unknown[k]);
+    }
+    std::string got(100, '\0');
+    REQUIRE(w.LockFreeRead(marked, got.data(), got.size()).ok());
+    CHECK(got == mark);
+    if (backup < 0) return;
+    WaitForTruncation(rts);
+    absl::StatusOr<RemoteTarget> t = NodeOf(*rts[primary]).Resolve(GlobalAddress{region, 0}, 8);
+    REQUIRE(t.ok());
+    REQUIRE(t->local != nullptr);
+    std::shared_ptr<Region> copy = NodeOf(*rts[backup]).BackupCopy(region);
+    REQUIRE(copy != nullptr);
+    std::vector<GlobalAddress> objects = accounts;
+    objects.insert(objects.end(), std::begin(counters), std::end(counters));
+    objects.push_back(marked);
+    for (const GlobalAddress& a : objects) {
+      INFO(a.ToString());
+      CHECK(std::memcmp(t->local + a.offset, copy->data() + a.offset, 128) == 0);
+    }
+  };
+
+  // Away to the backup, while transfers run.
+  transfers(120, [&] { hand_over(other); });
+  for (int k = 0; k < 3; ++k) CHECK(unknown[k] == 0);  // the drain's refusals were retried
+  check(0, other, 1);
+  // The region takes allocations at its new primary.
+  absl::StatusOr<GlobalAddress> fresh;
+  REQUIRE(workers[2]->Run([&](Txn& t) -> absl::Status {
+                       fresh = t.Alloc(sizeof(int64_t), AllocHint::Near(accounts[0]));
+                       if (!fresh.ok()) return fresh.status();
+                       return t.Put(*fresh, int64_t{5});
+                     }).ok());
+  CHECK(ReadWhenReadable(*workers[0], *fresh) == 5);
+
+  // And back to node 1, whose memory of it was the backup copy meanwhile.
+  transfers(120, [&] { hand_over(1); });
+  for (int k = 0; k < 3; ++k) CHECK(unknown[k] == 0);
+  check(2, 1, static_cast<int>(other));
+  CHECK(ReadWhenReadable(*workers[0], *fresh) == 5);
+
+  // Its primary fails: the backup copy that served before takes it over with every write.
+  transfers(120, [&] { Evict(rts, 1, "the test evicts it"); });
+  check(0, other, -1);
+  CHECK(ReadWhenReadable(*workers[0], *fresh) == 5);
+}
+
 }  // namespace farm

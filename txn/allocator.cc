@@ -103,6 +103,53 @@ bool Allocator::Has(uint32_t region) const {
   return region_index_.contains(region);
 }
 
+void Allocator::Freeze(uint32_t region) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!region_index_.contains(region)) return;
+  frozen_.try_emplace(region);
+}
+
+void Allocator::Unfreeze(uint32_t region) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = frozen_.find(region);
+  if (it == frozen_.end()) return;
+  for (const auto& [c, slot] : it->second) free_[c].push_back(slot);
+  frozen_.erase(it);
+}
+
+bool Allocator::Remove(uint32_t region) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = region_index_.find(region);
+  if (it == region_index_.end()) return false;
+  const size_t index = it->second;
+  const Region& r = regions_[index];
+  // Its slots in use leave the count: every carved slot but the free ones.
+  uint64_t carved = 0;
+  for (int c : r.block_class) carved += c < 0 ? 0 : r.block_size / SlotSize(c);
+  uint64_t free = 0;
+  for (std::vector<GlobalAddress>& list : free_) {
+    const size_t before = list.size();
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const GlobalAddress& a) { return a.region == region; }),
+               list.end());
+    free += before - list.size();
+  }
+  if (auto f = frozen_.find(region); f != frozen_.end()) {
+    free += f->second.size();
+    frozen_.erase(f);
+  }
+  in_use_ -= std::min(in_use_, carved - std::min(carved, free));
+  arrays_.erase(std::remove_if(arrays_.begin(), arrays_.end(),
+                               [&](const Array& a) { return a.region == region; }),
+                arrays_.end());
+  absl::erase_if(reserved_,
+                 [&](uint64_t packed) { return GlobalAddress::Unpack(packed).region == region; });
+  regions_.erase(regions_.begin() + static_cast<std::ptrdiff_t>(index));
+  region_index_.clear();
+  for (size_t i = 0; i < regions_.size(); ++i) region_index_[regions_[i].info.id] = i;
+  return true;
+}
+
 RegionLayout Allocator::EmptyLayout(uint64_t region_size) {
   RegionLayout out;
   out.block_size = BlockSizeOf(region_size);
@@ -142,7 +189,7 @@ uint64_t Allocator::max_object_size() const {
 bool Allocator::CarveBlock(int c) {
   const uint64_t slot = SlotSize(c);
   for (Region& r : regions_) {
-    if (r.block_size < slot) continue;
+    if (r.block_size < slot || frozen_.contains(r.info.id)) continue;
     const uint64_t b = FindUncarved(r, 1);
     if (b >= r.block_class.size()) continue;
     r.next_block = b + 1;  // FindUncarved found every block from the hint to b carved
@@ -175,13 +222,19 @@ absl::StatusOr<GlobalAddress> Allocator::Reserve(uint64_t size) {
   if (!cls.ok()) return cls.status();
   const int c = *cls;
   std::lock_guard<std::mutex> l(mu_);
-  if (free_[c].empty() && !CarveBlock(c)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("out of memory: no free ", SlotSize(c), "-byte slot for an object of ", size,
-                     " bytes and no block left to carve (", in_use_, " slots in use)"));
+  GlobalAddress a;
+  for (;;) {
+    if (free_[c].empty() && !CarveBlock(c)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "out of memory: no free ", SlotSize(c), "-byte slot for an object of ", size,
+          " bytes and no block left to carve (", in_use_, " slots in use)"));
+    }
+    a = free_[c].back();
+    free_[c].pop_back();
+    auto f = frozen_.find(a.region);
+    if (f == frozen_.end()) break;
+    f->second.emplace_back(c, a);  // set aside until Unfreeze
   }
-  const GlobalAddress a = free_[c].back();
-  free_[c].pop_back();
   reserved_.insert(a.Pack());
   ++in_use_;
   return a;
@@ -195,7 +248,7 @@ absl::StatusOr<GlobalAddress> Allocator::ReserveArray(uint64_t size, uint64_t co
   const uint64_t slot = SlotSize(c);
   std::lock_guard<std::mutex> l(mu_);
   for (Region& r : regions_) {
-    if (r.block_size < slot) continue;
+    if (r.block_size < slot || frozen_.contains(r.info.id)) continue;
     const uint64_t per_block = r.block_size / slot;
     const uint64_t blocks = (count + per_block - 1) / per_block;
     const uint64_t first = FindUncarved(r, blocks);
@@ -235,7 +288,11 @@ void Allocator::ReturnSlot(GlobalAddress slot) {
   if (!Locate(slot, &slot_size).ok()) return;
   int c = 0;
   while (SlotSize(c) < slot_size) ++c;
-  free_[c].push_back(slot);
+  if (auto f = frozen_.find(slot.region); f != frozen_.end()) {
+    f->second.emplace_back(c, slot);
+  } else {
+    free_[c].push_back(slot);
+  }
   --in_use_;
 }
 

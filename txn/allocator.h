@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -82,6 +83,15 @@ class Allocator {
   absl::Status Adopt(LocalRegion region, const RegionLayout& layout);
   // Whether the region is in this allocator's heap.
   bool Has(uint32_t region) const;
+  // Primary hand-off (txn/engine.h): while a region is frozen nothing is reserved or carved in
+  // it (its free slots wait aside, and so do slots freed meanwhile); Unfreeze hands them out
+  // again. No-ops for a region that is not in the heap, or not frozen.
+  void Freeze(uint32_t region);
+  void Unfreeze(uint32_t region);
+  // Drops a region from the heap (its primary moved to another node): its free slots, object
+  // arrays and reservations are forgotten here; its memory is left as it is. False if the region
+  // is not in the heap.
+  bool Remove(uint32_t region);
   // The layout of a region of `region_size` bytes that has nothing carved.
   static RegionLayout EmptyLayout(uint64_t region_size);
   // The layout of one of the allocator's regions (empty for an unknown one).
@@ -150,6 +160,8 @@ class Allocator {
     uint64_t begin = 0, end = 0;  // offsets of the array's slots
   };
   std::vector<Array> arrays_;
+  // Frozen regions, each with its free slots (class, address) set aside.
+  absl::flat_hash_map<uint32_t, std::vector<std::pair<int, GlobalAddress>>> frozen_;
   uint64_t in_use_ = 0;
   int classes_ = 0;
 };

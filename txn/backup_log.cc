@@ -166,6 +166,22 @@ size_t BackupLog::recovery_locks() const {
   return recovery_locks_.size();
 }
 
+size_t BackupLog::recovery_locks(uint32_t region) const {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t n = 0;
+  for (const auto& [packed, count] : recovery_locks_) {
+    n += GlobalAddress::Unpack(packed).region == region;
+  }
+  return n;
+}
+
+bool BackupLog::Demote(uint32_t region, const RegionLayout& layout) {
+  if (!AdoptLayout(region, layout)) return false;
+  std::lock_guard<std::mutex> l(mu_);
+  promoted_.erase(region);
+  return true;
+}
+
 RegionLayout& BackupLog::LayoutLocked(uint32_t region, uint64_t region_size) {
   RegionLayout& layout = layouts_[region];
   if (layout.block_size == 0) layout = Allocator::EmptyLayout(region_size);

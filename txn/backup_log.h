@@ -101,6 +101,13 @@ class BackupLog {
   void Promote(uint32_t region);
   // Objects locked by Promote and not yet released (for tests).
   size_t recovery_locks() const;
+  // Those of them in `region` (a primary hand-off waits until there are none).
+  size_t recovery_locks(uint32_t region) const;
+  // Primary hand-off: this node's copy of `region` no longer serves as its primary, and its
+  // memory is this node's backup copy again (platform/node.h): records for it are kept again,
+  // and `layout` (the allocator's, which it served with) is merged into what was learnt of it.
+  // False if this node holds no copy of `region`.
+  bool Demote(uint32_t region, const RegionLayout& layout);
 
   // Re-replication (txn/resync.h): merges the primary's layout of `region` (each carved block's
   // slot class, its object arrays) into the one learnt from records. False if it does not fit

@@ -186,6 +186,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   });
   e->resync_ = std::make_unique<Resync>(node, rpc, e->backup_log_.get());
   e->AdoptPromoted(m);
+  e->ApplyHandOffs(m);
   e->resync_->OnMembership(m);
   e->recovery_thread_ = std::thread([raw] { raw->RecoveryLoop(); });
   e->listener_ =
@@ -215,6 +216,7 @@ void Engine::OnMembership(const control::Membership& m) {
   // lists nobody).
   if (!node_->evicted().ok()) return;
   AdoptPromoted(m);
+  ApplyHandOffs(m);
   resync_->OnMembership(m);
   absl::flat_hash_map<uint32_t, uint64_t> now;
   for (const control::NodeInfo& n : m.nodes()) now[n.node_id()] = n.joined_epoch();
@@ -276,13 +278,95 @@ void Engine::AdoptPromoted(const control::Membership& m) {
                     std::string(s.message()));
       continue;
     }
-    adopted_.insert(r.region_id());
-    adopted_copies_.push_back(std::move(copy));
+    adopted_[r.region_id()] = std::move(copy);
     spdlog::warn(
         "txn: node {} now serves region {} (promoted from its backup copy; {} record(s) "
         "kept)",
         node_->id(), r.region_id(), backup_log_->records());
   }
+}
+
+void Engine::ApplyHandOffs(const control::Membership& m) {
+  std::vector<std::pair<uint32_t, uint32_t>> start;  // region, to
+  std::vector<uint32_t> serving, moved;
+  for (const control::RegionInfo& r : m.regions()) {
+    if (!r.purpose().empty()) continue;
+    if (r.node_id() != node_->id()) {
+      if (allocator_->Has(r.region_id())) moved.push_back(r.region_id());
+    } else if (r.handing_off()) {
+      start.emplace_back(r.region_id(), r.handing_off_to());
+    } else {
+      serving.push_back(r.region_id());
+    }
+  }
+  for (const auto& [region, to] : start) {
+    participant_->HandOff(region, to);
+    std::lock_guard<std::mutex> l(mu_);
+    if (handing_off_.try_emplace(region, HandingOff{to}).second) {
+      spdlog::info("txn: node {} hands region {} over to node {}: no new lock on it", node_->id(),
+                   region, to);
+      cv_.notify_all();
+    }
+  }
+  for (uint32_t region : serving) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (handing_off_.erase(region) == 0) continue;
+    participant_->EndHandOff(region);
+    spdlog::warn("txn: node {} keeps region {}: its hand-off was called off", node_->id(), region);
+  }
+  for (uint32_t region : moved) {
+    // Nothing is locked in it (the drain), so this node's memory of it holds every committed
+    // write: its backup copy now (Node made it one), whose records arrive here from now on.
+    const RegionLayout layout = allocator_->LayoutOf(region);
+    if (!backup_log_->Demote(region, layout)) {
+      spdlog::error(
+          "txn: node {} gave region {} up without keeping its memory as a backup copy (the "
+          "membership does not list it as a backup)",
+          node_->id(), region);
+    }
+    allocator_->Remove(region);
+    participant_->EndHandOff(region);
+    adopted_.erase(region);
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      handing_off_.erase(region);
+    }
+    spdlog::warn("txn: node {} handed region {} over (membership epoch {}); it keeps a backup copy",
+                 node_->id(), region, m.epoch());
+  }
+}
+
+void Engine::CheckHandOffs() {
+  const absl::Time now = absl::Now();
+  std::vector<uint32_t> due;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& [region, h] : handing_off_) {
+      if (now - h.reported < kHandOffReport) continue;
+      const bool array = std::any_of(pending_arrays_.begin(), pending_arrays_.end(),
+                                     [&](const auto& p) { return p.second.first.region == region; });
+      if (!array) due.push_back(region);
+    }
+  }
+  for (uint32_t region : due) {
+    if (participant_->locked_objects(region) > 0 || backup_log_->recovery_locks(region) > 0) {
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = handing_off_.find(region);
+      if (it == handing_off_.end()) continue;  // ended meanwhile
+      it->second.reported = now;
+    }
+    // Tests hold the report back here (the argument: the region).
+    FARM_SYNC_POINT_CALLBACK("Engine::CheckHandOffs:Ready", &region);
+    node_->ReportHandOffReady(region);
+  }
+}
+
+size_t Engine::handing_off() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return handing_off_.size();
 }
 
 absl::StatusOr<std::string> Engine::OnRecover(uint32_t from, const RecoverRequest& request) {
@@ -394,13 +478,14 @@ void Engine::RecoveryLoop() {
       // Backup truncations that no transaction took are sent after a short wait, and so are
       // object arrays for the backups (again after a failure).
       while (!stopping_ && departures_.empty()) {
-        if (backup_truncations_.empty() && pending_arrays_.empty()) {
+        if (backup_truncations_.empty() && pending_arrays_.empty() && handing_off_.empty()) {
           cv_.wait(l);
         } else if (cv_.wait_for(l, absl::ToChronoNanoseconds(kBackupTruncationDelay)) ==
                    std::cv_status::timeout) {
           l.unlock();
           FlushArrays();
           FlushBackupTruncations();
+          CheckHandOffs();
           l.lock();
         }
       }
@@ -430,6 +515,7 @@ bool Engine::Recover(uint32_t coordinator, uint64_t fence) {
     // recovery locks of promoted regions) of transactions that live coordinators finished.
     FlushArrays();
     FlushBackupTruncations();
+    CheckHandOffs();
     if (!Pause(pause)) return false;
     pause = std::min(pause * 2, absl::Milliseconds(100));
   }

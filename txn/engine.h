@@ -22,6 +22,23 @@
 // Without replication (f = 0) there are no records: a transaction commits only if a surviving
 // owner committed it (an owner that left took its part with it).
 //
+// A primary hand-off (the CM balancing primaries; control.RegionInfo.handing_off): a region this
+// node serves is to move to one of its backups while this node stays. A drain, so that nothing
+// of the region is undecided here when it moves (the recovery rule reads a region whose primary
+// changed as one whose primary failed: txn/recovery.h, rule 5):
+//   1. the membership marks the region: the participant grants no new LOCK on it (Aborted, the
+//      coordinator retries) and the allocator hands out nothing in it (Participant::HandOff);
+//   2. once no transaction holds an object of it locked here, no recovery lock of a promotion
+//      is left on it and every object array of it reached its backups, the engine's thread says
+//      HandOffReady to the CM (again every kHandOffReport while the region stays marked);
+//   3. the CM publishes the region at the backup (promoted and recovering, as after a failure:
+//      AdoptPromoted there) with this node as a backup, and activates it once every member
+//      applied that membership (so no member READs this node's memory of it as the primary's
+//      any more: Node::Batch abandons such READs); this node's memory of the region, which holds
+//      every committed write, is its backup copy from then on (Node), and its records arrive
+//      here again (BackupLog::Demote).
+// A membership that drops the mark (the target left, or the CM cancelled) ends the hand-off.
+//
 // Thread safety: all methods are safe for concurrent use.
 #ifndef FARM_TXN_ENGINE_H_
 #define FARM_TXN_ENGINE_H_
@@ -123,6 +140,10 @@ class Engine {
   void RequeueBackupTruncations(uint32_t backup, absl::Span<const uint64_t> seqs);
   void Truncated(absl::Span<const uint64_t> seqs);
   static constexpr absl::Duration kBackupTruncationDelay = absl::Milliseconds(10);
+  // How often a drained hand-off is reported again while the membership still marks it.
+  static constexpr absl::Duration kHandOffReport = absl::Milliseconds(100);
+  // Regions of this node being handed over (for tests).
+  size_t handing_off() const;
 
  private:
   Engine(Node* node, Rpc* rpc) : node_(node), rpc_(rpc) {}
@@ -130,6 +151,12 @@ class Engine {
   // Takes the regions `m` promoted to this node into the allocator (their memory is this node's
   // backup copy, their layout what the backup log learnt). On the membership listener's thread.
   void AdoptPromoted(const control::Membership& m);
+  // Primary hand-offs (see the file comment): starts or ends those `m` asks for, and gives up
+  // the regions `m` moved from this node to another. On the membership listener's thread.
+  void ApplyHandOffs(const control::Membership& m);
+  // Says HandOffReady for each region being handed over that nothing holds here any more (the
+  // engine's thread).
+  void CheckHandOffs();
   // The RECOVER handler (txn/protocol.h), for another member's recovery or this node's own.
   absl::StatusOr<std::string> OnRecover(uint32_t from, const RecoverRequest& request);
   // A coordinator that left, being recovered here.
@@ -162,9 +189,8 @@ class Engine {
   std::unique_ptr<BackupLog> backup_log_;
   // Re-replication's copier: copies the regions this node became a new backup of.
   std::unique_ptr<Resync> resync_;
-  // Promoted regions taken into the allocator, and their memory (listener thread only).
-  absl::flat_hash_set<uint32_t> adopted_;
-  std::vector<std::shared_ptr<Region>> adopted_copies_;
+  // Promoted regions taken into the allocator, with their memory (listener thread only).
+  absl::flat_hash_map<uint32_t, std::shared_ptr<Region>> adopted_;
   uint64_t incarnation_ = 0;
   // Transaction ids: the next sequence number, and those that hold the truncation bound (how
   // many holds each: its transaction, and its truncations not yet acknowledged).
@@ -191,6 +217,13 @@ class Engine {
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> truncations_;         // guarded by mu_
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> backup_truncations_;  // guarded by mu_
   std::vector<std::pair<uint32_t, ArrayRecord>> pending_arrays_;             // guarded by mu_
+  // Regions being handed over: to which node, and when HandOffReady was last said (guarded by
+  // mu_).
+  struct HandingOff {
+    uint32_t to = 0;
+    absl::Time reported = absl::InfinitePast();
+  };
+  absl::flat_hash_map<uint32_t, HandingOff> handing_off_;
 };
 
 }  // namespace txn

@@ -115,6 +115,12 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
   };
   for (const WriteRecord& w : request.writes) {
     const uint64_t size = w.kind == WriteKind::kFree ? 0 : w.data.size();
+    if (auto h = handing_off_.find(w.addr.region); h != handing_off_.end()) {
+      failed = absl::AbortedError(absl::StrCat("region ", w.addr.region,
+                                               " is being handed over to node ", h->second,
+                                               ": the configuration is changing; retry"));
+      break;
+    }
     if (!allocator_->Has(w.addr.region)) {
       // The coordinator's membership says this node serves the region and this node's does not
       // (yet): a promotion under way. Nothing was locked; the coordinator retries.
@@ -243,6 +249,27 @@ absl::StatusOr<GlobalAddress> Participant::Reserve(uint32_t coordinator,
   reservations_[request.txn].push_back(a->Pack());
   ++reserved_;
   return a;
+}
+
+void Participant::HandOff(uint32_t region, uint32_t to) {
+  std::lock_guard<std::mutex> l(mu_);
+  handing_off_[region] = to;
+  allocator_->Freeze(region);
+}
+
+size_t Participant::locked_objects(uint32_t region) const {
+  std::lock_guard<std::mutex> l(mu_);
+  size_t locked = 0;
+  for (const auto& [txn, r] : records_) {
+    if (r.committed) continue;
+    for (const Locked& o : r.objects) locked += o.addr.region == region;
+  }
+  return locked;
+}
+
+void Participant::EndHandOff(uint32_t region) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (handing_off_.erase(region) > 0) allocator_->Unfreeze(region);
 }
 
 void Participant::FenceLocked(uint32_t coordinator, uint64_t epoch) {

@@ -101,6 +101,17 @@ class Participant {
   // Drops the records of the fenced incarnations of `coordinator` (before `epoch`).
   void Forget(uint32_t coordinator, uint64_t epoch);
 
+  // Primary hand-off (txn/engine.h): from now on no LOCK on `region` is granted (Aborted, "being
+  // handed over to node `to`": the coordinator retries, and finds the region at its new primary
+  // once the CM moved it), and nothing is reserved in it (Allocator::Freeze). Transactions that
+  // locked objects of it before go on (the hand-off waits until locked_objects(region) is 0).
+  // Idempotent.
+  void HandOff(uint32_t region, uint32_t to);
+  // The hand-off of `region` ended (cancelled, or the region moved): LOCKs on it are no longer
+  // refused for it (a region that moved is refused as not served here), and allocation in it
+  // resumes if it is still in the heap.
+  void EndHandOff(uint32_t region);
+
   // The records of `coordinator`'s transactions kept here, by incarnation and sequence number:
   // a kLock record (the LOCK as received) for each, followed by kCommitPrimary for those that
   // committed.
@@ -113,6 +124,8 @@ class Participant {
   size_t locked_transactions() const;
   // Objects locked here.
   size_t locked_objects() const;
+  // Objects of `region` locked here (by transactions not decided yet).
+  size_t locked_objects(uint32_t region) const;
 
  private:
   struct Locked {
@@ -154,6 +167,8 @@ class Participant {
   absl::flat_hash_map<uint32_t, uint64_t> fenced_before_;
   size_t locked_objects_ = 0;
   size_t locked_transactions_ = 0;
+  // Regions being handed over (HandOff), each to the node named in the refusal.
+  absl::flat_hash_map<uint32_t, uint32_t> handing_off_;
 };
 
 }  // namespace txn
