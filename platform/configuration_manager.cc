@@ -449,6 +449,7 @@ class CmServerImpl : public CmServer {
     takeover_gone_.erase(id);
     for (const control::BackupCopy& c : req.backup_copies())
       backup_copies_[{c.region_id(), id}] = c;
+    regions_in_use_.insert(req.regions_in_use().begin(), req.regions_in_use().end());
     spdlog::info("CM: node {} reconnected from {} ({} of {} member(s))", id, m.channel->peer(),
                  Connected(), Awaited());
   }
@@ -625,9 +626,9 @@ class CmServerImpl : public CmServer {
   }
 
   // Primary balancing: when nothing recovers, syncs or is being handed over, and a member that
-  // forms the cluster serves at least two data regions more than another one that holds a
-  // complete, registered backup copy of one of them, marks that region handing_off to it (the
-  // largest such gap; one region at a time). Its primary drains it and says HandOffReady
+  // forms the cluster serves at least two data regions that hold data (RegionInUse) more than
+  // another one that holds a complete, registered backup copy of one of them, marks that region
+  // handing_off to it (the largest such gap; one region at a time). Its primary drains it and says HandOffReady
   // (txn/engine.h); MoveHandedOff moves it then. True if a region was marked.
   bool Rebalance(Clock::time_point now) {
     if (!BalancePrimaries() || recovery_epoch_ != 0) return false;
@@ -640,7 +641,8 @@ class CmServerImpl : public CmServer {
       for (const control::RegionInfo& r : m.regions) {
         if (!r.purpose().empty()) continue;
         if (r.recovering() || r.handing_off() || r.syncing_backup_size() > 0) return false;
-        if (auto s = serves.find(id); s != serves.end()) ++s->second;
+        auto s = serves.find(id);
+        if (s != serves.end() && regions_in_use_.count(r.region_id())) ++s->second;
       }
     }
     // A complete, registered backup copy on a member that forms the cluster.
@@ -653,7 +655,7 @@ class CmServerImpl : public CmServer {
     for (const auto& [id, m] : members_) {
       if (!serves.contains(id)) continue;
       for (const control::RegionInfo& r : m.regions) {
-        if (!r.purpose().empty()) continue;
+        if (!r.purpose().empty() || !regions_in_use_.count(r.region_id())) continue;
         for (uint32_t b : r.backup_node()) {
           if (can_take(r, b) && serves[id] - serves[b] > gap) {
             gap = serves[id] - serves[b];
@@ -1097,6 +1099,8 @@ class CmServerImpl : public CmServer {
           backup_copies_[{msg->backup_copy().region_id(), id}] = msg->backup_copy();
         } else if (msg->has_backup_synced()) {
           synced_ |= MarkSynced(msg->backup_synced().region_id(), id);
+        } else if (msg->has_region_in_use()) {
+          regions_in_use_.insert(msg->region_in_use().region_id());
         } else if (msg->has_hand_off_ready()) {
           hand_off_ready.emplace_back(msg->hand_off_ready().region_id(), id);
         } else if (msg->has_suspect()) {
@@ -1275,6 +1279,8 @@ class CmServerImpl : public CmServer {
   bool synced_ = false;       // a syncing backup reported its copy complete since the last one
   // Regions marked handing_off, since when (MoveHandedOff calls off those that do not drain).
   std::map<uint32_t, Clock::time_point> hand_off_since_;
+  // Data regions their primaries said hold data (control.RegionInUse): what balancing counts.
+  std::set<uint32_t> regions_in_use_;
   std::list<Pending> pending_;
   bool formed_ = false;
   bool failed_ = false;
@@ -1488,6 +1494,16 @@ class TcpConfigurationManager : public ConfigurationManager {
   void ReportBackupSynced(uint32_t region_id) override {
     control::ControlMessage m;
     m.mutable_backup_synced()->set_region_id(region_id);
+    SendToCm(m);
+  }
+
+  void ReportRegionInUse(uint32_t region_id) override {
+    {
+      std::lock_guard<std::mutex> l(copies_mu_);
+      in_use_.insert(region_id);  // told again to a CM that takes over
+    }
+    control::ControlMessage m;
+    m.mutable_region_in_use()->set_region_id(region_id);
     SendToCm(m);
   }
 
@@ -1850,6 +1866,7 @@ class TcpConfigurationManager : public ConfigurationManager {
     {
       std::lock_guard<std::mutex> l(copies_mu_);
       for (const auto& [region, copy] : copies_) *req->add_backup_copies() = copy;
+      for (uint32_t region : in_use_) req->add_regions_in_use(region);
     }
     const Clock::time_point sent = Clock::now();
     if (!(*ch)->Send(join).ok()) return Rejoined::kUnreachable;
@@ -2021,6 +2038,7 @@ class TcpConfigurationManager : public ConfigurationManager {
   std::atomic<int64_t> expiry_{0};
   std::mutex copies_mu_;
   std::map<uint32_t, control::BackupCopy> copies_;  // guarded by copies_mu_: reported, by region
+  std::set<uint32_t> in_use_;                       // guarded by copies_mu_: RegionInUse said
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by stop_mu_

@@ -88,6 +88,10 @@ class ConfigurationManager {
   // while the region stays marked).
   virtual void ReportHandOffReady(uint32_t region_id) = 0;
 
+  // Tells the CM that data region `region_id`, which this node serves, holds data now
+  // (control.RegionInUse; told again to a CM that takes over). Does not wait; best effort.
+  virtual void ReportRegionInUse(uint32_t region_id) = 0;
+
   // Tells the CM that this node applied membership `epoch` (its layers' listeners ran on it), so
   // that the CM can activate the regions that membership made recovering. Does not wait; best
   // effort (a node that cannot reach the CM loses its lease, and the CM stops waiting for it).

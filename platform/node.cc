@@ -440,6 +440,11 @@ void Node::ReportSuspect(uint32_t node, const std::string& reason) {
   cm_->ReportSuspect(node, reason);
 }
 
+void Node::ReportRegionInUse(uint32_t region_id) {
+  if (!evicted().ok() || cm_ == nullptr) return;
+  cm_->ReportRegionInUse(region_id);
+}
+
 void Node::ReportHandOffReady(uint32_t region_id) {
   if (!evicted().ok() || cm_ == nullptr) return;
   cm_->ReportHandOffReady(region_id);

@@ -349,6 +349,9 @@ class Node {
   // marks handing_off, holds nothing locked in it any more (ConfigurationManager::
   // ReportHandOffReady).
   void ReportHandOffReady(uint32_t region_id);
+  // Tells the CM that data region `region_id`, which this node serves, holds data now
+  // (ConfigurationManager::ReportRegionInUse).
+  void ReportRegionInUse(uint32_t region_id);
 
  private:
   struct RegionEntry {

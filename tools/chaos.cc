@@ -1177,9 +1177,12 @@ absl::StatusOr<bool> WaitEvicted(ChaosCluster& c, uint32_t v, const DriverOption
   return false;
 }
 
-// Injects `f`; true when it happened as planned (notes say otherwise).
-absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const DriverOptions& o,
+// Injects `*fault`; true when it happened as planned (notes say otherwise). A crash at a sync
+// point that the planned victim cannot reach in the current configuration hits another data node
+// that can (not the configuration manager's, node 0), and `fault->victim` says which.
+absl::StatusOr<bool> Inject(Scenario s, Fault* fault, ChaosCluster& c, const DriverOptions& o,
                             std::vector<std::string>* notes, std::vector<Resumed>* resumed) {
+  const Fault& f = *fault;
   const uint32_t v = f.victim;
   if (!c.Alive(v)) {
     notes->push_back(absl::StrCat("node ", v, " was not running when its fault was due"));
@@ -1246,17 +1249,38 @@ absl::StatusOr<bool> Inject(Scenario s, const Fault& f, ChaosCluster& c, const D
         }
         crashes.emplace_back(f.also, "recovery_apply");
       }
-      // Asked first, so that nothing is armed for a fault that cannot happen.
-      for (const auto& [node, at] : crashes) {
+      // Asked first, so that nothing is armed for a fault that cannot happen. Why `node` cannot
+      // crash at `at` now (empty: it can).
+      auto cannot = [&](uint32_t node, const std::string& at) -> absl::StatusOr<std::string> {
         if (absl::Status st = c.Send(node, absl::StrCat("can ", at)); !st.ok()) return st;
         absl::StatusOr<std::string> can = c.WaitLine(node, "CAN", c.Deadline());
         if (!can.ok()) return can.status();
-        if (!absl::StartsWith(*can, "CAN ")) {
-          notes->push_back(
-              absl::StrCat("node ", node, " cannot crash at ", at,
-                           " now: ", absl::StripPrefix(*can, absl::StrCat("CANNOT ", at, ": "))));
+        if (absl::StartsWith(*can, "CAN ")) return std::string();
+        return std::string(absl::StripPrefix(*can, absl::StrCat("CANNOT ", at, ": ")));
+      };
+      for (size_t i = 0; i < crashes.size(); ++i) {
+        const auto& [node, at] = crashes[i];
+        absl::StatusOr<std::string> why = cannot(node, at);
+        if (!why.ok()) return why.status();
+        if (why->empty()) continue;
+        // Where the accounts' primaries or backups are changes with every failure (and with
+        // primary balancing): another data node may reach the sync point where this one cannot.
+        uint32_t instead = 0;
+        for (uint32_t alt = 1; i == 0 && instead == 0 && alt < static_cast<uint32_t>(o.nodes);
+             ++alt) {
+          if (alt == node || alt == f.also || !c.Alive(alt)) continue;
+          absl::StatusOr<std::string> alt_why = cannot(alt, at);
+          if (!alt_why.ok()) return alt_why.status();
+          if (alt_why->empty()) instead = alt;
+        }
+        if (instead == 0) {
+          notes->push_back(absl::StrCat("node ", node, " cannot crash at ", at, " now: ", *why));
           return false;
         }
+        spdlog::info("node {} cannot crash at {} now ({}): node {} does instead", node, at, *why,
+                     instead);
+        crashes[i].first = instead;
+        fault->victim = instead;
       }
       for (auto it = crashes.rbegin(); it != crashes.rend(); ++it) {
         const auto& [node, at] = *it;
@@ -1563,12 +1587,13 @@ absl::Status RunFaults(Scenario s, const std::vector<Fault>& plan, ChaosCluster&
       }
       f.victim = *cm;
     }
-    victims.insert(f.victim);
-    if (f.also != 0) victims.insert(f.also);
     FaultTimes t;
     t.fault_ns = MonoNs();
     spdlog::info("{}: fault {} of {}: node {}", Info(s).name, k + 1, plan.size(), f.victim);
-    absl::StatusOr<bool> injected = Inject(s, f, c, o, &r->notes, resumed);
+    absl::StatusOr<bool> injected = Inject(s, &f, c, o, &r->notes, resumed);
+    // The victim may have changed (Inject): the one hit is started again before the next fault.
+    victims.insert(f.victim);
+    if (f.also != 0) victims.insert(f.also);
     if (!injected.ok()) return injected.status();
     r->faults += *injected;
     if (absl::Status st = c.Sleep(absl::Milliseconds(o.duration_ms)); !st.ok()) return st;

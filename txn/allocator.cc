@@ -186,12 +186,15 @@ uint64_t Allocator::max_object_size() const {
   return std::min(kMaxObjectSize, SlotSize(classes_ - 1) - kObjectHeaderSize);
 }
 
-bool Allocator::CarveBlock(int c) {
+bool Allocator::CarveBlock(int c, uint32_t* first_use) {
   const uint64_t slot = SlotSize(c);
   for (Region& r : regions_) {
     if (r.block_size < slot || frozen_.contains(r.info.id)) continue;
     const uint64_t b = FindUncarved(r, 1);
     if (b >= r.block_class.size()) continue;
+    if (std::all_of(r.block_class.begin(), r.block_class.end(), [](int k) { return k < 0; })) {
+      *first_use = r.info.id;
+    }
     r.next_block = b + 1;  // FindUncarved found every block from the hint to b carved
     r.block_class[b] = c;
     char* base = r.info.base + b * r.block_size;
@@ -221,22 +224,32 @@ absl::StatusOr<GlobalAddress> Allocator::Reserve(uint64_t size) {
   absl::StatusOr<int> cls = ClassOf(size);
   if (!cls.ok()) return cls.status();
   const int c = *cls;
-  std::lock_guard<std::mutex> l(mu_);
   GlobalAddress a;
-  for (;;) {
-    if (free_[c].empty() && !CarveBlock(c)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "out of memory: no free ", SlotSize(c), "-byte slot for an object of ", size,
-          " bytes and no block left to carve (", in_use_, " slots in use)"));
+  uint32_t first_use = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (;;) {
+      if (free_[c].empty() && !CarveBlock(c, &first_use)) {
+        if (!frozen_.empty()) {
+          // Room may be left in a region being handed over: it is another node's soon.
+          return absl::AbortedError(absl::StrCat(
+              "no free ", SlotSize(c), "-byte slot outside the region(s) this node is handing "
+              "over to another node: the configuration is changing; retry"));
+        }
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "out of memory: no free ", SlotSize(c), "-byte slot for an object of ", size,
+            " bytes and no block left to carve (", in_use_, " slots in use)"));
+      }
+      a = free_[c].back();
+      free_[c].pop_back();
+      auto f = frozen_.find(a.region);
+      if (f == frozen_.end()) break;
+      f->second.emplace_back(c, a);  // set aside until Unfreeze
     }
-    a = free_[c].back();
-    free_[c].pop_back();
-    auto f = frozen_.find(a.region);
-    if (f == frozen_.end()) break;
-    f->second.emplace_back(c, a);  // set aside until Unfreeze
+    reserved_.insert(a.Pack());
+    ++in_use_;
   }
-  reserved_.insert(a.Pack());
-  ++in_use_;
+  if (first_use != 0 && on_first_use_) on_first_use_(first_use);
   return a;
 }
 
@@ -245,6 +258,14 @@ absl::StatusOr<GlobalAddress> Allocator::ReserveArray(uint64_t size, uint64_t co
   absl::StatusOr<int> cls = ClassOf(size);
   if (!cls.ok()) return cls.status();
   const int c = *cls;
+  uint32_t first_use = 0;
+  absl::StatusOr<GlobalAddress> out = CarveArray(c, count, &first_use);
+  if (first_use != 0 && on_first_use_) on_first_use_(first_use);
+  return out;
+}
+
+absl::StatusOr<GlobalAddress> Allocator::CarveArray(int c, uint64_t count,
+                                                            uint32_t* first_use) {
   const uint64_t slot = SlotSize(c);
   std::lock_guard<std::mutex> l(mu_);
   for (Region& r : regions_) {
@@ -253,6 +274,9 @@ absl::StatusOr<GlobalAddress> Allocator::ReserveArray(uint64_t size, uint64_t co
     const uint64_t blocks = (count + per_block - 1) / per_block;
     const uint64_t first = FindUncarved(r, blocks);
     if (first >= r.block_class.size()) continue;
+    if (std::all_of(r.block_class.begin(), r.block_class.end(), [](int k) { return k < 0; })) {
+      *first_use = r.info.id;
+    }
     if (first == r.next_block) r.next_block += blocks;
     char* base = r.info.base + first * r.block_size;
     std::memset(base, 0, blocks * r.block_size);

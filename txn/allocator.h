@@ -28,6 +28,7 @@
 #define FARM_TXN_ALLOCATOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -83,6 +84,10 @@ class Allocator {
   absl::Status Adopt(LocalRegion region, const RegionLayout& layout);
   // Whether the region is in this allocator's heap.
   bool Has(uint32_t region) const;
+  // Sets the function called with a region's id when its first block is carved (it holds data
+  // from then on; primary balancing counts it), on the allocating thread, outside the
+  // allocator's lock. Call before the allocator is used.
+  void OnFirstUse(std::function<void(uint32_t)> f) { on_first_use_ = std::move(f); }
   // Primary hand-off (txn/engine.h): while a region is frozen nothing is reserved or carved in
   // it (its free slots wait aside, and so do slots freed meanwhile); Unfreeze hands them out
   // again. No-ops for a region that is not in the heap, or not frozen.
@@ -144,8 +149,12 @@ class Allocator {
   void GrowClasses(uint64_t block_size);
   // The slot class of an object of `size` payload bytes; InvalidArgument for 0 or too many.
   absl::StatusOr<int> ClassOf(uint64_t size) const;
-  // Carves a new block for class `c`; false when none is left. Caller holds mu_.
-  bool CarveBlock(int c);
+  // Carves a new block for class `c`; false when none is left. Caller holds mu_; a region
+  // whose first block it carved goes to `*first_use`.
+  bool CarveBlock(int c, uint32_t* first_use);
+  // ReserveArray for slot class `c`, under mu_; a region whose first block it carved goes to
+  // `*first_use`.
+  absl::StatusOr<GlobalAddress> CarveArray(int c, uint64_t count, uint32_t* first_use);
   // Puts a slot back on its class's free list. Caller holds mu_.
   void ReturnSlot(GlobalAddress slot);
   absl::StatusOr<char*> Locate(GlobalAddress addr, uint64_t* slot_size) const;
@@ -164,6 +173,7 @@ class Allocator {
   absl::flat_hash_map<uint32_t, std::vector<std::pair<int, GlobalAddress>>> frozen_;
   uint64_t in_use_ = 0;
   int classes_ = 0;
+  std::function<void(uint32_t)> on_first_use_;
 };
 
 }  // namespace txn

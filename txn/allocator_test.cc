@@ -104,5 +104,62 @@ TEST_CASE("a layout that does not fit the region is refused", "[alloc]") {
   CHECK(absl::IsInvalidArgument(b.Adopt(LocalRegion{kRegion + 1, mem.data(), kRegionSize}, wrong)));
 }
 
+TEST_CASE("a frozen region hands out nothing until thawed, and a removed one is forgotten",
+          "[alloc]") {
+  constexpr uint32_t kOther = 10;
+  std::vector<char> one(kRegionSize), two(kRegionSize);
+  Allocator a({LocalRegion{kRegion, one.data(), kRegionSize},
+               LocalRegion{kOther, two.data(), kRegionSize}});
+  std::vector<GlobalAddress> in_first;
+  for (int i = 0; i < 3; ++i) {
+    in_first.push_back(*a.Reserve(10));
+    REQUIRE(in_first.back().region == kRegion);  // regions fill in order
+    Install(a, in_first.back(), 10, 1);
+    a.Installed(in_first.back());
+  }
+  const GlobalAddress reserved = *a.Reserve(10);  // a transaction still runs with it
+  REQUIRE(reserved.region == kRegion);
+  a.Freeze(kRegion);
+  // Neither its free slots nor its uncarved blocks are handed out; the other region's are.
+  for (int i = 0; i < 40; ++i) CHECK(a.Reserve(10)->region == kOther);
+  CHECK(a.ReserveArray(100, 5)->region == kOther);
+  // A slot freed there, and a reservation released there, wait with its other free slots.
+  InstallFree(*a.Object(in_first[1], 10), 2);
+  a.Freed(in_first[1]);
+  a.CancelReservation(reserved);
+  CHECK(a.Reserve(10)->region == kOther);
+  a.Unfreeze(kRegion);
+  std::set<uint64_t> got;
+  for (int i = 0; i < 5; ++i) {
+    const GlobalAddress g = *a.Reserve(10);
+    if (g.region == kRegion) got.insert(g.offset);
+  }
+  CHECK(got.count(in_first[1].offset) == 1);
+  CHECK(got.count(reserved.offset) == 1);
+
+  // Removed (its primary moved): nothing of it is known here any more.
+  const uint64_t before = a.slots_in_use();
+  uint64_t in_removed = 0;
+  for (const GlobalAddress& g : in_first) in_removed += g != in_first[1];
+  in_removed += got.size();
+  REQUIRE(a.Remove(kRegion));
+  CHECK_FALSE(a.Has(kRegion));
+  CHECK_FALSE(a.Remove(kRegion));
+  CHECK(a.slots_in_use() == before - in_removed);
+  CHECK_FALSE(a.Object(in_first[0], 10).ok());
+  CHECK(a.LayoutOf(kRegion).block_size == 0);
+  for (int i = 0; i < 40; ++i) CHECK(a.Reserve(10)->region == kOther);
+}
+
+TEST_CASE("with every region frozen an allocation is retried, not out of memory", "[alloc]") {
+  std::vector<char> one(kRegionSize);
+  Allocator a({LocalRegion{kRegion, one.data(), kRegionSize}});
+  a.Freeze(kRegion);
+  absl::StatusOr<GlobalAddress> r = a.Reserve(10);
+  CHECK(absl::IsAborted(r.status()));
+  a.Unfreeze(kRegion);
+  CHECK(a.Reserve(10).ok());
+}
+
 }  // namespace txn
 }  // namespace farm

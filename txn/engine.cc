@@ -63,6 +63,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
                                   infos[i].size()});
   }
   e->allocator_ = std::make_unique<Allocator>(std::move(regions));
+  // Primary balancing counts the regions that hold data (a CM that takes over hears it again).
+  e->allocator_->OnFirstUse([node](uint32_t region) { node->ReportRegionInUse(region); });
   e->participant_ = std::make_unique<Participant>(e->allocator_.get(),
                                                   [node](uint32_t n) { return node->IsMember(n); });
   e->backup_log_ =
@@ -279,6 +281,11 @@ void Engine::AdoptPromoted(const control::Membership& m) {
       continue;
     }
     adopted_[r.region_id()] = std::move(copy);
+    // Told again by this node: a CM that took over since its old primary said so does not know.
+    if (std::any_of(layout.block_class.begin(), layout.block_class.end(),
+                    [](int c) { return c >= 0; })) {
+      node_->ReportRegionInUse(r.region_id());
+    }
     spdlog::warn(
         "txn: node {} now serves region {} (promoted from its backup copy; {} record(s) "
         "kept)",

@@ -414,5 +414,34 @@ TEST_CASE("corrupt protocol messages are errors, never crashes", "[participant]"
   CHECK_FALSE(DecodeRecoverAnswer(std::string(1, 4)).ok());
 }
 
+TEST_CASE("a region being handed over grants no new LOCK; those granted before finish",
+          "[participant]") {
+  Heap h(1 << 20);
+  const GlobalAddress a = Create(h, 1, "one");
+  const GlobalAddress b = Create(h, 2, "two");
+  REQUIRE(Lock(h, 3, {WriteRecord{a, WriteKind::kWrite, 1, "uno"}}).ok());
+  h.participant->HandOff(kRegion, 5);
+  CHECK(h.participant->locked_objects(kRegion) == 1);
+  CHECK(h.participant->locked_objects(kRegion + 1) == 0);
+  absl::Status refused = Lock(h, 4, {WriteRecord{b, WriteKind::kWrite, 1, "dos"}});
+  CHECK(absl::IsAborted(refused));
+  CHECK_THAT(std::string(refused.message()), Catch::Contains("handed over to node 5"));
+  CHECK(VersionOf(h.Word(b)) == 1);
+  CHECK_FALSE(IsLocked(h.Word(b)));
+  // Nothing is reserved in it either (its only region: the coordinator retries).
+  CHECK(absl::IsAborted(
+      h.participant->Reserve(kCoordinator, ReserveRequest{Txn(5), 8}).status()));
+  // The transaction that locked before goes on.
+  REQUIRE(Commit(h, 3).ok());
+  CHECK(h.Value(a, 3) == "uno");
+  CHECK(h.participant->locked_objects(kRegion) == 0);
+  // Called off: LOCKs and allocations are granted again.
+  h.participant->EndHandOff(kRegion);
+  REQUIRE(Lock(h, 6, {WriteRecord{b, WriteKind::kWrite, 1, "dos"}}).ok());
+  REQUIRE(Commit(h, 6).ok());
+  CHECK(h.Value(b, 3) == "dos");
+  Create(h, 7, "three");
+}
+
 }  // namespace txn
 }  // namespace farm
