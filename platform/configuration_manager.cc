@@ -626,9 +626,11 @@ class CmServerImpl : public CmServer {
   }
 
   // Primary balancing: when nothing recovers, syncs or is being handed over, and a member that
-  // forms the cluster serves at least two data regions that hold data (RegionInUse) more than
-  // another one that holds a complete, registered backup copy of one of them, marks that region
-  // handing_off to it (the largest such gap; one region at a time). Its primary drains it and says HandOffReady
+  // forms the cluster is the primary of at least two data regions more than another one that
+  // holds a complete, registered backup copy of one of them, marks that region handing_off to it
+  // (one at a time; a region that holds data (RegionInUse) first, then the largest gap). Every
+  // node brings the same number of regions, so only failures (promotions) and restarts (new
+  // regions) make a gap: where the application put its data is left alone otherwise. Its primary drains it and says HandOffReady
   // (txn/engine.h); MoveHandedOff moves it then. True if a region was marked.
   bool Rebalance(Clock::time_point now) {
     if (!BalancePrimaries() || recovery_epoch_ != 0) return false;
@@ -641,8 +643,7 @@ class CmServerImpl : public CmServer {
       for (const control::RegionInfo& r : m.regions) {
         if (!r.purpose().empty()) continue;
         if (r.recovering() || r.handing_off() || r.syncing_backup_size() > 0) return false;
-        auto s = serves.find(id);
-        if (s != serves.end() && regions_in_use_.count(r.region_id())) ++s->second;
+        if (auto s = serves.find(id); s != serves.end()) ++s->second;
       }
     }
     // A complete, registered backup copy on a member that forms the cluster.
@@ -651,14 +652,17 @@ class CmServerImpl : public CmServer {
              backup_copies_.count({r.region_id(), b}) > 0;
     };
     std::pair<uint32_t, uint32_t> choice{0, 0};  // region (0: none), to
-    int gap = 1;
+    std::pair<bool, int> best{false, 1};         // holds data, gap
     for (const auto& [id, m] : members_) {
       if (!serves.contains(id)) continue;
       for (const control::RegionInfo& r : m.regions) {
-        if (!r.purpose().empty() || !regions_in_use_.count(r.region_id())) continue;
+        if (!r.purpose().empty()) continue;
         for (uint32_t b : r.backup_node()) {
-          if (can_take(r, b) && serves[id] - serves[b] > gap) {
-            gap = serves[id] - serves[b];
+          if (!can_take(r, b) || serves[id] - serves[b] < 2) continue;
+          const std::pair<bool, int> here{regions_in_use_.count(r.region_id()) > 0,
+                                          serves[id] - serves[b]};
+          if (here > best) {
+            best = here;
             choice = {r.region_id(), b};
           }
         }
