@@ -651,23 +651,23 @@ class CmServerImpl : public CmServer {
       return serves.contains(b) && IsBackup(r, b) && !IsSyncing(r, b) &&
              backup_copies_.count({r.region_id(), b}) > 0;
     };
-    std::pair<uint32_t, uint32_t> choice{0, 0};  // region (0: none), to
-    std::pair<bool, int> best{false, 1};         // holds data, gap
+    std::vector<uint32_t> nodes;
+    for (const auto& [id, count] : serves) nodes.push_back(id);
+    std::vector<ServedRegion> regions;
     for (const auto& [id, m] : members_) {
-      if (!serves.contains(id)) continue;
       for (const control::RegionInfo& r : m.regions) {
         if (!r.purpose().empty()) continue;
+        ServedRegion& s = regions.emplace_back();
+        s.region_id = r.region_id();
+        s.primary = id;
+        s.holds_data = regions_in_use_.count(r.region_id()) > 0;
         for (uint32_t b : r.backup_node()) {
-          if (!can_take(r, b) || serves[id] - serves[b] < 2) continue;
-          const std::pair<bool, int> here{regions_in_use_.count(r.region_id()) > 0,
-                                          serves[id] - serves[b]};
-          if (here > best) {
-            best = here;
-            choice = {r.region_id(), b};
-          }
+          if (can_take(r, b)) s.takers.push_back(b);
         }
       }
     }
+    const HandOffChoice chosen = ChooseHandOff(nodes, regions);
+    std::pair<uint32_t, uint32_t> choice{chosen.region_id, chosen.to};  // region (0: none), to
     // Tests choose the region to hand over here (the argument: region id, 0 for none, and the
     // backup to hand it to).
     FARM_SYNC_POINT_CALLBACK("CmServer::Rebalance", &choice);

@@ -374,6 +374,149 @@ TEST_CASE(
   for (int i : {2, 1, 0}) n[i]->Leave();
 }
 
+// A primary hand-off as the CM runs it: balancing (told at its sync point which region to move,
+// since the policy itself is placement_test's) marks node 0's region handing_off to its backup;
+// node 0 says it drained it; the CM moves it there (promoted, recovering, node 0's own copy
+// listed as a backup), activates it once every member applied that, and moves nothing more. A
+// hand-off whose target leaves is called off instead.
+TEST_CASE("a region marked for hand-off moves once drained, and stays if its target leaves",
+          "[cm][balance][sync_point]") {
+  const config::ClusterConfig c = ReplicatedConfig();
+  absl::StatusOr<std::unique_ptr<CmServer>> server = CmServer::Start(c);
+  REQUIRE(server.ok());
+  std::unique_ptr<ConfigurationManager> n[3] = {Client(c), Client(c), Client(c)};
+  std::mutex mu;
+  std::vector<control::Membership> seen[3];
+  std::pair<uint32_t, uint32_t> wanted{0, 0};  // guarded by mu: the next hand-off balancing picks
+  SyncPoint* sp = SyncPoint::GetInstance();
+  sp->SetCallBack("CmServer::Rebalance", [&](void* arg) {
+    std::lock_guard<std::mutex> l(mu);
+    *static_cast<std::pair<uint32_t, uint32_t>*>(arg) = wanted;
+    wanted = {0, 0};
+  });
+  sp->EnableProcessing();
+  struct Cleanup {
+    SyncPoint* sp;
+    ~Cleanup() {
+      sp->DisableProcessing();
+      sp->ClearAllCallBacks();
+    }
+  } cleanup{sp};
+  for (int i = 0; i < 3; ++i) {
+    n[i]->OnMembershipChange([&, i](const control::Membership& m) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        seen[i].push_back(m);
+      }
+      n[i]->AckMembership(m.epoch());
+    });
+  }
+  std::vector<std::future<absl::StatusOr<control::Membership>>> joins;
+  for (uint32_t i = 0; i < 3; ++i) {
+    joins.push_back(std::async(std::launch::async,
+                               [&, i] { return n[i]->Join(Request(c, i), absl::Seconds(30)); }));
+  }
+  control::Membership first;
+  for (uint32_t i = 0; i < 3; ++i) {
+    absl::StatusOr<control::Membership> m = joins[i].get();
+    REQUIRE(m.ok());
+    n[i]->AckMembership(m->epoch());
+    first = *m;
+  }
+  REQUIRE(first.regions_size() == 3);
+  // Every backup reports its copy (as Node does when a membership names it a backup).
+  auto copy_of = [](uint32_t region, uint32_t node) {
+    control::BackupCopy copy;
+    copy.set_region_id(region);
+    copy.set_remote_base(0x100000 * region + 0x1000 * node);
+    copy.set_rkey(100 * region + node);
+    return copy;
+  };
+  for (const control::RegionInfo& r : first.regions()) {
+    for (uint32_t b : r.backup_node()) n[b]->ReportBackupCopy(copy_of(r.region_id(), b));
+  }
+  // The first membership (at node `at`) for which `done` holds, waiting up to 30 s.
+  auto wait_for = [&](int at, const std::function<bool(const control::Membership&)>& done)
+      -> std::optional<control::Membership> {
+    for (int k = 0; k < 3000; ++k) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        for (const control::Membership& m : seen[at]) {
+          if (done(m)) return m;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return std::nullopt;
+  };
+  for (const control::RegionInfo& r : first.regions()) {
+    if (r.node_id() != 0) continue;
+    REQUIRE(r.backup_node_size() == 1);
+    std::lock_guard<std::mutex> l(mu);
+    wanted = {r.region_id(), r.backup_node(0)};
+  }
+  std::optional<control::Membership> marked = wait_for(0, [](const control::Membership& m) {
+    for (const control::RegionInfo& r : m.regions()) {
+      if (r.handing_off()) return true;
+    }
+    return false;
+  });
+  REQUIRE(marked.has_value());
+  const control::RegionInfo* r = nullptr;
+  for (const control::RegionInfo& x : marked->regions()) {
+    if (x.handing_off()) r = &x;
+  }
+  const uint32_t region = r->region_id();
+  const uint32_t to = r->handing_off_to();
+  const control::RegionInfo original = *r;
+  INFO("region " << region << " of node " << r->node_id() << " handed to node " << to);
+  CHECK(r->node_id() == 0);
+  REQUIRE(r->backup_node_size() == 1);
+  CHECK(r->backup_node(0) == to);
+
+  SECTION("drained, it moves") {
+    n[0]->ReportHandOffReady(region);
+    std::optional<control::Membership> moved = wait_for(0, [&](const control::Membership& m) {
+      const control::RegionInfo* x = FindRegion(m, region);
+      return x != nullptr && x->node_id() == to;
+    });
+    REQUIRE(moved.has_value());
+    const control::RegionInfo* x = FindRegion(*moved, region);
+    CHECK(x->promoted());
+    CHECK(x->recovering());
+    CHECK_FALSE(x->handing_off());
+    CHECK(x->remote_base() == copy_of(region, to).remote_base());
+    CHECK(x->rkey() == copy_of(region, to).rkey());
+    REQUIRE(x->backup_node_size() == 1);
+    CHECK(x->backup_node(0) == 0);  // node 0's own memory is the copy now
+    CHECK(x->syncing_backup_size() == 0);
+    std::optional<control::Membership> active = wait_for(0, [&](const control::Membership& m) {
+      const control::RegionInfo* y = FindRegion(m, region);
+      return y != nullptr && y->node_id() == to && !y->recovering();
+    });
+    REQUIRE(active.has_value());
+    // Nothing more moves (balancing picks nothing now).
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::lock_guard<std::mutex> l(mu);
+    for (const control::RegionInfo& y : seen[0].back().regions()) CHECK_FALSE(y.handing_off());
+    // A late report changes nothing.
+    n[0]->ReportHandOffReady(region);
+  }
+  SECTION("its target leaves: it stays") {
+    n[to]->Leave();
+    std::optional<control::Membership> left =
+        wait_for(0, [&](const control::Membership& m) { return !Lists(m, to); });
+    REQUIRE(left.has_value());
+    const control::RegionInfo* x = FindRegion(*left, region);
+    REQUIRE(x != nullptr);
+    CHECK(x->node_id() == 0);
+    CHECK_FALSE(x->promoted());
+    CHECK(x->remote_base() == original.remote_base());
+    CHECK((!x->handing_off() || x->handing_off_to() != to));
+  }
+  for (int i : {2, 1, 0}) n[i]->Leave();
+}
+
 }  // namespace farm
 
 namespace farm {

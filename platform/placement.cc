@@ -56,4 +56,30 @@ BackupChoice ChooseBackups(uint32_t region_id, const std::vector<uint32_t>& hold
   return out;
 }
 
+HandOffChoice ChooseHandOff(const std::vector<uint32_t>& nodes,
+                            const std::vector<ServedRegion>& regions) {
+  absl::flat_hash_map<uint32_t, int> serves;
+  for (uint32_t n : nodes) serves[n] = 0;
+  for (const ServedRegion& r : regions) {
+    if (auto it = serves.find(r.primary); it != serves.end()) ++it->second;
+  }
+  HandOffChoice out;
+  std::pair<bool, int> best{false, 1};  // holds data, gap
+  for (const ServedRegion& r : regions) {
+    auto from = serves.find(r.primary);
+    if (from == serves.end()) continue;
+    for (uint32_t t : r.takers) {
+      auto to = serves.find(t);
+      if (to == serves.end() || t == r.primary) continue;
+      const std::pair<bool, int> here{r.holds_data, from->second - to->second};
+      if (here.second < 2) continue;
+      if (here > best || (here == best && out.region_id != 0 && r.region_id < out.region_id)) {
+        best = here;
+        out = HandOffChoice{r.region_id, t};
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace farm

@@ -45,6 +45,28 @@ BackupChoice ChooseBackups(uint32_t region_id, const std::vector<uint32_t>& hold
                            const std::vector<PlacementNode>& candidates,
                            absl::flat_hash_map<uint32_t, uint64_t>* load);
 
+// Primary balancing (the CM's Rebalance, RegionInfo.handing_off): a data region as it sees it.
+struct ServedRegion {
+  uint32_t region_id = 0;
+  uint32_t primary = 0;
+  bool holds_data = false;  // RegionInUse: its first block was carved
+  // Its backups whose copy is complete and registered (those it may be handed to).
+  std::vector<uint32_t> takers;
+};
+
+struct HandOffChoice {
+  uint32_t region_id = 0;  // 0: none
+  uint32_t to = 0;
+};
+
+// The region to hand over, if any: counting the regions each of `nodes` (the members that form
+// the cluster) is the primary of, one of a node that serves at least two more than one of its
+// takers, to that taker; a region that holds data before one that does not, then the largest
+// gap, then the lowest region id. Regions of other nodes (late ones) and takers outside `nodes`
+// are left alone.
+HandOffChoice ChooseHandOff(const std::vector<uint32_t>& nodes,
+                            const std::vector<ServedRegion>& regions);
+
 }  // namespace farm
 
 #endif  // FARM_PLATFORM_PLACEMENT_H_

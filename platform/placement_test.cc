@@ -82,4 +82,35 @@ TEST_CASE("too few failure domains: as many backups as fit, and why no more", "[
   CHECK(late.nodes.size() == 1);
   CHECK(late.shortfall.empty());
 }
+TEST_CASE("balancing hands a region to a backup two regions behind, data first", "[placement]") {
+  // Equal counts (every node brings the same regions): nothing moves, wherever the data is.
+  CHECK(ChooseHandOff({0, 1, 2}, {{1, 0, true, {1}}, {2, 1, false, {2}}, {3, 2, false, {0}}})
+            .region_id == 0);
+  // One apart: still balanced.
+  CHECK(ChooseHandOff({0, 1}, {{1, 0, true, {1}}, {2, 0, true, {1}}, {3, 1, false, {0}}})
+            .region_id == 0);
+  // Node 0 serves 3, node 2 none: a region that holds data goes to node 2, its taker.
+  const std::vector<ServedRegion> drifted = {
+      {1, 0, false, {2}}, {2, 0, true, {2}}, {3, 0, true, {1}}, {4, 1, true, {0}}};
+  HandOffChoice c = ChooseHandOff({0, 1, 2}, drifted);
+  CHECK(c.region_id == 2);
+  CHECK(c.to == 2);
+  // No complete copy on a node behind: nothing (node 1 is one behind only).
+  CHECK(ChooseHandOff({0, 1, 2}, {{1, 0, true, {1}}, {2, 0, true, {1}}, {3, 0, true, {1}},
+                                  {4, 1, true, {0}}, {5, 1, true, {0}}})
+            .region_id == 0);
+  // Late nodes (not in `nodes`) neither give nor take.
+  CHECK(ChooseHandOff({0, 1}, {{1, 0, true, {1}}, {2, 0, true, {1}}, {3, 7, true, {1}},
+                               {4, 7, true, {1}}, {5, 1, true, {7}}})
+            .region_id == 0);
+  // The larger gap wins among regions that hold data; an empty region only when nothing else.
+  c = ChooseHandOff({0, 1, 2}, {{1, 0, true, {1}}, {2, 0, true, {2}}, {3, 0, false, {2}},
+                                {4, 0, false, {1}}, {5, 1, true, {0}}});
+  CHECK(c.region_id == 2);
+  CHECK(c.to == 2);
+  c = ChooseHandOff({0, 1}, {{1, 0, false, {1}}, {2, 0, false, {1}}, {3, 0, false, {1}}});
+  CHECK(c.region_id == 1);
+  CHECK(c.to == 1);
+}
+
 }  // namespace farm

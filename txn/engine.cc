@@ -316,8 +316,10 @@ void Engine::ApplyHandOffs(const control::Membership& m) {
     }
   }
   for (uint32_t region : serving) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (handing_off_.erase(region) == 0) continue;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (handing_off_.erase(region) == 0) continue;
+    }
     participant_->EndHandOff(region);
     spdlog::warn("txn: node {} keeps region {}: its hand-off was called off", node_->id(), region);
   }
