@@ -630,8 +630,9 @@ class CmServerImpl : public CmServer {
   // holds a complete, registered backup copy of one of them, marks that region handing_off to it
   // (one at a time; a region that holds data (RegionInUse) first, then the largest gap). Every
   // node brings the same number of regions, so only failures (promotions) and restarts (new
-  // regions) make a gap: where the application put its data is left alone otherwise. Its primary drains it and says HandOffReady
-  // (txn/engine.h); MoveHandedOff moves it then. True if a region was marked.
+  // regions) make a gap: where the application put its data is left alone otherwise. Its primary
+  // drains it and says HandOffReady (txn/engine.h); MoveHandedOff moves it then. True if a region
+  // was marked.
   bool Rebalance(Clock::time_point now) {
     if (!BalancePrimaries() || recovery_epoch_ != 0) return false;
     absl::flat_hash_map<uint32_t, int> serves;  // members that form the cluster: data regions
@@ -695,8 +696,8 @@ class CmServerImpl : public CmServer {
   // memory the copy (complete: nothing was locked in it). A hand-off that cannot finish (its
   // target is no complete backup any more) or that did not drain in time is called off
   // (`changed`). True if a region moved.
-  bool MoveHandedOff(const std::vector<std::pair<uint32_t, uint32_t>>& ready,
-                     Clock::time_point now, bool* changed) {
+  bool MoveHandedOff(const std::vector<std::pair<uint32_t, uint32_t>>& ready, Clock::time_point now,
+                     bool* changed) {
     bool moved = false;
     for (const auto& [region, from] : ready) {
       auto m = members_.find(from);

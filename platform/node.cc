@@ -220,16 +220,17 @@ absl::flat_hash_map<uint32_t, Node::BackupEntry> Node::BackupCopiesFor(
       out.insert(*it);
       continue;
     }
-    if (auto o = own.find(r.region_id()); o != own.end() && !promoted) {
+    // Mutant: the old primary gets a fresh (zeroed) copy, as for a new backup, but no copying.
+    if (auto o = own.find(r.region_id());
+        o != own.end() && !promoted && !FARM_MUTANT("hand_off_fresh_copy")) {
       // Handed over to another node (RegionInfo.handing_off): this node's memory of it holds
       // every committed write (nothing was locked in it when it moved), so it is a complete
       // backup copy at once. Owned by the node (regions_), not by the entry.
-      out.emplace(r.region_id(),
-                  BackupEntry{std::shared_ptr<Region>(std::shared_ptr<Region>(),
-                                                      regions_[o->second].get()),
-                              std::shared_ptr<MemoryRegistration>(
-                                  std::shared_ptr<MemoryRegistration>(),
-                                  registrations_[o->second].get())});
+      out.emplace(
+          r.region_id(),
+          BackupEntry{std::shared_ptr<Region>(std::shared_ptr<Region>(), regions_[o->second].get()),
+                      std::shared_ptr<MemoryRegistration>(std::shared_ptr<MemoryRegistration>(),
+                                                          registrations_[o->second].get())});
       fresh->push_back(r.region_id());  // reported, so that a CM that takes over knows it
       continue;
     }

@@ -87,8 +87,9 @@ TEST_CASE("balancing hands a region to a backup two regions behind, data first",
   CHECK(ChooseHandOff({0, 1, 2}, {{1, 0, true, {1}}, {2, 1, false, {2}}, {3, 2, false, {0}}})
             .region_id == 0);
   // One apart: still balanced.
-  CHECK(ChooseHandOff({0, 1}, {{1, 0, true, {1}}, {2, 0, true, {1}}, {3, 1, false, {0}}})
-            .region_id == 0);
+  CHECK(
+      ChooseHandOff({0, 1}, {{1, 0, true, {1}}, {2, 0, true, {1}}, {3, 1, false, {0}}}).region_id ==
+      0);
   // Node 0 serves 3, node 2 none: a region that holds data goes to node 2, its taker.
   const std::vector<ServedRegion> drifted = {
       {1, 0, false, {2}}, {2, 0, true, {2}}, {3, 0, true, {1}}, {4, 1, true, {0}}};
@@ -96,16 +97,25 @@ TEST_CASE("balancing hands a region to a backup two regions behind, data first",
   CHECK(c.region_id == 2);
   CHECK(c.to == 2);
   // No complete copy on a node behind: nothing (node 1 is one behind only).
-  CHECK(ChooseHandOff({0, 1, 2}, {{1, 0, true, {1}}, {2, 0, true, {1}}, {3, 0, true, {1}},
-                                  {4, 1, true, {0}}, {5, 1, true, {0}}})
+  CHECK(ChooseHandOff({0, 1, 2}, {{1, 0, true, {1}},
+                                  {2, 0, true, {1}},
+                                  {3, 0, true, {1}},
+                                  {4, 1, true, {0}},
+                                  {5, 1, true, {0}}})
             .region_id == 0);
   // Late nodes (not in `nodes`) neither give nor take.
-  CHECK(ChooseHandOff({0, 1}, {{1, 0, true, {1}}, {2, 0, true, {1}}, {3, 7, true, {1}},
-                               {4, 7, true, {1}}, {5, 1, true, {7}}})
+  CHECK(ChooseHandOff({0, 1}, {{1, 0, true, {1}},
+                               {2, 0, true, {1}},
+                               {3, 7, true, {1}},
+                               {4, 7, true, {1}},
+                               {5, 1, true, {7}}})
             .region_id == 0);
   // The larger gap wins among regions that hold data; an empty region only when nothing else.
-  c = ChooseHandOff({0, 1, 2}, {{1, 0, true, {1}}, {2, 0, true, {2}}, {3, 0, false, {2}},
-                                {4, 0, false, {1}}, {5, 1, true, {0}}});
+  c = ChooseHandOff({0, 1, 2}, {{1, 0, true, {1}},
+                                {2, 0, true, {2}},
+                                {3, 0, false, {2}},
+                                {4, 0, false, {1}},
+                                {5, 1, true, {0}}});
   CHECK(c.region_id == 2);
   CHECK(c.to == 2);
   c = ChooseHandOff({0, 1}, {{1, 0, false, {1}}, {2, 0, false, {1}}, {3, 0, false, {1}}});

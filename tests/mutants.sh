@@ -51,6 +51,7 @@ mutants=(
   "bound_ignores_unfinished //tests:replication_test a coordinator that fails between two truncations loses none of its writes"  # the truncation bound passes transactions not yet truncated everywhere
   "count_partial_records    //txn:backup_log_test"  # a COMMIT-BACKUP record missing parts counts in the vote
   "done_notice_once         //tests:runtime_test every node passes the done barrier when notices are refused once"  # an application's done notice that failed is not sent again
+  "hand_off_fresh_copy      //tests:replication_test a region handed over to its backup and back keeps every committed write"  # the old primary of a region handed over gets an empty backup copy instead of its own memory
   "cm_keeps_own_lease       //platform:configuration_manager_test a CM that cannot record a member's failure stops renewing its own node's lease"  # a CM cut off from the others and the store keeps its own node's lease
 )
 

@@ -1051,8 +1051,7 @@ TEST_CASE("a region handed over to its backup and back keeps every committed wri
   };
 
   // Transfers among the accounts, each counted in its thread's counter, on every node.
-  std::unique_ptr<Worker> workers[3] = {NewWorker(*rts[0]), NewWorker(*rts[1]),
-                                        NewWorker(*rts[2])};
+  std::unique_ptr<Worker> workers[3] = {NewWorker(*rts[0]), NewWorker(*rts[1]), NewWorker(*rts[2])};
   int64_t ok[3] = {0, 0, 0}, unknown[3] = {0, 0, 0};
   std::string first_error[3];
   auto transfers = [&](int rounds, const std::function<void()>& meanwhile) {
@@ -1131,11 +1130,13 @@ TEST_CASE("a region handed over to its backup and back keeps every committed wri
   check(0, other, 1);
   // The region takes allocations at its new primary.
   absl::StatusOr<GlobalAddress> fresh;
-  REQUIRE(workers[2]->Run([&](Txn& t) -> absl::Status {
-                       fresh = t.Alloc(sizeof(int64_t), AllocHint::Near(accounts[0]));
-                       if (!fresh.ok()) return fresh.status();
-                       return t.Put(*fresh, int64_t{5});
-                     }).ok());
+  REQUIRE(workers[2]
+              ->Run([&](Txn& t) -> absl::Status {
+                fresh = t.Alloc(sizeof(int64_t), AllocHint::Near(accounts[0]));
+                if (!fresh.ok()) return fresh.status();
+                return t.Put(*fresh, int64_t{5});
+              })
+              .ok());
   CHECK(ReadWhenReadable(*workers[0], *fresh) == 5);
 
   // And back to node 1, whose memory of it was the backup copy meanwhile.

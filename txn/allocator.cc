@@ -232,13 +232,14 @@ absl::StatusOr<GlobalAddress> Allocator::Reserve(uint64_t size) {
       if (free_[c].empty() && !CarveBlock(c, &first_use)) {
         if (!frozen_.empty()) {
           // Room may be left in a region being handed over: it is another node's soon.
-          return absl::AbortedError(absl::StrCat(
-              "no free ", SlotSize(c), "-byte slot outside the region(s) this node is handing "
-              "over to another node: the configuration is changing; retry"));
+          return absl::AbortedError(
+              absl::StrCat("no free ", SlotSize(c),
+                           "-byte slot outside the region(s) this node is handing "
+                           "over to another node: the configuration is changing; retry"));
         }
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "out of memory: no free ", SlotSize(c), "-byte slot for an object of ", size,
-            " bytes and no block left to carve (", in_use_, " slots in use)"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("out of memory: no free ", SlotSize(c), "-byte slot for an object of ",
+                         size, " bytes and no block left to carve (", in_use_, " slots in use)"));
       }
       a = free_[c].back();
       free_[c].pop_back();
@@ -264,8 +265,7 @@ absl::StatusOr<GlobalAddress> Allocator::ReserveArray(uint64_t size, uint64_t co
   return out;
 }
 
-absl::StatusOr<GlobalAddress> Allocator::CarveArray(int c, uint64_t count,
-                                                            uint32_t* first_use) {
+absl::StatusOr<GlobalAddress> Allocator::CarveArray(int c, uint64_t count, uint32_t* first_use) {
   const uint64_t slot = SlotSize(c);
   std::lock_guard<std::mutex> l(mu_);
   for (Region& r : regions_) {

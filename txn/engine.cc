@@ -352,8 +352,9 @@ void Engine::CheckHandOffs() {
     std::lock_guard<std::mutex> l(mu_);
     for (const auto& [region, h] : handing_off_) {
       if (now - h.reported < kHandOffReport) continue;
-      const bool array = std::any_of(pending_arrays_.begin(), pending_arrays_.end(),
-                                     [&](const auto& p) { return p.second.first.region == region; });
+      const bool array =
+          std::any_of(pending_arrays_.begin(), pending_arrays_.end(),
+                      [&](const auto& p) { return p.second.first.region == region; });
       if (!array) due.push_back(region);
     }
   }

@@ -429,8 +429,7 @@ TEST_CASE("a region being handed over grants no new LOCK; those granted before f
   CHECK(VersionOf(h.Word(b)) == 1);
   CHECK_FALSE(IsLocked(h.Word(b)));
   // Nothing is reserved in it either (its only region: the coordinator retries).
-  CHECK(absl::IsAborted(
-      h.participant->Reserve(kCoordinator, ReserveRequest{Txn(5), 8}).status()));
+  CHECK(absl::IsAborted(h.participant->Reserve(kCoordinator, ReserveRequest{Txn(5), 8}).status()));
   // The transaction that locked before goes on.
   REQUIRE(Commit(h, 3).ok());
   CHECK(h.Value(a, 3) == "uno");
