@@ -14,7 +14,9 @@
 // NDEBUG, i.e. -c opt). kill_cm and sigstop_cm hit whichever node holds the configuration
 // manager's role when the fault is due, with a ZooKeeper through which another node takes it
 // over (--zookeeper). Data nodes crash at the sync points of the recovery vote and truncation
-// (owner_crash_between_primaries, crash_mid_truncate, crash_during_recovery), and partition cuts
+// (owner_crash_between_primaries, crash_mid_truncate, crash_during_recovery; a victim that
+// cannot reach its sync point in the current configuration, e.g. the accounts' primaries not on
+// two other nodes, is replaced by another data node that can), and partition cuts
 // a data node off: every node then runs in a network namespace of its own (class Netns, as
 // tests/netns_test.sh makes them; root), and the victim's veth link goes down for two leases.
 //
