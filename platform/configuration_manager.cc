@@ -569,9 +569,6 @@ class CmServerImpl : public CmServer {
   // Returns how many regions it promoted.
   int PromoteBackups(const std::map<uint32_t, std::string>& gone) {
     int promoted = 0;
-    // The last members going (an application's end): their regions go with them, as expected.
-    const bool last = std::all_of(members_.begin(), members_.end(),
-                                  [&](const auto& m) { return gone.count(m.first) > 0; });
     for (const auto& [id, why] : gone) {
       auto m = members_.find(id);
       if (m == members_.end()) continue;
@@ -589,7 +586,7 @@ class CmServerImpl : public CmServer {
           break;
         }
         if (copy == nullptr) {
-          if (config_.f() > 0 && !last) {
+          if (config_.f() > 0) {
             spdlog::error("CM: region {} of node {} is lost: no backup copy of it is left",
                           r.region_id(), id);
           }
