@@ -628,7 +628,8 @@ class CmServerImpl : public CmServer {
   // Primary balancing: when nothing recovers, syncs or is being handed over, and a member that
   // forms the cluster is the primary of at least two data regions more than another one that
   // holds a complete, registered backup copy of one of them, marks that region handing_off to it
-  // (one at a time; a region that holds data (RegionInUse) first, then the largest gap). Every
+  // (one at a time, as ChooseHandOff ranks them: a region that holds data (RegionInUse) first,
+  // never to a node that serves as many regions holding data, then the largest gap). Every
   // node brings the same number of regions, so only failures (promotions) and restarts (new
   // regions) make a gap: where the application put its data is left alone otherwise. Its primary
   // drains it and says HandOffReady (txn/engine.h); MoveHandedOff moves it then. True if a region
