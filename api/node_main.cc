@@ -291,13 +291,19 @@ int Main(const App& app) {
           return k != Events::kSignal && k != Events::kQuit && k != Events::kStdinClosed;
         })) {
       exit_code = exit_code == 0 ? 1 : exit_code;
-    } else if (app.wait_for_peers && impl.node->serves_cm()) {
-      // Every node leaves now. The CM's node goes last (for a lease at most): a CM that stopped
-      // first would look like a failed CM to the nodes still leaving ("evicted").
-      const absl::Time until = absl::Now() + absl::Milliseconds(impl.node->config().lease_ms());
-      while (impl.node->members().size() > 1 && impl.node->evicted().ok() && absl::Now() < until) {
-        const Events::Kind k = events.Next(20);
-        if (k == Events::kSignal || k == Events::kQuit || k == Events::kStdinClosed) break;
+    } else if (app.wait_for_peers) {
+      // Every node finished: the cluster ends, and the members leave with their regions (no
+      // backup is promoted as they go, no region reported lost).
+      impl.node->MarkClusterEnding();
+      if (impl.node->serves_cm()) {
+        // Every node leaves now. The CM's node goes last (for a lease at most): a CM that
+        // stopped first would look like a failed CM to the nodes still leaving ("evicted").
+        const absl::Time until = absl::Now() + absl::Milliseconds(impl.node->config().lease_ms());
+        while (impl.node->members().size() > 1 && impl.node->evicted().ok() &&
+               absl::Now() < until) {
+          const Events::Kind k = events.Next(20);
+          if (k == Events::kSignal || k == Events::kQuit || k == Events::kStdinClosed) break;
+        }
       }
     }
   } else {

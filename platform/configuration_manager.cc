@@ -397,6 +397,7 @@ class CmServerImpl : public CmServer {
     spdlog::info("CM: admitted node {} from {} ({}/{})", *id, m.channel->peer(),
                  members_.size() + 1, RequiredNodes());
     members_[*id] = std::move(m);
+    ending_ = false;  // a node joins: the cluster goes on
     if (formed_) {
       AssignRegionIds(members_[*id]);
       PlaceBackups({&members_[*id]});
@@ -628,13 +629,14 @@ class CmServerImpl : public CmServer {
   // Primary balancing: when nothing recovers, syncs or is being handed over, and a member that
   // forms the cluster is the primary of at least two data regions more than another one that
   // holds a complete, registered backup copy of one of them, marks that region handing_off to it
-  // (one at a time; a region that holds data (RegionInUse) first, then the largest gap). Every
+  // (one at a time, as ChooseHandOff ranks them: a region that holds data (RegionInUse) first,
+  // never to a node that serves as many regions holding data, then the largest gap). Every
   // node brings the same number of regions, so only failures (promotions) and restarts (new
   // regions) make a gap: where the application put its data is left alone otherwise. Its primary
   // drains it and says HandOffReady (txn/engine.h); MoveHandedOff moves it then. True if a region
   // was marked.
   bool Rebalance(Clock::time_point now) {
-    if (!BalancePrimaries() || recovery_epoch_ != 0) return false;
+    if (!BalancePrimaries() || recovery_epoch_ != 0 || ending_) return false;
     absl::flat_hash_map<uint32_t, int> serves;  // members that form the cluster: data regions
     for (const auto& [id, m] : members_) {
       const config::NodeConfig* n = FindNode(config_, id);
@@ -801,7 +803,9 @@ class CmServerImpl : public CmServer {
         syncing->erase(std::remove_if(syncing->begin(), syncing->end(),
                                       [&](uint32_t b) { return gone.count(b) > 0; }),
                        syncing->end());
-        spdlog::log(failed ? spdlog::level::warn : spdlog::level::info,
+        spdlog::log(failed    ? spdlog::level::warn
+                    : ending_ ? spdlog::level::debug
+                              : spdlog::level::info,
                     "CM: region {} of node {} lost a backup: {} of f = {} left", r.region_id(), id,
                     backups->size(), config_.f());
       }
@@ -836,7 +840,7 @@ class CmServerImpl : public CmServer {
   // recovering region waits until it serves. True if a backup was added. Runs every tick: the
   // placement's inputs are gathered only when some region needs a backup.
   bool Rereplicate() {
-    if (config_.f() == 0) return false;
+    if (config_.f() == 0 || ending_) return false;
     auto wants_backup = [&](const control::RegionInfo& r) {
       return r.purpose().empty() && !r.recovering() &&
              r.backup_node_size() < static_cast<int>(config_.f());
@@ -1090,6 +1094,13 @@ class CmServerImpl : public CmServer {
         m.last_heard = std::max(m.last_heard, Clock::now());
         if (msg->has_leave()) {
           gone[id] = kLeft;
+          if (msg->leave().cluster_ending() && !ending_) {
+            ending_ = true;
+            spdlog::info(
+                "CM: every node finished the application (node {} says): the members leave "
+                "with their regions",
+                id);
+          }
           break;
         }
         if (msg->has_heartbeat()) {
@@ -1203,7 +1214,9 @@ class CmServerImpl : public CmServer {
       m.channel->Shutdown();
     }
     CancelHandOffs(gone);
-    const int recovering = PromoteBackups(gone);
+    // At the cluster's end the members leave with their regions: a backup promoted now would
+    // leave next, and "lost" is what the application asked for.
+    const int recovering = ending_ ? 0 : PromoteBackups(gone);
     for (const auto& [id, why] : gone) {
       // A node that failed may still be alive (paused, cut off) and act until its own lease
       // ends, no later than the CM's view of it: what it served is not taken over before.
@@ -1282,6 +1295,9 @@ class CmServerImpl : public CmServer {
   bool fence_next_ = false;   // the next membership fences (Rereplicate added backups)
   uint64_t fence_epoch_ = 0;  // the last membership that did
   bool synced_ = false;       // a syncing backup reported its copy complete since the last one
+  // A member said the cluster ends (control.Leave.cluster_ending): departures promote nothing,
+  // and nothing is re-replicated or balanced, until a node joins.
+  bool ending_ = false;
   // Regions marked handing_off, since when (MoveHandedOff calls off those that do not drain).
   std::map<uint32_t, Clock::time_point> hand_off_since_;
   // Data regions their primaries said hold data (control.RegionInUse): what balancing counts.
@@ -1553,6 +1569,8 @@ class TcpConfigurationManager : public ConfigurationManager {
   // other member applied a membership without it: CmServerImpl::ReleaseLeavers), so that when
   // its fabric closes next nobody posts to it any more. The wait is bounded (a lease, at least
   // kLeaveWait): a CM that is gone or stopped costs that, and the node then leaves anyway.
+  void MarkClusterEnding() override { ending_.store(true, std::memory_order_relaxed); }
+
   void Leave() override {
     if (left_.exchange(true)) return;
     const bool member = watcher_.joinable();  // joined (not a failed Join)
@@ -1561,7 +1579,7 @@ class TcpConfigurationManager : public ConfigurationManager {
       std::lock_guard<std::mutex> l(send_mu_);
       if (channel_ != nullptr && !reconnecting_ && !evicted_.load(std::memory_order_relaxed)) {
         control::ControlMessage leave;
-        leave.mutable_leave();
+        leave.mutable_leave()->set_cluster_ending(ending_.load(std::memory_order_relaxed));
         said = channel_->Send(leave).ok();
       }
     }
@@ -2048,6 +2066,7 @@ class TcpConfigurationManager : public ConfigurationManager {
   std::condition_variable stop_cv_;
   bool stop_ = false;  // guarded by stop_mu_
   std::atomic<bool> left_{false};
+  std::atomic<bool> ending_{false};    // MarkClusterEnding: Leave says the cluster ends
   std::atomic<bool> released_{false};  // the CM answered Leave (the watcher saw it)
   std::atomic<bool> evicted_{false};
 };

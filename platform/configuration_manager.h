@@ -99,6 +99,9 @@ class ConfigurationManager {
 
   // Leaves the cluster. Idempotent.
   virtual void Leave() = 0;
+  // The cluster ends (every member finished the application): Leave says so (control.Leave.
+  // cluster_ending), and the CM lets the members go with their regions.
+  virtual void MarkClusterEnding() = 0;
 
   // Round trips of this node's heartbeats so far (from sending one to receiving its
   // acknowledgement), for choosing a lease that healthy nodes never miss.

@@ -237,6 +237,25 @@ const control::RegionInfo* FindRegion(const control::Membership& m, uint32_t reg
   return nullptr;
 }
 
+// Nodes 0, 1 and 2 join at once (each waits for the others); each acknowledges the membership it
+// joined with. Returns node 2's (the last one).
+control::Membership JoinAll(const config::ClusterConfig& c,
+                            std::unique_ptr<ConfigurationManager> (&n)[3]) {
+  std::vector<std::future<absl::StatusOr<control::Membership>>> joins;
+  for (uint32_t i = 0; i < 3; ++i) {
+    joins.push_back(std::async(std::launch::async,
+                               [&, i] { return n[i]->Join(Request(c, i), absl::Seconds(30)); }));
+  }
+  control::Membership last;
+  for (uint32_t i = 0; i < 3; ++i) {
+    absl::StatusOr<control::Membership> m = joins[i].get();
+    REQUIRE(m.ok());
+    n[i]->AckMembership(m->epoch());
+    last = *m;
+  }
+  return last;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -263,18 +282,7 @@ TEST_CASE(
       if (seen[i].ack.load()) n[i]->AckMembership(m.epoch());
     });
   }
-  std::vector<std::future<absl::StatusOr<control::Membership>>> joins;
-  for (uint32_t i = 0; i < 3; ++i) {
-    joins.push_back(std::async(std::launch::async,
-                               [&, i] { return n[i]->Join(Request(c, i), absl::Seconds(30)); }));
-  }
-  control::Membership first;
-  for (uint32_t i = 0; i < 3; ++i) {
-    absl::StatusOr<control::Membership> m = joins[i].get();
-    REQUIRE(m.ok());
-    n[i]->AckMembership(m->epoch());
-    first = *m;
-  }
+  const control::Membership first = JoinAll(c, n);
   // Node 1's region and its backup, b; h is the third node.
   const control::RegionInfo* region = nullptr;
   for (const control::RegionInfo& r : first.regions()) {
@@ -411,18 +419,7 @@ TEST_CASE("a region marked for hand-off moves once drained, and stays if its tar
       n[i]->AckMembership(m.epoch());
     });
   }
-  std::vector<std::future<absl::StatusOr<control::Membership>>> joins;
-  for (uint32_t i = 0; i < 3; ++i) {
-    joins.push_back(std::async(std::launch::async,
-                               [&, i] { return n[i]->Join(Request(c, i), absl::Seconds(30)); }));
-  }
-  control::Membership first;
-  for (uint32_t i = 0; i < 3; ++i) {
-    absl::StatusOr<control::Membership> m = joins[i].get();
-    REQUIRE(m.ok());
-    n[i]->AckMembership(m->epoch());
-    first = *m;
-  }
+  const control::Membership first = JoinAll(c, n);
   REQUIRE(first.regions_size() == 3);
   // Every backup reports its copy (as Node does when a membership names it a backup).
   auto copy_of = [](uint32_t region, uint32_t node) {

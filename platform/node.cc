@@ -446,6 +446,10 @@ void Node::ReportRegionInUse(uint32_t region_id) {
   cm_->ReportRegionInUse(region_id);
 }
 
+void Node::MarkClusterEnding() {
+  if (cm_ != nullptr) cm_->MarkClusterEnding();
+}
+
 void Node::ReportHandOffReady(uint32_t region_id) {
   if (!evicted().ok() || cm_ == nullptr) return;
   cm_->ReportHandOffReady(region_id);

@@ -352,6 +352,10 @@ class Node {
   // Tells the CM that data region `region_id`, which this node serves, holds data now
   // (ConfigurationManager::ReportRegionInUse).
   void ReportRegionInUse(uint32_t region_id);
+  // Every member finished the application: when this node leaves, it tells the CM that the
+  // cluster ends, and the members then leave with their regions (ConfigurationManager::
+  // MarkClusterEnding).
+  void MarkClusterEnding();
 
  private:
   struct RegionEntry {

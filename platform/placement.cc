@@ -58,22 +58,40 @@ BackupChoice ChooseBackups(uint32_t region_id, const std::vector<uint32_t>& hold
 
 HandOffChoice ChooseHandOff(const std::vector<uint32_t>& nodes,
                             const std::vector<ServedRegion>& regions) {
-  absl::flat_hash_map<uint32_t, int> serves;
-  for (uint32_t n : nodes) serves[n] = 0;
+  struct Served {
+    int regions = 0;
+    int data = 0;  // those that hold data
+  };
+  absl::flat_hash_map<uint32_t, Served> serves;
+  for (uint32_t n : nodes) serves[n] = Served{};
   for (const ServedRegion& r : regions) {
-    if (auto it = serves.find(r.primary); it != serves.end()) ++it->second;
+    if (auto it = serves.find(r.primary); it != serves.end()) {
+      ++it->second.regions;
+      it->second.data += r.holds_data;
+    }
   }
+  // Tiers, best first: a region that holds data, to a node that serves at least two fewer such
+  // regions; then an empty region; then a region that holds data, to a node that serves one
+  // fewer (the data stays as uneven, the counts get even).
+  auto tier = [](const ServedRegion& r, const Served& from, const Served& to) {
+    if (!r.holds_data) return 2;
+    const int data_gap = from.data - to.data;
+    if (data_gap >= 2) return 3;
+    return data_gap == 1 ? 1 : 0;  // 0: never (the taker holds as much data)
+  };
   HandOffChoice out;
-  std::pair<bool, int> best{false, 1};  // holds data, gap
+  std::pair<int, int> best{0, 0};  // tier, gap
   for (const ServedRegion& r : regions) {
     auto from = serves.find(r.primary);
     if (from == serves.end()) continue;
     for (uint32_t t : r.takers) {
       auto to = serves.find(t);
       if (to == serves.end() || t == r.primary) continue;
-      const std::pair<bool, int> here{r.holds_data, from->second - to->second};
-      if (here.second < 2) continue;
-      if (here > best || (here == best && out.region_id != 0 && r.region_id < out.region_id)) {
+      const int gap = from->second.regions - to->second.regions;
+      if (gap < 2) continue;
+      const std::pair<int, int> here{tier(r, from->second, to->second), gap};
+      if (here.first == 0) continue;
+      if (here > best || (here == best && r.region_id < out.region_id)) {
         best = here;
         out = HandOffChoice{r.region_id, t};
       }

@@ -61,9 +61,12 @@ struct HandOffChoice {
 
 // The region to hand over, if any: counting the regions each of `nodes` (the members that form
 // the cluster) is the primary of, one of a node that serves at least two more than one of its
-// takers, to that taker; a region that holds data before one that does not, then the largest
-// gap, then the lowest region id. Regions of other nodes (late ones) and takers outside `nodes`
-// are left alone.
+// takers, to that taker. Never a region that holds data to a node that serves as many regions
+// holding data (the counts would even out by moving the data away from where it was spread);
+// first a region that holds data to a node that serves at least two fewer such regions, then a
+// region without data, then one that holds data to a node that serves one fewer; within that,
+// the largest gap, then the lowest region id. Regions of other nodes (late ones) and takers
+// outside `nodes` are left alone.
 HandOffChoice ChooseHandOff(const std::vector<uint32_t>& nodes,
                             const std::vector<ServedRegion>& regions);
 

@@ -123,4 +123,45 @@ TEST_CASE("balancing hands a region to a backup two regions behind, data first",
   CHECK(c.to == 1);
 }
 
+TEST_CASE("balancing never moves data to a node that serves as much of it", "[placement]") {
+  // Node 0 serves 3 regions (one with data), node 1 one (with data): the data region stays, an
+  // empty one goes.
+  HandOffChoice c = ChooseHandOff(
+      {0, 1}, {{1, 0, true, {1}}, {2, 0, false, {1}}, {3, 0, false, {1}}, {4, 1, true, {0}}});
+  CHECK(c.region_id == 2);
+  CHECK(c.to == 1);
+  // Only the data region could go: nothing moves.
+  CHECK(ChooseHandOff({0, 1},
+                      {{1, 0, true, {1}}, {2, 0, false, {}}, {3, 0, false, {}}, {4, 1, true, {0}}})
+            .region_id == 0);
+  // A node that restarted brings empty regions and takes its old ones' data nowhere: node 1
+  // serves 4 regions (2 with data), node 0 one (with data). An empty one moves to node 0, not the
+  // data (which would leave node 0 with 2 data regions and node 1 with 1).
+  c = ChooseHandOff({0, 1}, {{1, 0, true, {1}},
+                             {2, 1, true, {0}},
+                             {3, 1, true, {0}},
+                             {4, 1, false, {0}},
+                             {5, 1, false, {0}}});
+  CHECK(c.region_id == 4);
+  CHECK(c.to == 0);
+  // With no empty region that can move, data goes to a node one data region behind.
+  c = ChooseHandOff({0, 1}, {{1, 0, true, {1}},
+                             {2, 1, true, {0}},
+                             {3, 1, true, {0}},
+                             {4, 1, false, {}},
+                             {5, 1, false, {}}});
+  CHECK(c.region_id == 2);
+  CHECK(c.to == 0);
+  // Data two regions behind comes before an empty region, whatever the gap in regions.
+  c = ChooseHandOff({0, 1, 2}, {{1, 0, true, {2}},
+                                {2, 0, true, {2}},
+                                {3, 0, false, {1}},
+                                {4, 0, false, {1}},
+                                {5, 0, false, {1}},
+                                {6, 2, false, {0}},
+                                {7, 2, false, {0}}});
+  CHECK(c.region_id == 1);
+  CHECK(c.to == 2);
+}
+
 }  // namespace farm

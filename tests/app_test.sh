@@ -2,8 +2,9 @@
 # Cluster applications as a user runs them: examples/hello (built with farm_app, linking only
 # //:farm) launched by tools/cluster on 3 real node processes, for each provider. Every node must
 # call every node and read every other node's greeting with a one-sided READ; the cluster must
-# report 3/3 nodes succeeded and leave no process behind. A failing application makes the
-# cluster fail with the node's error; bad flags to an application binary are refused.
+# report 3/3 nodes succeeded, end without evicting a node or moving a region, and leave no
+# process behind. A failing application makes the cluster fail with the node's error; bad flags
+# to an application binary are refused.
 source "$(dirname "$0")/lib.sh"
 CLUSTER=$(bin cluster) || exit 1
 HELLO=${TEST_SRCDIR:-/nonexistent}/${TEST_WORKSPACE:-farm}/examples/hello
@@ -40,6 +41,10 @@ for provider in "${providers[@]}"; do
   if grep -q "was evicted" "$TMP/hello.out" "$TMP/hello.err"; then
     grep "was evicted" "$TMP/hello.out" "$TMP/hello.err"
     fail "a node was evicted at the application's end on $provider"
+  fi
+  # ... and the members leave with their regions: no backup is promoted, no region is lost.
+  if grep -E "is now served by node|is lost|lost a backup" "$TMP/hello.out" "$TMP/hello.err"; then
+    fail "the application's end moved or lost regions on $provider"
   fi
   expect_no_process "$HELLO --config"
 done

@@ -157,6 +157,39 @@ int64_t ReadWhenReadable(Worker& w, GlobalAddress a) {
   }
 }
 
+// What one client thread's transactions ended in: committed, or failed with an error (committed
+// or not: the client cannot know), and the first such error.
+struct Outcomes {
+  int64_t ok = 0, unknown = 0;
+  std::string first_error;
+  void Add(const absl::Status& s) {
+    if (s.ok()) {
+      ++ok;
+      return;
+    }
+    ++unknown;
+    if (first_error.empty()) first_error = s.ToString();
+  }
+};
+
+// Moves 1 from the int64_t at `from` to the one at `to` and counts the transfer in the int64_t at
+// `counter`, in one transaction run by `w`: the counter ends between the transfers that
+// committed and those plus the ones that failed.
+absl::Status CountedTransfer(Worker& w, GlobalAddress from, GlobalAddress to,
+                             GlobalAddress counter) {
+  return w.Run([&](Txn& t) -> absl::Status {
+    absl::StatusOr<int64_t> a = t.Get<int64_t>(from);
+    absl::StatusOr<int64_t> b = t.Get<int64_t>(to);
+    absl::StatusOr<int64_t> c = t.Get<int64_t>(counter);
+    if (!a.ok()) return a.status();
+    if (!b.ok()) return b.status();
+    if (!c.ok()) return c.status();
+    if (absl::Status s = t.Put(from, *a - 1); !s.ok()) return s;
+    if (absl::Status s = t.Put(to, *b + 1); !s.ok()) return s;
+    return t.Put(counter, *c + 1);
+  });
+}
+
 }  // namespace
 
 TEST_CASE("with f = 1 every backup copy ends equal to its primary", "[replication]") {
@@ -328,31 +361,14 @@ TEST_CASE("with f = 1 an evicted node's regions are served by their backups", "[
 
   std::unique_ptr<Worker> workers[2] = {NewWorker(*rts[0]), NewWorker(*rts[2])};
   std::atomic<int> started{0};
-  int64_t ok[2] = {0, 0}, unknown[2] = {0, 0};
-  std::string first_error[2];
+  Outcomes out[2];
   std::vector<std::thread> threads;
   for (int k = 0; k < 2; ++k) {
     threads.emplace_back([&, k] {
       std::mt19937 rng(7 + k);
       for (int i = 0; i < 150; ++i) {
         const int from = rng() % kAccounts, to = (from + 1 + rng() % (kAccounts - 1)) % kAccounts;
-        absl::Status s = workers[k]->Run([&](Txn& t) -> absl::Status {
-          absl::StatusOr<int64_t> a = t.Get<int64_t>(accounts[from]);
-          absl::StatusOr<int64_t> b = t.Get<int64_t>(accounts[to]);
-          absl::StatusOr<int64_t> c = t.Get<int64_t>(counters[k]);
-          if (!a.ok()) return a.status();
-          if (!b.ok()) return b.status();
-          if (!c.ok()) return c.status();
-          if (absl::Status s = t.Put(accounts[from], *a - 1); !s.ok()) return s;
-          if (absl::Status s = t.Put(accounts[to], *b + 1); !s.ok()) return s;
-          return t.Put(counters[k], *c + 1);
-        });
-        if (s.ok()) {
-          ++ok[k];
-        } else {
-          ++unknown[k];
-          if (first_error[k].empty()) first_error[k] = s.ToString();
-        }
+        out[k].Add(CountedTransfer(*workers[k], accounts[from], accounts[to], counters[k]));
         if (i == 40) started.fetch_add(1);
       }
     });
@@ -360,7 +376,7 @@ TEST_CASE("with f = 1 an evicted node's regions are served by their backups", "[
   while (started.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   Evict(rts, 1, "the test evicts it");
   for (std::thread& t : threads) t.join();
-  INFO("errors: " << first_error[0] << " / " << first_error[1]);
+  INFO("errors: " << out[0].first_error << " / " << out[1].first_error);
 
   // Node 1's regions are served by one of their backups now, under the same ids.
   for (int n : {0, 2}) {
@@ -382,11 +398,11 @@ TEST_CASE("with f = 1 an evicted node's regions are served by their backups", "[
   for (int k = 0; k < 2; ++k) {
     absl::StatusOr<int64_t> c = w0->LockFreeGet<int64_t>(counters[k]);
     REQUIRE(c.ok());
-    INFO("thread " << k << ": " << ok[k] << " committed, " << unknown[k] << " unknown");
-    CHECK(*c >= ok[k]);
-    CHECK(*c <= ok[k] + unknown[k]);
+    INFO("thread " << k << ": " << out[k].ok << " committed, " << out[k].unknown << " unknown");
+    CHECK(*c >= out[k].ok);
+    CHECK(*c <= out[k].ok + out[k].unknown);
     // Runs that failed because node 1 left are run again: no error reaches the client.
-    CHECK(unknown[k] == 0);
+    CHECK(out[k].unknown == 0);
   }
   std::string got(100, '\0');
   REQUIRE(w0->LockFreeRead(marked, got.data(), got.size()).ok());
@@ -406,7 +422,7 @@ TEST_CASE("with f = 1 an evicted node's regions are served by their backups", "[
               return t.Put(*fresh, int64_t{5});
             }).ok());
   CHECK((fresh->region != counters[0].region || fresh->offset != counters[0].offset));
-  CHECK(*w0->LockFreeGet<int64_t>(counters[0]) >= ok[0]);
+  CHECK(*w0->LockFreeGet<int64_t>(counters[0]) >= out[0].ok);
 }
 
 // Re-replication (txn/resync.h): node 2 is evicted while transfers run on node 0. Its regions
@@ -1052,8 +1068,7 @@ TEST_CASE("a region handed over to its backup and back keeps every committed wri
 
   // Transfers among the accounts, each counted in its thread's counter, on every node.
   std::unique_ptr<Worker> workers[3] = {NewWorker(*rts[0]), NewWorker(*rts[1]), NewWorker(*rts[2])};
-  int64_t ok[3] = {0, 0, 0}, unknown[3] = {0, 0, 0};
-  std::string first_error[3];
+  Outcomes out[3];
   auto transfers = [&](int rounds, const std::function<void()>& meanwhile) {
     std::atomic<int> started{0};
     std::vector<std::thread> threads;
@@ -1064,23 +1079,7 @@ TEST_CASE("a region handed over to its backup and back keeps every committed wri
         for (int i = 0; i < rounds; ++i) {
           const int from = rng() % kAccounts;
           const int to = (from + 1 + rng() % (kAccounts - 1)) % kAccounts;
-          absl::Status s = workers[k]->Run([&](Txn& t) -> absl::Status {
-            absl::StatusOr<int64_t> a = t.Get<int64_t>(accounts[from]);
-            absl::StatusOr<int64_t> b = t.Get<int64_t>(accounts[to]);
-            absl::StatusOr<int64_t> c = t.Get<int64_t>(counters[k]);
-            if (!a.ok()) return a.status();
-            if (!b.ok()) return b.status();
-            if (!c.ok()) return c.status();
-            if (absl::Status s = t.Put(accounts[from], *a - 1); !s.ok()) return s;
-            if (absl::Status s = t.Put(accounts[to], *b + 1); !s.ok()) return s;
-            return t.Put(counters[k], *c + 1);
-          });
-          if (s.ok()) {
-            ++ok[k];
-          } else {
-            ++unknown[k];
-            if (first_error[k].empty()) first_error[k] = s.ToString();
-          }
+          out[k].Add(CountedTransfer(*workers[k], accounts[from], accounts[to], counters[k]));
           if (i == rounds / 4) started.fetch_add(1);
         }
       });
@@ -1094,16 +1093,17 @@ TEST_CASE("a region handed over to its backup and back keeps every committed wri
   // What every reader sees, and (once truncated) the backup copy on `backup` equal to the
   // primary's memory on `primary`, object for object.
   auto check = [&](int reader, uint32_t primary, int backup) {
-    INFO("errors: " << first_error[0] << " / " << first_error[1] << " / " << first_error[2]);
+    INFO("errors: " << out[0].first_error << " / " << out[1].first_error << " / "
+                    << out[2].first_error);
     Worker& w = *workers[reader];
     int64_t total = 0;
     for (const GlobalAddress& a : accounts) total += ReadWhenReadable(w, a);
     CHECK(total == kAccounts * kInitial);
     for (int k = 0; k < 3; ++k) {
-      INFO("thread " << k << ": " << ok[k] << " committed, " << unknown[k] << " unknown");
+      INFO("thread " << k << ": " << out[k].ok << " committed, " << out[k].unknown << " unknown");
       const int64_t c = ReadWhenReadable(w, counters[k]);
-      CHECK(c >= ok[k]);
-      CHECK(c <= ok[k] + unknown[k]);
+      CHECK(c >= out[k].ok);
+      CHECK(c <= out[k].ok + out[k].unknown);
     }
     std::string got(100, '\0');
     REQUIRE(w.LockFreeRead(marked, got.data(), got.size()).ok());
@@ -1126,7 +1126,7 @@ TEST_CASE("a region handed over to its backup and back keeps every committed wri
 
   // Away to the backup, while transfers run.
   transfers(120, [&] { hand_over(other); });
-  for (int k = 0; k < 3; ++k) CHECK(unknown[k] == 0);  // the drain's refusals were retried
+  for (int k = 0; k < 3; ++k) CHECK(out[k].unknown == 0);  // the drain's refusals were retried
   check(0, other, 1);
   // The region takes allocations at its new primary.
   absl::StatusOr<GlobalAddress> fresh;
@@ -1141,7 +1141,7 @@ TEST_CASE("a region handed over to its backup and back keeps every committed wri
 
   // And back to node 1, whose memory of it was the backup copy meanwhile.
   transfers(120, [&] { hand_over(1); });
-  for (int k = 0; k < 3; ++k) CHECK(unknown[k] == 0);
+  for (int k = 0; k < 3; ++k) CHECK(out[k].unknown == 0);
   check(2, 1, static_cast<int>(other));
   CHECK(ReadWhenReadable(*workers[0], *fresh) == 5);
 
