@@ -395,12 +395,13 @@ TEST_CASE("a region marked for hand-off moves once drained, and stays if its tar
   std::unique_ptr<ConfigurationManager> n[3] = {Client(c), Client(c), Client(c)};
   std::mutex mu;
   std::vector<control::Membership> seen[3];
-  std::pair<uint32_t, uint32_t> wanted{0, 0};  // guarded by mu: the next hand-off balancing picks
+  std::pair<uint32_t, uint32_t> wanted{0, 0};  // guarded by mu: the hand-off balancing picks
   SyncPoint* sp = SyncPoint::GetInstance();
   sp->SetCallBack("CmServer::Rebalance", [&](void* arg) {
     std::lock_guard<std::mutex> l(mu);
+    // Offered on every quiet tick until the test sees it marked: a tick that runs before the
+    // CM has read the backup copies' reports cannot mark it yet, and must not use it up.
     *static_cast<std::pair<uint32_t, uint32_t>*>(arg) = wanted;
-    wanted = {0, 0};
   });
   sp->EnableProcessing();
   struct Cleanup {
@@ -458,6 +459,10 @@ TEST_CASE("a region marked for hand-off moves once drained, and stays if its tar
     }
     return false;
   });
+  {
+    std::lock_guard<std::mutex> l(mu);
+    wanted = {0, 0};
+  }
   REQUIRE(marked.has_value());
   const control::RegionInfo* r = nullptr;
   for (const control::RegionInfo& x : marked->regions()) {
