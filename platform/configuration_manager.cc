@@ -825,11 +825,13 @@ class CmServerImpl : public CmServer {
         if (r.region_id() != region_id || !IsSyncing(r, node)) continue;
         auto* syncing = r.mutable_syncing_backup();
         syncing->erase(std::remove(syncing->begin(), syncing->end(), node), syncing->end());
-        spdlog::info("CM: node {} holds a full copy of region {} (of node {}) now", node, region_id,
+        spdlog::warn("CM: node {} holds a full copy of region {} (of node {}) now", node, region_id,
                      id);
         return true;
       }
     }
+    spdlog::debug("CM: node {} reports a full copy of region {}, not listed as syncing (again)",
+                  node, region_id);
     return false;
   }
 

@@ -343,7 +343,8 @@ class Node {
   // it stays corrupt), so that every node agrees it is gone. Returns at once.
   void ReportSuspect(uint32_t node, const std::string& reason);
   // Tells the CM that this node's backup copy of `region_id`, listed as syncing, is complete
-  // (ConfigurationManager::ReportBackupSynced).
+  // (ConfigurationManager::ReportBackupSynced; best effort: txn::Resync says it again until the
+  // membership no longer lists the copy as syncing).
   void ReportBackupSynced(uint32_t region_id);
   // Tells the CM that this node, the primary of data region `region_id` that the membership
   // marks handing_off, holds nothing locked in it any more (ConfigurationManager::

@@ -1,12 +1,15 @@
 #include "txn/resync.h"
 
 #include <algorithm>
+#include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 #include "txn/allocator.h"
+#include "txn/object.h"
 #include "txn/protocol.h"
 
 namespace farm {
@@ -17,6 +20,30 @@ namespace {
 constexpr absl::Duration kCallTimeout = absl::Seconds(5);
 // Pause before a copy that failed is tried again, and between rounds of slots read again.
 constexpr absl::Duration kRetryPause = absl::Milliseconds(20);
+// How often a copy complete is reported again while the membership still lists it as syncing
+// (a report is best effort: one sent while the CM changes is lost, and a quiet cluster publishes
+// no next membership that would have it said again).
+constexpr absl::Duration kReportAgain = absl::Seconds(1);
+// How long a copy may wait for one step (a RESYNC answer, a slot's commit to finish) before it
+// says so, and then again each time as long.
+constexpr absl::Duration kStallWarning = absl::Seconds(5);
+
+// Why a slot copy must be read again (BackupLog::InstallCopied's kRetry), for the stall warning.
+std::string WhyRetry(const char* copy, uint64_t slot) {
+  uint64_t word, size;
+  std::memcpy(&word, copy, 8);
+  std::memcpy(&size, copy + 16, 8);
+  if (IsLocked(word)) {
+    return absl::StrCat("locked at version ", VersionOf(word), " (a commit holds it)");
+  }
+  if (size > kMaxObjectSize || ObjectSpan(size) > slot) {
+    return absl::StrCat("version ", VersionOf(word), " has a size word of ", size,
+                        ", more than its slot of ", slot, " bytes holds");
+  }
+  ObjectView view;
+  return absl::StrCat("version ", VersionOf(word), " of ", size, " bytes reads as ",
+                      ObjectStateName(DecodeObject(copy, size, &view)));
+}
 
 bool Lists(const google::protobuf::RepeatedField<uint32_t>& nodes, uint32_t id) {
   return std::find(nodes.begin(), nodes.end(), id) != nodes.end();
@@ -97,6 +124,9 @@ void Resync::Loop() {
       });
       if (stopping_) return;
       report.swap(report_);
+      const absl::Time now = absl::Now();
+      if (now >= report_again_at_) report.insert(copied_.begin(), copied_.end());
+      if (!report.empty()) report_again_at_ = now + kReportAgain;
       for (const auto& [region, j] : wanted_) {
         if (copied_.count(region)) continue;
         job = j;
@@ -115,6 +145,7 @@ void Resync::Loop() {
           copied_.insert(job.region);
           ++regions_copied_;
         }
+        report_again_at_ = absl::Now() + kReportAgain;
       }
       spdlog::warn("txn: node {} copied region {} from node {} ({}): its backup copy is complete",
                    node_->id(), job.region, job.primary, absl::FormatDuration(absl::Now() - start));
@@ -122,8 +153,17 @@ void Resync::Loop() {
       continue;
     }
     if (absl::IsAborted(s)) continue;  // the membership moved on: the next job says what to do
-    spdlog::info("txn: node {}: copying region {} from node {} failed ({}); trying again",
-                 node_->id(), job.region, job.primary, std::string(s.message()));
+    // Said once per job, then only after kStallWarning without a success.
+    const absl::Time now = absl::Now();
+    const bool say =
+        job.region != failed_region_ || job.primary != failed_primary_ || now >= failed_warn_at_;
+    if (say) {
+      spdlog::warn("txn: node {}: copying region {} from node {} failed ({}); trying again",
+                   node_->id(), job.region, job.primary, std::string(s.message()));
+      failed_region_ = job.region;
+      failed_primary_ = job.primary;
+      failed_warn_at_ = now + kStallWarning;
+    }
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait_for(l, absl::ToChronoMilliseconds(kRetryPause), [&] { return stopping_; });
   }
@@ -132,6 +172,8 @@ void Resync::Loop() {
 absl::Status Resync::FetchLayout(const Job& job, RegionLayout* layout) {
   *layout = RegionLayout{};
   uint64_t blocks = 1;
+  absl::Time waiting_since = absl::Now();
+  absl::Time warn_at = waiting_since + kStallWarning;
   for (uint64_t first = 0; first < blocks;) {
     if (!StillWanted(job)) return absl::AbortedError("the membership moved on");
     ResyncRequest req{job.region, job.epoch, first, options_.layout_blocks};
@@ -140,11 +182,21 @@ absl::Status Resync::FetchLayout(const Job& job, RegionLayout* layout) {
     if (!r.ok()) {
       // Not yet at the epoch, or fenced, or recovering: ask again shortly.
       if (absl::IsUnavailable(r.status()) || absl::IsAborted(r.status())) {
+        if (absl::Now() >= warn_at) {
+          spdlog::warn(
+              "txn: node {}: node {} has not answered RESYNC of region {} (membership epoch {}) "
+              "for {}: {}; asking again",
+              node_->id(), job.primary, job.region, job.epoch,
+              absl::FormatDuration(absl::Now() - waiting_since), std::string(r.status().message()));
+          warn_at = absl::Now() + kStallWarning;
+        }
         absl::SleepFor(absl::Milliseconds(5));
         continue;
       }
       return r.status();
     }
+    waiting_since = absl::Now();
+    warn_at = waiting_since + kStallWarning;
     absl::StatusOr<ResyncAnswer> a = DecodeResyncAnswer(*r);
     if (!a.ok()) return a.status();
     if (a->block_size == 0 || a->blocks == 0 || a->block_class.empty() ||
@@ -232,16 +284,32 @@ absl::Status Resync::Copy(const Job& job) {
     absl::SleepFor(options_.pause);
   }
   // Slots whose commit was under way: read until it finished (applied or aborted).
+  const absl::Time again_since = absl::Now();
+  absl::Time warn_at = again_since + kStallWarning;
   while (!again.empty()) {
     if (!StillWanted(job)) return absl::AbortedError("the membership moved on");
     std::vector<std::pair<uint64_t, uint64_t>> still;
+    std::string first_why;
     for (const auto& [offset, slot] : again) {
       if (absl::Status s = ReadInto(job, offset, slot); !s.ok()) return s;
       const BackupLog::SlotCopy r = log_->InstallCopied(job.region, offset, buffer_->data(), slot);
       if (r == BackupLog::SlotCopy::kNoCopy) {
         return absl::AbortedError("this node holds no copy of the region any more");
       }
-      if (r == BackupLog::SlotCopy::kRetry) still.emplace_back(offset, slot);
+      if (r == BackupLog::SlotCopy::kRetry) {
+        if (still.empty() && absl::Now() >= warn_at) {
+          first_why = absl::StrCat("offset ", offset, ": ", WhyRetry(buffer_->data(), slot));
+        }
+        still.emplace_back(offset, slot);
+      }
+    }
+    if (!first_why.empty()) {
+      spdlog::warn(
+          "txn: node {}: copying region {} from node {}: {} slot(s) still cannot be copied "
+          "after {} (the first, {}); reading them again",
+          node_->id(), job.region, job.primary, still.size(),
+          absl::FormatDuration(absl::Now() - again_since), first_why);
+      warn_at = absl::Now() + kStallWarning;
     }
     again.swap(still);
     if (!again.empty()) absl::SleepFor(absl::Milliseconds(1));

@@ -13,8 +13,9 @@
 //      truncation, so copied slots and records may arrive in any order). A slot that is locked
 //      (its commit has not finished) or torn (the READ overlapped a write) is read again until
 //      it is neither: its commit applied, or aborted.
-//   3. Reports the copy complete (Node::ReportBackupSynced); the CM then lists this node as a
-//      backup like the others, one that may be promoted.
+//   3. Reports the copy complete (Node::ReportBackupSynced), and again every second while the
+//      membership still lists the copy as syncing (a report is best effort); the CM then lists
+//      this node as a backup like the others, one that may be promoted.
 // A copy under way starts again if the region's primary changes (a promotion); it is dropped if
 // the membership no longer lists this node as the region's syncing backup.
 //
@@ -107,7 +108,12 @@ class Resync {
   std::map<uint32_t, Job> wanted_;  // by region: the current membership's syncing regions
   std::set<uint32_t> copied_;       // of those, the ones copied (reported)
   std::set<uint32_t> report_;       // copied regions to report (again) to the CM
+  absl::Time report_again_at_;      // when copied_ is reported again (Loop)
   uint64_t regions_copied_ = 0;
+  // The copier thread's own: the last copy that failed, and when it may be said again.
+  uint32_t failed_region_ = UINT32_MAX;
+  uint32_t failed_primary_ = UINT32_MAX;
+  absl::Time failed_warn_at_;
   std::thread thread_;
 };
 
