@@ -91,8 +91,8 @@ void Resync::OnMembership(const control::Membership& m) {
     } else {
       copied_.erase(region);  // a new job, or a copy under way that starts again
     }
-    // Still listed although copied: the report was lost or is in flight; say it again.
-    if (copied_.count(region)) report_.insert(region);
+    // Still listed although copied: the report was lost or is in flight; say it again now.
+    if (copied_.count(region)) report_again_at_ = absl::InfinitePast();
   }
   for (auto it = copied_.begin(); it != copied_.end();) {
     it = now.count(*it) ? std::next(it) : copied_.erase(it);
@@ -116,17 +116,18 @@ void Resync::Loop() {
     {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait_for(l, std::chrono::milliseconds(100), [&] {
-        if (stopping_ || !report_.empty()) return true;
+        if (stopping_ || (!copied_.empty() && absl::Now() >= report_again_at_)) return true;
         for (const auto& [region, j] : wanted_) {
           if (!copied_.count(region)) return true;
         }
         return false;
       });
       if (stopping_) return;
-      report.swap(report_);
       const absl::Time now = absl::Now();
-      if (now >= report_again_at_) report.insert(copied_.begin(), copied_.end());
-      if (!report.empty()) report_again_at_ = now + kReportAgain;
+      if (!copied_.empty() && now >= report_again_at_) {
+        report = copied_;
+        report_again_at_ = now + kReportAgain;
+      }
       for (const auto& [region, j] : wanted_) {
         if (copied_.count(region)) continue;
         job = j;

@@ -107,8 +107,7 @@ class Resync {
   bool stopping_ = false;
   std::map<uint32_t, Job> wanted_;  // by region: the current membership's syncing regions
   std::set<uint32_t> copied_;       // of those, the ones copied (reported)
-  std::set<uint32_t> report_;       // copied regions to report (again) to the CM
-  absl::Time report_again_at_;      // when copied_ is reported again (Loop)
+  absl::Time report_again_at_;      // when copied_ is reported (again) to the CM
   uint64_t regions_copied_ = 0;
   // The copier thread's own: the last copy that failed, and when it may be said again.
   uint32_t failed_region_ = UINT32_MAX;
