@@ -7,7 +7,9 @@
 //   SELFCHECK_DONE {"node":1}
 // Anything else the application prints to standard output is passed through by the supervisor.
 // With --control_stdin the node reads commands from standard input, one per line: "selfcheck"
-// runs the self-check against every peer, "quit" leaves; end of input also leaves (so a node never
+// runs the self-check against every peer, "quit" leaves, "end" leaves because the whole cluster
+// stops (the supervisor says it to every node: nothing is promoted or reported lost as the members
+// go, and the configuration manager's node leaves last); end of input also leaves (so a node never
 // outlives the supervisor that started it). Logs go to standard error.
 #include <poll.h>
 #include <signal.h>
@@ -75,7 +77,11 @@ class Events {
  public:
   Events(int signal_fd, bool control_stdin) : signal_fd_(signal_fd), stdin_(control_stdin) {}
 
-  enum Kind { kNothing, kSignal, kQuit, kSelfCheck, kStdinClosed };
+  enum Kind { kNothing, kSignal, kQuit, kEnd, kSelfCheck, kStdinClosed };
+  // Whether `k` tells the node to leave.
+  static bool Leaves(Kind k) {
+    return k == kSignal || k == kQuit || k == kEnd || k == kStdinClosed;
+  }
   // Waits up to `timeout_ms` (-1: forever) for the next event.
   Kind Next(int timeout_ms) {
     for (;;) {
@@ -110,7 +116,8 @@ class Events {
       pending_.erase(0, nl + 1);
       if (cmd == "selfcheck") return kSelfCheck;
       if (cmd == "quit") return kQuit;
-      if (!cmd.empty()) spdlog::warn("unknown command '{}' (commands: selfcheck, quit)", cmd);
+      if (cmd == "end") return kEnd;
+      if (!cmd.empty()) spdlog::warn("unknown command '{}' (commands: selfcheck, quit, end)", cmd);
     }
     return kNothing;
   }
@@ -120,6 +127,33 @@ class Events {
   std::string pending_;
   int signal_ = 0;
 };
+
+// The whole cluster stops (every member finished its application, or the supervisor said "end"):
+// the members leave with their regions, so no backup is promoted and no region is reported lost as
+// they go. The CM's node goes last (for a lease at most): a CM that stopped first would look like a
+// failed CM to the nodes still leaving ("evicted"). It waits for every other member, or with
+// `only_configured` for the nodes the configuration does not mark late (those the supervisor
+// started and told to end; a client joined in a late slot, e.g. kvsh, is not waited for). Only a
+// signal or "quit" cuts that wait short (a supervisor closes the nodes' input once it said "end").
+void LeaveWithCluster(Node& node, Events& events, bool only_configured) {
+  node.MarkClusterEnding();
+  if (!node.serves_cm()) return;
+  auto others_stay = [&node, only_configured] {
+    for (uint32_t id : node.members()) {
+      if (id == node.id()) continue;
+      if (!only_configured) return true;
+      for (const config::NodeConfig& n : node.config().node()) {
+        if (n.id() == id && !n.late()) return true;
+      }
+    }
+    return false;
+  };
+  const absl::Time until = absl::Now() + absl::Milliseconds(node.config().lease_ms());
+  while (others_stay() && node.evicted().ok() && absl::Now() < until) {
+    const Events::Kind k = events.Next(20);
+    if (k == Events::kSignal || k == Events::kQuit) break;
+  }
+}
 
 void RunSelfCheckCommand(Runtime::Impl& rt) {
   Node& node = *rt.node;
@@ -205,7 +239,7 @@ absl::Status RunApp(Runtime& rt, const App& app, Events& events, bool* stop_now)
       runner.detach();
       return node.evicted();
     }
-    if (k == Events::kSignal || k == Events::kQuit || k == Events::kStdinClosed) {
+    if (Events::Leaves(k)) {
       // The application thread may be anywhere inside the runtime: it cannot be stopped safely,
       // so the process ends here (the configuration manager sees the connection close).
       spdlog::warn("node {}: stopping during the application ({})", rt.node_id(),
@@ -286,25 +320,11 @@ int Main(const App& app) {
     }
     Emit(absl::StrFormat("APP_DONE {\"node\":%d,\"ok\":%s,\"error\":\"%s\"}", (*rt)->node_id(),
                          s.ok() ? "true" : "false", JsonEscape(s.message())));
-    if (app.wait_for_peers && !barrier->Arrive([&events] {
-          const Events::Kind k = events.Next(20);
-          return k != Events::kSignal && k != Events::kQuit && k != Events::kStdinClosed;
-        })) {
+    if (app.wait_for_peers &&
+        !barrier->Arrive([&events] { return !Events::Leaves(events.Next(20)); })) {
       exit_code = exit_code == 0 ? 1 : exit_code;
     } else if (app.wait_for_peers) {
-      // Every node finished: the cluster ends, and the members leave with their regions (no
-      // backup is promoted as they go, no region reported lost).
-      impl.node->MarkClusterEnding();
-      if (impl.node->serves_cm()) {
-        // Every node leaves now. The CM's node goes last (for a lease at most): a CM that
-        // stopped first would look like a failed CM to the nodes still leaving ("evicted").
-        const absl::Time until = absl::Now() + absl::Milliseconds(impl.node->config().lease_ms());
-        while (impl.node->members().size() > 1 && impl.node->evicted().ok() &&
-               absl::Now() < until) {
-          const Events::Kind k = events.Next(20);
-          if (k == Events::kSignal || k == Events::kQuit || k == Events::kStdinClosed) break;
-        }
-      }
+      LeaveWithCluster(*impl.node, events, /*only_configured=*/false);  // every node finished
     }
   } else {
     for (bool serving = true; serving;) {
@@ -323,6 +343,11 @@ int Main(const App& app) {
           serving = false;
           break;
         case Events::kQuit:
+          serving = false;
+          break;
+        case Events::kEnd:
+          spdlog::info("node {}: the whole cluster stops, leaving", (*rt)->node_id());
+          LeaveWithCluster(*impl.node, events, /*only_configured=*/true);
           serving = false;
           break;
         case Events::kNothing:

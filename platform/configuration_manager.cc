@@ -1099,8 +1099,8 @@ class CmServerImpl : public CmServer {
           if (msg->leave().cluster_ending() && !ending_) {
             ending_ = true;
             spdlog::info(
-                "CM: every node finished the application (node {} says): the members leave "
-                "with their regions",
+                "CM: the cluster ends (node {} says: every node finished the application, or "
+                "the cluster is being stopped): the members leave with their regions",
                 id);
           }
           break;

@@ -292,25 +292,16 @@ class Cluster {
     }
   }
 
-  // Stops every node: SIGTERM, then SIGKILL after a grace period. Removes the temp directory.
+  // Stops every node: tells each that the whole cluster stops ("end": the members leave with their
+  // regions, nothing is promoted or reported lost, the CM's node last, within a lease), then
+  // SIGTERM for those still running after that, then SIGKILL. Removes the temp directory.
   void Stop() {
     for (Child& c : children_) {
-      c.proc->CloseStdin();
-      c.proc->Kill(SIGTERM);  // a no-op for one reaped already
+      if (!c.proc->reaped()) (void)c.proc->Send("end\n");  // one that exited cannot take it
     }
-    const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    for (Child& c : children_) {
-      std::string how;
-      while (!c.proc->reaped() && !c.proc->Exited(&how)) {
-        if (absl::Now() > deadline) {
-          spdlog::warn("node {} did not stop within 5 s; killing it", c.id);
-          c.proc->Kill(SIGKILL);
-          c.proc->Stop(absl::ZeroDuration());  // reaps it
-        } else {
-          absl::SleepFor(absl::Milliseconds(10));
-        }
-      }
-    }
+    const uint32_t lease_ms = config_.lease_ms() != 0 ? config_.lease_ms() : 10000;
+    WaitStopped(absl::Milliseconds(lease_ms) + absl::Seconds(5), /*then=*/SIGTERM);
+    WaitStopped(absl::Seconds(5), /*then=*/SIGKILL);
     children_.clear();  // every one reaped: their ChildProcess closes what is left
     if (!dir_.empty()) {
       std::error_code ec;
@@ -324,6 +315,27 @@ class Cluster {
   std::string provider_opened() const { return provider_opened_; }
 
  private:
+  // Waits up to `grace` for every node to exit (reaping each), then sends `then` to those that did
+  // not (SIGKILL: also reaps them).
+  void WaitStopped(absl::Duration grace, int then) {
+    const absl::Time deadline = absl::Now() + grace;
+    for (Child& c : children_) {
+      std::string how;
+      while (!c.proc->reaped() && !c.proc->Exited(&how) && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+    }
+    for (Child& c : children_) {
+      std::string how;
+      if (c.proc->reaped() || c.proc->Exited(&how)) continue;
+      spdlog::warn("node {} did not stop within {}; sending {}", c.id, absl::FormatDuration(grace),
+                   then == SIGKILL ? "SIGKILL" : "SIGTERM");
+      c.proc->CloseStdin();
+      c.proc->Kill(then);
+      if (then == SIGKILL) c.proc->Stop(absl::ZeroDuration());  // reaps it
+    }
+  }
+
   absl::Status Spawn(const std::string& node_binary, const std::vector<std::string>& node_args,
                      uint32_t id) {
     std::vector<std::string> args;
@@ -336,8 +348,11 @@ class Cluster {
       args.push_back(a);
     }
     args.insert(args.end(), node_args.begin(), node_args.end());
-    // A node never outlives its supervisor, even one killed with SIGKILL (ChildProcess).
-    absl::StatusOr<std::unique_ptr<ChildProcess>> proc = ChildProcess::SpawnCommand(args);
+    // A node never outlives its supervisor, even one killed with SIGKILL (ChildProcess). Its own
+    // process group: a Ctrl-C reaches the supervisor only, which stops the cluster as a whole.
+    ChildProcess::Options options;
+    options.own_process_group = true;
+    absl::StatusOr<std::unique_ptr<ChildProcess>> proc = ChildProcess::SpawnCommand(args, options);
     if (!proc.ok()) return absl::UnavailableError(proc.status().message());
     children_.push_back(Child{id, std::move(*proc)});
     return absl::OkStatus();
