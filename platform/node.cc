@@ -60,6 +60,22 @@ absl::Status Node::Init() {
   const config::NodeConfig* cm_node = FindNode(cfg, cfg.cm_node_id());
   region_size_ = cfg.region_size();
   if (options_.node_id >= 0) id_ = static_cast<uint32_t>(options_.node_id);
+  if (!options_.data_dir.empty()) {
+    if (options_.node_id < 0) {
+      return absl::InvalidArgumentError(
+          "a node with a data directory needs its id (--node_id): the directory is that node's");
+    }
+    absl::StatusOr<std::unique_ptr<DataDir>> dir = DataDir::Open(options_.data_dir);
+    if (!dir.ok()) return dir.status();
+    data_dir_ = std::move(*dir);
+    if (data_dir_->Exists("manifest")) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the data directory ", options_.data_dir,
+          " holds the regions of an earlier run of a node; serving them again after a restart is "
+          "not built yet (docs/replication.md, Durability): move the directory away to start "
+          "this node empty"));
+    }
+  }
   if (rlimit lim{}; getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
     const std::string warning = MemlockWarningForBackups(cfg, self, lim.rlim_cur);
     if (!warning.empty()) spdlog::warn("{}", warning);
@@ -87,8 +103,8 @@ absl::Status Node::Init() {
   join.mutable_node()->set_provider(fabric_->provider());
   join.mutable_node()->set_pid(static_cast<uint32_t>(getpid()));
   for (uint32_t i = 0; i < cfg.region_count(); ++i) {
-    absl::StatusOr<std::unique_ptr<Region>> region =
-        Region::Allocate(region_size_, cfg.lock_memory());
+    absl::StatusOr<std::shared_ptr<Region>> region =
+        MapDataRegion(absl::StrCat("slot-", i), region_size_, cfg.lock_memory(), /*remove=*/false);
     if (!region.ok()) return region.status();
     absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
         fabric_->Register((*region)->data(), region_size_);
@@ -242,14 +258,15 @@ absl::flat_hash_map<uint32_t, Node::BackupEntry> Node::BackupCopiesFor(
       continue;
     }
     // Outside map_mu_: mapping and locking a region takes a while, and Resolve waits for it.
-    absl::StatusOr<std::unique_ptr<Region>> copy =
-        Region::Allocate(r.size(), options_.config.lock_memory());
+    const std::string file = absl::StrCat("copy-", r.region_id());
+    absl::StatusOr<std::shared_ptr<Region>> copy =
+        MapDataRegion(file, r.size(), options_.config.lock_memory(), /*remove=*/true);
     if (!copy.ok() && options_.config.lock_memory()) {
       // A copy in memory that may be paged out still keeps the region's data; one that does not
       // exist keeps nothing.
       spdlog::warn("node {}: backup copy of region {} is not locked in RAM: {}", id_, r.region_id(),
                    std::string(copy.status().message()));
-      copy = Region::Allocate(r.size(), false);
+      copy = MapDataRegion(file, r.size(), false, /*remove=*/true);
     }
     if (!copy.ok()) {
       spdlog::error("node {}: cannot hold the backup copy of region {} ({} bytes): {}", id_,
@@ -264,8 +281,8 @@ absl::flat_hash_map<uint32_t, Node::BackupEntry> Node::BackupCopiesFor(
                     std::string(mr.status().message()));
       continue;
     }
-    out.emplace(r.region_id(), BackupEntry{std::shared_ptr<Region>(std::move(*copy)),
-                                           std::shared_ptr<MemoryRegistration>(std::move(*mr))});
+    out.emplace(r.region_id(),
+                BackupEntry{std::move(*copy), std::shared_ptr<MemoryRegistration>(std::move(*mr))});
     fresh->push_back(r.region_id());
   }
   return out;
@@ -295,10 +312,51 @@ std::vector<uint32_t> Node::BackupRegions() const {
   return out;
 }
 
+absl::StatusOr<std::shared_ptr<Region>> Node::MapDataRegion(const std::string& name, size_t size,
+                                                            bool lock, bool remove) {
+  if (data_dir_ == nullptr) {
+    absl::StatusOr<std::unique_ptr<Region>> region = Region::Allocate(size, lock);
+    if (!region.ok()) return region.status();
+    return std::shared_ptr<Region>(std::move(*region));
+  }
+  bool created = false;
+  absl::StatusOr<std::unique_ptr<Region>> region = data_dir_->MapRegion(name, size, lock, &created);
+  if (!region.ok()) return region.status();
+  // A file left by an earlier process that wrote no manifest (it died before its first
+  // membership) or by a copy that was dropped holds nothing of this one's.
+  if (!created) std::memset((*region)->data(), 0, size);
+  if (!remove) return std::shared_ptr<Region>(std::move(*region));
+  return std::shared_ptr<Region>(region->release(), [dir = data_dir_, name](Region* r) {
+    delete r;
+    if (absl::Status s = dir->RemoveFile(name); !s.ok()) {
+      spdlog::warn("cannot remove a dropped copy's file: {}", std::string(s.message()));
+    }
+  });
+}
+
+void Node::WriteManifest(const control::Membership& m) {
+  if (data_dir_ == nullptr) return;
+  std::lock_guard<std::mutex> l(manifest_mu_);
+  if (m.epoch() <= manifest_epoch_) return;
+  control::DataManifest manifest;
+  manifest.set_node_id(id_);
+  manifest.set_cluster_name(options_.config.cluster_name());
+  manifest.set_config_fingerprint(Fingerprint(options_.config));
+  *manifest.mutable_membership() = m;
+  if (absl::Status s = data_dir_->WriteFile("manifest", manifest.SerializeAsString()); !s.ok()) {
+    // The regions stay correct in memory; what fails is only their description on disk.
+    spdlog::error("node {}: cannot record membership {} in the data directory: {}", id_, m.epoch(),
+                  std::string(s.message()));
+    return;
+  }
+  manifest_epoch_ = m.epoch();
+}
+
 absl::Status Node::ApplyMembership(const control::Membership& m) {
   std::vector<uint32_t> fresh;
   absl::flat_hash_map<uint32_t, BackupEntry> backups = BackupCopiesFor(m, &fresh);
   absl::Status s = InstallMembership(m, std::move(backups));
+  if (s.ok()) WriteManifest(m);
   if (!s.ok() || cm_ == nullptr || fresh.empty()) return s;
   // The copies made for `m` as installed (none if a newer membership was installed first), under
   // one look at the map, then reported outside it.

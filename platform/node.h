@@ -48,6 +48,7 @@
 #include "platform/config.pb.h"
 #include "platform/configuration_manager.h"
 #include "platform/control.pb.h"
+#include "platform/data_dir.h"
 #include "platform/fabric.h"
 #include "platform/global_address.h"
 #include "platform/mutex.h"
@@ -77,6 +78,12 @@ struct NodeOptions {
   std::vector<AreaRequest> areas;
   // How long to wait for the cluster to form; default: config.join_timeout_s plus a margin.
   absl::Duration join_timeout = absl::ZeroDuration();
+  // A directory of this node's own (platform/data_dir.h) in which its data regions and the
+  // copies of other nodes' regions it holds are files mapped as shared memory, so that they
+  // outlive the process, with a manifest (control.DataManifest) of which region each file holds,
+  // rewritten at every membership. Empty: anonymous memory. Serving a directory's regions again
+  // after a restart is not built yet: a directory that holds a manifest is refused.
+  std::string data_dir;
 };
 
 // A member that forms the cluster holds backup copies when f > 0 (f of every region on average,
@@ -388,14 +395,24 @@ class Node {
   void EvictLocked(const std::string& reason);  // listeners_mu_ held
   // Local memory of one of this node's regions or areas, or null.
   char* LocalBase(const control::RegionInfo& r) const;
+  // `size` zeroed bytes for a data region or a copy of one: file `name` of the data directory
+  // (removed when the region is destroyed, with `remove`), else anonymous memory.
+  absl::StatusOr<std::shared_ptr<Region>> MapDataRegion(const std::string& name, size_t size,
+                                                        bool lock, bool remove);
+  // Rewrites the data directory's manifest for membership `m` (with data_dir; after it was
+  // installed), unless a later one was written already.
+  void WriteManifest(const control::Membership& m);
   absl::Status Access(bool is_read, GlobalAddress addr, char* buf, size_t len,
                       absl::Duration timeout);
 
   NodeOptions options_;
   uint32_t id_ = 0;
   uint64_t region_size_ = 0;
+  std::shared_ptr<DataDir> data_dir_;  // with options_.data_dir
+  std::mutex manifest_mu_;             // std::mutex: ThreadSanitizer sees it
+  uint64_t manifest_epoch_ = 0;        // guarded by manifest_mu_: the membership last written
   std::unique_ptr<Fabric> fabric_;
-  std::vector<std::unique_ptr<Region>> regions_;  // data regions
+  std::vector<std::shared_ptr<Region>> regions_;  // data regions
   std::vector<std::pair<std::string, std::unique_ptr<Region>>> areas_;
   std::vector<std::unique_ptr<MemoryRegistration>> registrations_;
   std::unique_ptr<CmServer> cm_server_;

@@ -5,8 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -43,16 +47,19 @@ config::ClusterConfig ThreeNodes(const std::string& provider = testing::AnyProvi
   return *c;
 }
 
+// With `data_root`, node i keeps its regions in the data directory <data_root>/node-<i>.
 std::vector<std::unique_ptr<Node>> StartCluster(const config::ClusterConfig& c,
-                                                std::vector<AreaRequest> areas = {}) {
+                                                std::vector<AreaRequest> areas = {},
+                                                const std::string& data_root = "") {
   std::vector<std::future<absl::StatusOr<std::unique_ptr<Node>>>> starting;
   for (int i = 0; i < 3; ++i) {
-    starting.push_back(std::async(std::launch::async, [&c, i, areas] {
+    starting.push_back(std::async(std::launch::async, [&c, i, areas, data_root] {
       NodeOptions o;
       o.areas = areas;
       o.config = c;
       o.node_id = i;
       o.fill_pattern = true;
+      if (!data_root.empty()) o.data_dir = absl::StrCat(data_root, "/node-", i);
       return Node::Start(o);
     }));
   }
@@ -453,6 +460,75 @@ ReadInFlight StartReadInFlight(const std::string& provider, uint64_t offset, siz
   REQUIRE(absl::IsDeadlineExceeded(s));
   REQUIRE(r.batch->outstanding() == 1);
   return r;
+}
+
+// The whole contents of file `path`.
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST_CASE("a node with a data directory keeps its regions and copies in files", "[node]") {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string root =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/node_test-data-", getpid());
+  std::filesystem::remove_all(root);
+  const config::ClusterConfig c = ThreeNodes(testing::AnyProvider(), 1);
+  {
+    auto nodes = StartCluster(c, {}, root);
+    for (auto& n : nodes) {
+      const std::string dir = absl::StrCat(root, "/node-", n->id());
+      INFO("node " << n->id());
+      // Its data regions are the files: what the node holds (the self-check pattern) is there.
+      for (uint32_t i = 0; i < 2; ++i) {
+        const std::string bytes = FileBytes(absl::StrCat(dir, "/slot-", i));
+        REQUIRE(bytes.size() == c.region_size());
+        for (uint64_t off : {uint64_t{0}, uint64_t{4097}, c.region_size() - 1}) {
+          CHECK(bytes[off] == SelfCheckPattern(n->id(), i, off));
+        }
+      }
+      // The manifest says which region each file holds, as of the membership applied last.
+      control::DataManifest manifest;
+      REQUIRE(manifest.ParseFromString(FileBytes(dir + "/manifest")));
+      CHECK(manifest.node_id() == n->id());
+      CHECK(manifest.config_fingerprint() == Fingerprint(c));
+      CHECK_FALSE(manifest.clean());
+      const control::Membership m = n->membership();
+      CHECK(manifest.membership().epoch() == m.epoch());
+      CHECK(manifest.membership().regions_size() == m.regions_size());
+      // A copy of each region it backs up, written where the node's copy is.
+      for (uint32_t region : n->BackupRegions()) {
+        const std::string file = absl::StrCat(dir, "/copy-", region);
+        REQUIRE(std::filesystem::exists(file));
+        std::shared_ptr<Region> copy = n->BackupCopy(region);
+        REQUIRE(copy != nullptr);
+        CHECK(copy->file_backed());
+        std::memcpy(copy->data() + 100, "copy", 4);
+        CHECK(FileBytes(file).substr(100, 4) == "copy");
+      }
+      CHECK(n->BackupRegions().size() == 2);
+    }
+    // A second process (or node) on a directory in use is refused.
+    NodeOptions o;
+    o.config = c;
+    o.node_id = 1;
+    o.data_dir = root + "/node-1";
+    absl::StatusOr<std::unique_ptr<Node>> twin = Node::Start(o);
+    REQUIRE(absl::IsFailedPrecondition(twin.status()));
+    CHECK_THAT(std::string(twin.status().message()), Catch::Contains("is in use by process"));
+  }
+  // Started again on its directory: serving the regions again is not built yet, and says so
+  // rather than starting empty over them.
+  NodeOptions o;
+  o.config = c;
+  o.node_id = 0;
+  o.data_dir = root + "/node-0";
+  absl::StatusOr<std::unique_ptr<Node>> again = Node::Start(o);
+  REQUIRE(absl::IsFailedPrecondition(again.status()));
+  CHECK_THAT(std::string(again.status().message()), Catch::Contains("not built yet"));
+  o.node_id = -1;
+  CHECK(absl::IsInvalidArgument(Node::Start(o).status()));  // a directory is one node's
+  std::filesystem::remove_all(root);
 }
 
 TEST_CASE("a READ in flight to a node that is evicted ends when the membership without it arrives",

@@ -1,0 +1,220 @@
+#include "platform/data_dir.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace farm {
+namespace {
+
+std::string Errno(int err) { return std::strerror(err); }
+
+absl::Status FromErrno(int err, const std::string& what) {
+  const std::string message = absl::StrCat(what, ": ", Errno(err));
+  if (err == EACCES || err == EPERM || err == EROFS) return absl::PermissionDeniedError(message);
+  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+
+// Writes all of `bytes` at the file's current offset.
+bool WriteAll(int fd, absl::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status CheckDataFileName(absl::string_view name) {
+  bool ok = !name.empty() && name.size() <= 100 && name[0] != '.';
+  for (char c : name)
+    ok &= absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", name, "' is not a data file name (1 to 100 of [A-Za-z0-9._-], no leading dot)"));
+}
+
+absl::StatusOr<std::unique_ptr<DataDir>> DataDir::Open(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("the data directory's path is empty");
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_directory(path, ec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the data directory ", path, " is not a directory"));
+  }
+  std::filesystem::create_directories(path, ec);
+  if (ec && !std::filesystem::is_directory(path)) {
+    return FromErrno(ec.value(), absl::StrCat("cannot make the data directory ", path));
+  }
+  const int dir_fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    const int err = errno;
+    if (err == ENOTDIR) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the data directory ", path, " is not a directory"));
+    }
+    return FromErrno(err, absl::StrCat("cannot open the data directory ", path));
+  }
+  const std::string lock_path = path + "/LOCK";
+  const int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) {
+    const int err = errno;
+    close(dir_fd);
+    return FromErrno(err, absl::StrCat("cannot open ", lock_path));
+  }
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = pread(lock_fd, buf, sizeof(buf) - 1, 0);
+    close(lock_fd);
+    close(dir_fd);
+    if (err == EWOULDBLOCK) {
+      std::string holder(buf, n > 0 ? static_cast<size_t>(n) : 0);
+      int pid = 0;
+      const bool named = absl::SimpleAtoi(absl::StripAsciiWhitespace(holder), &pid) && pid > 0;
+      return absl::FailedPreconditionError(
+          absl::StrCat("the data directory ", path, " is in use by ",
+                       named ? absl::StrCat("process ", pid) : std::string("another process"),
+                       ": each node needs a directory of its own"));
+    }
+    return FromErrno(err, absl::StrCat("cannot lock ", lock_path));
+  }
+  const std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(lock_fd, 0) != 0 || pwrite(lock_fd, pid.data(), pid.size(), 0) < 0) {
+    const int err = errno;
+    close(lock_fd);
+    close(dir_fd);
+    return FromErrno(err, absl::StrCat("cannot write ", lock_path));
+  }
+  return std::unique_ptr<DataDir>(new DataDir(path, dir_fd, lock_fd));
+}
+
+DataDir::~DataDir() {
+  close(lock_fd_);  // releases the lock
+  close(dir_fd_);
+}
+
+absl::Status DataDir::SyncDir() const {
+  if (fsync(dir_fd_) != 0) {
+    return FromErrno(errno, absl::StrCat("cannot sync the data directory ", path_));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Region>> DataDir::MapRegion(const std::string& name, size_t size,
+                                                           bool lock, bool* created) {
+  if (absl::Status s = CheckDataFileName(name); !s.ok()) return s;
+  if (size == 0 || size % 4096 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region size ", size, " is not a positive multiple of 4096"));
+  }
+  const std::string file = PathOf(name);
+  const int fd = open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return FromErrno(errno, absl::StrCat("cannot open ", file));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return FromErrno(err, absl::StrCat("cannot stat ", file));
+  }
+  *created = st.st_size == 0;
+  if (*created) {
+    // Reserve the disk space now: a write into a mapping whose file has no room is a SIGBUS.
+    const int err = posix_fallocate(fd, 0, static_cast<off_t>(size));
+    if (err != 0) {
+      close(fd);
+      unlink(file.c_str());
+      return FromErrno(err, absl::StrCat("cannot make ", file, " (", size, " bytes)"));
+    }
+    if (absl::Status s = SyncDir(); !s.ok()) {
+      close(fd);
+      return s;
+    }
+  } else if (static_cast<uint64_t>(st.st_size) != size) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat(file, " holds ", st.st_size, " bytes, not the region's ", size,
+                     ": the data directory was made for another configuration (region_size?)"));
+  }
+  absl::StatusOr<std::unique_ptr<Region>> region = Region::MapFile(fd, size, lock, file);
+  close(fd);  // the mapping keeps the file
+  return region;
+}
+
+absl::Status DataDir::WriteFile(const std::string& name, absl::string_view bytes) {
+  if (absl::Status s = CheckDataFileName(name); !s.ok()) return s;
+  const std::string file = PathOf(name);
+  const std::string tmp = PathOf(absl::StrCat(".", name, ".new"));
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return FromErrno(errno, absl::StrCat("cannot write ", tmp));
+  if (!WriteAll(fd, bytes) || fsync(fd) != 0) {
+    const int err = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    return FromErrno(err, absl::StrCat("cannot write ", tmp));
+  }
+  close(fd);
+  if (rename(tmp.c_str(), file.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return FromErrno(err, absl::StrCat("cannot replace ", file));
+  }
+  return SyncDir();
+}
+
+absl::StatusOr<std::string> DataDir::ReadFile(const std::string& name) const {
+  if (absl::Status s = CheckDataFileName(name); !s.ok()) return s;
+  const std::string file = PathOf(name);
+  const int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(file, " does not exist"));
+    return FromErrno(err, absl::StrCat("cannot read ", file));
+  }
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return FromErrno(err, absl::StrCat("cannot read ", file));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+absl::Status DataDir::RemoveFile(const std::string& name) {
+  if (absl::Status s = CheckDataFileName(name); !s.ok()) return s;
+  const std::string file = PathOf(name);
+  if (unlink(file.c_str()) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return FromErrno(errno, absl::StrCat("cannot remove ", file));
+  }
+  return SyncDir();
+}
+
+bool DataDir::Exists(const std::string& name) const {
+  if (!CheckDataFileName(name).ok()) return false;
+  struct stat st {};
+  return stat(PathOf(name).c_str(), &st) == 0;
+}
+
+}  // namespace farm
