@@ -474,6 +474,13 @@ TEST_CASE("a node with a data directory keeps its regions and copies in files", 
       absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/node_test-data-", getpid());
   std::filesystem::remove_all(root);
   const config::ClusterConfig c = ThreeNodes(testing::AnyProvider(), 1);
+  auto start_on_dir = [&c, &root](int id) {  // node `id` alone, on its directory
+    NodeOptions o;
+    o.config = c;
+    o.node_id = id;
+    o.data_dir = absl::StrCat(root, "/node-", id);
+    return Node::Start(o);
+  };
   {
     auto nodes = StartCluster(c, {}, root);
     for (auto& n : nodes) {
@@ -509,25 +516,19 @@ TEST_CASE("a node with a data directory keeps its regions and copies in files", 
       CHECK(n->BackupRegions().size() == 2);
     }
     // A second process (or node) on a directory in use is refused.
-    NodeOptions o;
-    o.config = c;
-    o.node_id = 1;
-    o.data_dir = root + "/node-1";
-    absl::StatusOr<std::unique_ptr<Node>> twin = Node::Start(o);
+    absl::StatusOr<std::unique_ptr<Node>> twin = start_on_dir(1);
     REQUIRE(absl::IsFailedPrecondition(twin.status()));
     CHECK_THAT(std::string(twin.status().message()), Catch::Contains("is in use by process"));
   }
   // Started again on its directory: serving the regions again is not built yet, and says so
   // rather than starting empty over them.
-  NodeOptions o;
-  o.config = c;
-  o.node_id = 0;
-  o.data_dir = root + "/node-0";
-  absl::StatusOr<std::unique_ptr<Node>> again = Node::Start(o);
+  absl::StatusOr<std::unique_ptr<Node>> again = start_on_dir(0);
   REQUIRE(absl::IsFailedPrecondition(again.status()));
   CHECK_THAT(std::string(again.status().message()), Catch::Contains("not built yet"));
-  o.node_id = -1;
-  CHECK(absl::IsInvalidArgument(Node::Start(o).status()));  // a directory is one node's
+  NodeOptions anonymous;
+  anonymous.config = c;
+  anonymous.data_dir = root + "/node-0";
+  CHECK(absl::IsInvalidArgument(Node::Start(anonymous).status()));  // a directory is one node's
   std::filesystem::remove_all(root);
 }
 
