@@ -337,7 +337,7 @@ absl::StatusOr<std::shared_ptr<Region>> Node::MapDataRegion(const std::string& n
 void Node::WriteManifest(const control::Membership& m) {
   if (data_dir_ == nullptr) return;
   std::lock_guard<std::mutex> l(manifest_mu_);
-  if (m.epoch() <= manifest_epoch_) return;
+  if (sealed_ || m.epoch() <= manifest_epoch_) return;
   control::DataManifest manifest;
   manifest.set_node_id(id_);
   manifest.set_cluster_name(options_.config.cluster_name());
@@ -350,6 +350,33 @@ void Node::WriteManifest(const control::Membership& m) {
     return;
   }
   manifest_epoch_ = m.epoch();
+}
+
+absl::Status Node::SealDataDir(const std::map<uint32_t, control::RegionLayout>& layouts) {
+  if (data_dir_ == nullptr) return absl::OkStatus();
+  std::vector<std::shared_ptr<Region>> files(regions_.begin(), regions_.end());
+  control::DataManifest manifest;
+  {
+    farm::MutexLock l(&map_mu_);
+    for (const auto& [id, e] : backups_) files.push_back(e.copy);
+    *manifest.mutable_membership() = membership_;
+  }
+  for (const std::shared_ptr<Region>& r : files) {
+    if (absl::Status s = r->Sync(0, r->size()); !s.ok()) return s;
+  }
+  manifest.set_node_id(id_);
+  manifest.set_cluster_name(options_.config.cluster_name());
+  manifest.set_config_fingerprint(Fingerprint(options_.config));
+  manifest.set_clean(true);
+  for (const auto& [region, layout] : layouts) (*manifest.mutable_layouts())[region] = layout;
+  std::lock_guard<std::mutex> l(manifest_mu_);
+  if (absl::Status s = data_dir_->WriteFile("manifest", manifest.SerializeAsString()); !s.ok()) {
+    return s;
+  }
+  sealed_ = true;
+  spdlog::info("node {}: its regions are on disk in {} (membership epoch {}, {} region(s))", id_,
+               data_dir_->path(), manifest.membership().epoch(), layouts.size());
+  return absl::OkStatus();
 }
 
 absl::Status Node::ApplyMembership(const control::Membership& m) {

@@ -35,6 +35,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -360,6 +361,11 @@ class Node {
   // Tells the CM that data region `region_id`, which this node serves, holds data now
   // (ConfigurationManager::ReportRegionInUse).
   void ReportRegionInUse(uint32_t region_id);
+  // With a data directory, at the cluster's end, once nothing changes the regions any more
+  // (txn::Engine::Quiesce): writes every region file to disk and then the manifest marked clean
+  // with `layouts` (the allocator layout of every data region the node serves), which later
+  // memberships no longer replace. OK without a data directory.
+  absl::Status SealDataDir(const std::map<uint32_t, control::RegionLayout>& layouts);
   // Every member finished the application: when this node leaves, it tells the CM that the
   // cluster ends, and the members then leave with their regions (ConfigurationManager::
   // MarkClusterEnding).
@@ -411,6 +417,7 @@ class Node {
   std::shared_ptr<DataDir> data_dir_;  // with options_.data_dir
   std::mutex manifest_mu_;             // std::mutex: ThreadSanitizer sees it
   uint64_t manifest_epoch_ = 0;        // guarded by manifest_mu_: the membership last written
+  bool sealed_ = false;                // guarded by manifest_mu_: SealDataDir wrote the last one
   std::unique_ptr<Fabric> fabric_;
   std::vector<std::shared_ptr<Region>> regions_;  // data regions
   std::vector<std::pair<std::string, std::unique_ptr<Region>>> areas_;

@@ -519,6 +519,23 @@ TEST_CASE("a node with a data directory keeps its regions and copies in files", 
     absl::StatusOr<std::unique_ptr<Node>> twin = start_on_dir(1);
     REQUIRE(absl::IsFailedPrecondition(twin.status()));
     CHECK_THAT(std::string(twin.status().message()), Catch::Contains("is in use by process"));
+
+    // Sealed at the cluster's end: the manifest says clean, with the layouts, and stays so while
+    // the others leave.
+    control::RegionLayout layout;
+    layout.set_block_size(65536);
+    layout.add_block_class(3);
+    REQUIRE(nodes[2]->SealDataDir({{7, layout}}).ok());
+    const uint64_t sealed_epoch = nodes[2]->membership().epoch();
+    nodes[0].reset();
+    nodes[1].reset();
+    REQUIRE(nodes[2]->WaitForEviction(absl::Seconds(60)));  // the CM left
+    control::DataManifest sealed;
+    REQUIRE(sealed.ParseFromString(FileBytes(root + "/node-2/manifest")));
+    CHECK(sealed.clean());
+    CHECK(sealed.membership().epoch() == sealed_epoch);
+    REQUIRE(sealed.layouts().count(7) == 1);
+    CHECK(sealed.layouts().at(7).block_class(0) == 3);
   }
   // Started again on its directory: serving the regions again is not built yet, and says so
   // rather than starting empty over them.

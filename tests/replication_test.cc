@@ -9,6 +9,8 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <future>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -197,6 +199,26 @@ absl::Status CountedTransfer(Worker& w, GlobalAddress from, GlobalAddress to,
     if (absl::Status s = t.Put(to, *b + 1); !s.ok()) return s;
     return t.Put(counter, *c + 1);
   });
+}
+
+// `accounts` int64_t objects holding `initial` and 3 counters holding 0, all on `node`, made in
+// one transaction by `w`.
+void MakeAccounts(Worker& w, uint32_t node, int accounts, int64_t initial,
+                  std::vector<GlobalAddress>* out, GlobalAddress (&counters)[3]) {
+  REQUIRE(w.Run([&](Txn& t) -> absl::Status {
+             out->clear();
+             for (int i = 0; i < accounts + 3; ++i) {
+               absl::StatusOr<GlobalAddress> a = t.Alloc(sizeof(int64_t), AllocHint::OnNode(node));
+               if (!a.ok()) return a.status();
+               if (i < accounts) {
+                 out->push_back(*a);
+               } else {
+                 counters[i - accounts] = *a;
+               }
+               if (absl::Status s = t.Put(*a, i < accounts ? initial : 0); !s.ok()) return s;
+             }
+             return absl::OkStatus();
+           }).ok());
 }
 
 }  // namespace
@@ -1053,20 +1075,7 @@ TEST_CASE("a region handed over to its backup and back keeps every committed wri
   std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
   std::vector<GlobalAddress> accounts;
   GlobalAddress counters[3];
-  REQUIRE(w0->Run([&](Txn& t) -> absl::Status {
-              accounts.clear();
-              for (int i = 0; i < kAccounts + 3; ++i) {
-                absl::StatusOr<GlobalAddress> a = t.Alloc(sizeof(int64_t), AllocHint::OnNode(1));
-                if (!a.ok()) return a.status();
-                if (i < kAccounts) {
-                  accounts.push_back(*a);
-                } else {
-                  counters[i - kAccounts] = *a;
-                }
-                if (absl::Status s = t.Put(*a, i < kAccounts ? kInitial : 0); !s.ok()) return s;
-              }
-              return absl::OkStatus();
-            }).ok());
+  MakeAccounts(*w0, 1, kAccounts, kInitial, &accounts, counters);
   const uint32_t region = accounts[0].region;
   for (const GlobalAddress& a : accounts) REQUIRE(a.region == region);  // node 1's first region
   absl::StatusOr<GlobalAddress> array = EngineOf(*rts[1]).CreateObjectArray(100, 40);
@@ -1203,6 +1212,100 @@ TEST_CASE("a region handed over to its backup and back keeps every committed wri
   transfers(120, [&] { Evict(rts, 1, "the test evicts it"); });
   check(0, other, -1);
   CHECK(ReadWhenReadable(*workers[0], *fresh) == 5);
+}
+
+TEST_CASE("at the cluster's end the nodes quiesce: nothing stays locked and no new lock is granted",
+          "[replication]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartReplicated(1);
+  constexpr int kAccounts = 12;
+  constexpr int64_t kInitial = 1000;
+  std::vector<GlobalAddress> accounts;
+  GlobalAddress counters[3];
+  std::unique_ptr<Worker> workers[3] = {NewWorker(*rts[0]), NewWorker(*rts[1]), NewWorker(*rts[2])};
+  MakeAccounts(*workers[0], 1, kAccounts, kInitial, &accounts, counters);
+
+  // Transfers on every node until the cluster refuses them.
+  Outcomes out[3];
+  std::atomic<int> done[3] = {0, 0, 0};
+  std::string refusal[3];
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 3; ++k) {
+    threads.emplace_back([&, k] {
+      std::mt19937 rng(29 + k);
+      const absl::Time until = absl::Now() + absl::Seconds(120);
+      while (absl::Now() < until) {
+        const int from = rng() % kAccounts;
+        const int to = (from + 1 + rng() % (kAccounts - 1)) % kAccounts;
+        const absl::Status s =
+            CountedTransfer(*workers[k], accounts[from], accounts[to], counters[k]);
+        out[k].Add(s);
+        done[k].fetch_add(1);
+        if (absl::IsUnavailable(s)) {
+          refusal[k] = s.ToString();
+          return;
+        }
+      }
+    });
+  }
+  for (int k = 0; k < 3; ++k) {
+    while (done[k].load() < 20) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Every node quiesces at once, while the transfers go on.
+  std::vector<std::future<absl::StatusOr<std::map<uint32_t, control::RegionLayout>>>> quiescing;
+  for (auto& rt : rts) {
+    txn::Engine* e = &EngineOf(*rt);
+    quiescing.push_back(
+        std::async(std::launch::async, [e] { return e->Quiesce(absl::Seconds(60)); }));
+  }
+  std::vector<std::map<uint32_t, control::RegionLayout>> layouts;
+  for (auto& q : quiescing) {
+    absl::StatusOr<std::map<uint32_t, control::RegionLayout>> l = q.get();
+    INFO(l.status().ToString());
+    REQUIRE(l.ok());
+    layouts.push_back(std::move(*l));
+  }
+  for (std::thread& t : threads) t.join();
+  INFO("errors: " << out[0].first_error << " / " << out[1].first_error << " / "
+                  << out[2].first_error);
+  for (int k = 0; k < 3; ++k) {
+    INFO("thread " << k << ": " << out[k].ok << " committed, " << out[k].unknown << " failed");
+    CHECK_THAT(refusal[k], Catch::Contains("the cluster is ending"));
+    CHECK(out[k].ok > 0);
+  }
+  for (size_t i = 0; i < rts.size(); ++i) {
+    txn::Engine& e = EngineOf(*rts[i]);
+    INFO("node " << i);
+    CHECK(e.participant().locked_objects() == 0);
+    CHECK(e.backup_log().recovery_locks() == 0);
+    CHECK(e.pending_arrays() == 0);
+    // A layout for every region the node serves, as its allocator has it.
+    std::vector<uint32_t> served;
+    for (const auto& [region, layout] : layouts[i]) {
+      served.push_back(region);
+      const txn::RegionLayout mine = e.allocator().LayoutOf(region);
+      CHECK(layout.block_size() == mine.block_size);
+      CHECK(std::vector<int>(layout.block_class().begin(), layout.block_class().end()) ==
+            mine.block_class);
+    }
+    CHECK(served == e.allocator().Regions());
+    CHECK(served.size() == 2);
+  }
+  // Node 1 carved a block for the accounts; the others carved nothing.
+  const control::RegionLayout& carved = layouts[1].at(accounts[0].region);
+  CHECK(std::count_if(carved.block_class().begin(), carved.block_class().end(),
+                      [](int c) { return c >= 0; }) >= 1);
+  // Quiescent: a transaction that writes is refused, and every committed transfer is there.
+  absl::Status late = CountedTransfer(*workers[2], accounts[0], accounts[1], counters[2]);
+  CHECK(absl::IsUnavailable(late));
+  CHECK_THAT(std::string(late.message()), Catch::Contains("the cluster is ending"));
+  int64_t total = 0;
+  for (const GlobalAddress& a : accounts) total += ReadWhenReadable(*workers[0], a);
+  CHECK(total == kAccounts * kInitial);
+  for (int k = 0; k < 3; ++k) {
+    const int64_t c = ReadWhenReadable(*workers[0], counters[k]);
+    CHECK(c >= out[k].ok);
+    CHECK(c <= out[k].ok + out[k].unknown);
+  }
 }
 
 }  // namespace farm

@@ -103,6 +103,14 @@ bool Allocator::Has(uint32_t region) const {
   return region_index_.contains(region);
 }
 
+std::vector<uint32_t> Allocator::Regions() const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<uint32_t> out;
+  for (const Region& r : regions_) out.push_back(r.info.id);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 void Allocator::Freeze(uint32_t region) {
   std::lock_guard<std::mutex> l(mu_);
   if (!region_index_.contains(region)) return;

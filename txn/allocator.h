@@ -84,6 +84,8 @@ class Allocator {
   absl::Status Adopt(LocalRegion region, const RegionLayout& layout);
   // Whether the region is in this allocator's heap.
   bool Has(uint32_t region) const;
+  // The regions in this allocator's heap, ascending.
+  std::vector<uint32_t> Regions() const;
   // Sets the function called with a region's id when its first block is carved (it holds data
   // from then on; primary balancing counts it), on the allocating thread, outside the
   // allocator's lock. Call before the allocator is used.

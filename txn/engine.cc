@@ -1,9 +1,12 @@
 #include "txn/engine.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "messaging/ring.h"
 #include "platform/mutant.h"
@@ -372,6 +375,46 @@ void Engine::CheckHandOffs() {
     FARM_SYNC_POINT_CALLBACK("Engine::CheckHandOffs:Ready", &region);
     node_->ReportHandOffReady(region);
   }
+}
+
+absl::StatusOr<std::map<uint32_t, control::RegionLayout>> Engine::Quiesce(absl::Duration timeout) {
+  participant_->Close();
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    std::vector<std::string> held;
+    if (size_t n = participant_->locked_objects(); n > 0) {
+      held.push_back(absl::StrCat(n, " object(s) locked by transactions not decided yet"));
+    }
+    if (size_t n = backup_log_->recovery_locks(); n > 0) {
+      held.push_back(absl::StrCat(n, " object(s) locked by a recovery"));
+    }
+    if (size_t n = unsettled(); n > 0) {
+      held.push_back(
+          absl::StrCat(n, " departed coordinator(s) whose transactions are not settled"));
+    }
+    if (size_t n = pending_arrays(); n > 0) {
+      held.push_back(absl::StrCat(n, " object array(s) not yet at their backups"));
+    }
+    if (held.empty()) break;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("node ", node_->id(), " still holds ",
+                                                      absl::StrJoin(held, ", "), " after ",
+                                                      absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  std::map<uint32_t, control::RegionLayout> layouts;
+  for (uint32_t region : allocator_->Regions()) {
+    const RegionLayout layout = allocator_->LayoutOf(region);
+    control::RegionLayout& out = layouts[region];
+    out.set_block_size(layout.block_size);
+    for (int c : layout.block_class) out.add_block_class(c);
+    for (const RegionLayout::Array& a : layout.arrays) {
+      out.add_array_begin(a.begin);
+      out.add_array_end(a.end);
+    }
+  }
+  return layouts;
 }
 
 size_t Engine::handing_off() const {

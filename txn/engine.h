@@ -145,6 +145,14 @@ class Engine {
   // Regions of this node being handed over (for tests).
   size_t handing_off() const;
 
+  // The whole cluster ends and this node keeps its regions (Node's data directory): as for a
+  // hand-off of every region it serves, no LOCK or allocation is granted from now on
+  // (Participant::Close); then waits, up to `timeout`, until no transaction holds an object
+  // locked here, no recovery lock or departed coordinator is left to settle, and every object
+  // array reached its backups. Returns the layout of every region it serves then; after it the
+  // regions change no more. DeadlineExceeded, saying what is still held, if that takes longer.
+  absl::StatusOr<std::map<uint32_t, control::RegionLayout>> Quiesce(absl::Duration timeout);
+
  private:
   Engine(Node* node, Rpc* rpc) : node_(node), rpc_(rpc) {}
   void OnMembership(const control::Membership& m);

@@ -10,6 +10,14 @@
 
 namespace farm {
 namespace txn {
+namespace {
+
+absl::Status ClusterEnding() {
+  return absl::UnavailableError(
+      "the cluster is ending: this node grants no new lock or allocation as its members leave");
+}
+
+}  // namespace
 
 bool Participant::Fenced(const TxnId& txn) const {
   auto it = fenced_before_.find(txn.node);
@@ -97,6 +105,7 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
     auto it = records_.find(TxnId{coordinator, request.txn.incarnation, seq});
     if (it != records_.end() && it->second.committed) records_.erase(it);
   }
+  if (closed_) return ClusterEnding();
   auto existing = records_.find(request.txn);
   if (existing != records_.end() && existing->second.committed) {
     return absl::FailedPreconditionError(
@@ -244,11 +253,17 @@ absl::StatusOr<GlobalAddress> Participant::Reserve(uint32_t coordinator,
     return absl::UnavailableError(
         absl::StrCat("allocation for node ", coordinator, ", which is not a member (it left)"));
   }
+  if (closed_) return ClusterEnding();
   absl::StatusOr<GlobalAddress> a = allocator_->Reserve(request.size);
   if (!a.ok()) return a.status();
   reservations_[request.txn].push_back(a->Pack());
   ++reserved_;
   return a;
+}
+
+void Participant::Close() {
+  std::lock_guard<std::mutex> l(mu_);
+  closed_ = true;
 }
 
 void Participant::HandOff(uint32_t region, uint32_t to) {

@@ -107,6 +107,10 @@ class Participant {
   // locked objects of it before go on (the hand-off waits until locked_objects(region) is 0).
   // Idempotent.
   void HandOff(uint32_t region, uint32_t to);
+  // The whole cluster ends (Engine::Quiesce): from now on no LOCK is granted and nothing is
+  // reserved (Unavailable: the cluster is ending). Transactions that locked objects before go on
+  // to their commit or abort. Idempotent.
+  void Close();
   // The hand-off of `region` ended (cancelled, or the region moved): LOCKs on it are no longer
   // refused for it (a region that moved is refused as not served here), and allocation in it
   // resumes if it is still in the heap.
@@ -165,6 +169,7 @@ class Participant {
   size_t reserved_ = 0;
   // Per coordinator node: its incarnations that joined before this epoch are fenced.
   absl::flat_hash_map<uint32_t, uint64_t> fenced_before_;
+  bool closed_ = false;  // guarded by mu_ (Close)
   size_t locked_objects_ = 0;
   size_t locked_transactions_ = 0;
   // Regions being handed over (HandOff), each to the node named in the refusal.
