@@ -136,6 +136,14 @@ struct RuntimeOptions {
   uint64_t worker_buffer = 1 << 20;
   // Fill the regions with the self-check pattern before joining (for //tools:cluster's check).
   bool fill_pattern = false;
+  // A directory of this node's own in which its regions are kept as files, so that a cluster
+  // stopped as a whole (every node finished its application, or //tools:cluster was stopped) and
+  // started again on the same directories serves every committed object again, at the same
+  // addresses. At that end each node stops granting locks, waits until nothing is locked, writes
+  // its regions to disk and marks the directory clean; a directory whose node did not leave that
+  // way (killed, crashed, or stopped alone) is refused at start: restarting after a crash is not
+  // built yet. Empty: memory only (the default).
+  std::string data_dir;
 };
 
 // A region of the shared address space.

@@ -58,6 +58,10 @@ ABSL_FLAG(int64_t, ring_size, 64 << 10,
           "bytes per message ring (the same on every node; the largest message is a quarter)");
 ABSL_FLAG(bool, control_stdin, false, "read commands (selfcheck, quit) from standard input");
 ABSL_FLAG(bool, fill_pattern, false, "fill regions with the self-check pattern before joining");
+ABSL_FLAG(std::string, data_dir, "",
+          "this node's own directory in which its regions are kept as files: a cluster stopped "
+          "as a whole and started again on the same directories serves every committed object "
+          "again (empty: memory only)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
 
 namespace farm {
@@ -135,7 +139,15 @@ class Events {
 // `only_configured` for the nodes the configuration does not mark late (those the supervisor
 // started and told to end; a client joined in a late slot, e.g. kvsh, is not waited for). Only a
 // signal or "quit" cuts that wait short (a supervisor closes the nodes' input once it said "end").
-void LeaveWithCluster(Node& node, Events& events, bool only_configured) {
+void LeaveWithCluster(Runtime::Impl& rt, Events& events, bool only_configured) {
+  Node& node = *rt.node;
+  // With a data directory: quiescent and on disk before leaving, for a restart.
+  const absl::Duration lease = absl::Milliseconds(node.config().lease_ms());
+  if (absl::Status s = rt.KeepForRestart(lease); !s.ok()) {
+    spdlog::error(
+        "node {}: its data directory is not marked clean, so a restart will refuse it: {}",
+        node.id(), std::string(s.message()));
+  }
   node.MarkClusterEnding();
   if (!node.serves_cm()) return;
   auto others_stay = [&node, only_configured] {
@@ -210,6 +222,13 @@ absl::StatusOr<RuntimeOptions> OptionsFromFlags() {
   if (ring <= 0) return absl::InvalidArgumentError("--ring_size must be positive");
   o.ring_size = static_cast<uint64_t>(ring);
   o.fill_pattern = absl::GetFlag(FLAGS_fill_pattern);
+  o.data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (user_dir != nullptr && !o.data_dir.empty() && o.data_dir[0] != '/') {
+    o.data_dir = absl::StrCat(user_dir, "/", o.data_dir);
+  }
+  if (!o.data_dir.empty() && o.node_id < 0) {
+    return absl::InvalidArgumentError("--data_dir needs --node_id: the directory is one node's");
+  }
   // Read the configuration here as well, to name the file in errors and check --node_id.
   absl::StatusOr<config::ClusterConfig> cfg = LoadClusterConfig(o.config_path);
   if (!cfg.ok()) return cfg.status();
@@ -324,7 +343,7 @@ int Main(const App& app) {
         !barrier->Arrive([&events] { return !Events::Leaves(events.Next(20)); })) {
       exit_code = exit_code == 0 ? 1 : exit_code;
     } else if (app.wait_for_peers) {
-      LeaveWithCluster(*impl.node, events, /*only_configured=*/false);  // every node finished
+      LeaveWithCluster(impl, events, /*only_configured=*/false);  // every node finished
     }
   } else {
     for (bool serving = true; serving;) {
@@ -347,7 +366,7 @@ int Main(const App& app) {
           break;
         case Events::kEnd:
           spdlog::info("node {}: the whole cluster stops, leaving", (*rt)->node_id());
-          LeaveWithCluster(*impl.node, events, /*only_configured=*/true);
+          LeaveWithCluster(impl, events, /*only_configured=*/true);
           serving = false;
           break;
         case Events::kNothing:

@@ -1,6 +1,7 @@
 // farm::Runtime and farm::Worker (farm.h) on the node runtime, the messenger and RPC.
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "api/runtime_impl.h"
@@ -49,6 +50,13 @@ absl::Status CheckOptions(const RuntimeOptions& o) {
 // ---------------------------------------------------------------------------------------------
 // Runtime
 
+absl::Status Runtime::Impl::KeepForRestart(absl::Duration timeout) {
+  if (options.data_dir.empty()) return absl::OkStatus();
+  absl::StatusOr<std::map<uint32_t, control::RegionLayout>> layouts = txn->Quiesce(timeout);
+  if (!layouts.ok()) return layouts.status();
+  return node->SealDataDir(*layouts);
+}
+
 Runtime::Impl::~Impl() {
   std::vector<std::function<void()>> hooks;
   {
@@ -89,6 +97,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Start(const RuntimeOptions& op
   no.endpoint = options.endpoint;
   no.poll.mode = *ParsePollMode(options.poll);
   no.fill_pattern = options.fill_pattern;
+  no.data_dir = options.data_dir;
   no.areas.push_back(Messenger::Area(*cfg, mo));
 
   auto impl = std::make_unique<Impl>();

@@ -28,11 +28,18 @@ struct Runtime::Impl {
   std::unique_ptr<Messenger> messenger;
   std::unique_ptr<Rpc> rpc;
   std::unique_ptr<txn::Engine> txn;  // objects, allocation, the commit protocol's participant
-  std::atomic<int> workers{0};  // Workers alive
+  std::atomic<int> workers{0};       // Workers alive
   // Run first when the runtime stops (~Impl), before anything is torn down: libraries built on
   // the runtime stop the threads of their own that use it (the KV store's shard gathering).
   std::mutex stop_hooks_mu;
   std::vector<std::function<void()>> stop_hooks;
+
+  // The whole cluster ends and this node keeps its regions in its data directory
+  // (RuntimeOptions.data_dir): no new lock or allocation, wait (up to `timeout`) until nothing is
+  // locked or being recovered here (txn::Engine::Quiesce), then write the regions to disk and
+  // mark the directory clean (Node::SealDataDir), so that a restart serves them again. OK at once
+  // without a data directory. On error the directory stays unclean, and a restart refuses it.
+  absl::Status KeepForRestart(absl::Duration timeout);
 
   ~Impl();
 };

@@ -97,6 +97,9 @@ class CmServerImpl : public CmServer {
     std::unique_ptr<ControlChannel> channel;
     Clock::time_point last_heard;  // anything received renews the lease
     uint64_t acked_epoch = 0;      // the last membership it said it applied (MembershipAck)
+    // It restarts from its data directory (JoinRequest.restored): what it said of the stopped
+    // cluster.
+    std::optional<control::DataManifest> restored;
   };
 
   // Takes over the configuration `t.record`: its members are members, with the regions it
@@ -322,10 +325,13 @@ class CmServerImpl : public CmServer {
     return absl::StrJoin(missing, ", ");
   }
 
-  void FailFormation() {
+  // The cluster does not form, for `reason` (default: nodes missing at the join timeout).
+  void FailFormation(std::string reason = "") {
     failed_ = true;
-    std::string reason = absl::StrCat("the cluster did not form: ", MissingNodes(),
-                                      " did not join within ", config_.join_timeout_s(), " s");
+    if (reason.empty()) {
+      reason = absl::StrCat("the cluster did not form: ", MissingNodes(), " did not join within ",
+                            config_.join_timeout_s(), " s");
+    }
     spdlog::error("{}", reason);
     for (auto& [id, m] : members_) (void)m.channel->Send(RefusalMessage(reason));
     members_.clear();
@@ -352,8 +358,16 @@ class CmServerImpl : public CmServer {
     if (members_.count(id)) {
       return absl::FailedPreconditionError(absl::StrCat("node id ", id, " is already a member"));
     }
+    if (req.has_restored() && formed_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", id,
+          " restarts from its data directory, but the cluster formed without it: "
+          "a cluster restarts from its nodes' data directories with all of them at once"));
+    }
     int data_regions = 0;
-    for (const control::RegionInfo& r : req.regions()) data_regions += r.purpose().empty();
+    for (const control::RegionInfo& r : req.regions()) {
+      data_regions += r.purpose().empty() && !r.promoted();  // promoted: a restored copy
+    }
     if (data_regions != static_cast<int>(config_.region_count())) {
       return absl::FailedPreconditionError(absl::StrCat("node offers ", data_regions,
                                                         " data regions, the configuration says ",
@@ -389,6 +403,7 @@ class CmServerImpl : public CmServer {
       r.set_node_id(*id);
       m.regions.push_back(r);
     }
+    if (req.has_restored()) m.restored = req.restored();
     control::ControlMessage accepted;
     accepted.mutable_accepted()->set_node_id(*id);
     if (!ch->Send(accepted).ok()) return;
@@ -403,6 +418,10 @@ class CmServerImpl : public CmServer {
       PlaceBackups({&members_[*id]});
       Broadcast();
     } else if (AllRequiredJoined()) {
+      if (absl::Status restart = CheckRestart(); !restart.ok()) {
+        FailFormation(std::string(restart.message()));
+        return;
+      }
       formed_ = true;
       // Leases start now: nodes renew them once they have the first membership.
       for (auto& [mid, member] : members_) {
@@ -412,6 +431,8 @@ class CmServerImpl : public CmServer {
       std::vector<Member*> all;
       for (auto& [mid, member] : members_) all.push_back(&member);
       PlaceBackups(all);
+      // Restored regions hold data: their new backups copy it (txn/resync.h).
+      if (!restored_.empty()) Rereplicate();
       Broadcast();
     }
   }
@@ -510,8 +531,65 @@ class CmServerImpl : public CmServer {
     }
   }
 
+  // Ids for the member's new regions (those a restarted node claims keep theirs).
   void AssignRegionIds(Member& m) {
-    for (control::RegionInfo& r : m.regions) r.set_region_id(next_region_id_++);
+    for (control::RegionInfo& r : m.regions) {
+      if (r.region_id() == 0) r.set_region_id(next_region_id_++);
+    }
+  }
+
+  // A restart from the members' data directories (JoinRequest.restored), checked once all joined:
+  // every claimed region id is claimed once, and every data region that a node served when the
+  // cluster stopped (as any member's manifest says) is claimed by that node again, else the
+  // cluster would form without its data. Fresh regions get ids above every id of the stopped
+  // cluster. Fills restored_.
+  absl::Status CheckRestart() {
+    std::map<uint32_t, uint32_t> claimed;  // region id -> node
+    for (const auto& [id, m] : members_) {
+      for (const control::RegionInfo& r : m.regions) {
+        if (r.region_id() == 0) continue;
+        auto [it, fresh] = claimed.emplace(r.region_id(), id);
+        if (!fresh) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("the cluster did not form: region ", r.region_id(),
+                           " is claimed by node ", it->second, " and node ", id,
+                           " (data directories of different runs of the cluster?)"));
+        }
+      }
+    }
+    uint32_t next = 0;
+    for (const auto& [id, m] : members_) {
+      if (!m.restored.has_value()) continue;
+      const control::Membership& was = m.restored->membership();
+      next = std::max(next, was.next_region_id());
+      for (const control::RegionInfo& r : was.regions()) {
+        next = std::max(next, r.region_id() + 1);
+        const config::NodeConfig* primary = FindNode(config_, r.node_id());
+        // A late node's regions end with it (it holds no backups, so none was promoted to it).
+        if (!r.purpose().empty() || (primary != nullptr && primary->late())) continue;
+        auto c = claimed.find(r.region_id());
+        if (c != claimed.end() && c->second == r.node_id()) continue;
+        return absl::FailedPreconditionError(absl::StrCat(
+            "the cluster did not form: region ", r.region_id(), " was served by node ", r.node_id(),
+            " when the cluster stopped (membership epoch ", was.epoch(), ", says node ", id,
+            "'s data directory), and node ", r.node_id(),
+            primary == nullptr ? " is not in the configuration any more" : " restarts without it",
+            ": forming the cluster would lose its data. Start node ", r.node_id(),
+            " on its own data directory, or every node on an empty one"));
+      }
+    }
+    for (const auto& [region, node] : claimed) {
+      restored_.insert(region);
+      next = std::max(next, region + 1);
+    }
+    next_region_id_ = std::max(next_region_id_, next);
+    if (!restored_.empty()) {
+      spdlog::info(
+          "CM: the cluster restarts from its nodes' data directories: {} data region(s) keep "
+          "their ids and contents",
+          restored_.size());
+    }
+    return absl::OkStatus();
   }
 
   std::string DomainOf(uint32_t node) const {
@@ -550,6 +628,7 @@ class CmServerImpl : public CmServer {
         any = true;
         control::RegionInfo& r = m->regions[k];
         if (!r.purpose().empty() || r.backup_node_size() > 0) continue;
+        if (restored_.count(r.region_id())) continue;  // holds data: Rereplicate copies it
         const uint32_t primary = m->info.node_id();
         BackupChoice c = ChooseBackups(r.region_id(), {primary}, {DomainOf(primary)}, config_.f(),
                                        candidates, &load);
@@ -1300,6 +1379,8 @@ class CmServerImpl : public CmServer {
   // A member said the cluster ends (control.Leave.cluster_ending): departures promote nothing,
   // and nothing is re-replicated or balanced, until a node joins.
   bool ending_ = false;
+  // Data regions restored from the members' data directories at formation (CheckRestart).
+  std::set<uint32_t> restored_;
   // Regions marked handing_off, since when (MoveHandedOff calls off those that do not drain).
   std::map<uint32_t, Clock::time_point> hand_off_since_;
   // Data regions their primaries said hold data (control.RegionInUse): what balancing counts.

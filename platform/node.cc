@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <optional>
+#include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "platform/config.h"
 #include "platform/mutant.h"
@@ -68,13 +71,23 @@ absl::Status Node::Init() {
     absl::StatusOr<std::unique_ptr<DataDir>> dir = DataDir::Open(options_.data_dir);
     if (!dir.ok()) return dir.status();
     data_dir_ = std::move(*dir);
-    if (data_dir_->Exists("manifest")) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the data directory ", options_.data_dir,
-          " holds the regions of an earlier run of a node; serving them again after a restart is "
-          "not built yet (docs/replication.md, Durability): move the directory away to start "
-          "this node empty"));
+  }
+  // The data regions this node served when the cluster stopped, kept in its data directory:
+  // its own by index (slot), and copies promoted to it.
+  control::DataManifest restored;
+  if (absl::Status s = LoadManifest(&restored); !s.ok()) return s;
+  absl::flat_hash_map<uint32_t, uint32_t> restored_slots;  // index -> region id
+  std::vector<control::RegionInfo> restored_copies;
+  for (const control::RegionInfo& r : restored.membership().regions()) {
+    if (r.node_id() != id_ || !r.purpose().empty() || !restored.layouts().contains(r.region_id())) {
+      continue;
     }
+    if (r.promoted()) {
+      restored_copies.push_back(r);
+    } else if (r.index() < cfg.region_count()) {
+      restored_slots[r.index()] = r.region_id();
+    }
+    restored_layouts_[r.region_id()] = restored.layouts().at(r.region_id());
   }
   if (rlimit lim{}; getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
     const std::string warning = MemlockWarningForBackups(cfg, self, lim.rlim_cur);
@@ -103,13 +116,15 @@ absl::Status Node::Init() {
   join.mutable_node()->set_provider(fabric_->provider());
   join.mutable_node()->set_pid(static_cast<uint32_t>(getpid()));
   for (uint32_t i = 0; i < cfg.region_count(); ++i) {
+    const auto kept = restored_slots.find(i);
     absl::StatusOr<std::shared_ptr<Region>> region =
-        MapDataRegion(absl::StrCat("slot-", i), region_size_, cfg.lock_memory(), /*remove=*/false);
+        MapDataRegion(absl::StrCat("slot-", i), region_size_, cfg.lock_memory(),
+                      /*keep=*/kept != restored_slots.end());
     if (!region.ok()) return region.status();
     absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
         fabric_->Register((*region)->data(), region_size_);
     if (!mr.ok()) return mr.status();
-    if (options_.fill_pattern) {
+    if (options_.fill_pattern && kept == restored_slots.end()) {
       char* p = (*region)->data();
       for (uint64_t off = 0; off < region_size_; ++off) {
         p[off] = SelfCheckPattern(options_.node_id < 0 ? 0 : options_.node_id, i, off);
@@ -120,8 +135,33 @@ absl::Status Node::Init() {
     info->set_size(region_size_);
     info->set_remote_base((*mr)->remote_base());
     info->set_rkey((*mr)->key());
+    if (kept != restored_slots.end()) info->set_region_id(kept->second);  // claimed again
     regions_.push_back(std::move(*region));
     registrations_.push_back(std::move(*mr));
+  }
+  for (const control::RegionInfo& r : restored_copies) {
+    // A copy that was promoted to this node: served again from the same memory, as a promoted
+    // region (Node keeps it with the backup copies).
+    absl::StatusOr<std::shared_ptr<Region>> copy =
+        MapDataRegion(absl::StrCat("copy-", r.region_id()), r.size(), cfg.lock_memory(),
+                      /*keep=*/true);
+    if (!copy.ok()) return copy.status();
+    absl::StatusOr<std::unique_ptr<MemoryRegistration>> mr =
+        fabric_->Register((*copy)->data(), r.size());
+    if (!mr.ok()) return mr.status();
+    control::RegionInfo* info = join.add_regions();
+    info->set_region_id(r.region_id());
+    info->set_size(r.size());
+    info->set_remote_base((*mr)->remote_base());
+    info->set_rkey((*mr)->key());
+    info->set_promoted(true);
+    farm::MutexLock l(&map_mu_);
+    backups_[r.region_id()] =
+        BackupEntry{std::move(*copy), std::shared_ptr<MemoryRegistration>(std::move(*mr))};
+  }
+  if (restored.clean()) {
+    restored.clear_layouts();  // the CM needs the regions and who served them, not the layouts
+    *join.mutable_restored() = std::move(restored);
   }
   for (const AreaRequest& area : options_.areas) {
     if (area.purpose.empty() || area.size == 0 || area.size % 4096 != 0) {
@@ -204,6 +244,15 @@ absl::Status Node::Init() {
   }
   absl::Status s = ApplyMembership(*membership);
   if (!s.ok()) return s;
+  if (data_dir_ != nullptr) {
+    // A clean manifest must not outlive the first change to the regions it describes: a node
+    // that crashed later would look clean.
+    std::lock_guard<std::mutex> l(manifest_mu_);
+    if (manifest_epoch_ < membership->epoch()) {
+      return absl::InternalError(absl::StrCat("node ", id_, " cannot record its membership in ",
+                                              data_dir_->path(), " (see the log)"));
+    }
+  }
   cm_->AckMembership(membership->epoch());
   spdlog::info("node {} is a member: epoch {}, {} node(s), {} region(s), provider {}", id_,
                membership->epoch(), membership->nodes_size(), membership->regions_size(),
@@ -260,13 +309,13 @@ absl::flat_hash_map<uint32_t, Node::BackupEntry> Node::BackupCopiesFor(
     // Outside map_mu_: mapping and locking a region takes a while, and Resolve waits for it.
     const std::string file = absl::StrCat("copy-", r.region_id());
     absl::StatusOr<std::shared_ptr<Region>> copy =
-        MapDataRegion(file, r.size(), options_.config.lock_memory(), /*remove=*/true);
+        MapDataRegion(file, r.size(), options_.config.lock_memory());
     if (!copy.ok() && options_.config.lock_memory()) {
       // A copy in memory that may be paged out still keeps the region's data; one that does not
       // exist keeps nothing.
       spdlog::warn("node {}: backup copy of region {} is not locked in RAM: {}", id_, r.region_id(),
                    std::string(copy.status().message()));
-      copy = MapDataRegion(file, r.size(), false, /*remove=*/true);
+      copy = MapDataRegion(file, r.size(), false);
     }
     if (!copy.ok()) {
       spdlog::error("node {}: cannot hold the backup copy of region {} ({} bytes): {}", id_,
@@ -313,7 +362,7 @@ std::vector<uint32_t> Node::BackupRegions() const {
 }
 
 absl::StatusOr<std::shared_ptr<Region>> Node::MapDataRegion(const std::string& name, size_t size,
-                                                            bool lock, bool remove) {
+                                                            bool lock, bool keep) {
   if (data_dir_ == nullptr) {
     absl::StatusOr<std::unique_ptr<Region>> region = Region::Allocate(size, lock);
     if (!region.ok()) return region.status();
@@ -322,16 +371,56 @@ absl::StatusOr<std::shared_ptr<Region>> Node::MapDataRegion(const std::string& n
   bool created = false;
   absl::StatusOr<std::unique_ptr<Region>> region = data_dir_->MapRegion(name, size, lock, &created);
   if (!region.ok()) return region.status();
-  // A file left by an earlier process that wrote no manifest (it died before its first
-  // membership) or by a copy that was dropped holds nothing of this one's.
-  if (!created) std::memset((*region)->data(), 0, size);
-  if (!remove) return std::shared_ptr<Region>(std::move(*region));
-  return std::shared_ptr<Region>(region->release(), [dir = data_dir_, name](Region* r) {
-    delete r;
-    if (absl::Status s = dir->RemoveFile(name); !s.ok()) {
-      spdlog::warn("cannot remove a dropped copy's file: {}", std::string(s.message()));
-    }
-  });
+  // A file of an earlier run that is not restored (a region served elsewhere when the cluster
+  // stopped, a copy that was dropped) holds nothing of this one's.
+  if (!created && !keep) std::memset((*region)->data(), 0, size);
+  return std::shared_ptr<Region>(std::move(*region));
+}
+
+absl::Status Node::LoadManifest(control::DataManifest* restored) {
+  if (data_dir_ == nullptr || !data_dir_->Exists("manifest")) return absl::OkStatus();
+  absl::StatusOr<std::string> bytes = data_dir_->ReadFile("manifest");
+  if (!bytes.ok()) return bytes.status();
+  control::DataManifest m;
+  const std::string where = absl::StrCat("the data directory ", data_dir_->path());
+  const std::string start_empty =
+      "move the directory away (or give the node an empty one) to start it empty";
+  if (!m.ParseFromString(*bytes)) {
+    return absl::DataLossError(
+        absl::StrCat(where, " holds a manifest that cannot be read: ", start_empty));
+  }
+  if (m.node_id() != id_ || m.cluster_name() != options_.config.cluster_name()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, " belongs to node ", m.node_id(), " of cluster '", m.cluster_name(),
+                     "', not to node ", id_, " of cluster '", options_.config.cluster_name(), "'"));
+  }
+  if (m.region_size() != options_.config.region_size() ||
+      m.region_count() != options_.config.region_count()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, " was made for regions of ", m.region_size(), " bytes, ",
+                     m.region_count(), " per node, and the configuration says ",
+                     options_.config.region_size(), " bytes, ", options_.config.region_count(),
+                     ": start the node with the region_size and "
+                     "region_count it ran with, or ",
+                     start_empty));
+  }
+  if (!m.clean()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where,
+        " holds the regions of a node that did not leave cleanly with the whole cluster "
+        "(it was killed, crashed, or stopped alone), so they may miss committed writes that "
+        "only the log records held; restarting from that is not built yet: ",
+        start_empty));
+  }
+  *restored = std::move(m);
+  spdlog::info("node {}: restarting from {} (its membership epoch {} when the cluster stopped)",
+               id_, data_dir_->path(), restored->membership().epoch());
+  return absl::OkStatus();
+}
+
+const control::RegionLayout* Node::RestoredLayout(uint32_t region) const {
+  auto it = restored_layouts_.find(region);
+  return it == restored_layouts_.end() ? nullptr : &it->second;
 }
 
 void Node::WriteManifest(const control::Membership& m) {
@@ -341,7 +430,8 @@ void Node::WriteManifest(const control::Membership& m) {
   control::DataManifest manifest;
   manifest.set_node_id(id_);
   manifest.set_cluster_name(options_.config.cluster_name());
-  manifest.set_config_fingerprint(Fingerprint(options_.config));
+  manifest.set_region_size(options_.config.region_size());
+  manifest.set_region_count(options_.config.region_count());
   *manifest.mutable_membership() = m;
   if (absl::Status s = data_dir_->WriteFile("manifest", manifest.SerializeAsString()); !s.ok()) {
     // The regions stay correct in memory; what fails is only their description on disk.
@@ -350,6 +440,24 @@ void Node::WriteManifest(const control::Membership& m) {
     return;
   }
   manifest_epoch_ = m.epoch();
+  // The files of copies this node no longer holds.
+  std::set<std::string> held;
+  for (const control::RegionInfo& r : m.regions()) {
+    const bool backup =
+        std::find(r.backup_node().begin(), r.backup_node().end(), id_) != r.backup_node().end();
+    if (backup || (r.promoted() && r.node_id() == id_)) {
+      held.insert(absl::StrCat("copy-", r.region_id()));
+    }
+  }
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(data_dir_->path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "copy-") && !held.count(name)) {
+      if (absl::Status s = data_dir_->RemoveFile(name); !s.ok()) {
+        spdlog::warn("node {}: {}", id_, std::string(s.message()));
+      }
+    }
+  }
 }
 
 absl::Status Node::SealDataDir(const std::map<uint32_t, control::RegionLayout>& layouts) {
@@ -366,7 +474,8 @@ absl::Status Node::SealDataDir(const std::map<uint32_t, control::RegionLayout>& 
   }
   manifest.set_node_id(id_);
   manifest.set_cluster_name(options_.config.cluster_name());
-  manifest.set_config_fingerprint(Fingerprint(options_.config));
+  manifest.set_region_size(options_.config.region_size());
+  manifest.set_region_count(options_.config.region_count());
   manifest.set_clean(true);
   for (const auto& [region, layout] : layouts) (*manifest.mutable_layouts())[region] = layout;
   std::lock_guard<std::mutex> l(manifest_mu_);

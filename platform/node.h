@@ -82,8 +82,11 @@ struct NodeOptions {
   // A directory of this node's own (platform/data_dir.h) in which its data regions and the
   // copies of other nodes' regions it holds are files mapped as shared memory, so that they
   // outlive the process, with a manifest (control.DataManifest) of which region each file holds,
-  // rewritten at every membership. Empty: anonymous memory. Serving a directory's regions again
-  // after a restart is not built yet: a directory that holds a manifest is refused.
+  // rewritten at every membership. At the cluster's end (Engine::Quiesce, SealDataDir) the
+  // manifest is marked clean; a node started again on such a directory serves the regions it
+  // served then, under their ids (the CM forms the cluster with them). A directory whose node
+  // did not leave cleanly (killed, crashed, or stopped alone) is refused: restarting from a
+  // crash is not built yet. Empty: anonymous memory.
   std::string data_dir;
 };
 
@@ -366,6 +369,10 @@ class Node {
   // with `layouts` (the allocator layout of every data region the node serves), which later
   // memberships no longer replace. OK without a data directory.
   absl::Status SealDataDir(const std::map<uint32_t, control::RegionLayout>& layouts);
+  // Restarted from a data directory: the allocator layout of data region `region`, which this
+  // node served when the cluster stopped and serves again (its objects are in its memory), or
+  // null.
+  const control::RegionLayout* RestoredLayout(uint32_t region) const;
   // Every member finished the application: when this node leaves, it tells the CM that the
   // cluster ends, and the members then leave with their regions (ConfigurationManager::
   // MarkClusterEnding).
@@ -401,12 +408,16 @@ class Node {
   void EvictLocked(const std::string& reason);  // listeners_mu_ held
   // Local memory of one of this node's regions or areas, or null.
   char* LocalBase(const control::RegionInfo& r) const;
-  // `size` zeroed bytes for a data region or a copy of one: file `name` of the data directory
-  // (removed when the region is destroyed, with `remove`), else anonymous memory.
+  // `size` bytes for a data region or a copy of one: file `name` of the data directory, else
+  // anonymous memory; zeroed unless `keep` (a region restored from the directory).
   absl::StatusOr<std::shared_ptr<Region>> MapDataRegion(const std::string& name, size_t size,
-                                                        bool lock, bool remove);
+                                                        bool lock, bool keep = false);
+  // Reads the data directory's manifest, if any: a clean one (the node left with the whole
+  // cluster) goes to `*restored`, whose regions served here are then kept; any other is refused.
+  absl::Status LoadManifest(control::DataManifest* restored);
   // Rewrites the data directory's manifest for membership `m` (with data_dir; after it was
-  // installed), unless a later one was written already.
+  // installed), unless a later one was written already, and removes the files of copies this
+  // node no longer holds.
   void WriteManifest(const control::Membership& m);
   absl::Status Access(bool is_read, GlobalAddress addr, char* buf, size_t len,
                       absl::Duration timeout);
@@ -418,6 +429,8 @@ class Node {
   std::mutex manifest_mu_;             // std::mutex: ThreadSanitizer sees it
   uint64_t manifest_epoch_ = 0;        // guarded by manifest_mu_: the membership last written
   bool sealed_ = false;                // guarded by manifest_mu_: SealDataDir wrote the last one
+  // The layouts of the regions restored from the data directory (set by Init, then read-only).
+  std::map<uint32_t, control::RegionLayout> restored_layouts_;
   std::unique_ptr<Fabric> fabric_;
   std::vector<std::shared_ptr<Region>> regions_;  // data regions
   std::vector<std::pair<std::string, std::unique_ptr<Region>>> areas_;

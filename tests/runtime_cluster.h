@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "farm/farm.h"
+#include "platform/control.pb.h"
 #include "platform/testing/free_ports.h"
 #include "platform/testing/test_env.h"
 
@@ -104,6 +105,28 @@ inline void RandomTransfers(Worker& w, const std::vector<GlobalAddress>& account
     });
     if (!s.ok()) on_error(s);
   }
+}
+
+// The int64_t at `a` read by `w`, once it can be read (up to 60 s: it may be locked by a
+// transaction being recovered, or its region recovering).
+inline int64_t ReadWhenReadable(Worker& w, GlobalAddress a) {
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  for (;;) {
+    absl::StatusOr<int64_t> v = w.LockFreeGet<int64_t>(a);
+    if (v.ok()) return *v;
+    INFO(a.ToString() << ": " << v.status().ToString());
+    REQUIRE(absl::Now() < until);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+// Whether every data region of `m` serves with one backup (f = 1), none of them still copying.
+inline bool FullyReplicated(const control::Membership& m) {
+  for (const control::RegionInfo& r : m.regions()) {
+    if (!r.purpose().empty()) continue;
+    if (r.recovering() || r.backup_node_size() != 1 || r.syncing_backup_size() != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace testing

@@ -18,6 +18,37 @@
 namespace farm {
 namespace txn {
 
+namespace {
+
+// A region's layout as a data directory's manifest keeps it (control.RegionLayout), and back.
+control::RegionLayout LayoutToProto(const RegionLayout& layout) {
+  control::RegionLayout out;
+  out.set_block_size(layout.block_size);
+  for (int c : layout.block_class) out.add_block_class(c);
+  for (const RegionLayout::Array& a : layout.arrays) {
+    out.add_array_begin(a.begin);
+    out.add_array_end(a.end);
+  }
+  return out;
+}
+RegionLayout LayoutFromProto(const control::RegionLayout& p) {
+  RegionLayout out;
+  out.block_size = p.block_size();
+  out.block_class.assign(p.block_class().begin(), p.block_class().end());
+  for (int i = 0; i < p.array_begin_size() && i < p.array_end_size(); ++i) {
+    out.arrays.push_back(RegionLayout::Array{p.array_begin(i), p.array_end(i)});
+  }
+  return out;
+}
+
+// Whether a region with `layout` holds data (a block was carved).
+bool InUse(const RegionLayout& layout) {
+  return std::any_of(layout.block_class.begin(), layout.block_class.end(),
+                     [](int c) { return c >= 0; });
+}
+
+}  // namespace
+
 absl::StatusOr<GlobalAddress> Engine::CreateObjectArray(uint64_t size, uint64_t count) {
   absl::StatusOr<GlobalAddress> first = allocator_->ReserveArray(size, count);
   if (!first.ok()) return first.status();
@@ -55,17 +86,30 @@ absl::StatusOr<GlobalAddress> Engine::CreateObjectArray(uint64_t size, uint64_t 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   std::unique_ptr<Engine> e(new Engine(node, rpc));
   std::vector<LocalRegion> regions;
+  std::vector<std::pair<LocalRegion, RegionLayout>> restored;
   const std::vector<control::RegionInfo> infos = node->RegionsOf(node->id());
   for (size_t i = 0; i < infos.size(); ++i) {
     // A region promoted to this node before the engine started (a node that failed while the
     // cluster formed) is its backup copy, not its own memory: adopted below.
     if (infos[i].promoted()) continue;
     if (static_cast<int>(infos[i].index()) >= node->local_region_count()) continue;
-    regions.push_back(LocalRegion{infos[i].region_id(),
-                                  node->local_region_data(static_cast<int>(infos[i].index())),
-                                  infos[i].size()});
+    const LocalRegion region{infos[i].region_id(),
+                             node->local_region_data(static_cast<int>(infos[i].index())),
+                             infos[i].size()};
+    if (const control::RegionLayout* layout = node->RestoredLayout(region.id)) {
+      restored.emplace_back(region, LayoutFromProto(*layout));  // holds objects already
+    } else {
+      regions.push_back(region);
+    }
   }
   e->allocator_ = std::make_unique<Allocator>(std::move(regions));
+  for (const auto& [region, layout] : restored) {
+    if (absl::Status s = e->allocator_->Adopt(region, layout); !s.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "region ", region.id, " of the data directory cannot be served: ", s.message()));
+    }
+    if (InUse(layout)) node->ReportRegionInUse(region.id);
+  }
   // Primary balancing counts the regions that hold data (a CM that takes over hears it again).
   e->allocator_->OnFirstUse([node](uint32_t region) { node->ReportRegionInUse(region); });
   e->participant_ = std::make_unique<Participant>(e->allocator_.get(),
@@ -272,7 +316,10 @@ void Engine::AdoptPromoted(const control::Membership& m) {
     if (copy == nullptr) continue;  // Node logged it: nothing to serve
     // The copy holds every object whose records were truncated here; records still kept are
     // decided by their coordinators' truncations, or by the recovery if they left.
-    RegionLayout layout = backup_log_->Layout(r.region_id());
+    // Restored from the data directory: the layout it had when the cluster stopped.
+    const control::RegionLayout* restored = node_->RestoredLayout(r.region_id());
+    RegionLayout layout =
+        restored != nullptr ? LayoutFromProto(*restored) : backup_log_->Layout(r.region_id());
     if (layout.block_size == 0) layout = Allocator::EmptyLayout(copy->size());  // never written
     // Objects of records still kept are locked before anyone can lock them here.
     backup_log_->Promote(r.region_id());
@@ -285,10 +332,7 @@ void Engine::AdoptPromoted(const control::Membership& m) {
     }
     adopted_[r.region_id()] = std::move(copy);
     // Told again by this node: a CM that took over since its old primary said so does not know.
-    if (std::any_of(layout.block_class.begin(), layout.block_class.end(),
-                    [](int c) { return c >= 0; })) {
-      node_->ReportRegionInUse(r.region_id());
-    }
+    if (InUse(layout)) node_->ReportRegionInUse(r.region_id());
     spdlog::warn(
         "txn: node {} now serves region {} (promoted from its backup copy; {} record(s) "
         "kept)",
@@ -388,13 +432,6 @@ absl::StatusOr<std::map<uint32_t, control::RegionLayout>> Engine::Quiesce(absl::
     if (size_t n = backup_log_->recovery_locks(); n > 0) {
       held.push_back(absl::StrCat(n, " object(s) locked by a recovery"));
     }
-    if (size_t n = unsettled(); n > 0) {
-      held.push_back(
-          absl::StrCat(n, " departed coordinator(s) whose transactions are not settled"));
-    }
-    if (size_t n = pending_arrays(); n > 0) {
-      held.push_back(absl::StrCat(n, " object array(s) not yet at their backups"));
-    }
     if (held.empty()) break;
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("node ", node_->id(), " still holds ",
@@ -405,14 +442,7 @@ absl::StatusOr<std::map<uint32_t, control::RegionLayout>> Engine::Quiesce(absl::
   }
   std::map<uint32_t, control::RegionLayout> layouts;
   for (uint32_t region : allocator_->Regions()) {
-    const RegionLayout layout = allocator_->LayoutOf(region);
-    control::RegionLayout& out = layouts[region];
-    out.set_block_size(layout.block_size);
-    for (int c : layout.block_class) out.add_block_class(c);
-    for (const RegionLayout::Array& a : layout.arrays) {
-      out.add_array_begin(a.begin);
-      out.add_array_end(a.end);
-    }
+    layouts[region] = LayoutToProto(allocator_->LayoutOf(region));
   }
   return layouts;
 }

@@ -147,10 +147,11 @@ class Engine {
 
   // The whole cluster ends and this node keeps its regions (Node's data directory): as for a
   // hand-off of every region it serves, no LOCK or allocation is granted from now on
-  // (Participant::Close); then waits, up to `timeout`, until no transaction holds an object
-  // locked here, no recovery lock or departed coordinator is left to settle, and every object
-  // array reached its backups. Returns the layout of every region it serves then; after it the
-  // regions change no more. DeadlineExceeded, saying what is still held, if that takes longer.
+  // (Participant::Close); then waits, up to `timeout`, until no transaction (a departed
+  // coordinator's included, until the recovery settles it) holds an object locked here and no
+  // recovery lock is left. Returns the layout of every region it serves then; after it the
+  // regions change no more (their backups are made again after a restart, so what they still
+  // lack does not matter). DeadlineExceeded, saying what is still held, if that takes longer.
   absl::StatusOr<std::map<uint32_t, control::RegionLayout>> Quiesce(absl::Duration timeout);
 
  private:
