@@ -246,6 +246,16 @@ class Runtime {
   // node's regions. The bytes may be changed by other nodes' WRITEs at any time.
   absl::StatusOr<absl::Span<char>> Local(GlobalAddress addr, uint64_t len) const;
 
+  // Roots: small named records of this node's own, kept in its data directory beside its regions
+  // (RuntimeOptions.data_dir), by which an application finds its data again when the cluster
+  // restarts from the directories (e.g. the address of its top object, which stays the same).
+  // SaveRoot replaces the record `name` (1 to 90 of [A-Za-z0-9._-]) atomically and durably;
+  // FailedPrecondition without a data directory. LoadRoot returns it; NotFound when there is none
+  // (no data directory, or one the node did not restart from: a node that starts afresh forgets
+  // its directory's roots with its regions).
+  absl::Status SaveRoot(const std::string& name, absl::string_view bytes);
+  absl::StatusOr<std::string> LoadRoot(const std::string& name) const;
+
   // Registers the handler of `method` (below kFirstReservedMethod). Call before Serve() so that no
   // request finds it missing; later registrations take effect at once.
   absl::Status Handle(uint16_t method, Handler handler);

@@ -50,6 +50,14 @@ absl::Status CheckOptions(const RuntimeOptions& o) {
 // ---------------------------------------------------------------------------------------------
 // Runtime
 
+absl::Status Runtime::SaveRoot(const std::string& name, absl::string_view bytes) {
+  return impl_->node->SaveRoot(name, bytes);
+}
+
+absl::StatusOr<std::string> Runtime::LoadRoot(const std::string& name) const {
+  return impl_->node->LoadRoot(name);
+}
+
 absl::Status Runtime::Impl::KeepForRestart(absl::Duration timeout) {
   if (options.data_dir.empty()) return absl::OkStatus();
   absl::StatusOr<std::map<uint32_t, control::RegionLayout>> layouts = txn->Quiesce(timeout);

@@ -75,6 +75,33 @@ struct ShardInfo {
   uint64_t Home(uint64_t h) const { return Mix64(h ^ 0x9e3779b97f4a7c15ull) % buckets; }
 };
 
+// Where a shard node keeps its shard's description for a restart (Runtime::SaveRoot): what
+// MakeShard needs besides the options, and the options it was made with.
+struct ShardRoot {
+  uint64_t first = 0;  // packed GlobalAddress of bucket 0
+  uint64_t buckets = 0;
+  uint64_t seed = 0;
+  uint32_t bucket_bytes = 0;
+  uint32_t neighbourhood = 0;
+};
+constexpr char kShardRootTag[8] = {'k', 'v', 's', 'h', 'a', 'r', 'd', '1'};
+
+std::string EncodeShardRoot(const ShardRoot& r) {
+  std::string out(kShardRootTag, sizeof(kShardRootTag));
+  out.append(reinterpret_cast<const char*>(&r), sizeof(r));
+  return out;
+}
+
+absl::StatusOr<ShardRoot> DecodeShardRoot(absl::string_view bytes) {
+  ShardRoot r;
+  if (bytes.size() != sizeof(kShardRootTag) + sizeof(r) ||
+      std::memcmp(bytes.data(), kShardRootTag, sizeof(kShardRootTag)) != 0) {
+    return absl::DataLossError("kv: the data directory's shard root is not one this version wrote");
+  }
+  std::memcpy(&r, bytes.data() + sizeof(kShardRootTag), sizeof(r));
+  return r;
+}
+
 // An overflow block's payload: an identity word, then a bucket's layout (kv/bucket.h: link,
 // entries). A reader follows a link it read earlier; by the time its READ arrives the block may
 // have been freed and its slot reused, by another chain's block or by an out-of-line item of the
@@ -1339,15 +1366,42 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Opt
   const uint64_t payload = bb - txn::kObjectHeaderSize;
   impl->inline_max = ((payload - kBucketLinkBytes) / 2) & ~uint64_t{7};
   if (options.hold_shard) {
-    const uint64_t total = options.buckets + options.neighbourhood - 1;
-    absl::StatusOr<GlobalAddress> first = rti.txn->CreateObjectArray(payload, total);
-    if (!first.ok()) {
-      return absl::Status(first.status().code(),
-                          absl::StrCat("kv: this node's shard (", total, " buckets of ", bb,
-                                       " bytes): ", first.status().message(),
-                                       "; use fewer buckets or larger regions (region_size)"));
+    // A cluster restarted from its data directories: the shard this node held is in its
+    // restored memory, where the root says (Runtime::SaveRoot).
+    const std::string root = absl::StrCat("kv-shard-", options.first_method);
+    absl::StatusOr<std::string> kept = runtime.LoadRoot(root);
+    if (kept.ok()) {
+      absl::StatusOr<ShardRoot> r = DecodeShardRoot(*kept);
+      if (!r.ok()) return r.status();
+      if (r->buckets != options.buckets || r->bucket_bytes != options.bucket_bytes ||
+          r->neighbourhood != options.neighbourhood) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "kv: node ", runtime.node_id(), "'s data directory holds a shard of ", r->buckets,
+            " buckets of ", r->bucket_bytes, " bytes, neighbourhood ", r->neighbourhood,
+            "; start the store with those options (or the node on an empty directory)"));
+      }
+      impl->local = impl->MakeShard(runtime.node_id(), r->first, r->buckets, r->seed);
+      spdlog::info("kv: node {} serves its shard again from its data directory ({} buckets at {})",
+                   runtime.node_id(), r->buckets, GlobalAddress::Unpack(r->first).ToString());
+    } else if (!absl::IsNotFound(kept.status())) {
+      return kept.status();
+    } else {
+      const uint64_t total = options.buckets + options.neighbourhood - 1;
+      absl::StatusOr<GlobalAddress> first = rti.txn->CreateObjectArray(payload, total);
+      if (!first.ok()) {
+        return absl::Status(first.status().code(),
+                            absl::StrCat("kv: this node's shard (", total, " buckets of ", bb,
+                                         " bytes): ", first.status().message(),
+                                         "; use fewer buckets or larger regions (region_size)"));
+      }
+      impl->local = impl->MakeShard(runtime.node_id(), first->Pack(), options.buckets, NewSeed());
+      const ShardRoot r{impl->local->first.Pack(), impl->local->buckets, impl->local->seed,
+                        options.bucket_bytes, options.neighbourhood};
+      if (absl::Status s = runtime.SaveRoot(root, EncodeShardRoot(r));
+          !s.ok() && !absl::IsFailedPrecondition(s)) {  // FailedPrecondition: no data directory
+        return s;
+      }
     }
-    impl->local = impl->MakeShard(runtime.node_id(), first->Pack(), options.buckets, NewSeed());
     // The nodes that formed the cluster are listed from epoch 1 on; one that joined later is a
     // restarted shard node (late nodes hold no shard).
     const control::Membership membership = rti.node->membership();

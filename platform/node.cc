@@ -76,6 +76,15 @@ absl::Status Node::Init() {
   // its own by index (slot), and copies promoted to it.
   control::DataManifest restored;
   if (absl::Status s = LoadManifest(&restored); !s.ok()) return s;
+  if (data_dir_ != nullptr && !restored.clean()) {
+    // Starting afresh: roots of an earlier run would point into regions that are not restored.
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(data_dir_->path(), ec)) {
+      const std::string name = entry.path().filename().string();
+      if (!absl::StartsWith(name, "root-")) continue;
+      if (absl::Status s = data_dir_->RemoveFile(name); !s.ok()) return s;
+    }
+  }
   absl::flat_hash_map<uint32_t, uint32_t> restored_slots;  // index -> region id
   std::vector<control::RegionInfo> restored_copies;
   for (const control::RegionInfo& r : restored.membership().regions()) {
@@ -416,6 +425,27 @@ absl::Status Node::LoadManifest(control::DataManifest* restored) {
   spdlog::info("node {}: restarting from {} (its membership epoch {} when the cluster stopped)",
                id_, data_dir_->path(), restored->membership().epoch());
   return absl::OkStatus();
+}
+
+absl::Status Node::SaveRoot(const std::string& name, absl::string_view bytes) {
+  if (data_dir_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", id_, " has no data directory to keep root '", name, "' in"));
+  }
+  if (name.size() > 90) {
+    return absl::InvalidArgumentError(absl::StrCat("root name '", name, "' is too long"));
+  }
+  return data_dir_->WriteFile("root-" + name, bytes);
+}
+
+absl::StatusOr<std::string> Node::LoadRoot(const std::string& name) const {
+  if (data_dir_ == nullptr) {
+    return absl::NotFoundError(absl::StrCat("node ", id_, " has no data directory (no roots)"));
+  }
+  if (name.size() > 90) {
+    return absl::InvalidArgumentError(absl::StrCat("root name '", name, "' is too long"));
+  }
+  return data_dir_->ReadFile("root-" + name);
 }
 
 const control::RegionLayout* Node::RestoredLayout(uint32_t region) const {

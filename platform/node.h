@@ -369,6 +369,9 @@ class Node {
   // with `layouts` (the allocator layout of every data region the node serves), which later
   // memberships no longer replace. OK without a data directory.
   absl::Status SealDataDir(const std::map<uint32_t, control::RegionLayout>& layouts);
+  // Roots (farm.h Runtime::SaveRoot): file "root-<name>" of the data directory.
+  absl::Status SaveRoot(const std::string& name, absl::string_view bytes);
+  absl::StatusOr<std::string> LoadRoot(const std::string& name) const;
   // Restarted from a data directory: the allocator layout of data region `region`, which this
   // node served when the cluster stopped and serves again (its objects are in its memory), or
   // null.

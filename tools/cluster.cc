@@ -90,6 +90,12 @@ ABSL_FLAG(std::string, zookeeper, "",
           "empty: none (the configuration manager's node is then a single point of failure)");
 ABSL_FLAG(std::string, cluster_name, "farm",
           "the cluster's name in ZooKeeper (its record is /farm/<name>/configuration)");
+ABSL_FLAG(std::string, data_dir, "",
+          "keep every node's regions in files under this directory (node-<id>, one per node): "
+          "stopping the cluster (Ctrl-C, SIGTERM, or its application's end) writes them to disk, "
+          "and a cluster started again with the same directory, --nodes, --region_size and "
+          "--region_count serves every committed object again. Skips the self-check (it writes "
+          "a pattern over the regions)");
 ABSL_FLAG(std::string, write_config, "",
           "also write the cluster's configuration here, for clients that attach (--late_nodes)");
 
@@ -299,8 +305,10 @@ class Cluster {
     for (Child& c : children_) {
       if (!c.proc->reaped()) (void)c.proc->Send("end\n");  // one that exited cannot take it
     }
+    // A node with a data directory first waits (a lease at most) until nothing is locked in its
+    // regions, and the CM's node then waits (a lease at most) for the others to leave.
     const uint32_t lease_ms = config_.lease_ms() != 0 ? config_.lease_ms() : 10000;
-    WaitStopped(absl::Milliseconds(lease_ms) + absl::Seconds(5), /*then=*/SIGTERM);
+    WaitStopped(2 * absl::Milliseconds(lease_ms) + absl::Seconds(5), /*then=*/SIGTERM);
     WaitStopped(absl::Seconds(5), /*then=*/SIGKILL);
     children_.clear();  // every one reaped: their ChildProcess closes what is left
     if (!dir_.empty()) {
@@ -315,6 +323,15 @@ class Cluster {
   std::string provider_opened() const { return provider_opened_; }
 
  private:
+  // Node `id`'s data directory under --data_dir (absolute), or "" without one.
+  static std::string DataDirOf(uint32_t id) {
+    std::string root = absl::GetFlag(FLAGS_data_dir);
+    if (root.empty()) return "";
+    const char* user_dir = std::getenv("BUILD_WORKING_DIRECTORY");  // under `bazel run`
+    if (root[0] != '/') root = absl::StrCat(user_dir != nullptr ? user_dir : ".", "/", root);
+    return absl::StrCat(root, "/node-", id);
+  }
+
   // Waits up to `grace` for every node to exit (reaping each), then sends `then` to those that did
   // not (SIGKILL: also reaps them).
   void WaitStopped(absl::Duration grace, int then) {
@@ -342,11 +359,14 @@ class Cluster {
     if (!netns_.empty()) args = {"ip", "netns", "exec", netns_[id]};
     for (std::string a :
          {node_binary, absl::StrCat("--config=", config_path_), absl::StrCat("--node_id=", id),
-          std::string("--control_stdin"), std::string("--fill_pattern"),
-          absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
+          std::string("--control_stdin"), absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
           absl::StrCat("--log_level=", absl::GetFlag(FLAGS_log_level))}) {
       args.push_back(a);
     }
+    // The self-check's pattern; a node with a data directory keeps what its regions hold.
+    const std::string data_dir = DataDirOf(id);
+    args.push_back(data_dir.empty() ? std::string("--fill_pattern")
+                                    : absl::StrCat("--data_dir=", data_dir));
     args.insert(args.end(), node_args.begin(), node_args.end());
     // A node never outlives its supervisor, even one killed with SIGKILL (ChildProcess). Its own
     // process group: a Ctrl-C reaches the supervisor only, which stops the cluster as a whole.
@@ -580,7 +600,9 @@ int Main(const std::vector<std::string>& node_args) {
     cluster.Stop();
     return *app_failed == 0 ? 0 : 1;
   }
-  if (absl::GetFlag(FLAGS_self_check) && n > 1) {
+  if (absl::GetFlag(FLAGS_self_check) && n > 1 && !absl::GetFlag(FLAGS_data_dir).empty()) {
+    spdlog::info("no self-check: it would write its pattern over the regions of --data_dir");
+  } else if (absl::GetFlag(FLAGS_self_check) && n > 1) {
     absl::StatusOr<std::vector<std::string>> results = cluster.SelfCheck(absl::Seconds(120));
     if (!results.ok()) {
       spdlog::error("self-check did not finish: {}", std::string(results.status().message()));
