@@ -380,6 +380,13 @@ absl::StatusOr<std::shared_ptr<Region>> Node::MapDataRegion(const std::string& n
   bool created = false;
   absl::StatusOr<std::unique_ptr<Region>> region = data_dir_->MapRegion(name, size, lock, &created);
   if (!region.ok()) return region.status();
+  if (created && keep) {
+    (void)data_dir_->RemoveFile(name);
+    return absl::DataLossError(absl::StrCat(
+        "the data directory ", data_dir_->path(), " lacks ", name,
+        ", which its manifest says held a region this node served: move the directory away (or "
+        "give the node an empty one) to start it empty"));
+  }
   // A file of an earlier run that is not restored (a region served elsewhere when the cluster
   // stopped, a copy that was dropped) holds nothing of this one's.
   if (!created && !keep) std::memset((*region)->data(), 0, size);
@@ -519,6 +526,9 @@ absl::Status Node::SealDataDir(const std::map<uint32_t, control::RegionLayout>& 
 }
 
 absl::Status Node::ApplyMembership(const control::Membership& m) {
+  // One membership at a time: the manifest's clean-up of copy files must not remove one that a
+  // later membership's copy was just created in.
+  std::lock_guard<std::mutex> applying(apply_mu_);
   std::vector<uint32_t> fresh;
   absl::flat_hash_map<uint32_t, BackupEntry> backups = BackupCopiesFor(m, &fresh);
   absl::Status s = InstallMembership(m, std::move(backups));

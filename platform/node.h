@@ -429,6 +429,7 @@ class Node {
   uint32_t id_ = 0;
   uint64_t region_size_ = 0;
   std::shared_ptr<DataDir> data_dir_;  // with options_.data_dir
+  std::mutex apply_mu_;                // ApplyMembership, one at a time
   std::mutex manifest_mu_;             // std::mutex: ThreadSanitizer sees it
   uint64_t manifest_epoch_ = 0;        // guarded by manifest_mu_: the membership last written
   bool sealed_ = false;                // guarded by manifest_mu_: SealDataDir wrote the last one

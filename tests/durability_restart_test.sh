@@ -92,11 +92,13 @@ shell "get big"
 echo "ok: alpha, beta and the 3000-byte value back, the deleted key still gone, new keys taken"
 
 echo "== nodes killed: their directories are refused at the next start"
+victims=()
 for n in 0 1 2; do
   p=$(pgrep -f -- "$NODE --config=.* --node_id=$n" | head -1)
   [ -n "$p" ] || fail "no process for node $n"
-  kill -KILL "$p"
+  victims+=("$p")
 done
+kill -KILL "${victims[@]}"  # all at once: a node that lost its CM would leave by itself
 kill -TERM "$pid" 2>/dev/null
 wait "$pid" 2>/dev/null
 pid=
