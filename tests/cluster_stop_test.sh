@@ -10,7 +10,10 @@ NODE=$(bin node) || exit 1
 
 for provider in shm "tcp;ofi_rxm"; do
   echo "== provider $provider"
-  out="$TMP/stop.out" err="$TMP/stop.err"
+  # Files of their own: the background start truncates them only once it runs, and the wait below
+  # must not find the previous provider's "cluster running" meanwhile.
+  out="$TMP/stop-${provider%%;*}.out" err="$TMP/stop-${provider%%;*}.err"
+  rm -f "$out" "$err"
   # Not locked in RAM: three regions of backup copies per node exceed the sandbox's 8 MiB limit.
   "$CLUSTER" --nodes=3 --f=1 --provider="$provider" --lock_memory=false --self_check=false \
     --node_binary="$NODE" >"$out" 2>"$err" &

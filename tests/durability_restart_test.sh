@@ -20,6 +20,7 @@ trap '[ -n "$pid" ] && kill -KILL $pid 2>/dev/null' EXIT
 # start_cluster LOG: starts the cluster on $data in the background (pid in $pid); waits until it
 # runs, or returns 1 when it exits first.
 start_cluster() {
+  rm -f "$1.out" "$1.err"  # the wait below must find this run's lines only
   # Not locked in RAM: three nodes' regions and copies exceed the sandbox's locked-memory limit.
   "$CLUSTER" --nodes=3 --f=1 --provider="$provider" --lock_memory=false \
     --region_size=$((8 << 20)) --late_nodes=1 --write_config="$cfg" --data_dir="$data" \
