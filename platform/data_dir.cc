@@ -37,6 +37,43 @@ bool WriteAll(int fd, absl::string_view bytes) {
   return true;
 }
 
+// A journal frame: u32 length, u32 zero, u64 check, then the entry's bytes.
+constexpr size_t kFrameHeader = 16;
+constexpr uint32_t kMaxEntry = 1u << 30;
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+// The frame's check: over its length and bytes (stable across builds and processes).
+uint64_t FrameCheck(absl::string_view bytes) {
+  uint64_t h = Mix(0x6a6f75726e616c31ULL ^ bytes.size());
+  size_t i = 0;
+  for (; i + 8 <= bytes.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, bytes.data() + i, 8);
+    h = Mix(h ^ w) + i;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
+  return Mix(h ^ tail ^ (static_cast<uint64_t>(bytes.size() - i) << 56));
+}
+
+void AppendFrame(std::string* out, absl::string_view entry) {
+  char header[kFrameHeader] = {};
+  const uint32_t length = static_cast<uint32_t>(entry.size());
+  const uint64_t check = FrameCheck(entry);
+  std::memcpy(header, &length, 4);
+  std::memcpy(header + 8, &check, 8);
+  out->append(header, kFrameHeader);
+  out->append(entry.data(), entry.size());
+}
+
 }  // namespace
 
 absl::Status CheckDataFileName(absl::string_view name) {
@@ -215,6 +252,113 @@ bool DataDir::Exists(const std::string& name) const {
   if (!CheckDataFileName(name).ok()) return false;
   struct stat st {};
   return stat(PathOf(name).c_str(), &st) == 0;
+}
+
+absl::StatusOr<std::unique_ptr<Journal>> DataDir::OpenJournal(const std::string& name,
+                                                              std::vector<std::string>* entries,
+                                                              uint64_t* cut) {
+  if (absl::Status s = CheckDataFileName(name); !s.ok()) return s;
+  entries->clear();
+  *cut = 0;
+  std::string bytes;
+  if (Exists(name)) {
+    absl::StatusOr<std::string> read = ReadFile(name);
+    if (!read.ok()) return read.status();
+    bytes = std::move(*read);
+  }
+  uint64_t good = 0;
+  while (bytes.size() - good >= kFrameHeader) {
+    uint32_t length, zero;
+    uint64_t check;
+    std::memcpy(&length, bytes.data() + good, 4);
+    std::memcpy(&zero, bytes.data() + good + 4, 4);
+    std::memcpy(&check, bytes.data() + good + 8, 8);
+    if (zero != 0 || length > kMaxEntry || bytes.size() - good - kFrameHeader < length) break;
+    const absl::string_view entry(bytes.data() + good + kFrameHeader, length);
+    if (FrameCheck(entry) != check) break;
+    entries->emplace_back(entry);
+    good += kFrameHeader + length;
+  }
+  const std::string file = PathOf(name);
+  const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return FromErrno(errno, absl::StrCat("cannot open ", file));
+  if (good < bytes.size()) {
+    *cut = bytes.size() - good;
+    if (ftruncate(fd, static_cast<off_t>(good)) != 0 || fsync(fd) != 0) {
+      const int err = errno;
+      close(fd);
+      return FromErrno(err, absl::StrCat("cannot cut the torn tail of ", file));
+    }
+  }
+  const int dir_fd = dup(dir_fd_);
+  if (dir_fd < 0) {
+    const int err = errno;
+    close(fd);
+    return FromErrno(err, absl::StrCat("cannot open the data directory ", path_));
+  }
+  if (absl::Status s = SyncDir(); !s.ok()) {
+    close(fd);
+    close(dir_fd);
+    return s;
+  }
+  return std::unique_ptr<Journal>(
+      new Journal(file, PathOf(absl::StrCat(".", name, ".new")), fd, dir_fd, good));
+}
+
+Journal::~Journal() {
+  close(fd_);
+  close(dir_fd_);
+}
+
+absl::Status Journal::Append(absl::string_view entry, bool sync) {
+  if (entry.size() > kMaxEntry) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a journal entry of ", entry.size(), " bytes (at most ", kMaxEntry, ")"));
+  }
+  std::string frame;
+  frame.reserve(kFrameHeader + entry.size());
+  AppendFrame(&frame, entry);
+  if (!WriteAll(fd_, frame)) {
+    const int err = errno;
+    // A partial frame may be left: it is cut off at the next open, and nothing follows it
+    // that the caller would count on (the caller treats this as fatal for the entry).
+    return FromErrno(err, absl::StrCat("cannot append to ", path_));
+  }
+  size_ += frame.size();
+  if (sync && fdatasync(fd_) != 0) return FromErrno(errno, absl::StrCat("cannot sync ", path_));
+  return absl::OkStatus();
+}
+
+absl::Status Journal::Rewrite(const std::vector<std::string>& entries) {
+  std::string bytes;
+  for (const std::string& e : entries) AppendFrame(&bytes, e);
+  const int fd = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return FromErrno(errno, absl::StrCat("cannot write ", tmp_));
+  if (!WriteAll(fd, bytes) || fsync(fd) != 0) {
+    const int err = errno;
+    close(fd);
+    unlink(tmp_.c_str());
+    return FromErrno(err, absl::StrCat("cannot write ", tmp_));
+  }
+  if (rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    close(fd);
+    unlink(tmp_.c_str());
+    return FromErrno(err, absl::StrCat("cannot replace ", path_));
+  }
+  if (fsync(dir_fd_) != 0) {
+    const int err = errno;
+    close(fd);
+    return FromErrno(err, absl::StrCat("cannot sync the directory of ", path_));
+  }
+  // Appends go to the new file, at its end.
+  const int append_fd = open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  close(fd);
+  if (append_fd < 0) return FromErrno(errno, absl::StrCat("cannot open ", path_));
+  close(fd_);
+  fd_ = append_fd;
+  size_ = bytes.size();
+  return absl::OkStatus();
 }
 
 }  // namespace farm

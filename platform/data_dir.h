@@ -11,6 +11,10 @@
 //   small files     written whole and atomically (WriteFile: a temporary file, fsync, rename,
 //                   fsync of the directory), so a reader finds the old bytes or the new, never a
 //                   mix, even after a machine failure
+//   journals        append-only files of framed entries (OpenJournal, Journal): an entry
+//                   appended is the file's once Append returns (write(2): it survives the
+//                   process, not a machine failure unless appended with sync); a torn or
+//                   corrupt tail (the process died inside a write) is cut off at the next open
 // File names are 1 to 100 of [A-Za-z0-9._-], not starting with a dot.
 //
 // Thread-compatible.
@@ -18,9 +22,11 @@
 #define FARM_PLATFORM_DATA_DIR_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,6 +34,8 @@
 #include "platform/region.h"
 
 namespace farm {
+
+class Journal;
 
 class DataDir {
  public:
@@ -58,6 +66,14 @@ class DataDir {
   absl::Status RemoveFile(const std::string& name);
   bool Exists(const std::string& name) const;
 
+  // Opens journal `name` (created empty if missing) for appending, after reading its entries
+  // into `entries` in the order they were appended. A frame that is incomplete or fails its
+  // check ends the journal there: it and what follows are cut off (logged by the caller from
+  // `*cut`, the bytes dropped).
+  absl::StatusOr<std::unique_ptr<Journal>> OpenJournal(const std::string& name,
+                                                       std::vector<std::string>* entries,
+                                                       uint64_t* cut);
+
  private:
   DataDir(std::string path, int dir_fd, int lock_fd)
       : path_(std::move(path)), dir_fd_(dir_fd), lock_fd_(lock_fd) {}
@@ -67,6 +83,35 @@ class DataDir {
   std::string path_;
   int dir_fd_;
   int lock_fd_;
+};
+
+// An append-only file of entries, each framed (length, a check over length and bytes, bytes).
+// Thread-compatible (its user serializes Append and Rewrite).
+class Journal {
+ public:
+  Journal(const Journal&) = delete;
+  Journal& operator=(const Journal&) = delete;
+  ~Journal();
+
+  // Appends one entry; with `sync`, also waits until it is on disk (fdatasync).
+  absl::Status Append(absl::string_view entry, bool sync);
+  // Replaces the whole journal by `entries`, atomically and durably (as DataDir::WriteFile): a
+  // reader finds the old entries or the new, never a mix. Appends then go to the new file.
+  absl::Status Rewrite(const std::vector<std::string>& entries);
+  // Bytes in the file.
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  friend class DataDir;
+  Journal(std::string path, std::string tmp, int fd, int dir_fd, uint64_t size)
+      : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd), dir_fd_(dir_fd), size_(size) {}
+
+  std::string path_;
+  std::string tmp_;
+  int fd_;
+  int dir_fd_;  // a duplicate of the directory's (Rewrite syncs it)
+  uint64_t size_;
 };
 
 // OK when `name` is a valid file name of a data directory (see the file comment).

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -60,6 +61,94 @@ TEST_CASE("a region mapped from a file keeps what a killed process wrote") {
   CHECK((*r)->Sync(12345, 9).ok());
   CHECK((*r)->Sync(0, 1 << 16).ok());
   CHECK(absl::IsOutOfRange((*r)->Sync(1 << 16, 1)));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a journal keeps what a killed process appended, and cuts a torn tail") {
+  const std::string dir = FreshDir("journal");
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
+    if (!d.ok()) _exit(2);
+    std::vector<std::string> entries;
+    uint64_t cut = 1;
+    absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("log", &entries, &cut);
+    if (!j.ok() || !entries.empty() || cut != 0) _exit(3);
+    for (int i = 0; i < 100; ++i) {
+      if (!(*j)->Append(absl::StrCat("entry ", i, std::string(i, 'x')), i % 10 == 0).ok()) {
+        _exit(4);
+      }
+    }
+    if (!(*j)->Append(std::string(), false).ok()) _exit(5);  // an empty entry is one too
+    raise(SIGKILL);
+    _exit(6);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFSIGNALED(status));
+
+  uint64_t size = 0;
+  {
+    absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
+    REQUIRE(d.ok());
+    std::vector<std::string> entries;
+    uint64_t cut = 1;
+    absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("log", &entries, &cut);
+    REQUIRE(j.ok());
+    CHECK(cut == 0);
+    REQUIRE(entries.size() == 101);
+    for (int i = 0; i < 100; ++i) CHECK(entries[i] == absl::StrCat("entry ", i, std::string(i, 'x')));
+    CHECK(entries[100].empty());
+    size = (*j)->size();
+    CHECK(size == std::filesystem::file_size(dir + "/log"));
+  }
+  // A torn last frame (the process died inside its write) and a corrupt one are cut off.
+  {
+    std::filesystem::resize_file(dir + "/log", size - 1);  // the empty entry's frame torn
+    absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
+    REQUIRE(d.ok());
+    std::vector<std::string> entries;
+    uint64_t cut = 0;
+    absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("log", &entries, &cut);
+    REQUIRE(j.ok());
+    CHECK(cut == 15);  // 15 bytes of the empty entry's 16-byte frame
+    CHECK(entries.size() == 100);
+    REQUIRE((*j)->Append("after the cut", false).ok());
+  }
+  {
+    // Flip a byte inside entry 50: it and everything after it are cut off.
+    std::fstream f(dir + "/log", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t at = 0;
+    for (int i = 0; i < 50; ++i) at += 16 + absl::StrCat("entry ", i, std::string(i, 'x')).size();
+    f.seekp(static_cast<std::streamoff>(at + 16 + 3));
+    f.put('?');
+  }
+  {
+    absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
+    REQUIRE(d.ok());
+    std::vector<std::string> entries;
+    uint64_t cut = 0;
+    absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("log", &entries, &cut);
+    REQUIRE(j.ok());
+    CHECK(entries.size() == 50);
+    CHECK(cut > 0);
+    // Rewrite replaces it whole, and appends follow the new entries.
+    REQUIRE((*j)->Rewrite({"one", "two"}).ok());
+    REQUIRE((*j)->Append("three", true).ok());
+    CHECK((*j)->size() == std::filesystem::file_size(dir + "/log"));
+  }
+  {
+    absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
+    REQUIRE(d.ok());
+    std::vector<std::string> entries;
+    uint64_t cut = 1;
+    absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("log", &entries, &cut);
+    REQUIRE(j.ok());
+    CHECK(cut == 0);
+    CHECK(entries == std::vector<std::string>{"one", "two", "three"});
+    CHECK_FALSE((*d)->OpenJournal("../log", &entries, &cut).ok());
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -4,11 +4,262 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 #include "platform/mutant.h"
 #include "txn/object.h"
+#include "txn/wire.h"
 
 namespace farm {
 namespace txn {
+namespace {
+
+// The journal's entries (the first byte is the kind).
+enum class Entry : uint8_t {
+  kKeep = 1,       // a COMMIT-BACKUP's writes kept (a LockRequest: txn, writes, written, parts)
+  kTruncate = 2,   // truncations (a LockRequest: the coordinator, its incarnation, seqs, bound)
+  kSettle = 3,     // txn, commit
+  kFence = 4,      // coordinator, fence
+  kForget = 5,     // coordinator, fence
+  kArray = 6,      // an ArrayRecord
+  kLayout = 7,     // region, a layout merged
+  kTruncated = 8,  // (a compaction's) coordinator, incarnation, bound, the seqs remembered
+};
+
+std::string Tagged(Entry kind, const std::string& body) {
+  std::string out(1, static_cast<char>(kind));
+  out += body;
+  return out;
+}
+
+void PutLayout(WireWriter& w, const RegionLayout& layout) {
+  w.U64(layout.block_size);
+  w.U64(layout.block_class.size());
+  for (int c : layout.block_class) w.U32(static_cast<uint32_t>(c));
+  w.U64(layout.arrays.size());
+  for (const RegionLayout::Array& a : layout.arrays) {
+    w.U64(a.begin);
+    w.U64(a.end);
+  }
+}
+
+bool GetLayout(WireReader& r, RegionLayout* layout) {
+  uint64_t n = 0;
+  if (!r.U64(&layout->block_size) || !r.U64(&n) || n > r.remaining() / 4) return false;
+  layout->block_class.resize(n);
+  for (int& c : layout->block_class) {
+    uint32_t v = 0;
+    if (!r.U32(&v)) return false;
+    c = static_cast<int>(v);
+  }
+  if (!r.U64(&n) || n > r.remaining() / 16) return false;
+  layout->arrays.resize(n);
+  for (RegionLayout::Array& a : layout->arrays) {
+    if (!r.U64(&a.begin) || !r.U64(&a.end)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status BackupLog::Persist(std::unique_ptr<Journal> journal,
+                                const std::vector<std::string>& entries) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (absl::Status s = Replay(entries[i]); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("entry ", i, " of ", entries.size(), " of ",
+                                                     journal->path(), ": ", s.message()));
+    }
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  journal_ = std::move(journal);
+  // Start from the state: what the replay dropped (copies this node no longer holds) goes.
+  compact_at_ = 0;
+  MaybeCompact();
+  return journal_error_;
+}
+
+absl::Status BackupLog::Replay(absl::string_view entry) {
+  if (entry.empty()) return absl::InvalidArgumentError("an empty entry");
+  const Entry kind = static_cast<Entry>(entry[0]);
+  WireReader r(entry.substr(1));
+  switch (kind) {
+    case Entry::kKeep: {
+      absl::StatusOr<LockRequest> req = DecodeLock(entry.substr(1));
+      if (!req.ok()) return req.status();
+      Kept k;
+      k.written = req->written;
+      k.parts = req->parts;
+      for (WriteRecord& w : req->writes) {
+        std::shared_ptr<Region> copy = copy_of_(w.addr.region);
+        if (copy == nullptr) continue;  // the copy is gone: so are its writes here
+        const uint64_t span = w.kind == WriteKind::kFree ? 8 : ObjectSpan(w.data.size());
+        if (w.addr.offset % 8 != 0 || w.addr.offset > copy->size() ||
+            copy->size() - w.addr.offset < span) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("a kept write at ", w.addr.ToString(), " leaves the copy"));
+        }
+        k.writes.push_back(std::move(w));
+        k.copies.push_back(std::move(copy));
+      }
+      if (k.writes.empty() && !req->writes.empty()) return absl::OkStatus();
+      std::lock_guard<std::mutex> l(mu_);
+      if (k.writes.empty() && !records_.contains(req->txn)) return absl::OkStatus();
+      KeepLocked(req->txn, std::move(k), req->part);
+      return absl::OkStatus();
+    }
+    case Entry::kTruncate: {
+      absl::StatusOr<LockRequest> req = DecodeLock(entry.substr(1));
+      if (!req.ok()) return req.status();
+      std::lock_guard<std::mutex> l(mu_);
+      TruncateLocked(req->txn.node, req->txn.incarnation, req->truncate, req->finished_below);
+      return absl::OkStatus();
+    }
+    case Entry::kSettle: {
+      TxnId txn;
+      uint8_t commit = 0;
+      if (!r.U32(&txn.node) || !r.U64(&txn.incarnation) || !r.U64(&txn.seq) || !r.U8(&commit) ||
+          !r.done()) {
+        break;
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      SettleLocked(txn, commit != 0);
+      return absl::OkStatus();
+    }
+    case Entry::kFence:
+    case Entry::kForget: {
+      uint32_t coordinator = 0;
+      uint64_t fence = 0;
+      if (!r.U32(&coordinator) || !r.U64(&fence) || !r.done()) break;
+      std::lock_guard<std::mutex> l(mu_);
+      if (kind == Entry::kFence) {
+        RaiseFence(coordinator, fence);
+      } else {
+        ForgetLocked(coordinator, fence);
+      }
+      return absl::OkStatus();
+    }
+    case Entry::kArray: {
+      absl::StatusOr<ArrayRecord> record = DecodeArray(entry.substr(1));
+      if (!record.ok()) return record.status();
+      std::shared_ptr<Region> copy = copy_of_(record->first.region);
+      if (copy == nullptr) return absl::OkStatus();
+      const uint64_t block_size = Allocator::BlockSizeOf(copy->size());
+      const uint64_t slot = Allocator::SlotSize(Allocator::SlotClassOf(record->size));
+      if (record->count == 0 || record->size == 0 || record->size > kMaxObjectSize ||
+          block_size == 0 || slot > block_size || record->first.offset % block_size != 0 ||
+          record->first.offset > copy->size() ||
+          (copy->size() - record->first.offset) / slot < record->count) {
+        return absl::InvalidArgumentError("an object array that leaves the copy");
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      InstallArrayLocked(*record, *copy);
+      return absl::OkStatus();
+    }
+    case Entry::kLayout: {
+      uint32_t region = 0;
+      RegionLayout layout;
+      if (!r.U32(&region) || !GetLayout(r, &layout) || !r.done()) break;
+      std::shared_ptr<Region> copy = copy_of_(region);
+      if (copy == nullptr) return absl::OkStatus();
+      std::lock_guard<std::mutex> l(mu_);
+      AdoptLayoutLocked(region, copy->size(), layout);
+      return absl::OkStatus();
+    }
+    case Entry::kTruncated: {
+      uint32_t coordinator = 0;
+      uint64_t incarnation = 0, below = 0, n = 0;
+      if (!r.U32(&coordinator) || !r.U64(&incarnation) || !r.U64(&below) || !r.U64(&n) ||
+          n > r.remaining() / 8) {
+        break;
+      }
+      std::vector<uint64_t> seqs(n);
+      for (uint64_t& seq : seqs) {
+        if (!r.U64(&seq)) break;
+      }
+      if (!r.done() || r.failed()) break;
+      std::lock_guard<std::mutex> l(mu_);
+      Truncations& t = truncated_[{coordinator, incarnation}];
+      t.below = std::max(t.below, below);
+      for (uint64_t seq : seqs) {
+        if (seq >= t.below) t.seqs.insert(seq);
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("a corrupt or unknown entry (kind ", static_cast<int>(entry[0]), ")"));
+}
+
+absl::Status BackupLog::Log(const std::string& entry) {
+  if (!journal_error_.ok()) return journal_error_;
+  absl::Status s = journal_->Append(entry, /*sync=*/false);
+  if (!s.ok()) {
+    journal_error_ = absl::UnavailableError(
+        absl::StrCat("the journal ", journal_->path(), " failed: ", s.message()));
+    spdlog::error("txn: {}; this node keeps no more COMMIT-BACKUP records",
+                  std::string(journal_error_.message()));
+  }
+  return journal_error_;
+}
+
+void BackupLog::MaybeCompact() {
+  if (journal_ == nullptr || !journal_error_.ok() || journal_->size() < compact_at_) return;
+  std::vector<std::string> entries;
+  for (const auto& [region, layout] : layouts_) {
+    WireWriter w;
+    w.U8(static_cast<uint8_t>(Entry::kLayout));
+    w.U32(region);
+    PutLayout(w, layout);
+    entries.push_back(std::move(w.str()));
+  }
+  for (const auto& [coordinator, fence] : fences_) {
+    WireWriter w;
+    w.U8(static_cast<uint8_t>(Entry::kFence));
+    w.U32(coordinator);
+    w.U64(fence);
+    entries.push_back(std::move(w.str()));
+  }
+  for (const auto& [key, t] : truncated_) {
+    WireWriter w;
+    w.U8(static_cast<uint8_t>(Entry::kTruncated));
+    w.U32(key.first);
+    w.U64(key.second);
+    w.U64(t.below);
+    w.U64(t.seqs.size());
+    for (uint64_t seq : t.seqs) w.U64(seq);
+    entries.push_back(std::move(w.str()));
+  }
+  for (const auto& [txn, k] : records_) {
+    LockRequest keep;
+    keep.txn = txn;
+    keep.writes = k.writes;
+    keep.written = k.written;
+    keep.parts = k.parts;
+    for (size_t i = 0; i < k.parts_seen.size(); ++i) {
+      keep.part = k.parts_seen[i];
+      entries.push_back(Tagged(Entry::kKeep, EncodeLock(keep)));
+      keep.writes.clear();  // the other parts add nothing more
+    }
+  }
+  if (absl::Status s = journal_->Rewrite(entries); !s.ok()) {
+    journal_error_ = absl::UnavailableError(
+        absl::StrCat("the journal ", journal_->path(), " failed: ", s.message()));
+    spdlog::error("txn: {}; this node keeps no more COMMIT-BACKUP records",
+                  std::string(journal_error_.message()));
+    return;
+  }
+  ++compactions_;
+  compact_at_ = std::max<uint64_t>(64 << 20, 4 * journal_->size());
+}
+
+void BackupLog::set_compact_at(uint64_t bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  compact_at_ = bytes;
+}
+
+uint64_t BackupLog::compactions() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return compactions_;
+}
 
 absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request) {
   if (request.txn.node != coordinator) {
@@ -37,7 +288,15 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
   }
   k.writes = request.writes;
   k.written = request.written;
+  k.parts = request.parts;
   std::lock_guard<std::mutex> l(mu_);
+  if (!journal_error_.ok()) {
+    return absl::UnavailableError(absl::StrCat("COMMIT-BACKUP of transaction ",
+                                               request.txn.ToString(),
+                                               ": this node's journal failed, it keeps no records "
+                                               "(",
+                                               journal_error_.message(), ")"));
+  }
   if (auto f = fences_.find(coordinator);
       f != fences_.end() && request.txn.incarnation < f->second) {
     // Its recovery has begun: a record kept now would never be decided.
@@ -46,24 +305,17 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
                                                       coordinator, " left the cluster"));
   }
   // The truncations first: they are of earlier transactions, whatever becomes of this one (a
-  // refused message must not take them with it). Each is remembered until the coordinator's
-  // bound passes it (the recovery vote: this node applied it).
+  // refused message must not take them with it).
   if (!request.truncate.empty() || request.finished_below > 0) {
-    Truncations& t = truncated_[{coordinator, request.txn.incarnation}];
-    for (uint64_t seq : request.truncate) {
-      auto it = records_.find(TxnId{coordinator, request.txn.incarnation, seq});
-      if (it == records_.end()) continue;  // it wrote nothing here, or was truncated already
-      Apply(it->second);
-      records_.erase(it);
-      if (seq >= t.below) t.seqs.insert(seq);
+    if (journal_ != nullptr) {
+      LockRequest t;
+      t.txn = TxnId{coordinator, request.txn.incarnation, 0};
+      t.truncate = request.truncate;
+      t.finished_below = request.finished_below;
+      if (absl::Status s = Log(Tagged(Entry::kTruncate, EncodeLock(t))); !s.ok()) return s;
     }
-    // Mutant: the bound is ignored and nothing truncated is remembered (the recovery cannot
-    // tell a backup that applied a record from one that never got it).
-    if (FARM_MUTANT("forget_truncations")) t.seqs.clear();
-    if (request.finished_below > t.below) {
-      t.below = request.finished_below;
-      absl::erase_if(t.seqs, [&](uint64_t seq) { return seq < t.below; });
-    }
+    TruncateLocked(coordinator, request.txn.incarnation, request.truncate,
+                   request.finished_below);
   }
   for (const WriteRecord& w : k.writes) {
     if (promoted_.contains(w.addr.region)) {
@@ -74,27 +326,60 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
           " is served by this node now (its backup copy was promoted)"));
     }
   }
+  if (k.writes.empty()) return absl::OkStatus();
+  if (journal_ != nullptr) {
+    LockRequest keep;
+    keep.txn = request.txn;
+    keep.writes = request.writes;
+    keep.written = request.written;
+    keep.part = request.part;
+    keep.parts = request.parts;
+    if (absl::Status s = Log(Tagged(Entry::kKeep, EncodeLock(keep))); !s.ok()) return s;
+  }
+  KeepLocked(request.txn, std::move(k), request.part);
+  MaybeCompact();
+  return absl::OkStatus();
+}
+
+void BackupLog::TruncateLocked(uint32_t coordinator, uint64_t incarnation,
+                               const std::vector<uint64_t>& seqs, uint64_t finished_below) {
+  // Each is remembered until the coordinator's bound passes it (the recovery vote: this node
+  // applied it).
+  Truncations& t = truncated_[{coordinator, incarnation}];
+  for (uint64_t seq : seqs) {
+    auto it = records_.find(TxnId{coordinator, incarnation, seq});
+    if (it == records_.end()) continue;  // it wrote nothing here, or was truncated already
+    Apply(it->second);
+    records_.erase(it);
+    if (seq >= t.below) t.seqs.insert(seq);
+  }
+  // Mutant: the bound is ignored and nothing truncated is remembered (the recovery cannot
+  // tell a backup that applied a record from one that never got it).
+  if (FARM_MUTANT("forget_truncations")) t.seqs.clear();
+  if (finished_below > t.below) {
+    t.below = finished_below;
+    absl::erase_if(t.seqs, [&](uint64_t seq) { return seq < t.below; });
+  }
+}
+
+void BackupLog::KeepLocked(const TxnId& txn, Kept k, uint32_t part) {
   for (size_t i = 0; i < k.writes.size(); ++i) {
     const WriteRecord& w = k.writes[i];
     if (w.kind != WriteKind::kFree) LearnBlock(w.addr, k.copies[i]->size(), w.data.size());
   }
-  if (k.writes.empty()) return absl::OkStatus();
   // A transaction's writes to this node may come in several COMMIT-BACKUPs (each at most a
   // message): they add up. A message delivered twice (its answer was lost) adds its writes
   // twice, which changes nothing: the second of two equal writes is never newer.
-  k.parts = request.parts;
-  auto [it, inserted] = records_.try_emplace(request.txn, std::move(k));
+  auto [it, inserted] = records_.try_emplace(txn, std::move(k));
   Kept& kept = it->second;
   if (!inserted) {
     kept.writes.insert(kept.writes.end(), k.writes.begin(), k.writes.end());
     kept.copies.insert(kept.copies.end(), k.copies.begin(), k.copies.end());
     if (kept.written.empty()) kept.written = std::move(k.written);
   }
-  if (std::find(kept.parts_seen.begin(), kept.parts_seen.end(), request.part) ==
-      kept.parts_seen.end()) {
-    kept.parts_seen.push_back(request.part);
+  if (std::find(kept.parts_seen.begin(), kept.parts_seen.end(), part) == kept.parts_seen.end()) {
+    kept.parts_seen.push_back(part);
   }
-  return absl::OkStatus();
 }
 
 void BackupLog::Apply(const Kept& k) {
@@ -218,9 +503,21 @@ absl::Status BackupLog::InstallArray(const ArrayRecord& record) {
         "an object array of ", record.count, " objects of ", record.size, " bytes at ",
         record.first.ToString(), " does not fit the region's ", copy->size(), " bytes"));
   }
-  const std::string zeros(record.size, '\0');
   std::lock_guard<std::mutex> l(mu_);
-  RegionLayout& layout = LayoutLocked(record.first.region, copy->size());
+  if (journal_ != nullptr) {
+    if (absl::Status s = Log(Tagged(Entry::kArray, EncodeArray(record))); !s.ok()) return s;
+  }
+  InstallArrayLocked(record, *copy);
+  MaybeCompact();
+  return absl::OkStatus();
+}
+
+void BackupLog::InstallArrayLocked(const ArrayRecord& record, Region& copy) {
+  const uint64_t block_size = Allocator::BlockSizeOf(copy.size());
+  const int c = Allocator::SlotClassOf(record.size);
+  const uint64_t slot = Allocator::SlotSize(c);
+  const std::string zeros(record.size, '\0');
+  RegionLayout& layout = LayoutLocked(record.first.region, copy.size());
   const uint64_t per_block = block_size / slot;
   const uint64_t first_block = record.first.offset / block_size;
   for (uint64_t b = first_block; b < first_block + (record.count + per_block - 1) / per_block;
@@ -232,17 +529,26 @@ absl::Status BackupLog::InstallArray(const ArrayRecord& record) {
     layout.arrays.push_back(range);
   }
   for (uint64_t i = 0; i < record.count; ++i) {
-    char* object = copy->data() + range.begin + i * slot;
+    char* object = copy.data() + range.begin + i * slot;
     // Version 1 is the array's first; a copy that holds a later one (a retried record) keeps it.
     if (VersionOf(LoadLockWord(object)) >= 1) continue;
     InstallObject(object, 1, zeros.data(), record.size);
   }
-  return absl::OkStatus();
 }
 
 uint64_t BackupLog::RaiseFence(uint32_t coordinator, uint64_t fence) {
   uint64_t& f = fences_[coordinator];
-  f = std::max(f, fence);
+  if (fence > f) {
+    if (journal_ != nullptr) {
+      WireWriter w;
+      w.U8(static_cast<uint8_t>(Entry::kFence));
+      w.U32(coordinator);
+      w.U64(fence);
+      // A failure is the journal's (Append refuses from now on); the fence holds here anyway.
+      (void)Log(w.str());
+    }
+    f = fence;
+  }
   return f;
 }
 
@@ -291,6 +597,18 @@ std::vector<TxnId> BackupLog::Truncated(uint32_t coordinator, uint64_t fence) co
 
 void BackupLog::Forget(uint32_t coordinator, uint64_t fence) {
   std::lock_guard<std::mutex> l(mu_);
+  if (journal_ != nullptr) {
+    WireWriter w;
+    w.U8(static_cast<uint8_t>(Entry::kForget));
+    w.U32(coordinator);
+    w.U64(fence);
+    (void)Log(w.str());
+  }
+  ForgetLocked(coordinator, fence);
+  MaybeCompact();
+}
+
+void BackupLog::ForgetLocked(uint32_t coordinator, uint64_t fence) {
   absl::erase_if(truncated_, [&](const auto& entry) {
     return entry.first.first == coordinator && entry.first.second < fence;
   });
@@ -305,10 +623,30 @@ size_t BackupLog::truncated_remembered() const {
 
 void BackupLog::Settle(const TxnId& txn, bool commit) {
   std::lock_guard<std::mutex> l(mu_);
+  if (!records_.contains(txn)) return;
+  if (journal_ != nullptr) {
+    WireWriter w;
+    w.U8(static_cast<uint8_t>(Entry::kSettle));
+    w.U32(txn.node);
+    w.U64(txn.incarnation);
+    w.U64(txn.seq);
+    w.U8(commit ? 1 : 0);
+    (void)Log(w.str());
+  }
+  SettleLocked(txn, commit);
+  MaybeCompact();
+}
+
+void BackupLog::SettleLocked(const TxnId& txn, bool commit) {
   auto it = records_.find(txn);
   if (it == records_.end()) return;
   if (commit) {
     Apply(it->second);
+    // Applied as at a truncation, and remembered so until the recovery forgets the
+    // coordinator's incarnation: a recovery after a crash of the whole cluster, between this
+    // backup's Settle and another's, must find that this copy holds the transaction.
+    Truncations& t = truncated_[{txn.node, txn.incarnation}];
+    if (txn.seq >= t.below) t.seqs.insert(txn.seq);
   } else {
     Release(it->second);
   }
@@ -319,7 +657,21 @@ bool BackupLog::AdoptLayout(uint32_t region, const RegionLayout& layout) {
   std::shared_ptr<Region> copy = copy_of_(region);
   if (copy == nullptr) return false;
   std::lock_guard<std::mutex> l(mu_);
-  RegionLayout& mine = LayoutLocked(region, copy->size());
+  if (journal_ != nullptr) {
+    WireWriter w;
+    w.U8(static_cast<uint8_t>(Entry::kLayout));
+    w.U32(region);
+    PutLayout(w, layout);
+    (void)Log(w.str());
+  }
+  const bool ok = AdoptLayoutLocked(region, copy->size(), layout);
+  MaybeCompact();
+  return ok;
+}
+
+bool BackupLog::AdoptLayoutLocked(uint32_t region, uint64_t region_size,
+                                  const RegionLayout& layout) {
+  RegionLayout& mine = LayoutLocked(region, region_size);
   if (mine.block_size != layout.block_size ||
       mine.block_class.size() != layout.block_class.size()) {
     return false;

@@ -27,6 +27,15 @@
 // gives its block's slot class, and an object array comes as a record of its own (InstallArray),
 // installed at once (the primary sends it before anyone knows the array's address).
 //
+// Durability (a node's data directory, docs/replication.md item 7): with a journal attached
+// (Persist), every change to what is kept here (records kept, truncations, decisions, fences,
+// arrays, layouts) is appended to it before the call that made it returns, so before a
+// COMMIT-BACKUP is acknowledged. The policy is write(2), no fsync: the journal and the copies
+// (files mapped shared) survive the death of every process (kill -9, a crash), not a machine
+// failure. A restarted node replays the journal over its copies (truncations apply again only
+// where the copy holds an older version) and is where it was: the records kept, the layouts, what
+// it truncated. The journal is rewritten from the state once it grew past a bound (compaction).
+//
 // Thread safety: all methods are safe for concurrent use (one mutex).
 #ifndef FARM_TXN_BACKUP_LOG_H_
 #define FARM_TXN_BACKUP_LOG_H_
@@ -41,6 +50,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "platform/data_dir.h"
 #include "platform/region.h"
 #include "txn/allocator.h"
 #include "txn/protocol.h"
@@ -55,6 +65,17 @@ class BackupLog {
       : copy_of_(std::move(copy_of)) {}
   BackupLog(const BackupLog&) = delete;
   BackupLog& operator=(const BackupLog&) = delete;
+
+  // Durability: `entries` (the journal's, from this node's previous run: its copies are mapped,
+  // copy_of_ finds them) are replayed, then every change is appended to `journal`. Call before
+  // anything else. InvalidArgument for an entry that does not decode (the journal is not this
+  // version's), an error of the journal's otherwise. Records of regions this node holds no copy
+  // of any more lose those writes.
+  absl::Status Persist(std::unique_ptr<Journal> journal, const std::vector<std::string>& entries);
+  // Journal bytes at which it is rewritten from the state (tests lower it).
+  void set_compact_at(uint64_t bytes);
+  // Times the journal was rewritten (for tests).
+  uint64_t compactions() const;
 
   // COMMIT-BACKUP from `coordinator` (encoded as a LOCK: the transaction, the writes to this
   // node's copies, and sequence numbers of the coordinator's transactions to truncate). Applies
@@ -150,6 +171,21 @@ class BackupLog {
     uint64_t below = 0;
     absl::flat_hash_set<uint64_t> seqs;
   };
+  // Appends `entry` to the journal, if any. Caller holds mu_. An error is the journal's: from
+  // then on nothing more is kept here (Append fails), since it could not be made durable.
+  absl::Status Log(const std::string& entry);
+  // Rewrites the journal from the state once it passed compact_at_. Caller holds mu_.
+  void MaybeCompact();
+  // Replays one entry. Caller holds mu_.
+  absl::Status Replay(absl::string_view entry);
+  // The changes themselves (Append, Settle, ... and Replay). Callers hold mu_.
+  void TruncateLocked(uint32_t coordinator, uint64_t incarnation,
+                      const std::vector<uint64_t>& seqs, uint64_t finished_below);
+  void KeepLocked(const TxnId& txn, Kept k, uint32_t part);
+  void SettleLocked(const TxnId& txn, bool commit);
+  void ForgetLocked(uint32_t coordinator, uint64_t fence);
+  void InstallArrayLocked(const ArrayRecord& record, Region& copy);
+  bool AdoptLayoutLocked(uint32_t region, uint64_t region_size, const RegionLayout& layout);
   // Applies a record's writes that are newer than the copies, then releases its recovery locks.
   // Caller holds mu_.
   void Apply(const Kept& k);
@@ -166,6 +202,10 @@ class BackupLog {
 
   const std::function<std::shared_ptr<Region>(uint32_t)> copy_of_;
   mutable std::mutex mu_;
+  std::unique_ptr<Journal> journal_;  // null: nothing durable
+  absl::Status journal_error_;        // the journal's first failure
+  uint64_t compact_at_ = 64 << 20;
+  uint64_t compactions_ = 0;
   absl::flat_hash_map<TxnId, Kept> records_;
   absl::flat_hash_map<uint32_t, RegionLayout> layouts_;
   absl::flat_hash_map<uint32_t, uint64_t> fences_;  // coordinator -> its fenced incarnations' bound

@@ -2,10 +2,20 @@
 // where they are newer than what it holds, in whatever order the truncations come.
 #include "txn/backup_log.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "platform/data_dir.h"
 #include "txn/object.h"
 
 namespace farm {
@@ -23,8 +33,9 @@ struct Fixture {
         log([this](uint32_t region) { return region == kRegion ? copy : nullptr; }) {}
 
   // The object at `offset` of the copy, as a string, or "free vN" / "empty".
-  std::string At(uint64_t offset, uint64_t size) const {
-    const char* object = copy->data() + offset;
+  std::string At(uint64_t offset, uint64_t size) const { return ObjectAt(*copy, offset, size); }
+  static std::string ObjectAt(const Region& region, uint64_t offset, uint64_t size) {
+    const char* object = region.data() + offset;
     const uint64_t word = LoadLockWord(object);
     if (word == 0) return "empty";
     if (!IsAllocated(word)) return "free v" + std::to_string(VersionOf(word));
@@ -264,6 +275,161 @@ TEST_CASE("a promoted copy locks what kept records write until they are decided"
   CHECK(f.At(768, 3) == "empty");
   CHECK(f.log.recovery_locks() == 0);
   CHECK(f.log.records() == 0);
+}
+
+namespace {
+
+std::string FreshDir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::string dir =
+      absl::StrCat(base != nullptr ? base : "/tmp", "/backup_log_test-", getpid(), "-", name);
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+// A backup log over a copy mapped from `dir`'s file, replaying and then appending to its journal
+// (a node restarted with its data directory).
+struct Durable {
+  std::unique_ptr<DataDir> dir;
+  std::shared_ptr<Region> copy;
+  std::unique_ptr<BackupLog> log;
+  std::vector<std::string> entries;
+  uint64_t cut = 0;
+
+  explicit Durable(const std::string& path) {
+    absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(path);
+    REQUIRE(d.ok());
+    dir = std::move(*d);
+    bool created = false;
+    absl::StatusOr<std::unique_ptr<Region>> r =
+        dir->MapRegion("copy-7", 1 << 20, false, &created);
+    REQUIRE(r.ok());
+    copy = std::move(*r);
+    log = std::make_unique<BackupLog>(
+        [this](uint32_t region) { return region == kRegion ? copy : nullptr; });
+    absl::StatusOr<std::unique_ptr<Journal>> j = dir->OpenJournal("backup-log", &entries, &cut);
+    REQUIRE(j.ok());
+    absl::Status s = log->Persist(std::move(*j), entries);
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+  }
+  std::string At(uint64_t offset, uint64_t size) const {
+    return Fixture::ObjectAt(*copy, offset, size);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a journaled backup log is where it was after its process is killed", "[backup]") {
+  const std::string dir = FreshDir("kill");
+  const GlobalAddress a{kRegion, 128}, b{kRegion, 256}, c{kRegion, 384};
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // No REQUIREs in the child: its exit code says which step failed.
+    absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
+    if (!d.ok()) _exit(2);
+    bool created = false;
+    absl::StatusOr<std::unique_ptr<Region>> r = (*d)->MapRegion("copy-7", 1 << 20, false, &created);
+    if (!r.ok()) _exit(3);
+    std::shared_ptr<Region> copy = std::move(*r);
+    BackupLog log([&](uint32_t region) { return region == kRegion ? copy : nullptr; });
+    std::vector<std::string> entries;
+    uint64_t cut = 0;
+    absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("backup-log", &entries, &cut);
+    if (!j.ok() || !log.Persist(std::move(*j), entries).ok()) _exit(4);
+    if (!log.Append(kCoordinator, Record(1, {{a, WriteKind::kAlloc, 0, "one"}})).ok()) _exit(10);
+    if (!log.Append(kCoordinator, Record(2, {{b, WriteKind::kAlloc, 0, "two"}})).ok()) _exit(11);
+    LockRequest three = Record(3, {{a, WriteKind::kWrite, 1, "three"}}, {1});
+    three.parts = 2;  // part 1 never comes
+    if (!log.Append(kCoordinator, three).ok()) _exit(12);
+    if (!log.InstallArray({GlobalAddress{kRegion, 65536}, 100, 40}).ok()) _exit(13);
+    // Another coordinator leaves; its record is decided (commit) by its recovery.
+    LockRequest four = Record(1, {{c, WriteKind::kAlloc, 0, "four"}});
+    four.txn.node = 4;
+    if (!log.Append(4, four).ok()) _exit(14);
+    if (log.Votes(4, 2).size() != 1) _exit(15);
+    log.Settle(four.txn, true);
+    raise(SIGKILL);  // nothing flushed, closed or compacted
+    _exit(6);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO("child status " << status);
+  REQUIRE(WIFSIGNALED(status));
+
+  {
+    Durable d(dir);
+    CHECK(d.cut == 0);
+    CHECK(d.log->records() == 2);           // two and three kept
+    CHECK(d.At(128, 3) == "one v1");        // truncated before the kill
+    CHECK(d.At(256, 3) == "empty");         // kept, not applied
+    CHECK(d.At(384, 4) == "four v1");       // settled
+    CHECK(d.At(65536, 100) == std::string(100, '\0') + " v1");
+    // A settled commit counts as applied, as a truncation does (the recovery of a cluster that
+    // crashed whole asks it).
+    CHECK(d.log->Truncated(4, 2) == std::vector<TxnId>{TxnId{4, 1, 1}});
+    // The fence of node 4's first incarnation holds.
+    LockRequest late = Record(2, {{c, WriteKind::kWrite, 1, "late"}});
+    late.txn.node = 4;
+    CHECK(absl::IsFailedPrecondition(d.log->Append(4, late)));
+    const RegionLayout layout = d.log->Layout(kRegion);
+    REQUIRE(layout.block_size == Allocator::BlockSizeOf(1 << 20));
+    CHECK(layout.arrays == std::vector<RegionLayout::Array>{{65536, 65536 + 40 * 128}});
+    CHECK(layout.block_class[0] == Allocator::SlotClassOf(3));
+    // Truncating two after the restart applies it; three stays kept.
+    d.log->set_compact_at(1);  // and every change rewrites the journal from the state
+    const absl::Status s = d.log->Append(kCoordinator, Record(0, {}, {2}));
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    CHECK(d.At(256, 3) == "two v1");
+    CHECK(d.log->records() == 1);
+    const std::vector<TxnVote> votes = d.log->Votes(kCoordinator, 2);
+    REQUIRE(votes.size() == 1);
+    CHECK(votes[0].txn.seq == 3);
+    CHECK(votes[0].recorded.empty());  // three lacks a part: no record
+    CHECK(d.log->compactions() >= 1);
+  }
+  {
+    // The compacted journal gives the same state.
+    Durable d(dir);
+    CHECK(d.entries.size() >= 4);
+    CHECK(d.log->records() == 1);
+    CHECK(d.At(256, 3) == "two v1");
+    CHECK(d.At(128, 3) == "one v1");
+    const std::vector<TxnVote> votes = d.log->Votes(kCoordinator, 2);
+    REQUIRE(votes.size() == 1);
+    CHECK(votes[0].txn.seq == 3);
+    CHECK(votes[0].recorded.empty());
+    std::vector<TxnId> truncated = d.log->Truncated(kCoordinator, 2);
+    std::sort(truncated.begin(), truncated.end(),
+              [](const TxnId& x, const TxnId& y) { return x.seq < y.seq; });
+    CHECK(truncated == std::vector<TxnId>{TxnId{kCoordinator, 1, 1}, TxnId{kCoordinator, 1, 2}});
+    CHECK(d.log->Layout(kRegion).arrays ==
+          std::vector<RegionLayout::Array>{{65536, 65536 + 40 * 128}});
+    LockRequest late = Record(2, {{c, WriteKind::kWrite, 1, "late"}});
+    late.txn.node = 4;
+    CHECK(absl::IsFailedPrecondition(d.log->Append(4, late)));
+  }
+  {
+    // A journal that is not one (another program's file) is refused with the entry named.
+    absl::StatusOr<std::unique_ptr<DataDir>> dd = DataDir::Open(dir);
+    REQUIRE(dd.ok());
+    bool created = false;
+    absl::StatusOr<std::unique_ptr<Region>> r = (*dd)->MapRegion("copy-7", 1 << 20, false, &created);
+    REQUIRE(r.ok());
+    std::shared_ptr<Region> copy = std::move(*r);
+    BackupLog log([&](uint32_t region) { return region == kRegion ? copy : nullptr; });
+    std::vector<std::string> entries;
+    uint64_t cut = 0;
+    absl::StatusOr<std::unique_ptr<Journal>> j = (*dd)->OpenJournal("backup-log", &entries, &cut);
+    REQUIRE(j.ok());
+    entries.push_back("\x09garbage");
+    const absl::Status s = log.Persist(std::move(*j), entries);
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK(absl::StrContains(s.message(), "backup-log"));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace txn
