@@ -1402,11 +1402,13 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Opt
         return s;
       }
     }
-    // The nodes that formed the cluster are listed from epoch 1 on; one that joined later is a
+    // The nodes that formed the cluster are listed from its first epoch on (1, or above the
+    // stopped run's after a restart from data directories); one that joined later is a
     // restarted shard node (late nodes hold no shard).
     const control::Membership membership = rti.node->membership();
+    const uint64_t first = std::max<uint64_t>(1, membership.first_epoch());
     for (const control::NodeInfo& n : membership.nodes()) {
-      if (n.node_id() == runtime.node_id() && n.joined_epoch() > 1) impl->lost = true;
+      if (n.node_id() == runtime.node_id() && n.joined_epoch() > first) impl->lost = true;
     }
     if (impl->lost && rti.node->f() == 0) {
       spdlog::error("kv: node {} joined a running cluster: the keys its shard held before it "

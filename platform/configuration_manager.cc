@@ -111,6 +111,8 @@ class CmServerImpl : public CmServer {
     formed_ = true;
     epoch_ = t.record.epoch();
     fence_epoch_ = t.record.fence_epoch();
+    restart_fence_ = t.record.restart_fence();
+    first_epoch_ = t.record.first_epoch();
     store_version_ = t.version;
     uint32_t next_id = t.record.next_region_id();
     for (const control::NodeInfo& n : t.record.nodes()) {
@@ -433,7 +435,16 @@ class CmServerImpl : public CmServer {
       PlaceBackups(all);
       // Restored regions hold data: their new backups copy it (txn/resync.h).
       if (!restored_.empty()) Rereplicate();
-      Broadcast();
+      const uint64_t published = Broadcast();
+      if (restart_fence_ != 0) {
+        // After a crash: the restored regions serve once every member replayed its journal
+        // and their new primaries took their recovery locks (acknowledged the membership).
+        // Every process of the crashed run is gone (each held its data directory's lock).
+        recovery_epoch_ = published;
+        recovery_start_ = Clock::now();
+        recovery_not_before_ = recovery_start_;
+        recovery_warned_ = false;
+      }
     }
   }
 
@@ -544,6 +555,21 @@ class CmServerImpl : public CmServer {
   // cluster would form without its data. Fresh regions get ids above every id of the stopped
   // cluster. Fills restored_.
   absl::Status CheckRestart() {
+    // A restart continues the stopped run's epochs: its processes' transaction ids (their
+    // incarnations, the epochs they joined in) are never reused.
+    uint64_t base = 0;
+    bool crashed = false;
+    for (const auto& [id, m] : members_) {
+      if (!m.restored.has_value()) continue;
+      base = std::max(base, m.restored->membership().epoch());
+      crashed = crashed || !m.restored->clean();
+    }
+    if (base > 0) {
+      epoch_ = std::max(epoch_, base);
+      first_epoch_ = epoch_ + 1;
+      for (auto& [id, m] : members_) m.info.set_joined_epoch(first_epoch_);
+    }
+    if (crashed) return CheckCrashRestart();
     std::map<uint32_t, uint32_t> claimed;  // region id -> node
     for (const auto& [id, m] : members_) {
       for (const control::RegionInfo& r : m.regions) {
@@ -589,6 +615,99 @@ class CmServerImpl : public CmServer {
           "their ids and contents",
           restored_.size());
     }
+    return absl::OkStatus();
+  }
+
+  // A restart after a crash (some member's data directory was not left cleanly): of every data
+  // region of the newest membership any member recorded, a clean member that served it keeps
+  // it; else one of its backups that was in sync and restarted with its copy becomes its
+  // primary (promoted and recovering, as after a failure; its journal holds the records of
+  // the transactions to decide), and the other offered copies are dropped. A region with
+  // neither fails the formation. The regions serve once every member acknowledged the first
+  // membership (Node::FinishRestore), which carries restart_fence. Fills restored_.
+  absl::Status CheckCrashRestart() {
+    const control::Membership* newest = nullptr;
+    for (const auto& [id, m] : members_) {
+      if (!m.restored.has_value()) continue;
+      if (newest == nullptr || m.restored->membership().epoch() > newest->epoch()) {
+        newest = &m.restored->membership();
+      }
+    }
+    // Who offers what: region id -> members (a clean member's own or promoted region, or an
+    // unclean one's backup copy).
+    std::map<uint32_t, std::set<uint32_t>> offered;
+    for (const auto& [id, m] : members_) {
+      for (const control::RegionInfo& r : m.regions) {
+        if (r.region_id() != 0) offered[r.region_id()].insert(id);
+      }
+    }
+    auto clean = [&](uint32_t node) {
+      auto it = members_.find(node);
+      return it != members_.end() && it->second.restored.has_value() &&
+             it->second.restored->clean();
+    };
+    std::map<uint32_t, uint32_t> winner;  // region id -> the member that serves it now
+    uint32_t next = newest->next_region_id();
+    for (const control::RegionInfo& r : newest->regions()) {
+      next = std::max(next, r.region_id() + 1);
+      const config::NodeConfig* primary = FindNode(config_, r.node_id());
+      if (!r.purpose().empty() || (primary != nullptr && primary->late())) continue;
+      const std::set<uint32_t>& by = offered[r.region_id()];
+      if (clean(r.node_id()) && by.count(r.node_id())) {
+        winner[r.region_id()] = r.node_id();
+        continue;
+      }
+      std::vector<uint32_t> in_sync;
+      for (uint32_t b : r.backup_node()) {
+        if (std::find(r.syncing_backup().begin(), r.syncing_backup().end(), b) ==
+            r.syncing_backup().end()) {
+          in_sync.push_back(b);
+        }
+      }
+      for (uint32_t b : in_sync) {
+        if (by.count(b) && !clean(b)) {
+          winner[r.region_id()] = b;
+          break;
+        }
+      }
+      if (winner.count(r.region_id())) continue;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the cluster did not form: it restarts after a crash (membership epoch ",
+          newest->epoch(), "), and region ", r.region_id(), ", served by node ", r.node_id(),
+          " then, has no backup copy that was in sync among the restarted nodes (its in-sync "
+          "backups then: ",
+          in_sync.empty() ? std::string("none, the region was degraded")
+                          : absl::StrCat("node(s) ", absl::StrJoin(in_sync, ", ")),
+          "): forming the cluster would lose its data. Start every node on its own data "
+          "directory, or every node on an empty one"));
+    }
+    for (auto& [id, m] : members_) {
+      std::vector<control::RegionInfo> kept;
+      for (control::RegionInfo& r : m.regions) {
+        if (r.region_id() == 0) {
+          kept.push_back(std::move(r));
+          continue;
+        }
+        auto w = winner.find(r.region_id());
+        if (w != winner.end() && w->second == id) {
+          r.set_recovering(true);  // until every member replayed its journal
+          kept.push_back(std::move(r));
+        } else if (!r.promoted()) {
+          r.set_region_id(0);  // one of its own that another copy replaces: starts empty
+          kept.push_back(std::move(r));
+        }
+        // else an offered copy another was chosen over: dropped
+      }
+      m.regions = std::move(kept);
+    }
+    for (const auto& [region, node] : winner) restored_.insert(region);
+    next_region_id_ = std::max(next_region_id_, next);
+    restart_fence_ = first_epoch_;
+    spdlog::warn(
+        "CM: the cluster restarts after a crash (membership epoch {} when it crashed): {} data "
+        "region(s) recovered from their backup copies and journals, serving once every member "
+        "replayed its journal",
+        newest->epoch(), restored_.size());
     return absl::OkStatus();
   }
 
@@ -984,6 +1103,8 @@ class CmServerImpl : public CmServer {
     if (fence_next_) fence_epoch_ = epoch_;
     fence_next_ = false;
     mem->set_fence_epoch(fence_epoch_);
+    mem->set_restart_fence(restart_fence_);
+    mem->set_first_epoch(first_epoch_);
     for (const auto& [id, m] : members_) {
       *mem->add_nodes() = m.info;
       for (const control::RegionInfo& r : m.regions) *mem->add_regions() = r;
@@ -1375,6 +1496,8 @@ class CmServerImpl : public CmServer {
   std::map<std::pair<uint32_t, uint32_t>, control::BackupCopy> backup_copies_;
   bool fence_next_ = false;   // the next membership fences (Rereplicate added backups)
   uint64_t fence_epoch_ = 0;  // the last membership that did
+  uint64_t restart_fence_ = 0;  // Membership.restart_fence
+  uint64_t first_epoch_ = 1;    // Membership.first_epoch
   bool synced_ = false;       // a syncing backup reported its copy complete since the last one
   // A member said the cluster ends (control.Leave.cluster_ending): departures promote nothing,
   // and nothing is re-replicated or balanced, until a node joins.

@@ -238,6 +238,53 @@ absl::StatusOr<std::string> DataDir::ReadFile(const std::string& name) const {
   return out;
 }
 
+absl::Status DataDir::CopyFile(const std::string& from, const std::string& to) {
+  if (absl::Status s = CheckDataFileName(from); !s.ok()) return s;
+  if (absl::Status s = CheckDataFileName(to); !s.ok()) return s;
+  const std::string src = PathOf(from);
+  const std::string dst = PathOf(to);
+  const std::string tmp = PathOf(absl::StrCat(".", to, ".new"));
+  const int in = open(src.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    const int err = errno;
+    if (err == ENOENT) return absl::DataLossError(absl::StrCat(src, " does not exist"));
+    return FromErrno(err, absl::StrCat("cannot read ", src));
+  }
+  const int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (out < 0) {
+    const int err = errno;
+    close(in);
+    return FromErrno(err, absl::StrCat("cannot write ", tmp));
+  }
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(in, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || (n > 0 && !WriteAll(out, absl::string_view(buf, static_cast<size_t>(n))))) {
+      const int err = errno;
+      close(in);
+      close(out);
+      unlink(tmp.c_str());
+      return FromErrno(err, absl::StrCat("cannot copy ", src, " to ", tmp));
+    }
+    if (n == 0) break;
+  }
+  close(in);
+  if (fsync(out) != 0) {
+    const int err = errno;
+    close(out);
+    unlink(tmp.c_str());
+    return FromErrno(err, absl::StrCat("cannot write ", tmp));
+  }
+  close(out);
+  if (rename(tmp.c_str(), dst.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return FromErrno(err, absl::StrCat("cannot replace ", dst));
+  }
+  return SyncDir();
+}
+
 absl::Status DataDir::RemoveFile(const std::string& name) {
   if (absl::Status s = CheckDataFileName(name); !s.ok()) return s;
   const std::string file = PathOf(name);

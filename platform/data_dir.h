@@ -62,6 +62,8 @@ class DataDir {
   absl::Status WriteFile(const std::string& name, absl::string_view bytes);
   // The bytes of file `name`; NotFound when there is none.
   absl::StatusOr<std::string> ReadFile(const std::string& name) const;
+  // Replaces file `to` with a copy of file `from`, atomically and durably (as WriteFile).
+  absl::Status CopyFile(const std::string& from, const std::string& to);
   // Removes file `name` (none there is fine) and makes that durable.
   absl::Status RemoveFile(const std::string& name);
   bool Exists(const std::string& name) const;

@@ -76,7 +76,8 @@ absl::Status Node::Init() {
   // its own by index (slot), and copies promoted to it.
   control::DataManifest restored;
   if (absl::Status s = LoadManifest(&restored); !s.ok()) return s;
-  if (data_dir_ != nullptr && !restored.clean()) {
+  restarted_ = restored.has_membership();
+  if (data_dir_ != nullptr && !restarted_) {
     // Starting afresh: roots of an earlier run would point into regions that are not restored.
     std::error_code ec;
     for (const auto& entry : std::filesystem::directory_iterator(data_dir_->path(), ec)) {
@@ -88,15 +89,35 @@ absl::Status Node::Init() {
   absl::flat_hash_map<uint32_t, uint32_t> restored_slots;  // index -> region id
   std::vector<control::RegionInfo> restored_copies;
   for (const control::RegionInfo& r : restored.membership().regions()) {
-    if (r.node_id() != id_ || !r.purpose().empty() || !restored.layouts().contains(r.region_id())) {
+    if (!r.purpose().empty()) continue;
+    if (!restored.clean()) {
+      // After a crash: the copies this node kept in sync as a backup (its own regions and the
+      // copies promoted to it may hold locks and half-applied commits; the CM promotes one of
+      // the backups' copies instead, whose journals kept the records).
+      const bool backup = std::find(r.backup_node().begin(), r.backup_node().end(), id_) !=
+                          r.backup_node().end();
+      const bool syncing = std::find(r.syncing_backup().begin(), r.syncing_backup().end(), id_) !=
+                           r.syncing_backup().end();
+      if (backup && !syncing) restored_copies.push_back(r);
       continue;
     }
+    if (r.node_id() != id_ || !restored.layouts().contains(r.region_id())) continue;
     if (r.promoted()) {
       restored_copies.push_back(r);
     } else if (r.index() < cfg.region_count()) {
       restored_slots[r.index()] = r.region_id();
     }
     restored_layouts_[r.region_id()] = restored.layouts().at(r.region_id());
+  }
+  for (const control::RegionInfo& r : restored_copies) {
+    // A copy kept in the memory of one of this node's own regions (a primary hand-off's old
+    // primary keeps its memory as the copy) goes to a file of its own first: the slot is mapped
+    // (and starts afresh) below.
+    const std::string name = absl::StrCat("copy-", r.region_id());
+    if (auto f = restored.copy_files().find(r.region_id());
+        f != restored.copy_files().end() && f->second != name) {
+      if (absl::Status s = data_dir_->CopyFile(f->second, name); !s.ok()) return s;
+    }
   }
   if (rlimit lim{}; getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
     const std::string warning = MemlockWarningForBackups(cfg, self, lim.rlim_cur);
@@ -150,7 +171,8 @@ absl::Status Node::Init() {
   }
   for (const control::RegionInfo& r : restored_copies) {
     // A copy that was promoted to this node: served again from the same memory, as a promoted
-    // region (Node keeps it with the backup copies).
+    // region (Node keeps it with the backup copies). After a crash, a backup copy offered for
+    // promotion (dropped by the first membership unless the CM promotes it).
     absl::StatusOr<std::shared_ptr<Region>> copy =
         MapDataRegion(absl::StrCat("copy-", r.region_id()), r.size(), cfg.lock_memory(),
                       /*keep=*/true);
@@ -168,7 +190,7 @@ absl::Status Node::Init() {
     backups_[r.region_id()] =
         BackupEntry{std::move(*copy), std::shared_ptr<MemoryRegistration>(std::move(*mr))};
   }
-  if (restored.clean()) {
+  if (restarted_) {
     restored.clear_layouts();  // the CM needs the regions and who served them, not the layouts
     *join.mutable_restored() = std::move(restored);
   }
@@ -238,6 +260,12 @@ absl::Status Node::Init() {
   if (timeout == absl::ZeroDuration()) timeout = absl::Seconds(cfg.join_timeout_s() + 5);
   spdlog::info("joining the cluster through the configuration manager (node {} at {}:{})", join_cm,
                cm_node->host(), cm_node->control_port());
+  {
+    // A restart may be one after a crash (the first membership says): then no membership is
+    // acknowledged before FinishRestore, not even one that arrives while this one is applied.
+    std::lock_guard<std::mutex> l(listeners_mu_);
+    hold_acks_ = restarted_;
+  }
   absl::StatusOr<control::Membership> membership = cm_->Join(join, timeout);
   if (!membership.ok()) return membership.status();
   for (const control::NodeInfo& n : membership->nodes()) {
@@ -262,7 +290,16 @@ absl::Status Node::Init() {
                                               data_dir_->path(), " (see the log)"));
     }
   }
-  cm_->AckMembership(membership->epoch());
+  {
+    std::lock_guard<std::mutex> l(listeners_mu_);
+    unacked_epoch_ = std::max(unacked_epoch_, membership->epoch());
+    if (membership->restart_fence() == 0) {
+      hold_acks_ = false;
+      cm_->AckMembership(unacked_epoch_);
+    }
+    // Else restarted after a crash: the regions restored here are replayed and their recovery
+    // locks taken first (FinishRestore).
+  }
   spdlog::info("node {} is a member: epoch {}, {} node(s), {} region(s), provider {}", id_,
                membership->epoch(), membership->nodes_size(), membership->regions_size(),
                fabric_->provider());
@@ -420,17 +457,25 @@ absl::Status Node::LoadManifest(control::DataManifest* restored) {
                      "region_count it ran with, or ",
                      start_empty));
   }
-  if (!m.clean()) {
+  if (!m.clean() && options_.config.f() == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         where,
         " holds the regions of a node that did not leave cleanly with the whole cluster "
-        "(it was killed, crashed, or stopped alone), so they may miss committed writes that "
-        "only the log records held; restarting from that is not built yet: ",
+        "(it was killed, crashed, or stopped alone), and with f = 0 no backup copy holds what "
+        "they may miss (committed writes that only the log records held, half-applied "
+        "commits): a crash of the cluster is survived with f >= 1. ",
         start_empty));
   }
   *restored = std::move(m);
-  spdlog::info("node {}: restarting from {} (its membership epoch {} when the cluster stopped)",
-               id_, data_dir_->path(), restored->membership().epoch());
+  if (restored->clean()) {
+    spdlog::info("node {}: restarting from {} (its membership epoch {} when the cluster stopped)",
+                 id_, data_dir_->path(), restored->membership().epoch());
+  } else {
+    spdlog::warn(
+        "node {}: restarting from {}, which it did not leave cleanly (membership epoch {}): its "
+        "regions are recovered from their backup copies and journals",
+        id_, data_dir_->path(), restored->membership().epoch());
+  }
   return absl::OkStatus();
 }
 
@@ -460,11 +505,26 @@ const control::RegionLayout* Node::RestoredLayout(uint32_t region) const {
   return it == restored_layouts_.end() ? nullptr : &it->second;
 }
 
+std::map<uint32_t, std::string> Node::CopyFiles() const {
+  std::map<uint32_t, std::string> out;
+  farm::MutexLock l(&map_mu_);
+  for (const auto& [id, e] : backups_) {
+    std::string name = absl::StrCat("copy-", id);
+    for (size_t i = 0; i < regions_.size(); ++i) {
+      if (regions_[i].get() == e.copy.get()) name = absl::StrCat("slot-", i);
+    }
+    out[id] = std::move(name);
+  }
+  return out;
+}
+
 void Node::WriteManifest(const control::Membership& m) {
   if (data_dir_ == nullptr) return;
+  const std::map<uint32_t, std::string> copy_files = CopyFiles();
   std::lock_guard<std::mutex> l(manifest_mu_);
   if (sealed_ || m.epoch() <= manifest_epoch_) return;
   control::DataManifest manifest;
+  for (const auto& [id, name] : copy_files) (*manifest.mutable_copy_files())[id] = name;
   manifest.set_node_id(id_);
   manifest.set_cluster_name(options_.config.cluster_name());
   manifest.set_region_size(options_.config.region_size());
@@ -515,6 +575,7 @@ absl::Status Node::SealDataDir(const std::map<uint32_t, control::RegionLayout>& 
   manifest.set_region_count(options_.config.region_count());
   manifest.set_clean(true);
   for (const auto& [region, layout] : layouts) (*manifest.mutable_layouts())[region] = layout;
+  for (const auto& [id, name] : CopyFiles()) (*manifest.mutable_copy_files())[id] = name;
   std::lock_guard<std::mutex> l(manifest_mu_);
   if (absl::Status s = data_dir_->WriteFile("manifest", manifest.SerializeAsString()); !s.ok()) {
     return s;
@@ -619,7 +680,20 @@ void Node::Deliver(const control::Membership& m) {
   }
   for (const auto& [id, listener] : listeners_) listener(m);
   // After the listeners: a promoted region's new primary has taken its recovery locks.
+  if (hold_acks_) {
+    unacked_epoch_ = std::max(unacked_epoch_, m.epoch());
+    return;
+  }
   if (cm_ != nullptr) cm_->AckMembership(m.epoch());
+}
+
+void Node::FinishRestore() {
+  std::lock_guard<std::mutex> l(listeners_mu_);
+  if (!hold_acks_) return;
+  hold_acks_ = false;
+  spdlog::info("node {}: the copies promoted to it after the crash took their recovery locks",
+               id_);
+  if (cm_ != nullptr && evicted().ok()) cm_->AckMembership(unacked_epoch_);
 }
 
 bool Node::lease_held() const {

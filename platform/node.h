@@ -85,8 +85,10 @@ struct NodeOptions {
   // rewritten at every membership. At the cluster's end (Engine::Quiesce, SealDataDir) the
   // manifest is marked clean; a node started again on such a directory serves the regions it
   // served then, under their ids (the CM forms the cluster with them). A directory whose node
-  // did not leave cleanly (killed, crashed, or stopped alone) is refused: restarting from a
-  // crash is not built yet. Empty: anonymous memory.
+  // did not leave cleanly (killed, crashed, or stopped alone) restarts from its backup copies
+  // and its journal (txn/backup_log.h): the CM promotes one in-sync copy of every region, and
+  // the transactions of the crashed run are decided by the recovery vote (needs f >= 1; with
+  // f = 0 such a directory is refused). Empty: anonymous memory.
   std::string data_dir;
 };
 
@@ -376,6 +378,15 @@ class Node {
   // node served when the cluster stopped and serves again (its objects are in its memory), or
   // null.
   const control::RegionLayout* RestoredLayout(uint32_t region) const;
+  // The data directory (with NodeOptions::data_dir), or null.
+  DataDir* data_dir() const { return data_dir_.get(); }
+  // Started on a data directory that holds a manifest (a restart, clean or not).
+  bool restarted() const { return restarted_; }
+  // A restart after a crash (Membership.restart_fence) promoted copies to this node: it does not
+  // acknowledge a membership (so the CM does not let those regions serve) until its transaction
+  // layer replayed its journal and took the copies' recovery locks, and says so here. Then
+  // acknowledges the latest membership. Idempotent; nothing to do otherwise.
+  void FinishRestore();
   // Every member finished the application: when this node leaves, it tells the CM that the
   // cluster ends, and the members then leave with their regions (ConfigurationManager::
   // MarkClusterEnding).
@@ -415,13 +426,16 @@ class Node {
   // anonymous memory; zeroed unless `keep` (a region restored from the directory).
   absl::StatusOr<std::shared_ptr<Region>> MapDataRegion(const std::string& name, size_t size,
                                                         bool lock, bool keep = false);
-  // Reads the data directory's manifest, if any: a clean one (the node left with the whole
-  // cluster) goes to `*restored`, whose regions served here are then kept; any other is refused.
+  // Reads the data directory's manifest, if any, into `*restored`: a clean one (the node left
+  // with the whole cluster), whose regions served here are then kept, or one of a node that
+  // crashed (restarted from its backup copies; refused with f = 0).
   absl::Status LoadManifest(control::DataManifest* restored);
   // Rewrites the data directory's manifest for membership `m` (with data_dir; after it was
   // installed), unless a later one was written already, and removes the files of copies this
   // node no longer holds.
   void WriteManifest(const control::Membership& m);
+  // The file of each copy in backups_ (control.DataManifest.copy_files).
+  std::map<uint32_t, std::string> CopyFiles() const;
   absl::Status Access(bool is_read, GlobalAddress addr, char* buf, size_t len,
                       absl::Duration timeout);
 
@@ -435,6 +449,10 @@ class Node {
   bool sealed_ = false;                // guarded by manifest_mu_: SealDataDir wrote the last one
   // The layouts of the regions restored from the data directory (set by Init, then read-only).
   std::map<uint32_t, control::RegionLayout> restored_layouts_;
+  bool restarted_ = false;  // set by Init, then read-only
+  // Guarded by listeners_mu_: memberships are applied but not acknowledged (FinishRestore).
+  bool hold_acks_ = false;
+  uint64_t unacked_epoch_ = 0;
   std::unique_ptr<Fabric> fabric_;
   std::vector<std::shared_ptr<Region>> regions_;  // data regions
   std::vector<std::pair<std::string, std::unique_ptr<Region>>> areas_;

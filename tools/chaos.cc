@@ -87,6 +87,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "farm/farm.h"
@@ -570,10 +571,30 @@ absl::Status RunWorkload(Runtime& rt) {
       return s;
     }
   }
-  absl::StatusOr<std::vector<uint64_t>> packed =
-      absl::GetFlag(FLAGS_allocate) ? AllocateAccounts(*w.workers[0], accounts)
-                                    : FetchAccounts(rt, *w.workers[0], accounts,
-                                                    absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+  // With a data directory (kill_all), node 0 keeps the accounts' addresses in a root: its
+  // process after a crash of the whole cluster finds them there (nobody else has them then).
+  absl::StatusOr<std::vector<uint64_t>> packed = absl::NotFoundError("no root");
+  if (absl::StatusOr<std::string> root = rt.LoadRoot("chaos-accounts"); root.ok()) {
+    if (root->size() != accounts * sizeof(uint64_t)) {
+      return absl::DataLossError(absl::StrCat("the root chaos-accounts holds ", root->size(),
+                                              " bytes, not ", accounts, " addresses"));
+    }
+    std::vector<uint64_t> v(static_cast<size_t>(accounts));
+    std::memcpy(v.data(), root->data(), root->size());
+    packed = std::move(v);
+  } else if (absl::GetFlag(FLAGS_allocate)) {
+    packed = AllocateAccounts(*w.workers[0], accounts);
+    if (packed.ok()) {
+      absl::Status saved = rt.SaveRoot(
+          "chaos-accounts",
+          absl::string_view(reinterpret_cast<const char*>(packed->data()),
+                            packed->size() * sizeof(uint64_t)));
+      if (!saved.ok() && !absl::IsFailedPrecondition(saved)) return saved;  // no data directory
+    }
+  } else {
+    packed = FetchAccounts(rt, *w.workers[0], accounts,
+                           absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+  }
   if (!packed.ok()) return packed.status();
   {
     std::lock_guard<std::mutex> l(g_published_mu);
@@ -772,12 +793,17 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
     return absl::InvalidArgumentError("--kv_buckets must be 1..4096");
   }
   if (o.timeout_s < 5) return absl::InvalidArgumentError("--timeout_s must be at least 5");
+  const std::string listed(absl::StripAsciiWhitespace(absl::GetFlag(FLAGS_scenarios)));
+  if (listed.empty() || listed == "all") {
+    // Every one this build, machine and f can run.
+    absl::erase_if(o.scenarios, [&](Scenario sc) { return Info(sc).min_f > o.f; });
+  }
   for (Scenario sc : o.scenarios) {
     if (Info(sc).min_f > o.f) {
-      return absl::InvalidArgumentError(absl::StrCat("scenario ", Info(sc).name,
-                                                     " needs --f >= ", Info(sc).min_f,
-                                                     " (its sync point is on the "
-                                                     "path with backups)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "scenario ", Info(sc).name, " needs --f >= ", Info(sc).min_f,
+          Info(sc).sync_point ? " (its sync point is on the path with backups)"
+                              : " (it recovers the regions from their backups)"));
     }
   }
   if (!o.keep_histories.empty() && !std::filesystem::is_directory(o.keep_histories)) {
@@ -895,6 +921,9 @@ class ChaosCluster {
     }
   }
 
+  // Every data node runs on a data directory of its own (--data_dir), kept across its restarts.
+  void UseDataDirs() { data_dirs_ = true; }
+
   absl::Status Configure() {
     absl::StatusOr<config::ClusterConfig> c =
         LocalClusterConfig(o_.nodes + (client_ ? 1 : 0), o_.provider, o_.host);
@@ -948,6 +977,9 @@ class ChaosCluster {
         absl::StrCat("--history_dir=", dir_.path()),
         absl::StrCat("--incarnation=", spawned_),
         absl::StrCat("--seed=", o_.seed)};
+    if (data_dirs_ && static_cast<int>(id) < o_.nodes) {
+      args.push_back(absl::StrCat("--data_dir=", dir_.path(), "/data-", id));
+    }
     ChildProcess::Options options;
     options.stderr_path = s.log;
     options.own_process_group = true;  // a Ctrl-C reaches the driver only, which stops them all
@@ -1144,6 +1176,7 @@ class ChaosCluster {
   bool client_;
   const std::string zookeeper_, cluster_name_;
   Netns* const netns_;
+  bool data_dirs_ = false;
   std::string config_path_;
   std::map<uint32_t, Slot> slots_;
   int spawned_ = 0;  // processes started so far: each one's --incarnation
@@ -1222,6 +1255,39 @@ absl::StatusOr<bool> Inject(Scenario s, Fault* fault, ChaosCluster& c, const Dri
       // Evicted while cut off: it must learn so and exit (status 3) without acting, by the time
       // its link is back or soon after (its lease is not renewed, its messages are refused).
       return WaitEvicted(c, v, o, absl::StrCat(absl::FormatDuration(f.pause), " cut off"), notes);
+    }
+    case Scenario::kKillAll: {
+      // Every data node at once (a power cut of the cluster), then every one started again on
+      // its data directory: the cluster forms once all joined, so they start together.
+      std::vector<uint32_t> all;
+      for (uint32_t id : c.AliveNodes()) {
+        if (static_cast<int>(id) < o.nodes) all.push_back(id);
+      }
+      if (static_cast<int>(all.size()) != o.nodes) {
+        notes->push_back("a data node was not running when the fault was due");
+        return false;
+      }
+      for (uint32_t id : all) c.Signal(id, SIGKILL);
+      for (uint32_t id : all) {
+        absl::StatusOr<bool> gone = c.WaitExit(id, absl::Now() + absl::Seconds(5));
+        if (!gone.ok()) return gone.status();
+        if (!*gone) {
+          notes->push_back(absl::StrCat("node ", id, " did not die of SIGKILL within 5 s"));
+          return false;
+        }
+      }
+      for (uint32_t id : all) {
+        if (absl::Status st = c.Start(id); !st.ok()) return st;
+      }
+      for (uint32_t id : all) {
+        if (absl::Status st = c.WaitRunning(id); !st.ok()) {
+          if (absl::IsCancelled(st)) return st;
+          notes->push_back(
+              absl::StrCat("node ", id, " did not run again after the crash: ", st.message()));
+          return false;
+        }
+      }
+      return true;
     }
     case Scenario::kKill9:
     case Scenario::kKillCm:
@@ -1704,6 +1770,7 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   }
   ChaosCluster c(o, signal_fd, **dir, info.client, zookeeper,
                  absl::StrCat("chaos-", getpid(), "-", info.name), netns.get());
+  if (s == Scenario::kKillAll) c.UseDataDirs();
   if (absl::Status st = c.Configure(); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("cannot configure the cluster: ", st.message()));
   }

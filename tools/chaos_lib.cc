@@ -71,6 +71,10 @@ const std::vector<ScenarioInfo>& AllScenarios() {
        "two leases: another node takes the role over; the cut-off node must stop acting and exit; "
        "restarted after (root and ip netns; not on shm)",
        false, false, 0, true, true},
+      {Scenario::kKillAll, "kill_all",
+       "every data node killed with SIGKILL at once, then all started again on their data "
+       "directories: the regions recovered from the backups' copies and journals (needs f >= 1)",
+       false, false, 1, true},
   };
   return *all;
 }

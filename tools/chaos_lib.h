@@ -49,6 +49,8 @@ enum class Scenario {
                                 // network namespace's link down) for two leases, then healed
   kPartitionCm,                 // the same for the configuration manager's node (cut off from
                                 // ZooKeeper too): another node takes the role over
+  kKillAll,                     // every data node killed with SIGKILL at once, all started again
+                                // on their data directories (durability after a crash)
 };
 
 // Whether the scenario's cluster needs a ZooKeeper: its fault hits the configuration manager,

@@ -23,6 +23,7 @@ enum class Entry : uint8_t {
   kArray = 6,      // an ArrayRecord
   kLayout = 7,     // region, a layout merged
   kTruncated = 8,  // (a compaction's) coordinator, incarnation, bound, the seqs remembered
+  kDecided = 9,    // txn, commit (a recovery's decision recorded)
 };
 
 std::string Tagged(Entry kind, const std::string& body) {
@@ -113,7 +114,8 @@ absl::Status BackupLog::Replay(absl::string_view entry) {
       TruncateLocked(req->txn.node, req->txn.incarnation, req->truncate, req->finished_below);
       return absl::OkStatus();
     }
-    case Entry::kSettle: {
+    case Entry::kSettle:
+    case Entry::kDecided: {
       TxnId txn;
       uint8_t commit = 0;
       if (!r.U32(&txn.node) || !r.U64(&txn.incarnation) || !r.U64(&txn.seq) || !r.U8(&commit) ||
@@ -121,7 +123,11 @@ absl::Status BackupLog::Replay(absl::string_view entry) {
         break;
       }
       std::lock_guard<std::mutex> l(mu_);
-      SettleLocked(txn, commit != 0);
+      if (kind == Entry::kSettle) {
+        SettleLocked(txn, commit != 0);
+      } else {
+        RecordDecisionLocked(txn, commit != 0);
+      }
       return absl::OkStatus();
     }
     case Entry::kFence:
@@ -226,6 +232,15 @@ void BackupLog::MaybeCompact() {
     w.U64(t.below);
     w.U64(t.seqs.size());
     for (uint64_t seq : t.seqs) w.U64(seq);
+    entries.push_back(std::move(w.str()));
+  }
+  for (const auto& [txn, commit] : decided_) {
+    WireWriter w;
+    w.U8(static_cast<uint8_t>(Entry::kDecided));
+    w.U32(txn.node);
+    w.U64(txn.incarnation);
+    w.U64(txn.seq);
+    w.U8(commit ? 1 : 0);
     entries.push_back(std::move(w.str()));
   }
   for (const auto& [txn, k] : records_) {
@@ -580,6 +595,16 @@ std::vector<TxnVote> BackupLog::Votes(uint32_t coordinator, uint64_t fence) {
       }
     }
     v.written = kept.written;
+    if (auto d = decided_.find(txn); d != decided_.end()) {
+      v.decided = d->second ? Decided::kCommit : Decided::kAbort;
+    }
+    out.push_back(std::move(v));
+  }
+  for (const auto& [txn, commit] : decided_) {
+    if (txn.node != coordinator || txn.incarnation >= f || records_.contains(txn)) continue;
+    TxnVote v;
+    v.txn = txn;
+    v.decided = commit ? Decided::kCommit : Decided::kAbort;
     out.push_back(std::move(v));
   }
   return out;
@@ -608,7 +633,45 @@ void BackupLog::Forget(uint32_t coordinator, uint64_t fence) {
   MaybeCompact();
 }
 
+void BackupLog::RecordDecision(const TxnId& txn, bool commit) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (auto it = decided_.find(txn); it != decided_.end() && it->second == commit) return;
+  if (journal_ != nullptr) {
+    WireWriter w;
+    w.U8(static_cast<uint8_t>(Entry::kDecided));
+    w.U32(txn.node);
+    w.U64(txn.incarnation);
+    w.U64(txn.seq);
+    w.U8(commit ? 1 : 0);
+    (void)Log(w.str());
+  }
+  RecordDecisionLocked(txn, commit);
+  MaybeCompact();
+}
+
+void BackupLog::RecordDecisionLocked(const TxnId& txn, bool commit) { decided_[txn] = commit; }
+
+std::vector<uint32_t> BackupLog::Coordinators(uint64_t fence) const {
+  std::lock_guard<std::mutex> l(mu_);
+  absl::flat_hash_set<uint32_t> out;
+  for (const auto& [txn, k] : records_) {
+    if (txn.incarnation < fence) out.insert(txn.node);
+  }
+  for (const auto& [key, t] : truncated_) {
+    if (key.second < fence) out.insert(key.first);
+  }
+  for (const auto& [txn, commit] : decided_) {
+    if (txn.incarnation < fence) out.insert(txn.node);
+  }
+  std::vector<uint32_t> sorted(out.begin(), out.end());
+  std::sort(sorted.begin(), sorted.end());
+  return sorted;
+}
+
 void BackupLog::ForgetLocked(uint32_t coordinator, uint64_t fence) {
+  absl::erase_if(decided_, [&](const auto& entry) {
+    return entry.first.node == coordinator && entry.first.incarnation < fence;
+  });
   absl::erase_if(truncated_, [&](const auto& entry) {
     return entry.first.first == coordinator && entry.first.second < fence;
   });

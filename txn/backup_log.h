@@ -106,8 +106,16 @@ class BackupLog {
   // truncated here (applied and dropped) and not yet forgotten under a truncation bound: the
   // recovery tells from them a promoted backup that applied a record from one that never got it.
   std::vector<TxnId> Truncated(uint32_t coordinator, uint64_t fence) const;
-  // The departure's recovery finished: forgets what was truncated of those incarnations.
+  // The departure's recovery finished: forgets what was truncated of those incarnations, and
+  // the decisions recorded for them.
   void Forget(uint32_t coordinator, uint64_t fence);
+  // The recovery recorded a decision on a transaction of a departed coordinator (before any
+  // member applies it): kept here too, durably with a journal, and voted (TxnVote::decided)
+  // until forgotten, so that a recovery after a crash of the whole cluster finds it.
+  void RecordDecision(const TxnId& txn, bool commit);
+  // The coordinators that have something kept here (records, truncations, decisions) of an
+  // incarnation below `fence` (a restart after a crash recovers them all).
+  std::vector<uint32_t> Coordinators(uint64_t fence) const;
   // Applies (commit) or drops (abort) the kept record of a fenced coordinator's transaction.
   void Settle(const TxnId& txn, bool commit);
   // DROP-BACKUP from `coordinator`: drops the kept record of its transaction `txn` (aborted after
@@ -184,6 +192,7 @@ class BackupLog {
   void KeepLocked(const TxnId& txn, Kept k, uint32_t part);
   void SettleLocked(const TxnId& txn, bool commit);
   void ForgetLocked(uint32_t coordinator, uint64_t fence);
+  void RecordDecisionLocked(const TxnId& txn, bool commit);
   void InstallArrayLocked(const ArrayRecord& record, Region& copy);
   bool AdoptLayoutLocked(uint32_t region, uint64_t region_size, const RegionLayout& layout);
   // Applies a record's writes that are newer than the copies, then releases its recovery locks.
@@ -211,6 +220,7 @@ class BackupLog {
   absl::flat_hash_map<uint32_t, uint64_t> fences_;  // coordinator -> its fenced incarnations' bound
   // (coordinator, incarnation) -> what was truncated here.
   absl::flat_hash_map<std::pair<uint32_t, uint64_t>, Truncations> truncated_;
+  absl::flat_hash_map<TxnId, bool> decided_;  // RecordDecision, until Forget
   absl::flat_hash_set<uint32_t> promoted_;  // regions this node's copy now serves as primary
   // Objects of promoted regions locked by Promote: how many kept records still write each.
   absl::flat_hash_map<uint64_t, int> recovery_locks_;

@@ -116,6 +116,33 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
                                                   [node](uint32_t n) { return node->IsMember(n); });
   e->backup_log_ =
       std::make_unique<BackupLog>([node](uint32_t region) { return node->BackupCopy(region); });
+  // Durability: the backup's records go to a journal in the data directory. Replayed only at a
+  // restart after a crash (the first membership's restart_fence): after a clean stop every
+  // primary holds what the records held, and the journal starts empty.
+  const uint64_t restart_fence = node->restarted() ? node->membership().restart_fence() : 0;
+  if (DataDir* dir = node->data_dir(); dir != nullptr) {
+    std::vector<std::string> entries;
+    uint64_t cut = 0;
+    absl::StatusOr<std::unique_ptr<Journal>> journal =
+        dir->OpenJournal("backup-log", &entries, &cut);
+    if (!journal.ok()) return journal.status();
+    if (cut > 0) {
+      spdlog::warn("txn: the journal {} ended in {} torn byte(s) (the process died inside a "
+                   "write): cut off",
+                   (*journal)->path(), cut);
+    }
+    if (restart_fence == 0) entries.clear();
+    const size_t replayed = entries.size();
+    if (absl::Status s = e->backup_log_->Persist(std::move(*journal), entries); !s.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("the backup journal of ", dir->path(), " cannot be replayed: ",
+                       s.message()));
+    }
+    if (restart_fence != 0) {
+      spdlog::info("txn: replayed {} journal entries: {} record(s) kept", replayed,
+                   e->backup_log_->records());
+    }
+  }
   // RPC's envelope is 16 bytes of the ring message.
   e->max_message_ = MaxPayload(rpc->messenger()->options().ring_size) - 16;
   if (e->max_message_ <= kLockOverhead + 64) {
@@ -237,6 +264,19 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   e->AdoptPromoted(m);
   e->ApplyHandOffs(m);
   e->resync_->OnMembership(m);
+  if (restart_fence != 0) {
+    // A restart after a crash: every process of the crashed run departed. Their transactions
+    // are decided by the recovery vote, as a departed coordinator's (only members that hold
+    // something of them take part; the others answer with nothing).
+    std::lock_guard<std::mutex> l(e->mu_);
+    for (uint32_t c : e->backup_log_->Coordinators(restart_fence)) {
+      (void)e->backup_log_->Fence(c, restart_fence);
+      e->departures_.push_back(Departure{c, restart_fence, {}});
+      spdlog::info("txn: recovering the transactions of node {}'s processes before the crash", c);
+    }
+  }
+  // The regions restored here are replayed and recovery-locked: they may serve.
+  node->FinishRestore();
   e->recovery_thread_ = std::thread([raw] { raw->RecoveryLoop(); });
   e->listener_ =
       node->AddMembershipListener([raw](const control::Membership& m) { raw->OnMembership(m); });
@@ -508,6 +548,8 @@ absl::StatusOr<std::string> Engine::OnRecover(uint32_t from, const RecoverReques
       }
       for (const auto& [txn, commit] : request.decisions) {
         auto [it, added] = d->decided.try_emplace(txn, commit);
+        // Kept in the journal too (a crash of every node before every member applied it).
+        if (added) backup_log_->RecordDecision(txn, commit);
         if (!added && it->second != commit) {
           spdlog::error(
               "txn: recovery of node {}'s transactions: node {} asks to record transaction {} "
