@@ -119,9 +119,9 @@ ABSL_FLAG(std::string, scenarios, "all",
           "comma-separated scenarios: sigstop_short, sigstop_long, kill9, kill_cm, sigstop_cm, "
           "client_kill, crash_mid_commit_backup, crash_after_commit_backup, "
           "crash_between_primaries, owner_crash_between_primaries, crash_mid_truncate, "
-          "crash_during_recovery, partition; all: every one this build and machine can run "
-          "(the crash_* ones need sync points: not with -c opt; partition needs root and "
-          "`ip netns`)");
+          "crash_during_recovery, partition, partition_cm, kill_all; all: every one this build, "
+          "machine and --f can run (the crash_* ones need sync points: not with -c opt; "
+          "partition needs root and `ip netns`; kill_all needs --f >= 1)");
 ABSL_FLAG(int, nodes, 3, "data node processes (2..8); node 0 is the configuration manager");
 ABSL_FLAG(int, f, 1, "backups per region (0 .. nodes-1); each node process is a failure domain");
 ABSL_FLAG(int, lease_ms, 1000,
@@ -796,7 +796,9 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
   const std::string listed(absl::StripAsciiWhitespace(absl::GetFlag(FLAGS_scenarios)));
   if (listed.empty() || listed == "all") {
     // Every one this build, machine and f can run.
-    absl::erase_if(o.scenarios, [&](Scenario sc) { return Info(sc).min_f > o.f; });
+    o.scenarios.erase(std::remove_if(o.scenarios.begin(), o.scenarios.end(),
+                                     [&](Scenario sc) { return Info(sc).min_f > o.f; }),
+                      o.scenarios.end());
   }
   for (Scenario sc : o.scenarios) {
     if (Info(sc).min_f > o.f) {

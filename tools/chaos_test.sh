@@ -12,7 +12,8 @@
 #  - a sync point that cannot be reached (two data nodes: no transaction has two other
 #    primaries): said at once, the fault not counted, exit 1;
 #  - kill9 on tcp;ofi_rxm: a data node killed with SIGKILL once and started again: its regions
-#    are served by their backups (f = 1), the same targets;
+#    are served by their backups (f = 1), the same targets; kill_all: every data node killed at
+#    once and all started again on their data directories, the same targets;
 #  - kill_cm and sigstop_cm on tcp;ofi_rxm: the configuration manager's node killed twice, or
 #    stopped past its lease twice; another node takes the role over through ZooKeeper each time,
 #    the same targets (sigstop_cm: the two stopped nodes evicted);
@@ -174,13 +175,17 @@ no_nodes_left
 # a new backup (re-replication). Two faults: before the second one the driver waits until every
 # region has its backup again (WaitReplicated), so the second kill, whichever node it hits, finds
 # every committed transaction on two nodes.
-echo "== kill9 on tcp;ofi_rxm"
-out=$(timeout 200 "$CHAOS" --provider='tcp;ofi_rxm' --scenarios=kill9 "${short[@]}" --faults=2 \
-  2>"$TMP/kill9.err")
+# kill_all: every data node killed at once (SIGKILL), twice, and all started again on their data
+# directories: each region recovered from its backup's copy and journal, the crashed processes'
+# transactions decided by the recovery vote: the same targets.
+echo "== kill9, kill_all on tcp;ofi_rxm"
+out=$(timeout 300 "$CHAOS" --provider='tcp;ofi_rxm' --scenarios=kill9,kill_all "${short[@]}" \
+  --faults=2 2>"$TMP/kill9.err")
 rc=$?
 [ $rc = 0 ] || fail "chaos exited $rc: $out"$'\n'"$(tail -20 "$TMP/kill9.err")"
-[ "$(wc -l <<<"$out")" = 1 ] || fail "expected one JSON line: $out"
-check_line "$out" kill9 'tcp;ofi_rxm' 2
+[ "$(wc -l <<<"$out")" = 2 ] || fail "expected two JSON lines: $out"
+check_line "$(sed -n 1p <<<"$out")" kill9 'tcp;ofi_rxm' 2
+check_line "$(sed -n 2p <<<"$out")" kill_all 'tcp;ofi_rxm' 2
 no_nodes_left
 
 # kill_cm: the node holding the configuration manager's role killed with SIGKILL, twice (node 0,
