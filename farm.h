@@ -140,9 +140,12 @@ struct RuntimeOptions {
   // stopped as a whole (every node finished its application, or //tools:cluster was stopped) and
   // started again on the same directories serves every committed object again, at the same
   // addresses. At that end each node stops granting locks, waits until nothing is locked, writes
-  // its regions to disk and marks the directory clean; a directory whose node did not leave that
-  // way (killed, crashed, or stopped alone) is refused at start: restarting after a crash is not
-  // built yet. Empty: memory only (the default).
+  // its regions to disk and marks the directory clean. A directory whose node did not leave that
+  // way (killed, crashed, or stopped alone) restarts from its backup copies and its backup
+  // journal, where each COMMIT-BACKUP record is written before it is acknowledged: with f >= 1
+  // a cluster whose every node was killed at once loses nothing committed (with f = 0 such a
+  // directory is refused). The journal is written without fsync: it survives the processes, not
+  // a machine failure. Empty: memory only (the default).
   std::string data_dir;
 };
 

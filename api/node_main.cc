@@ -59,8 +59,9 @@ ABSL_FLAG(int64_t, ring_size, 64 << 10,
 ABSL_FLAG(bool, control_stdin, false, "read commands (selfcheck, quit) from standard input");
 ABSL_FLAG(bool, fill_pattern, false, "fill regions with the self-check pattern before joining");
 ABSL_FLAG(std::string, data_dir, "",
-          "this node's own directory in which its regions are kept as files: a cluster stopped "
-          "as a whole and started again on the same directories serves every committed object "
+          "this node's own directory in which its regions, backup copies and backup journal are "
+          "kept as files: a cluster stopped as a whole, or whose every node was killed (with "
+          "f >= 1), and started again on the same directories serves every committed object "
           "again (empty: memory only)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
 

@@ -56,6 +56,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "platform/clock.h"
+#include "platform/hash.h"
 
 namespace farm {
 
@@ -103,16 +104,7 @@ uint64_t FrameSize(uint64_t ring_size, uint64_t pos, uint64_t length);
 // absl::Hash): 64 lanes of a per-word bijection (ring.cc), computed with AVX-512 where the CPU has
 // it (F and DQ) and by FrameHashPortable otherwise.
 uint64_t FrameHash(const char* p, size_t n, uint64_t seed = 0);
-// splitmix64's finalizer: a bijection that spreads every input bit over the output (FrameHash's
-// last step; also a hash for other layers' small keys).
-constexpr uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
+// FrameHash's last step is Mix64 (platform/hash.h), also a hash for other layers' small keys.
 // The same function in portable C++, on any CPU: FrameHash's reference, for tests and for
 // machines without AVX-512. Same precondition.
 uint64_t FrameHashPortable(const char* p, size_t n, uint64_t seed = 0);

@@ -672,8 +672,8 @@ class CmServerImpl : public CmServer {
       }
       if (winner.count(r.region_id())) continue;
       return absl::FailedPreconditionError(absl::StrCat(
-          "the cluster did not form: it restarts after a crash (membership epoch ",
-          newest->epoch(), "), and region ", r.region_id(), ", served by node ", r.node_id(),
+          "the cluster did not form: it restarts after a crash (membership epoch ", newest->epoch(),
+          "), and region ", r.region_id(), ", served by node ", r.node_id(),
           " then, has no backup copy that was in sync among the restarted nodes (its in-sync "
           "backups then: ",
           in_sync.empty() ? std::string("none, the region was degraded")

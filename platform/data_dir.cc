@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "platform/hash.h"
 
 namespace farm {
 namespace {
@@ -41,27 +42,18 @@ bool WriteAll(int fd, absl::string_view bytes) {
 constexpr size_t kFrameHeader = 16;
 constexpr uint32_t kMaxEntry = 1u << 30;
 
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
-
 // The frame's check: over its length and bytes (stable across builds and processes).
 uint64_t FrameCheck(absl::string_view bytes) {
-  uint64_t h = Mix(0x6a6f75726e616c31ULL ^ bytes.size());
+  uint64_t h = Mix64(0x6a6f75726e616c31ULL ^ bytes.size());
   size_t i = 0;
   for (; i + 8 <= bytes.size(); i += 8) {
     uint64_t w;
     std::memcpy(&w, bytes.data() + i, 8);
-    h = Mix(h ^ w) + i;
+    h = Mix64(h ^ w) + i;
   }
   uint64_t tail = 0;
   std::memcpy(&tail, bytes.data() + i, bytes.size() - i);
-  return Mix(h ^ tail ^ (static_cast<uint64_t>(bytes.size() - i) << 56));
+  return Mix64(h ^ tail ^ (static_cast<uint64_t>(bytes.size() - i) << 56));
 }
 
 void AppendFrame(std::string* out, absl::string_view entry) {

@@ -17,37 +17,29 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "platform/testing/test_env.h"
 
 namespace farm {
 namespace {
 
 std::string FreshDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(base != nullptr ? base : "/tmp", "/data_dir_test-", getpid(), "-", name);
-  std::filesystem::remove_all(dir);
-  return dir;
+  return testing::FreshTestDir(absl::StrCat("data_dir_test-", name));
 }
 
 TEST_CASE("a region mapped from a file keeps what a killed process wrote") {
   const std::string dir = FreshDir("kill");
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
+  const int status = testing::ForkAndKill([&] {
     absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
-    if (!d.ok()) _exit(2);
+    if (!d.ok()) return 2;
     bool created = false;
     absl::StatusOr<std::unique_ptr<Region>> r =
         (*d)->MapRegion("region-7", 1 << 16, false, &created);
-    if (!r.ok() || !created) _exit(3);
+    if (!r.ok() || !created) return 3;
     std::memcpy((*r)->data() + 12345, "committed", 9);
-    raise(SIGKILL);  // no munmap, no msync, no exit handler
-    _exit(4);
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  REQUIRE(WIFSIGNALED(status));
-  REQUIRE(WTERMSIG(status) == SIGKILL);
+    return 0;  // killed: no munmap, no msync, no exit handler
+  });
+  INFO("wait status " << status);
+  REQUIRE(testing::KilledBySigkill(status));
 
   absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);  // the dead child's lock is gone
   REQUIRE(d.ok());
@@ -66,55 +58,61 @@ TEST_CASE("a region mapped from a file keeps what a killed process wrote") {
 
 TEST_CASE("a journal keeps what a killed process appended, and cuts a torn tail") {
   const std::string dir = FreshDir("journal");
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
+  const int status = testing::ForkAndKill([&] {
     absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
-    if (!d.ok()) _exit(2);
+    if (!d.ok()) return 2;
     std::vector<std::string> entries;
     uint64_t cut = 1;
     absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("log", &entries, &cut);
-    if (!j.ok() || !entries.empty() || cut != 0) _exit(3);
+    if (!j.ok() || !entries.empty() || cut != 0) return 3;
     for (int i = 0; i < 100; ++i) {
       if (!(*j)->Append(absl::StrCat("entry ", i, std::string(i, 'x')), i % 10 == 0).ok()) {
-        _exit(4);
+        return 4;
       }
     }
-    if (!(*j)->Append(std::string(), false).ok()) _exit(5);  // an empty entry is one too
-    raise(SIGKILL);
-    _exit(6);
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  REQUIRE(WIFSIGNALED(status));
+    if (!(*j)->Append(std::string(), false).ok()) return 5;  // an empty entry is one too
+    return 0;
+  });
+  INFO("wait status " << status);
+  REQUIRE(testing::KilledBySigkill(status));
 
-  uint64_t size = 0;
-  {
+  // The journal "log" of `dir` opened again (as a restarted process does).
+  struct Opened {
+    std::unique_ptr<DataDir> dir;
+    std::unique_ptr<Journal> journal;
+    std::vector<std::string> entries;
+    uint64_t cut = 0;
+  };
+  auto reopen = [&dir] {
+    Opened o;
     absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
     REQUIRE(d.ok());
-    std::vector<std::string> entries;
-    uint64_t cut = 1;
-    absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("log", &entries, &cut);
+    o.dir = std::move(*d);
+    o.cut = 1;
+    absl::StatusOr<std::unique_ptr<Journal>> j = o.dir->OpenJournal("log", &o.entries, &o.cut);
     REQUIRE(j.ok());
-    CHECK(cut == 0);
-    REQUIRE(entries.size() == 101);
-    for (int i = 0; i < 100; ++i) CHECK(entries[i] == absl::StrCat("entry ", i, std::string(i, 'x')));
-    CHECK(entries[100].empty());
-    size = (*j)->size();
+    o.journal = std::move(*j);
+    return o;
+  };
+  uint64_t size = 0;
+  {
+    Opened o = reopen();
+    CHECK(o.cut == 0);
+    REQUIRE(o.entries.size() == 101);
+    for (int i = 0; i < 100; ++i) {
+      CHECK(o.entries[i] == absl::StrCat("entry ", i, std::string(i, 'x')));
+    }
+    CHECK(o.entries[100].empty());
+    size = o.journal->size();
     CHECK(size == std::filesystem::file_size(dir + "/log"));
   }
   // A torn last frame (the process died inside its write) and a corrupt one are cut off.
   {
     std::filesystem::resize_file(dir + "/log", size - 1);  // the empty entry's frame torn
-    absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
-    REQUIRE(d.ok());
-    std::vector<std::string> entries;
-    uint64_t cut = 0;
-    absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("log", &entries, &cut);
-    REQUIRE(j.ok());
-    CHECK(cut == 15);  // 15 bytes of the empty entry's 16-byte frame
-    CHECK(entries.size() == 100);
-    REQUIRE((*j)->Append("after the cut", false).ok());
+    Opened o = reopen();
+    CHECK(o.cut == 15);  // 15 bytes of the empty entry's 16-byte frame
+    CHECK(o.entries.size() == 100);
+    REQUIRE(o.journal->Append("after the cut", false).ok());
   }
   {
     // Flip a byte inside entry 50: it and everything after it are cut off.
@@ -125,29 +123,19 @@ TEST_CASE("a journal keeps what a killed process appended, and cuts a torn tail"
     f.put('?');
   }
   {
-    absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
-    REQUIRE(d.ok());
-    std::vector<std::string> entries;
-    uint64_t cut = 0;
-    absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("log", &entries, &cut);
-    REQUIRE(j.ok());
-    CHECK(entries.size() == 50);
-    CHECK(cut > 0);
+    Opened o = reopen();
+    CHECK(o.entries.size() == 50);
+    CHECK(o.cut > 0);
     // Rewrite replaces it whole, and appends follow the new entries.
-    REQUIRE((*j)->Rewrite({"one", "two"}).ok());
-    REQUIRE((*j)->Append("three", true).ok());
-    CHECK((*j)->size() == std::filesystem::file_size(dir + "/log"));
+    REQUIRE(o.journal->Rewrite({"one", "two"}).ok());
+    REQUIRE(o.journal->Append("three", true).ok());
+    CHECK(o.journal->size() == std::filesystem::file_size(dir + "/log"));
   }
   {
-    absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
-    REQUIRE(d.ok());
-    std::vector<std::string> entries;
-    uint64_t cut = 1;
-    absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("log", &entries, &cut);
-    REQUIRE(j.ok());
-    CHECK(cut == 0);
-    CHECK(entries == std::vector<std::string>{"one", "two", "three"});
-    CHECK_FALSE((*d)->OpenJournal("../log", &entries, &cut).ok());
+    Opened o = reopen();
+    CHECK(o.cut == 0);
+    CHECK(o.entries == std::vector<std::string>{"one", "two", "three"});
+    CHECK_FALSE(o.dir->OpenJournal("../log", &o.entries, &o.cut).ok());
   }
   std::filesystem::remove_all(dir);
 }

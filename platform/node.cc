@@ -94,8 +94,8 @@ absl::Status Node::Init() {
       // After a crash: the copies this node kept in sync as a backup (its own regions and the
       // copies promoted to it may hold locks and half-applied commits; the CM promotes one of
       // the backups' copies instead, whose journals kept the records).
-      const bool backup = std::find(r.backup_node().begin(), r.backup_node().end(), id_) !=
-                          r.backup_node().end();
+      const bool backup =
+          std::find(r.backup_node().begin(), r.backup_node().end(), id_) != r.backup_node().end();
       const bool syncing = std::find(r.syncing_backup().begin(), r.syncing_backup().end(), id_) !=
                            r.syncing_backup().end();
       if (backup && !syncing) restored_copies.push_back(r);
@@ -691,8 +691,7 @@ void Node::FinishRestore() {
   std::lock_guard<std::mutex> l(listeners_mu_);
   if (!hold_acks_) return;
   hold_acks_ = false;
-  spdlog::info("node {}: the copies promoted to it after the crash took their recovery locks",
-               id_);
+  spdlog::info("node {}: the copies promoted to it after the crash took their recovery locks", id_);
   if (cm_ != nullptr && evicted().ok()) cm_->AckMembership(unacked_epoch_);
 }
 

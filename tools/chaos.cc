@@ -586,14 +586,13 @@ absl::Status RunWorkload(Runtime& rt) {
     packed = AllocateAccounts(*w.workers[0], accounts);
     if (packed.ok()) {
       absl::Status saved = rt.SaveRoot(
-          "chaos-accounts",
-          absl::string_view(reinterpret_cast<const char*>(packed->data()),
-                            packed->size() * sizeof(uint64_t)));
+          "chaos-accounts", absl::string_view(reinterpret_cast<const char*>(packed->data()),
+                                              packed->size() * sizeof(uint64_t)));
       if (!saved.ok() && !absl::IsFailedPrecondition(saved)) return saved;  // no data directory
     }
   } else {
-    packed = FetchAccounts(rt, *w.workers[0], accounts,
-                           absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
+    packed =
+        FetchAccounts(rt, *w.workers[0], accounts, absl::Seconds(absl::GetFlag(FLAGS_timeout_s)));
   }
   if (!packed.ok()) return packed.status();
   {
@@ -802,10 +801,10 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
   }
   for (Scenario sc : o.scenarios) {
     if (Info(sc).min_f > o.f) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "scenario ", Info(sc).name, " needs --f >= ", Info(sc).min_f,
-          Info(sc).sync_point ? " (its sync point is on the path with backups)"
-                              : " (it recovers the regions from their backups)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("scenario ", Info(sc).name, " needs --f >= ", Info(sc).min_f,
+                       Info(sc).sync_point ? " (its sync point is on the path with backups)"
+                                           : " (it recovers the regions from their backups)"));
     }
   }
   if (!o.keep_histories.empty() && !std::filesystem::is_directory(o.keep_histories)) {

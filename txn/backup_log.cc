@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "spdlog/spdlog.h"
 #include "platform/mutant.h"
+#include "spdlog/spdlog.h"
 #include "txn/object.h"
 #include "txn/wire.h"
 
@@ -25,6 +25,26 @@ enum class Entry : uint8_t {
   kTruncated = 8,  // (a compaction's) coordinator, incarnation, bound, the seqs remembered
   kDecided = 9,    // txn, commit (a recovery's decision recorded)
 };
+
+// An entry about one transaction (kSettle, kDecided).
+std::string TxnEntry(Entry kind, const TxnId& txn, bool commit) {
+  WireWriter w;
+  w.U8(static_cast<uint8_t>(kind));
+  w.U32(txn.node);
+  w.U64(txn.incarnation);
+  w.U64(txn.seq);
+  w.U8(commit ? 1 : 0);
+  return std::move(w.str());
+}
+
+// An entry about a coordinator's incarnations below `fence` (kFence, kForget).
+std::string FenceEntry(Entry kind, uint32_t coordinator, uint64_t fence) {
+  WireWriter w;
+  w.U8(static_cast<uint8_t>(kind));
+  w.U32(coordinator);
+  w.U64(fence);
+  return std::move(w.str());
+}
 
 std::string Tagged(Entry kind, const std::string& body) {
   std::string out(1, static_cast<char>(kind));
@@ -218,11 +238,7 @@ void BackupLog::MaybeCompact() {
     entries.push_back(std::move(w.str()));
   }
   for (const auto& [coordinator, fence] : fences_) {
-    WireWriter w;
-    w.U8(static_cast<uint8_t>(Entry::kFence));
-    w.U32(coordinator);
-    w.U64(fence);
-    entries.push_back(std::move(w.str()));
+    entries.push_back(FenceEntry(Entry::kFence, coordinator, fence));
   }
   for (const auto& [key, t] : truncated_) {
     WireWriter w;
@@ -234,15 +250,8 @@ void BackupLog::MaybeCompact() {
     for (uint64_t seq : t.seqs) w.U64(seq);
     entries.push_back(std::move(w.str()));
   }
-  for (const auto& [txn, commit] : decided_) {
-    WireWriter w;
-    w.U8(static_cast<uint8_t>(Entry::kDecided));
-    w.U32(txn.node);
-    w.U64(txn.incarnation);
-    w.U64(txn.seq);
-    w.U8(commit ? 1 : 0);
-    entries.push_back(std::move(w.str()));
-  }
+  for (const auto& [txn, commit] : decided_)
+    entries.push_back(TxnEntry(Entry::kDecided, txn, commit));
   for (const auto& [txn, k] : records_) {
     LockRequest keep;
     keep.txn = txn;
@@ -329,8 +338,7 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
       t.finished_below = request.finished_below;
       if (absl::Status s = Log(Tagged(Entry::kTruncate, EncodeLock(t))); !s.ok()) return s;
     }
-    TruncateLocked(coordinator, request.txn.incarnation, request.truncate,
-                   request.finished_below);
+    TruncateLocked(coordinator, request.txn.incarnation, request.truncate, request.finished_below);
   }
   for (const WriteRecord& w : k.writes) {
     if (promoted_.contains(w.addr.region)) {
@@ -342,7 +350,8 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
     }
   }
   if (k.writes.empty()) return absl::OkStatus();
-  if (journal_ != nullptr) {
+  // Mutant: the record is kept in memory only (a crash of every node loses it).
+  if (journal_ != nullptr && !FARM_MUTANT("journal_skip_keep")) {
     LockRequest keep;
     keep.txn = request.txn;
     keep.writes = request.writes;
@@ -554,14 +563,8 @@ void BackupLog::InstallArrayLocked(const ArrayRecord& record, Region& copy) {
 uint64_t BackupLog::RaiseFence(uint32_t coordinator, uint64_t fence) {
   uint64_t& f = fences_[coordinator];
   if (fence > f) {
-    if (journal_ != nullptr) {
-      WireWriter w;
-      w.U8(static_cast<uint8_t>(Entry::kFence));
-      w.U32(coordinator);
-      w.U64(fence);
-      // A failure is the journal's (Append refuses from now on); the fence holds here anyway.
-      (void)Log(w.str());
-    }
+    // A failure is the journal's (Append refuses from now on); the fence holds here anyway.
+    if (journal_ != nullptr) (void)Log(FenceEntry(Entry::kFence, coordinator, fence));
     f = fence;
   }
   return f;
@@ -622,13 +625,7 @@ std::vector<TxnId> BackupLog::Truncated(uint32_t coordinator, uint64_t fence) co
 
 void BackupLog::Forget(uint32_t coordinator, uint64_t fence) {
   std::lock_guard<std::mutex> l(mu_);
-  if (journal_ != nullptr) {
-    WireWriter w;
-    w.U8(static_cast<uint8_t>(Entry::kForget));
-    w.U32(coordinator);
-    w.U64(fence);
-    (void)Log(w.str());
-  }
+  if (journal_ != nullptr) (void)Log(FenceEntry(Entry::kForget, coordinator, fence));
   ForgetLocked(coordinator, fence);
   MaybeCompact();
 }
@@ -636,15 +633,7 @@ void BackupLog::Forget(uint32_t coordinator, uint64_t fence) {
 void BackupLog::RecordDecision(const TxnId& txn, bool commit) {
   std::lock_guard<std::mutex> l(mu_);
   if (auto it = decided_.find(txn); it != decided_.end() && it->second == commit) return;
-  if (journal_ != nullptr) {
-    WireWriter w;
-    w.U8(static_cast<uint8_t>(Entry::kDecided));
-    w.U32(txn.node);
-    w.U64(txn.incarnation);
-    w.U64(txn.seq);
-    w.U8(commit ? 1 : 0);
-    (void)Log(w.str());
-  }
+  if (journal_ != nullptr) (void)Log(TxnEntry(Entry::kDecided, txn, commit));
   RecordDecisionLocked(txn, commit);
   MaybeCompact();
 }
@@ -687,15 +676,7 @@ size_t BackupLog::truncated_remembered() const {
 void BackupLog::Settle(const TxnId& txn, bool commit) {
   std::lock_guard<std::mutex> l(mu_);
   if (!records_.contains(txn)) return;
-  if (journal_ != nullptr) {
-    WireWriter w;
-    w.U8(static_cast<uint8_t>(Entry::kSettle));
-    w.U32(txn.node);
-    w.U64(txn.incarnation);
-    w.U64(txn.seq);
-    w.U8(commit ? 1 : 0);
-    (void)Log(w.str());
-  }
+  if (journal_ != nullptr) (void)Log(TxnEntry(Entry::kSettle, txn, commit));
   SettleLocked(txn, commit);
   MaybeCompact();
 }

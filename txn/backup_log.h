@@ -184,11 +184,11 @@ class BackupLog {
   absl::Status Log(const std::string& entry);
   // Rewrites the journal from the state once it passed compact_at_. Caller holds mu_.
   void MaybeCompact();
-  // Replays one entry. Caller holds mu_.
+  // Replays one entry (takes mu_).
   absl::Status Replay(absl::string_view entry);
   // The changes themselves (Append, Settle, ... and Replay). Callers hold mu_.
-  void TruncateLocked(uint32_t coordinator, uint64_t incarnation,
-                      const std::vector<uint64_t>& seqs, uint64_t finished_below);
+  void TruncateLocked(uint32_t coordinator, uint64_t incarnation, const std::vector<uint64_t>& seqs,
+                      uint64_t finished_below);
   void KeepLocked(const TxnId& txn, Kept k, uint32_t part);
   void SettleLocked(const TxnId& txn, bool commit);
   void ForgetLocked(uint32_t coordinator, uint64_t fence);

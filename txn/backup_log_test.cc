@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "platform/data_dir.h"
+#include "platform/testing/test_env.h"
 #include "txn/object.h"
 
 namespace farm {
@@ -280,11 +281,7 @@ TEST_CASE("a promoted copy locks what kept records write until they are decided"
 namespace {
 
 std::string FreshDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const std::string dir =
-      absl::StrCat(base != nullptr ? base : "/tmp", "/backup_log_test-", getpid(), "-", name);
-  std::filesystem::remove_all(dir);
-  return dir;
+  return testing::FreshTestDir(absl::StrCat("backup_log_test-", name));
 }
 
 // A backup log over a copy mapped from `dir`'s file, replaying and then appending to its journal
@@ -301,8 +298,7 @@ struct Durable {
     REQUIRE(d.ok());
     dir = std::move(*d);
     bool created = false;
-    absl::StatusOr<std::unique_ptr<Region>> r =
-        dir->MapRegion("copy-7", 1 << 20, false, &created);
+    absl::StatusOr<std::unique_ptr<Region>> r = dir->MapRegion("copy-7", 1 << 20, false, &created);
     REQUIRE(r.ok());
     copy = std::move(*r);
     log = std::make_unique<BackupLog>(
@@ -323,48 +319,42 @@ struct Durable {
 TEST_CASE("a journaled backup log is where it was after its process is killed", "[backup]") {
   const std::string dir = FreshDir("kill");
   const GlobalAddress a{kRegion, 128}, b{kRegion, 256}, c{kRegion, 384};
-  const pid_t child = fork();
-  REQUIRE(child >= 0);
-  if (child == 0) {
-    // No REQUIREs in the child: its exit code says which step failed.
+  const int status = testing::ForkAndKill([&] {
     absl::StatusOr<std::unique_ptr<DataDir>> d = DataDir::Open(dir);
-    if (!d.ok()) _exit(2);
+    if (!d.ok()) return 2;
     bool created = false;
     absl::StatusOr<std::unique_ptr<Region>> r = (*d)->MapRegion("copy-7", 1 << 20, false, &created);
-    if (!r.ok()) _exit(3);
+    if (!r.ok()) return 3;
     std::shared_ptr<Region> copy = std::move(*r);
     BackupLog log([&](uint32_t region) { return region == kRegion ? copy : nullptr; });
     std::vector<std::string> entries;
     uint64_t cut = 0;
     absl::StatusOr<std::unique_ptr<Journal>> j = (*d)->OpenJournal("backup-log", &entries, &cut);
-    if (!j.ok() || !log.Persist(std::move(*j), entries).ok()) _exit(4);
-    if (!log.Append(kCoordinator, Record(1, {{a, WriteKind::kAlloc, 0, "one"}})).ok()) _exit(10);
-    if (!log.Append(kCoordinator, Record(2, {{b, WriteKind::kAlloc, 0, "two"}})).ok()) _exit(11);
+    if (!j.ok() || !log.Persist(std::move(*j), entries).ok()) return 4;
+    if (!log.Append(kCoordinator, Record(1, {{a, WriteKind::kAlloc, 0, "one"}})).ok()) return 10;
+    if (!log.Append(kCoordinator, Record(2, {{b, WriteKind::kAlloc, 0, "two"}})).ok()) return 11;
     LockRequest three = Record(3, {{a, WriteKind::kWrite, 1, "three"}}, {1});
     three.parts = 2;  // part 1 never comes
-    if (!log.Append(kCoordinator, three).ok()) _exit(12);
-    if (!log.InstallArray({GlobalAddress{kRegion, 65536}, 100, 40}).ok()) _exit(13);
+    if (!log.Append(kCoordinator, three).ok()) return 12;
+    if (!log.InstallArray({GlobalAddress{kRegion, 65536}, 100, 40}).ok()) return 13;
     // Another coordinator leaves; its record is decided (commit) by its recovery.
     LockRequest four = Record(1, {{c, WriteKind::kAlloc, 0, "four"}});
     four.txn.node = 4;
-    if (!log.Append(4, four).ok()) _exit(14);
-    if (log.Votes(4, 2).size() != 1) _exit(15);
+    if (!log.Append(4, four).ok()) return 14;
+    if (log.Votes(4, 2).size() != 1) return 15;
     log.Settle(four.txn, true);
-    raise(SIGKILL);  // nothing flushed, closed or compacted
-    _exit(6);
-  }
-  int status = 0;
-  REQUIRE(waitpid(child, &status, 0) == child);
-  INFO("child status " << status);
-  REQUIRE(WIFSIGNALED(status));
+    return 0;  // killed: nothing flushed, closed or compacted
+  });
+  INFO("wait status " << status);
+  REQUIRE(testing::KilledBySigkill(status));
 
   {
     Durable d(dir);
     CHECK(d.cut == 0);
-    CHECK(d.log->records() == 2);           // two and three kept
-    CHECK(d.At(128, 3) == "one v1");        // truncated before the kill
-    CHECK(d.At(256, 3) == "empty");         // kept, not applied
-    CHECK(d.At(384, 4) == "four v1");       // settled
+    CHECK(d.log->records() == 2);      // two and three kept
+    CHECK(d.At(128, 3) == "one v1");   // truncated before the kill
+    CHECK(d.At(256, 3) == "empty");    // kept, not applied
+    CHECK(d.At(384, 4) == "four v1");  // settled
     CHECK(d.At(65536, 100) == std::string(100, '\0') + " v1");
     // A settled commit counts as applied, as a truncation does (the recovery of a cluster that
     // crashed whole asks it).
@@ -416,7 +406,8 @@ TEST_CASE("a journaled backup log is where it was after its process is killed", 
     absl::StatusOr<std::unique_ptr<DataDir>> dd = DataDir::Open(dir);
     REQUIRE(dd.ok());
     bool created = false;
-    absl::StatusOr<std::unique_ptr<Region>> r = (*dd)->MapRegion("copy-7", 1 << 20, false, &created);
+    absl::StatusOr<std::unique_ptr<Region>> r =
+        (*dd)->MapRegion("copy-7", 1 << 20, false, &created);
     REQUIRE(r.ok());
     std::shared_ptr<Region> copy = std::move(*r);
     BackupLog log([&](uint32_t region) { return region == kRegion ? copy : nullptr; });

@@ -127,16 +127,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
         dir->OpenJournal("backup-log", &entries, &cut);
     if (!journal.ok()) return journal.status();
     if (cut > 0) {
-      spdlog::warn("txn: the journal {} ended in {} torn byte(s) (the process died inside a "
-                   "write): cut off",
-                   (*journal)->path(), cut);
+      spdlog::warn(
+          "txn: the journal {} ended in {} torn byte(s) (the process died inside a "
+          "write): cut off",
+          (*journal)->path(), cut);
     }
     if (restart_fence == 0) entries.clear();
     const size_t replayed = entries.size();
     if (absl::Status s = e->backup_log_->Persist(std::move(*journal), entries); !s.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("the backup journal of ", dir->path(), " cannot be replayed: ",
-                       s.message()));
+      return absl::DataLossError(absl::StrCat("the backup journal of ", dir->path(),
+                                              " cannot be replayed: ", s.message()));
     }
     if (restart_fence != 0) {
       spdlog::info("txn: replayed {} journal entries: {} record(s) kept", replayed,
