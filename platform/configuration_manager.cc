@@ -360,6 +360,16 @@ class CmServerImpl : public CmServer {
     if (members_.count(id)) {
       return absl::FailedPreconditionError(absl::StrCat("node id ", id, " is already a member"));
     }
+    if (req.has_restored() && formed_ && !req.restored().clean()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", id,
+          " restarts from the data directory it did not leave cleanly (it crashed or was "
+          "killed), but the cluster runs without it: what node ",
+          id,
+          " served is served by its backups now (or lost, with f = 0). Start it on an empty "
+          "data directory (move this one away) to join as a new member; a directory not left "
+          "cleanly restarts only with the whole cluster"));
+    }
     if (req.has_restored() && formed_) {
       return absl::FailedPreconditionError(absl::StrCat(
           "node ", id,
@@ -646,7 +656,13 @@ class CmServerImpl : public CmServer {
       return it != members_.end() && it->second.restored.has_value() &&
              it->second.restored->clean();
     };
+    std::set<uint32_t> in_use;  // regions some member says held data
+    for (const auto& [id, m] : members_) {
+      if (!m.restored.has_value()) continue;
+      in_use.insert(m.restored->regions_in_use().begin(), m.restored->regions_in_use().end());
+    }
     std::map<uint32_t, uint32_t> winner;  // region id -> the member that serves it now
+    std::vector<uint32_t> empty;          // regions without a copy that never held data
     uint32_t next = newest->next_region_id();
     for (const control::RegionInfo& r : newest->regions()) {
       next = std::max(next, r.region_id() + 1);
@@ -671,6 +687,12 @@ class CmServerImpl : public CmServer {
         }
       }
       if (winner.count(r.region_id())) continue;
+      if (!in_use.count(r.region_id())) {
+        // Nothing was ever allocated in it (e.g. a client's region, promoted when it left):
+        // nothing to lose; its id is not given again.
+        empty.push_back(r.region_id());
+        continue;
+      }
       return absl::FailedPreconditionError(absl::StrCat(
           "the cluster did not form: it restarts after a crash (membership epoch ", newest->epoch(),
           "), and region ", r.region_id(), ", served by node ", r.node_id(),
@@ -706,8 +728,11 @@ class CmServerImpl : public CmServer {
     spdlog::warn(
         "CM: the cluster restarts after a crash (membership epoch {} when it crashed): {} data "
         "region(s) recovered from their backup copies and journals, serving once every member "
-        "replayed its journal",
-        newest->epoch(), restored_.size());
+        "replayed its journal{}",
+        newest->epoch(), restored_.size(),
+        empty.empty() ? std::string()
+                      : absl::StrCat("; region(s) ", absl::StrJoin(empty, ", "),
+                                     " held no data and had no copy left: not restored"));
     return absl::OkStatus();
   }
 

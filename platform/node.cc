@@ -525,6 +525,7 @@ void Node::WriteManifest(const control::Membership& m) {
   if (sealed_ || m.epoch() <= manifest_epoch_) return;
   control::DataManifest manifest;
   for (const auto& [id, name] : copy_files) (*manifest.mutable_copy_files())[id] = name;
+  for (uint32_t region : in_use_) manifest.add_regions_in_use(region);
   manifest.set_node_id(id_);
   manifest.set_cluster_name(options_.config.cluster_name());
   manifest.set_region_size(options_.config.region_size());
@@ -537,6 +538,7 @@ void Node::WriteManifest(const control::Membership& m) {
     return;
   }
   manifest_epoch_ = m.epoch();
+  manifest_ = manifest;
   // The files of copies this node no longer holds.
   std::set<std::string> held;
   for (const control::RegionInfo& r : m.regions()) {
@@ -577,6 +579,7 @@ absl::Status Node::SealDataDir(const std::map<uint32_t, control::RegionLayout>& 
   for (const auto& [region, layout] : layouts) (*manifest.mutable_layouts())[region] = layout;
   for (const auto& [id, name] : CopyFiles()) (*manifest.mutable_copy_files())[id] = name;
   std::lock_guard<std::mutex> l(manifest_mu_);
+  for (uint32_t region : in_use_) manifest.add_regions_in_use(region);
   if (absl::Status s = data_dir_->WriteFile("manifest", manifest.SerializeAsString()); !s.ok()) {
     return s;
   }
@@ -750,6 +753,19 @@ void Node::ReportSuspect(uint32_t node, const std::string& reason) {
 }
 
 void Node::ReportRegionInUse(uint32_t region_id) {
+  if (data_dir_ != nullptr) {
+    // Recorded before anything is written in it: a restart after a crash tells a region that
+    // held nothing (served again empty if no backup copy is left) from one that did.
+    std::lock_guard<std::mutex> l(manifest_mu_);
+    if (in_use_.insert(region_id).second && !sealed_ && manifest_epoch_ > 0) {
+      manifest_.add_regions_in_use(region_id);
+      if (absl::Status s = data_dir_->WriteFile("manifest", manifest_.SerializeAsString());
+          !s.ok()) {
+        spdlog::error("node {}: cannot record that region {} holds data in the data directory: {}",
+                      id_, region_id, std::string(s.message()));
+      }
+    }
+  }
   if (!evicted().ok() || cm_ == nullptr) return;
   cm_->ReportRegionInUse(region_id);
 }

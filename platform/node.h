@@ -38,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -447,6 +448,8 @@ class Node {
   std::mutex manifest_mu_;             // std::mutex: ThreadSanitizer sees it
   uint64_t manifest_epoch_ = 0;        // guarded by manifest_mu_: the membership last written
   bool sealed_ = false;                // guarded by manifest_mu_: SealDataDir wrote the last one
+  control::DataManifest manifest_;     // guarded by manifest_mu_: the last WriteManifest wrote
+  std::set<uint32_t> in_use_;          // guarded by manifest_mu_: ReportRegionInUse's regions
   // The layouts of the regions restored from the data directory (set by Init, then read-only).
   std::map<uint32_t, control::RegionLayout> restored_layouts_;
   bool restarted_ = false;  // set by Init, then read-only
