@@ -788,8 +788,12 @@ void Node::ReportBackupSynced(uint32_t region_id) {
   cm_->ReportBackupSynced(region_id);
 }
 
-int Node::AddMembershipListener(std::function<void(const control::Membership&)> listener) {
+int Node::AddMembershipListener(std::function<void(const control::Membership&)> listener,
+                                uint64_t seen_epoch) {
   std::lock_guard<std::mutex> l(listeners_mu_);
+  if (const control::Membership m = membership(); m.epoch() > seen_epoch && evicted().ok()) {
+    listener(m);  // applied since the caller looked: passed as Deliver would have
+  }
   listeners_.emplace_back(next_listener_id_, std::move(listener));
   return next_listener_id_++;
 }

@@ -328,8 +328,11 @@ class Node {
   // first, once this node has applied it (RegionsOf, Resolve etc. already answer from it), in
   // epoch order; a membership that arrives out of date may be passed again (compare epochs).
   // It must return quickly and must not call Add/RemoveMembershipListener. Returns an id for
-  // RemoveMembershipListener.
-  int AddMembershipListener(std::function<void(const control::Membership&)> listener);
+  // RemoveMembershipListener. A caller that read the membership of epoch `seen_epoch` before
+  // (e.g. to set itself up) gets the current one at once if it is newer, so that none applied
+  // in between is missed.
+  int AddMembershipListener(std::function<void(const control::Membership&)> listener,
+                            uint64_t seen_epoch = UINT64_MAX);
   // Removes a listener. When this returns, the listener is not running and will not run again.
   void RemoveMembershipListener(int id);
 

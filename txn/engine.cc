@@ -275,11 +275,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
       spdlog::info("txn: recovering the transactions of node {}'s processes before the crash", c);
     }
   }
+  e->recovery_thread_ = std::thread([raw] { raw->RecoveryLoop(); });
+  // A membership applied since `m` was read (a restart's activation, say) is passed at once:
+  // the recovery waits for this engine to be in the current epoch.
+  e->listener_ = node->AddMembershipListener(
+      [raw](const control::Membership& m) { raw->OnMembership(m); }, m.epoch());
   // The regions restored here are replayed and recovery-locked: they may serve.
   node->FinishRestore();
-  e->recovery_thread_ = std::thread([raw] { raw->RecoveryLoop(); });
-  e->listener_ =
-      node->AddMembershipListener([raw](const control::Membership& m) { raw->OnMembership(m); });
   return e;
 }
 
