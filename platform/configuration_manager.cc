@@ -675,10 +675,7 @@ class CmServerImpl : public CmServer {
       }
       std::vector<uint32_t> in_sync;
       for (uint32_t b : r.backup_node()) {
-        if (std::find(r.syncing_backup().begin(), r.syncing_backup().end(), b) ==
-            r.syncing_backup().end()) {
-          in_sync.push_back(b);
-        }
+        if (!IsSyncing(r, b)) in_sync.push_back(b);
       }
       for (uint32_t b : in_sync) {
         if (by.count(b) && !clean(b)) {

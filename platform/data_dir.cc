@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -64,6 +65,31 @@ void AppendFrame(std::string* out, absl::string_view entry) {
   std::memcpy(header + 8, &check, 8);
   out->append(header, kFrameHeader);
   out->append(entry.data(), entry.size());
+}
+
+// Replaces `file` with what `fill` writes into a new file `tmp` (false: it failed, errno set),
+// atomically and durably: written, fsynced, renamed over `file`, and the directory `dir_fd`
+// fsynced, so a reader finds the old bytes or the new, never a mix, even after a machine failure.
+absl::Status ReplaceFile(const std::string& tmp, const std::string& file, int dir_fd,
+                         const std::function<bool(int fd)>& fill) {
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return FromErrno(errno, absl::StrCat("cannot write ", tmp));
+  if (!fill(fd) || fsync(fd) != 0) {
+    const int err = errno;
+    close(fd);
+    unlink(tmp.c_str());
+    return FromErrno(err, absl::StrCat("cannot write ", tmp));
+  }
+  close(fd);
+  if (rename(tmp.c_str(), file.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return FromErrno(err, absl::StrCat("cannot replace ", file));
+  }
+  if (fsync(dir_fd) != 0) {
+    return FromErrno(errno, absl::StrCat("cannot sync the directory of ", file));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -185,23 +211,8 @@ absl::StatusOr<std::unique_ptr<Region>> DataDir::MapRegion(const std::string& na
 
 absl::Status DataDir::WriteFile(const std::string& name, absl::string_view bytes) {
   if (absl::Status s = CheckDataFileName(name); !s.ok()) return s;
-  const std::string file = PathOf(name);
-  const std::string tmp = PathOf(absl::StrCat(".", name, ".new"));
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return FromErrno(errno, absl::StrCat("cannot write ", tmp));
-  if (!WriteAll(fd, bytes) || fsync(fd) != 0) {
-    const int err = errno;
-    close(fd);
-    unlink(tmp.c_str());
-    return FromErrno(err, absl::StrCat("cannot write ", tmp));
-  }
-  close(fd);
-  if (rename(tmp.c_str(), file.c_str()) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return FromErrno(err, absl::StrCat("cannot replace ", file));
-  }
-  return SyncDir();
+  return ReplaceFile(PathOf(absl::StrCat(".", name, ".new")), PathOf(name), dir_fd_,
+                     [bytes](int fd) { return WriteAll(fd, bytes); });
 }
 
 absl::StatusOr<std::string> DataDir::ReadFile(const std::string& name) const {
@@ -234,47 +245,26 @@ absl::Status DataDir::CopyFile(const std::string& from, const std::string& to) {
   if (absl::Status s = CheckDataFileName(from); !s.ok()) return s;
   if (absl::Status s = CheckDataFileName(to); !s.ok()) return s;
   const std::string src = PathOf(from);
-  const std::string dst = PathOf(to);
-  const std::string tmp = PathOf(absl::StrCat(".", to, ".new"));
   const int in = open(src.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) {
     const int err = errno;
     if (err == ENOENT) return absl::DataLossError(absl::StrCat(src, " does not exist"));
     return FromErrno(err, absl::StrCat("cannot read ", src));
   }
-  const int out = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (out < 0) {
-    const int err = errno;
-    close(in);
-    return FromErrno(err, absl::StrCat("cannot write ", tmp));
-  }
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = read(in, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 || (n > 0 && !WriteAll(out, absl::string_view(buf, static_cast<size_t>(n))))) {
-      const int err = errno;
-      close(in);
-      close(out);
-      unlink(tmp.c_str());
-      return FromErrno(err, absl::StrCat("cannot copy ", src, " to ", tmp));
-    }
-    if (n == 0) break;
-  }
+  absl::Status s =
+      ReplaceFile(PathOf(absl::StrCat(".", to, ".new")), PathOf(to), dir_fd_, [in](int out) {
+        char buf[1 << 16];
+        for (;;) {
+          const ssize_t n = read(in, buf, sizeof(buf));
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) return n == 0;
+          if (!WriteAll(out, absl::string_view(buf, static_cast<size_t>(n)))) {
+            return false;
+          }
+        }
+      });
   close(in);
-  if (fsync(out) != 0) {
-    const int err = errno;
-    close(out);
-    unlink(tmp.c_str());
-    return FromErrno(err, absl::StrCat("cannot write ", tmp));
-  }
-  close(out);
-  if (rename(tmp.c_str(), dst.c_str()) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return FromErrno(err, absl::StrCat("cannot replace ", dst));
-  }
-  return SyncDir();
+  return s;
 }
 
 absl::Status DataDir::RemoveFile(const std::string& name) {
@@ -371,28 +361,13 @@ absl::Status Journal::Append(absl::string_view entry, bool sync) {
 absl::Status Journal::Rewrite(const std::vector<std::string>& entries) {
   std::string bytes;
   for (const std::string& e : entries) AppendFrame(&bytes, e);
-  const int fd = open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return FromErrno(errno, absl::StrCat("cannot write ", tmp_));
-  if (!WriteAll(fd, bytes) || fsync(fd) != 0) {
-    const int err = errno;
-    close(fd);
-    unlink(tmp_.c_str());
-    return FromErrno(err, absl::StrCat("cannot write ", tmp_));
-  }
-  if (rename(tmp_.c_str(), path_.c_str()) != 0) {
-    const int err = errno;
-    close(fd);
-    unlink(tmp_.c_str());
-    return FromErrno(err, absl::StrCat("cannot replace ", path_));
-  }
-  if (fsync(dir_fd_) != 0) {
-    const int err = errno;
-    close(fd);
-    return FromErrno(err, absl::StrCat("cannot sync the directory of ", path_));
+  if (absl::Status s =
+          ReplaceFile(tmp_, path_, dir_fd_, [&bytes](int fd) { return WriteAll(fd, bytes); });
+      !s.ok()) {
+    return s;
   }
   // Appends go to the new file, at its end.
   const int append_fd = open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-  close(fd);
   if (append_fd < 0) return FromErrno(errno, absl::StrCat("cannot open ", path_));
   close(fd_);
   fd_ = append_fd;

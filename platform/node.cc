@@ -39,6 +39,15 @@ Node::~Node() {
   registrations_.clear();
 }
 
+namespace {
+
+// Whether node `id` is among `ids` (a region's backups, or those of them still syncing).
+bool Lists(const google::protobuf::RepeatedField<uint32_t>& ids, uint32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
+
 std::string MemlockWarningForBackups(const config::ClusterConfig& cfg,
                                      const config::NodeConfig* self, uint64_t limit) {
   if (!cfg.lock_memory() || cfg.f() == 0 || self == nullptr || self->late()) return "";
@@ -94,10 +103,8 @@ absl::Status Node::Init() {
       // After a crash: the copies this node kept in sync as a backup (its own regions and the
       // copies promoted to it may hold locks and half-applied commits; the CM promotes one of
       // the backups' copies instead, whose journals kept the records).
-      const bool backup =
-          std::find(r.backup_node().begin(), r.backup_node().end(), id_) != r.backup_node().end();
-      const bool syncing = std::find(r.syncing_backup().begin(), r.syncing_backup().end(), id_) !=
-                           r.syncing_backup().end();
+      const bool backup = Lists(r.backup_node(), id_);
+      const bool syncing = Lists(r.syncing_backup(), id_);
       if (backup && !syncing) restored_copies.push_back(r);
       continue;
     }
@@ -324,8 +331,7 @@ absl::flat_hash_map<uint32_t, Node::BackupEntry> Node::BackupCopiesFor(
   }
   absl::flat_hash_map<uint32_t, BackupEntry> out;
   for (const control::RegionInfo& r : m.regions()) {
-    const bool backup =
-        std::find(r.backup_node().begin(), r.backup_node().end(), id_) != r.backup_node().end();
+    const bool backup = Lists(r.backup_node(), id_);
     const bool promoted = r.promoted() && r.node_id() == id_;
     if (!backup && !promoted) continue;
     if (auto it = held.find(r.region_id()); it != held.end()) {
@@ -542,8 +548,7 @@ void Node::WriteManifest(const control::Membership& m) {
   // The files of copies this node no longer holds.
   std::set<std::string> held;
   for (const control::RegionInfo& r : m.regions()) {
-    const bool backup =
-        std::find(r.backup_node().begin(), r.backup_node().end(), id_) != r.backup_node().end();
+    const bool backup = Lists(r.backup_node(), id_);
     if (backup || (r.promoted() && r.node_id() == id_)) {
       held.insert(absl::StrCat("copy-", r.region_id()));
     }

@@ -46,9 +46,11 @@ std::string FenceEntry(Entry kind, uint32_t coordinator, uint64_t fence) {
   return std::move(w.str());
 }
 
-std::string Tagged(Entry kind, const std::string& body) {
-  std::string out(1, static_cast<char>(kind));
-  out += body;
+std::string Tagged(Entry kind, absl::string_view body) {
+  std::string out;
+  out.reserve(1 + body.size());
+  out.push_back(static_cast<char>(kind));
+  out.append(body.data(), body.size());
   return out;
 }
 
@@ -285,7 +287,8 @@ uint64_t BackupLog::compactions() const {
   return compactions_;
 }
 
-absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request) {
+absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request,
+                               absl::string_view encoded) {
   if (request.txn.node != coordinator) {
     return absl::InvalidArgumentError(absl::StrCat(
         "COMMIT-BACKUP for transaction ", request.txn.ToString(), " from node ", coordinator));
@@ -352,13 +355,11 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request)
   if (k.writes.empty()) return absl::OkStatus();
   // Mutant: the record is kept in memory only (a crash of every node loses it).
   if (journal_ != nullptr && !FARM_MUTANT("journal_skip_keep")) {
-    LockRequest keep;
-    keep.txn = request.txn;
-    keep.writes = request.writes;
-    keep.written = request.written;
-    keep.part = request.part;
-    keep.parts = request.parts;
-    if (absl::Status s = Log(Tagged(Entry::kKeep, EncodeLock(keep))); !s.ok()) return s;
+    // The replay keeps the writes, `written` and the parts; the truncations were journaled
+    // above on their own (their replay does not depend on this record being kept).
+    const std::string entry =
+        encoded.empty() ? Tagged(Entry::kKeep, EncodeLock(request)) : Tagged(Entry::kKeep, encoded);
+    if (absl::Status s = Log(entry); !s.ok()) return s;
   }
   KeepLocked(request.txn, std::move(k), request.part);
   MaybeCompact();

@@ -82,8 +82,10 @@ class BackupLog {
   // and drops the truncated records first, then keeps the writes (several COMMIT-BACKUPs of one
   // transaction add up; a retry of one changes nothing). InvalidArgument for a request from another
   // node than its transaction's, a write to a region this node keeps no copy of, or one that leaves
-  // the copy.
-  absl::Status Append(uint32_t coordinator, const LockRequest& request);
+  // the copy. `encoded`: the request as it arrived (EncodeLock), journaled as it is (its other
+  // fields are ignored at the replay); empty: encoded here if there is a journal.
+  absl::Status Append(uint32_t coordinator, const LockRequest& request,
+                      absl::string_view encoded = {});
 
   // An object array from the primary of its region: installs its objects (version 1, zeros)
   // where the copy holds no newer version, and learns the array's blocks. Unavailable for a

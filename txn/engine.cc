@@ -205,7 +205,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
                        [b](const RpcRequest& r) -> absl::StatusOr<std::string> {
                          absl::StatusOr<LockRequest> req = DecodeLock(r.payload);
                          if (!req.ok()) return req.status();
-                         absl::Status s = b->Append(r.from, *req);
+                         absl::Status s = b->Append(r.from, *req, r.payload);
                          if (!s.ok()) return s;
                          return std::string();
                        });
