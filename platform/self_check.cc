@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "platform/json.h"
 
 namespace farm {
 namespace {
@@ -150,29 +151,14 @@ class PairChecker {
   PairCheck r_;
 };
 
-std::string JsonEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string PairCheck::ToJson() const {
   return absl::StrFormat(
       "{\"from\":%d,\"to\":%d,\"ok\":%s,\"read_ok\":%s,\"write_ok\":%s,\"bounds_ok\":%s,"
-      "\"bytes_verified\":%d,\"read_p50_us\":%.2f,\"write_p50_us\":%.2f,\"error\":\"%s\"}",
+      "\"bytes_verified\":%d,\"read_p50_us\":%.2f,\"write_p50_us\":%.2f,\"error\":%s}",
       from, to, ok() ? "true" : "false", read_ok ? "true" : "false", write_ok ? "true" : "false",
-      bounds_ok ? "true" : "false", bytes_verified, read_p50_us, write_p50_us, JsonEscape(error));
+      bounds_ok ? "true" : "false", bytes_verified, read_p50_us, write_p50_us, JsonString(error));
 }
 
 std::vector<PairCheck> RunSelfCheck(Node& node, int latency_samples) {

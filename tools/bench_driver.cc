@@ -1,5 +1,6 @@
 #include "tools/bench_driver.h"
 
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -16,9 +17,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "platform/json.h"
 
 namespace farm {
 
@@ -169,6 +172,67 @@ absl::StatusOr<double> JsonNumber(absl::string_view line, absl::string_view key)
     return absl::InvalidArgumentError(absl::StrCat("\"", key, "\" is not a number in: ", line));
   }
   return v;
+}
+
+CoresAwake::CoresAwake(bool want) {
+  if (!want) {
+    why_not_ = "not asked";
+    return;
+  }
+  const int fd = open("/dev/cpu_dma_latency", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    why_not_ = absl::StrCat("/dev/cpu_dma_latency: ", std::strerror(errno));
+    return;
+  }
+  // The kernel takes a binary 32-bit value (or text); 0 µs: no idle state with an exit latency.
+  const int32_t zero = 0;
+  if (write(fd, &zero, sizeof(zero)) != static_cast<ssize_t>(sizeof(zero))) {
+    why_not_ = absl::StrCat("writing /dev/cpu_dma_latency: ", std::strerror(errno));
+    close(fd);
+    return;
+  }
+  fd_ = fd;
+}
+
+CoresAwake::~CoresAwake() {
+  if (fd_ >= 0) close(fd_);  // the request ends with the file
+}
+
+double LoadAverage() {
+  double l = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r"); f != nullptr) {
+    if (std::fscanf(f, "%lf", &l) != 1) l = 0;
+    std::fclose(f);
+  }
+  return l;
+}
+
+std::string SourceCommit() {
+  static const std::string commit = [] {
+    const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+    const std::string dir = ws != nullptr ? ws : ".";
+    const std::string cmd =
+        absl::StrCat("git -C '", dir, "' describe --always --dirty --abbrev=12 2>/dev/null");
+    std::string out;
+    if (FILE* f = popen(cmd.c_str(), "r"); f != nullptr) {
+      char buf[256];
+      while (std::fgets(buf, sizeof(buf), f) != nullptr) out += buf;
+      if (pclose(f) != 0) out.clear();
+    }
+    out = std::string(absl::StripAsciiWhitespace(out));
+    return out.empty() ? std::string("unknown") : out;
+  }();
+  return commit;
+}
+
+std::string RunInfoJson(const RunInfo& info) {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::strcpy(host, "unknown");
+  return absl::StrFormat(
+      ",\"schema\":%d,\"tool\":%s,\"commit\":%s,\"host\":%s,\"seed\":%d,"
+      "\"duration_ms\":%d,\"warmup_ms\":%d,\"cores_awake\":%s,\"load_avg\":%.2f",
+      kBenchSchema, JsonString(info.tool), JsonString(SourceCommit()), JsonString(host), info.seed,
+      info.duration_ms, info.warmup_ms, info.cores_awake ? "true" : "false", LoadAverage());
 }
 
 }  // namespace farm

@@ -1,17 +1,22 @@
 // Process-level helpers of the benchmark drivers (txn_bench, kvbench): files shipped beside the
-// binary, CPU pinning, a private /dev/shm, strict flag checking, and running another benchmark
-// tool (msg_bench, fabric_bench) for a reference measurement in the same run.
+// binary, CPU pinning, a private /dev/shm, strict flag checking, running another benchmark tool
+// (msg_bench, fabric_bench) for a reference measurement in the same run, keeping the cores out of
+// idle for every target alike, and what each JSON line says about its run.
 //
 //   if (!FlagsAreValid("kvbench", argc, argv)) return 2;   // before absl::ParseCommandLine
 //   RETURN_IF_ERROR(PinTo("0"));                            // this process and its children
 //   ASSIGN_OR_RETURN(auto lines, RunTool("tools/fabric_bench", {"--sizes=2048", "--json"}));
 //   ASSIGN_OR_RETURN(double p50, JsonNumber(lines[0], "p50_us"));
+//   CoresAwake awake(true);                    // held for the whole run: every target alike
+//   RunInfo info{"kvbench", seed, duration_ms, warmup_ms, awake.held()};
+//   printf("{...%s}\n", RunInfoJson(info).c_str());   // ,"schema":2,"commit":...,"load_avg":...
 //
 // Thread safety: the functions are safe to call from any thread; PinTo and UsePrivateDevShm change
 // the whole process and belong before any thread starts.
 #ifndef FARM_TOOLS_BENCH_DRIVER_H_
 #define FARM_TOOLS_BENCH_DRIVER_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -51,6 +56,46 @@ absl::StatusOr<std::vector<std::string>> RunTool(const std::string& rel,
 
 // The number after "key": in a flat JSON object line; NotFound when the key is not there.
 absl::StatusOr<double> JsonNumber(absl::string_view line, absl::string_view key);
+
+// Keeps every core of the machine out of idle states deeper than polling while it lives, through
+// the kernel's PM QoS interface (0 written to /dev/cpu_dma_latency, held open; root only). A
+// store that sleeps in epoll and a client that blocks in read would otherwise pay the wake-up of
+// an idle core on every request while farm's spinning threads never do; held for the whole run,
+// it treats every target alike. held() is false when the file cannot be written (why_not() says
+// why).
+class CoresAwake {
+ public:
+  // `want` false: held() false, nothing done.
+  explicit CoresAwake(bool want);
+  ~CoresAwake();
+  CoresAwake(const CoresAwake&) = delete;
+  CoresAwake& operator=(const CoresAwake&) = delete;
+  bool held() const { return fd_ >= 0; }
+  const std::string& why_not() const { return why_not_; }
+
+ private:
+  int fd_ = -1;
+  std::string why_not_;
+};
+
+// The machine's 1-minute load average (/proc/loadavg): how busy it was, other work included.
+double LoadAverage();
+
+// The source the tool was built from: `git describe --always --dirty` of the workspace (bazel
+// run's BUILD_WORKSPACE_DIRECTORY, else the current directory), "unknown" outside a checkout.
+std::string SourceCommit();
+
+// What every JSON line of a benchmark driver says about its run (schema version 2).
+struct RunInfo {
+  std::string tool;  // "kvbench", "txn_bench"
+  uint64_t seed = 0;
+  int duration_ms = 0, warmup_ms = 0;
+  bool cores_awake = false;  // CoresAwake held for the whole run
+};
+constexpr int kBenchSchema = 2;
+// ,"schema":2,"tool":..,"commit":..,"host":..,"seed":..,"duration_ms":..,"warmup_ms":..,
+// "cores_awake":..,"load_avg":.. (the load average now): to append to a JSON object's members.
+std::string RunInfoJson(const RunInfo& info);
 
 }  // namespace farm
 

@@ -73,15 +73,23 @@ uint64_t Rng::Next() {
 }
 
 std::string DistributionName(Distribution d) {
-  return d == Distribution::kUniform ? "uniform" : "zipf";
+  switch (d) {
+    case Distribution::kUniform:
+      return "uniform";
+    case Distribution::kZipf:
+      return "zipf";
+    case Distribution::kYcsbZipf:
+      return "ycsb-zipf";
+  }
+  return "?";
 }
 
 absl::StatusOr<Distribution> ParseDistribution(absl::string_view name) {
-  for (Distribution d : {Distribution::kUniform, Distribution::kZipf}) {
+  for (Distribution d : {Distribution::kUniform, Distribution::kZipf, Distribution::kYcsbZipf}) {
     if (name == DistributionName(d)) return d;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown distribution '", name, "' (known: uniform, zipf)"));
+      absl::StrCat("unknown distribution '", name, "' (known: uniform, zipf, ycsb-zipf)"));
 }
 
 absl::StatusOr<std::vector<Distribution>> ParseDistributions(absl::string_view text) {
@@ -94,24 +102,60 @@ absl::StatusOr<std::vector<Distribution>> ParseDistributions(absl::string_view t
   return out;
 }
 
-KeyChooser::KeyChooser(Distribution d, uint64_t n, double theta) : dist_(d), n_(n) {
-  if (d != Distribution::kZipf) return;
-  theta_ = theta;
-  for (uint64_t i = 1; i <= n; ++i) zetan_ += 1.0 / std::pow(static_cast<double>(i), theta);
+uint64_t Fnv1a64(uint64_t x) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < 8; ++i) {
+    h ^= x & 0xff;
+    h *= 0x100000001b3ull;
+    x >>= 8;
+  }
+  return h;
+}
+
+double ZipfRanks::Zeta(uint64_t items, double theta) {
+  constexpr uint64_t kExact = 1000000;
+  double sum = 0;
+  const uint64_t exact = std::min(items, kExact);
+  for (uint64_t i = 1; i <= exact; ++i) sum += std::pow(static_cast<double>(i), -theta);
+  if (items == exact) return sum;
+  // Euler-Maclaurin for f(x) = x^-theta over (exact, items]: the integral, the end-point
+  // correction and the first derivative term (the next ones are below 1e-20 here).
+  const double a = static_cast<double>(exact), b = static_cast<double>(items);
+  auto f = [theta](double x) { return std::pow(x, -theta); };
+  auto df = [theta](double x) { return -theta * std::pow(x, -theta - 1); };
+  const double integral = (std::pow(b, 1 - theta) - std::pow(a, 1 - theta)) / (1 - theta);
+  return sum + integral + (f(b) - f(a)) / 2 + (df(b) - df(a)) / 12;
+}
+
+ZipfRanks::ZipfRanks(uint64_t items, double theta) : items_(items), theta_(theta) {
+  if (items == 0) return;
+  zetan_ = Zeta(items, theta);
   const double zeta2 = 1.0 + 1.0 / std::pow(2.0, theta);
   alpha_ = 1.0 / (1.0 - theta);
-  eta_ = (1.0 - std::pow(2.0 / static_cast<double>(n), 1.0 - theta)) / (1.0 - zeta2 / zetan_);
+  eta_ = (1.0 - std::pow(2.0 / static_cast<double>(items), 1.0 - theta)) / (1.0 - zeta2 / zetan_);
   half_pow_theta_ = std::pow(0.5, theta);
 }
 
-uint64_t KeyChooser::Next(Rng& rng) const {
-  if (dist_ == Distribution::kUniform) return rng.Next() % n_;
+uint64_t ZipfRanks::Next(Rng& rng) const {
   const double u = rng.Uniform01();
   const double uz = u * zetan_;
   if (uz < 1.0) return 0;
-  if (uz < 1.0 + half_pow_theta_) return std::min<uint64_t>(1, n_ - 1);
-  const double r = static_cast<double>(n_) * std::pow(eta_ * u - eta_ + 1.0, alpha_);
-  return std::min<uint64_t>(static_cast<uint64_t>(r), n_ - 1);
+  if (uz < 1.0 + half_pow_theta_) return std::min<uint64_t>(1, items_ - 1);
+  const double r = static_cast<double>(items_) * std::pow(eta_ * u - eta_ + 1.0, alpha_);
+  return std::min<uint64_t>(static_cast<uint64_t>(r), items_ - 1);
+}
+
+KeyChooser::KeyChooser(Distribution d, uint64_t n, double theta)
+    : dist_(d),
+      n_(n),
+      ranks_(d == Distribution::kUniform ? 0
+             : d == Distribution::kZipf  ? n
+                                         : kYcsbItems,
+             theta) {}
+
+uint64_t KeyChooser::Next(Rng& rng) const {
+  if (dist_ == Distribution::kUniform) return rng.Next() % n_;
+  return Fnv1a64(ranks_.Next(rng)) % n_;
 }
 
 void KeyChooser::NextDistinct(Rng& rng, int count, std::vector<uint64_t>* out) const {

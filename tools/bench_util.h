@@ -1,6 +1,6 @@
 // Small helpers shared by the benchmark tools (fabric_bench, msg_bench, txn_bench, kvbench):
-// flag lists, a fast seeded generator, uniform and Zipf choice, a mergeable latency histogram and
-// a measurement window.
+// flag lists, a fast seeded generator, uniform and (scrambled) Zipf choice, a mergeable latency
+// histogram and a measurement window.
 //
 //   KeyChooser keys(Distribution::kZipf, 100000, 0.99);   // immutable: share it between threads
 //   Rng rng(seed);                                         // one per thread
@@ -52,15 +52,46 @@ class Rng {
   uint64_t state_;
 };
 
-enum class Distribution { kUniform, kZipf };
-// "uniform", "zipf".
+// How keys are chosen:
+//  - uniform: every index of [0, n) alike;
+//  - zipf: a Zipf(theta) rank over the n keys (rank 0 the most popular), scrambled onto the keys
+//    by FNV-1a-64(rank) mod n, so the popular keys are spread over the key space (and over shards
+//    and nodes) instead of being 0, 1, 2, ... As skewed as Zipf over n items (the scrambling's
+//    collisions aside), so more skewed than YCSB's "zipfian" for n < 10^10;
+//  - ycsb-zipf: YCSB's ScrambledZipfianGenerator as YCSB draws it: the rank over YCSB's item space
+//    of 10^10 items, FNV-1a-64(rank) mod n. The ranks past n spread almost uniformly, so the hot
+//    keys take a smaller share than with zipf (at theta 0.99 the hottest takes 1/26.47 of the
+//    draws, against 1/9.79 for zipf over 10^4 keys).
+enum class Distribution { kUniform, kZipf, kYcsbZipf };
+// "uniform", "zipf", "ycsb-zipf".
 std::string DistributionName(Distribution d);
 absl::StatusOr<Distribution> ParseDistribution(absl::string_view name);
 // A comma-separated list ("uniform,zipf"); InvalidArgument names the entry at fault.
 absl::StatusOr<std::vector<Distribution>> ParseDistributions(absl::string_view text);
 
-// Indexes in [0, n): uniform, or Zipf(theta) with index 0 the most popular (Gray et al.'s
-// generator, as YCSB's ZipfianGenerator; construction sums n terms).
+// FNV-1a over the 8 bytes of x, least significant first (YCSB's Utils.fnvhash64).
+uint64_t Fnv1a64(uint64_t x);
+
+// Zipf(theta) ranks in [0, items), rank 0 the most popular: Gray et al.'s generator, as YCSB's
+// ZipfianGenerator. zeta(items, theta) is summed exactly up to 10^6 terms and by the
+// Euler-Maclaurin formula beyond (YCSB's ZETAN for 10^10 items at 0.99, 26.46902820178302, is
+// matched to 10 digits).
+class ZipfRanks {
+ public:
+  ZipfRanks(uint64_t items, double theta);
+  uint64_t Next(Rng& rng) const;
+  double zeta() const { return zetan_; }
+  static double Zeta(uint64_t items, double theta);
+
+ private:
+  uint64_t items_ = 0;
+  double theta_ = 0, alpha_ = 0, zetan_ = 0, eta_ = 0, half_pow_theta_ = 0;
+};
+
+// YCSB's item space behind ycsb-zipf.
+constexpr uint64_t kYcsbItems = 10000000000ull;
+
+// Indexes in [0, n) by one of the distributions above.
 class KeyChooser {
  public:
   KeyChooser(Distribution d, uint64_t n, double theta);
@@ -73,7 +104,7 @@ class KeyChooser {
  private:
   Distribution dist_;
   uint64_t n_;
-  double theta_ = 0, alpha_ = 0, zetan_ = 0, eta_ = 0, half_pow_theta_ = 0;
+  ZipfRanks ranks_;
 };
 
 // Latencies in log-spaced buckets (2 % apart, from 0.1 µs to about 8 s): mergeable across

@@ -1,5 +1,6 @@
 #include "tools/bench_util.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <vector>
@@ -50,9 +51,9 @@ TEST_CASE("uniform choice covers the range evenly") {
   for (int c : seen) REQUIRE(std::abs(c - 10000) < 600);
 }
 
-TEST_CASE("zipf(0.99) favours low indexes as the distribution says") {
+TEST_CASE("zipf(0.99) ranks favour low ranks as the distribution says") {
   const uint64_t n = 1000;
-  KeyChooser keys(Distribution::kZipf, n, 0.99);
+  ZipfRanks keys(n, 0.99);
   double zeta = 0;
   for (uint64_t i = 1; i <= n; ++i) zeta += 1.0 / std::pow(i, 0.99);
   Rng rng(11);
@@ -68,6 +69,51 @@ TEST_CASE("zipf(0.99) favours low indexes as the distribution says") {
   REQUIRE(std::abs(seen[1] / double(draws) - 1 / (std::pow(2, 0.99) * zeta)) < 0.01);
   REQUIRE(seen[0] > seen[10]);
   REQUIRE(seen[10] > seen[500]);
+}
+
+TEST_CASE("zeta over YCSB's 10^10 items is YCSB's constant") {
+  // YCSB's ZipfianGenerator.ZETAN (zeta(10^10, 0.99), summed term by term).
+  REQUIRE(std::abs(ZipfRanks::Zeta(kYcsbItems, 0.99) - 26.46902820178302) < 1e-9);
+  // Below the exact part's end the sum is exact.
+  double zeta = 0;
+  for (int i = 1; i <= 1000; ++i) zeta += 1.0 / std::pow(i, 0.5);
+  REQUIRE(std::abs(ZipfRanks::Zeta(1000, 0.5) - zeta) < 1e-12);
+  // Past it, the Euler-Maclaurin tail against a direct sum of 3 * 10^6 terms.
+  double direct = 0;
+  for (int i = 1; i <= 3000000; ++i) direct += 1.0 / std::pow(i, 0.9);
+  REQUIRE(std::abs(ZipfRanks::Zeta(3000000, 0.9) - direct) < 1e-7);
+}
+
+TEST_CASE("FNV-1a-64 is YCSB's fnvhash64") {
+  // FNV-1a over the bytes 00 x 8 and 01 00 x 7: the offset basis through 8 rounds.
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < 8; ++i) h *= 0x100000001b3ull;
+  REQUIRE(Fnv1a64(0) == h);
+  REQUIRE(Fnv1a64(1) != Fnv1a64(0));
+  REQUIRE(Fnv1a64(0x0102030405060708ull) != Fnv1a64(0x0807060504030201ull));
+}
+
+TEST_CASE("ycsb-zipf draws YCSB's ranks and hashes them onto the keys") {
+  const uint64_t n = 10000;
+  KeyChooser keys(Distribution::kYcsbZipf, n, 0.99);
+  Rng rng(13);
+  std::vector<int> seen(n);
+  const int draws = 400000;
+  for (int i = 0; i < draws; ++i) {
+    const uint64_t k = keys.Next(rng);
+    REQUIRE(k < n);
+    ++seen[k];
+  }
+  // The hottest key is rank 0's, at 1/ZETAN (plus the few other ranks hashed onto it); rank 1's
+  // at 1/(2^0.99 ZETAN).
+  const double zetan = 26.46902820178302;
+  const uint64_t hottest = Fnv1a64(0) % n;
+  REQUIRE(*std::max_element(seen.begin(), seen.end()) == seen[hottest]);
+  REQUIRE(std::abs(seen[hottest] / double(draws) - 1 / zetan) < 0.005);
+  REQUIRE(std::abs(seen[Fnv1a64(1) % n] / double(draws) - 1 / (std::pow(2, 0.99) * zetan)) < 0.005);
+  // Less skewed than zipf over the n keys: the ranks past n spread over every key, so (nearly)
+  // every key is drawn.
+  REQUIRE(std::count(seen.begin(), seen.end(), 0) < static_cast<long>(n / 100));
 }
 
 TEST_CASE("distinct choices are distinct") {

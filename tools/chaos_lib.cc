@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "platform/json.h"
 
 namespace farm {
 namespace chaos {
@@ -249,22 +250,6 @@ std::optional<double> Percentile(std::vector<double> v, double q) {
 bool ScenarioResult::ok(bool evictions_allowed) const {
   return faults == faults_planned && lost_commits == 0 && anomalies == 0 && bank_ok() &&
          (evictions_allowed || evictions == 0) && (!kv_checked || kv_linearizable == true);
-}
-
-std::string JsonString(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppendFormat(&out, "\\u%04x", static_cast<unsigned char>(c));
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-  return out;
 }
 
 namespace {

@@ -177,9 +177,6 @@ struct ScenarioResult {
 // a recovery that never happened is null), then the others, then "ok".
 std::string ToJsonLine(const ScenarioResult& r, bool ok);
 
-// A JSON string literal.
-std::string JsonString(absl::string_view s);
-
 }  // namespace chaos
 }  // namespace farm
 

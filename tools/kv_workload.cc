@@ -141,27 +141,13 @@ absl::Status KeySpace::CheckValue(uint64_t i, absl::string_view value) const {
   return absl::OkStatus();
 }
 
-uint64_t Fnv1a64(uint64_t x) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int i = 0; i < 8; ++i, x >>= 8) {
-    h ^= x & 0xff;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-uint64_t KeyPicker::Next(Rng& rng) const {
-  const uint64_t r = chooser_.Next(rng);
-  return chooser_.distribution() == Distribution::kZipf ? Fnv1a64(r) % chooser_.n() : r;
-}
-
-OpGenerator::OpGenerator(const KeyPicker& picker, Workload w, uint64_t seed)
-    : picker_(picker), read_fraction_(ReadFraction(w)), rng_(seed), version_(0) {}
+OpGenerator::OpGenerator(const KeyChooser& keys, Workload w, uint64_t seed)
+    : keys_(keys), read_fraction_(ReadFraction(w)), rng_(seed), version_(0) {}
 
 Op OpGenerator::Next() {
   Op op;
   op.read = read_fraction_ >= 1.0 || (read_fraction_ > 0 && rng_.Uniform01() < read_fraction_);
-  op.key = picker_.Next(rng_);
+  op.key = keys_.Next(rng_);
   if (!op.read) op.version = ++version_;
   return op;
 }

@@ -2,8 +2,8 @@
 // GETs, farm's GETs by RPC, memcached, Redis): YCSB's core workloads over N preloaded keys.
 //
 //   const KeySpace space{1000000, 16, 32};                // N keys of 16 bytes, 32-byte values
-//   const KeyPicker picker(Distribution::kZipf, space.keys, 0.99);   // shared by all threads
-//   OpGenerator gen(picker, Workload::kB, ThreadSeed(seed, point, thread));   // one per thread
+//   const KeyChooser keys(Distribution::kZipf, space.keys, 0.99);   // shared by all threads
+//   OpGenerator gen(keys, Workload::kB, ThreadSeed(seed, point, thread));   // one per thread
 //   ClientResult r;
 //   RETURN_IF_ERROR(RunClient(gen, /*in_flight=*/8, window, round, &r));
 //   // round(ops): issue the ops together, wait for all of them; r.latency, r.ops
@@ -16,16 +16,17 @@
 // (16 digits, least significant first), then the update's version in hex, then filler, cut to
 // the value size:
 // a read checks that the value it got belongs to its key and has the right size.
-// Distributions: uniform over the N keys, or YCSB's scrambled Zipf(theta): a Zipf rank r is drawn
-// over N items (Gray et al.'s generator), and the key is FNV-1a-64(r) mod N, so the popular keys
-// are spread over the key space (and over the shards) instead of being keys 0, 1, 2, ...
+// Distributions (tools/bench_util.h's KeyChooser): uniform over the N keys; zipf, a Zipf(theta)
+// rank over the N keys scrambled onto them (FNV-1a-64(rank) mod N), so the popular keys are
+// spread over the key space (and over the shards) instead of being keys 0, 1, 2, ...; ycsb-zipf,
+// YCSB's ScrambledZipfianGenerator exactly (the rank over 10^10 items, then hashed mod N).
 // Operations in flight: a round is `in_flight` operations issued together, and it ends when all
 // of them have completed; each operation's latency is its round's (issue to last completion,
 // the operations' keys formatted and the values read checked on the way; drawing them from the
 // generator comes before).
 // In flight 1 is one operation at a time (no pipelining).
 //
-// Thread safety: KeySpace and KeyPicker are immutable (safe for concurrent use); an OpGenerator
+// Thread safety: KeySpace and KeyChooser are immutable (safe for concurrent use); an OpGenerator
 // and a ClientResult belong to one thread.
 #ifndef FARM_TOOLS_KV_WORKLOAD_H_
 #define FARM_TOOLS_KV_WORKLOAD_H_
@@ -74,20 +75,6 @@ struct KeySpace {
   absl::Status CheckValue(uint64_t i, absl::string_view value) const;
 };
 
-// Key indexes in [0, N): uniform, or YCSB's scrambled Zipf (see the file comment).
-class KeyPicker {
- public:
-  KeyPicker(Distribution d, uint64_t n, double theta) : chooser_(d, n, theta) {}
-  uint64_t Next(Rng& rng) const;
-  Distribution distribution() const { return chooser_.distribution(); }
-
- private:
-  KeyChooser chooser_;
-};
-
-// FNV-1a over the 8 bytes of x (YCSB's fnvhash64).
-uint64_t Fnv1a64(uint64_t x);
-
 // One operation: a read (GET) or an update (SET/PUT) of key `key`.
 struct Op {
   bool read = true;
@@ -98,13 +85,13 @@ struct Op {
 // A client thread's operations: deterministic for a seed.
 class OpGenerator {
  public:
-  OpGenerator(const KeyPicker& picker, Workload w, uint64_t seed);
+  OpGenerator(const KeyChooser& keys, Workload w, uint64_t seed);
   Op Next();
   // The next round: `in_flight` operations.
   void NextRound(int in_flight, std::vector<Op>* ops);
 
  private:
-  const KeyPicker& picker_;
+  const KeyChooser& keys_;
   double read_fraction_;
   Rng rng_;
   uint64_t version_;

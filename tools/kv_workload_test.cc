@@ -63,7 +63,7 @@ TEST_CASE("values have the value size and say which key they belong to") {
 }
 
 TEST_CASE("uniform keys cover the space evenly") {
-  const KeyPicker p(Distribution::kUniform, 10, 0.99);
+  const KeyChooser p(Distribution::kUniform, 10, 0.99);
   Rng rng(5);
   std::vector<int> seen(10);
   for (int i = 0; i < 100000; ++i) ++seen[p.Next(rng)];
@@ -72,7 +72,7 @@ TEST_CASE("uniform keys cover the space evenly") {
 
 TEST_CASE("scrambled zipf keeps Zipf's shape but spreads the hot keys") {
   const uint64_t n = 10000;
-  const KeyPicker p(Distribution::kZipf, n, 0.99);
+  const KeyChooser p(Distribution::kZipf, n, 0.99);
   double zeta = 0;
   for (uint64_t i = 1; i <= n; ++i) zeta += 1.0 / std::pow(i, 0.99);
   Rng rng(9);
@@ -108,7 +108,7 @@ TEST_CASE("scrambled zipf keeps Zipf's shape but spreads the hot keys") {
 }
 
 TEST_CASE("generators are deterministic per seed and mix reads and updates as asked") {
-  const KeyPicker p(Distribution::kZipf, 1000, 0.99);
+  const KeyChooser p(Distribution::kZipf, 1000, 0.99);
   OpGenerator a(p, Workload::kB, ThreadSeed(1, 0, 0));
   OpGenerator b(p, Workload::kB, ThreadSeed(1, 0, 0));
   OpGenerator c(p, Workload::kB, ThreadSeed(1, 0, 1));
@@ -137,7 +137,7 @@ TEST_CASE("generators are deterministic per seed and mix reads and updates as as
 }
 
 TEST_CASE("RunClient issues rounds of the in-flight count and counts the window") {
-  const KeyPicker p(Distribution::kUniform, 100, 0.99);
+  const KeyChooser p(Distribution::kUniform, 100, 0.99);
   OpGenerator gen(p, Workload::kA, 1);
   int rounds = 0;
   RoundFn round = [&](absl::Span<const Op> ops) {

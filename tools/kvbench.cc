@@ -22,7 +22,10 @@
 //    "distribution":"zipf","threads":2,"in_flight":8,"ops_per_s":..,"p50_us":..,"p99_us":..,
 //    "p999_us":..,"keys":..,"key_size":16,"value_size":32,"bytes_per_item":..,
 //    "read_ref_p50_us":..,"store_cpus":"1","client_cpus":"0","nodes":1,"poll":"busy",
-//    "load_avg":..}
+//    "schema":2,"tool":"kvbench","commit":..,"host":..,"seed":1,"duration_ms":..,"warmup_ms":..,
+//    "cores_awake":true,"load_avg":..}
+// (tools/bench_driver.h's RunInfoJson: load_avg is the 1-minute load average after the point,
+// cores_awake says whether every core was kept out of idle for the whole run, --cores_awake).
 // tools/kvbench_plot.py draws throughput and latency per target from these lines.
 // Exit status: 0 success, 1 a target failed (the others still ran), 2 bad flags.
 #include <unistd.h>
@@ -70,7 +73,9 @@ ABSL_FLAG(std::string, targets, "farm,farm-rpc,memcached,redis",
           "node), memcached, redis");
 ABSL_FLAG(std::string, workloads, "a,b,c,w",
           "YCSB workloads: a (50% reads, 50% updates), b (95/5), c (reads only), w (updates only)");
-ABSL_FLAG(std::string, dists, "uniform,zipf", "key choice: uniform, zipf (YCSB's scrambled Zipf)");
+ABSL_FLAG(std::string, dists, "uniform,zipf",
+          "key choice: uniform, zipf (Zipf over the keys, scrambled onto them), ycsb-zipf (YCSB's "
+          "ScrambledZipfianGenerator: Zipf over 10^10 items, hashed onto the keys)");
 ABSL_FLAG(double, zipf_theta, 0.99, "Zipf skew (0 < theta < 1)");
 ABSL_FLAG(int64_t, keys, 1000000, "keys preloaded into every store (and chosen from)");
 ABSL_FLAG(int, key_size, 16, "bytes per key (\"user\" + zero-padded number)");
@@ -107,6 +112,10 @@ ABSL_FLAG(bool, json, false, "print one JSON object per point instead of a table
 ABSL_FLAG(int, read_ref_iters, 2000,
           "fabric_bench READs measured for the GET latency reference (0 skips it)");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the operation generators");
+ABSL_FLAG(bool, cores_awake, true,
+          "keep every core out of idle for the whole run (/dev/cpu_dma_latency, root), so that "
+          "no target pays an idle core's wake-up per request; false measures the machine as it "
+          "idles");
 ABSL_FLAG(int, timeout_s, 120, "seconds the farm cluster may take to form");
 ABSL_FLAG(bool, private_dev_shm, false,
           "run in a private mount namespace with an empty /dev/shm (root only; see txn_bench)");
@@ -151,6 +160,7 @@ struct Options {
   int memcached_threads = 1;
   FarmOptions farm;
   bool json = false, progress = false;
+  RunInfo info;  // set by DriverMain
 
   bool Wants(const std::string& target) const {
     return std::find(targets.begin(), targets.end(), target) != targets.end();
@@ -331,18 +341,7 @@ struct Row {
   double ops_per_s = 0, p50 = 0, p99 = 0, p999 = 0;
   double bytes_per_item = 0;
   double read_ref_p50 = 0;  // fabric_bench READ of a neighbourhood, same provider (0: none)
-  double load_avg = 0;      // the machine's 1-minute load average after the point
 };
-
-// The 1-minute load average (/proc/loadavg): how busy the machine was, other work included.
-double LoadAverage() {
-  double l = 0;
-  if (FILE* f = std::fopen("/proc/loadavg", "r"); f != nullptr) {
-    if (std::fscanf(f, "%lf", &l) != 1) l = 0;
-    std::fclose(f);
-  }
-  return l;
-}
 
 std::string JsonRow(const Row& r, const Options& o) {
   return absl::StrFormat(
@@ -350,21 +349,20 @@ std::string JsonRow(const Row& r, const Options& o) {
       "\"distribution\":\"%s\",\"threads\":%d,\"in_flight\":%d,\"ops_per_s\":%.1f,"
       "\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"keys\":%d,\"key_size\":%d,"
       "\"value_size\":%d,\"bytes_per_item\":%.1f,\"read_ref_p50_us\":%.3f,"
-      "\"store_cpus\":\"%s\",\"client_cpus\":\"%s\",\"nodes\":%d,\"poll\":\"%s\","
-      "\"load_avg\":%.2f}",
+      "\"store_cpus\":\"%s\",\"client_cpus\":\"%s\",\"nodes\":%d,\"poll\":\"%s\"%s}",
       r.target, r.provider, r.transport, WorkloadName(r.point.workload),
       DistributionName(r.point.dist), r.point.threads, r.point.in_flight, r.ops_per_s, r.p50, r.p99,
       r.p999, o.space.keys, o.space.key_size, o.space.value_size, r.bytes_per_item, r.read_ref_p50,
-      o.store_cpus, o.client_cpus, o.farm.nodes, o.farm.poll, r.load_avg);
+      o.store_cpus, o.client_cpus, o.farm.nodes, o.farm.poll, RunInfoJson(o.info));
 }
 
 void PrintTableHeader() {
-  std::printf("%-10s %-11s %-10s %-8s %3s %4s %12s %9s %9s %9s\n", "target", "transport",
+  std::printf("%-10s %-11s %-10s %-9s %3s %4s %12s %9s %9s %9s\n", "target", "transport",
               "workload", "dist", "thr", "infl", "ops/s", "p50 us", "p99 us", "p99.9 us");
 }
 
 void PrintTableRow(const Row& r) {
-  std::printf("%-10s %-11s %-10s %-8s %3d %4d %12.0f %9.2f %9.2f %9.2f\n", r.target.c_str(),
+  std::printf("%-10s %-11s %-10s %-9s %3d %4d %12.0f %9.2f %9.2f %9.2f\n", r.target.c_str(),
               r.transport.c_str(), WorkloadName(r.point.workload).c_str(),
               DistributionName(r.point.dist).c_str(), r.point.threads, r.point.in_flight,
               r.ops_per_s, r.p50, r.p99, r.p999);
@@ -464,7 +462,7 @@ absl::Status PreloadTarget(KvTarget& t, const Options& o) {
 
 // One point: `threads` client threads, each on its own connection, from one window.
 absl::StatusOr<ClientResult> RunPoint(std::vector<std::unique_ptr<KvConnection>>& conns,
-                                      const KeyPicker& picker, const Point& p, size_t index,
+                                      const KeyChooser& chooser, const Point& p, size_t index,
                                       const Options& o) {
   std::vector<ClientResult> results(static_cast<size_t>(p.threads));
   std::vector<absl::Status> status(static_cast<size_t>(p.threads));
@@ -472,7 +470,7 @@ absl::StatusOr<ClientResult> RunPoint(std::vector<std::unique_ptr<KvConnection>>
   std::vector<std::thread> threads;
   for (int i = 0; i < p.threads; ++i) {
     threads.emplace_back([&, i] {
-      OpGenerator gen(picker, p.workload, ThreadSeed(o.seed, index, i));
+      OpGenerator gen(chooser, p.workload, ThreadSeed(o.seed, index, i));
       KvConnection& c = *conns[static_cast<size_t>(i)];
       status[static_cast<size_t>(i)] = RunClient(
           gen, p.in_flight, window, [&c](absl::Span<const Op> ops) { return c.Round(ops); },
@@ -491,7 +489,7 @@ absl::StatusOr<ClientResult> RunPoint(std::vector<std::unique_ptr<KvConnection>>
 // Preloads one target, then runs every point on it; prints a row per point.
 absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, double read_ref,
                        const Options& o,
-                       std::map<Distribution, std::unique_ptr<KeyPicker>>& pickers,
+                       std::map<Distribution, std::unique_ptr<KeyChooser>>& choosers,
                        const std::function<void(const Row&)>& print) {
   if (preload) {
     if (absl::Status s = PreloadTarget(t, o); !s.ok()) return s;
@@ -515,7 +513,7 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, d
   const std::vector<Point> points = o.Points();
   for (size_t i = 0; i < points.size(); ++i) {
     const Point& p = points[i];
-    absl::StatusOr<ClientResult> r = RunPoint(conns, *pickers[p.dist], p, i, o);
+    absl::StatusOr<ClientResult> r = RunPoint(conns, *choosers[p.dist], p, i, o);
     if (!r.ok()) {
       return absl::Status(
           r.status().code(),
@@ -534,7 +532,6 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, d
     row.p999 = r->latency.Percentile(0.999);
     row.bytes_per_item = memory->per_item();
     row.read_ref_p50 = read_ref;
-    row.load_avg = LoadAverage();
     print(row);
   }
   return absl::OkStatus();
@@ -576,8 +573,9 @@ bool RunProvider(const std::string& provider, const Options& o,
       spdlog::warn("READ reference on {}: {}", provider, r.status().ToString());
     }
   }
-  std::map<Distribution, std::unique_ptr<KeyPicker>> pickers;
-  for (Distribution d : o.dists) pickers[d] = std::make_unique<KeyPicker>(d, o.space.keys, o.theta);
+  std::map<Distribution, std::unique_ptr<KeyChooser>> choosers;
+  for (Distribution d : o.dists)
+    choosers[d] = std::make_unique<KeyChooser>(d, o.space.keys, o.theta);
   auto fail = [&](const std::string& what, const absl::Status& s) {
     spdlog::error("{} on {}: {}", what, provider, s.ToString());
     ok = false;
@@ -593,7 +591,7 @@ bool RunProvider(const std::string& provider, const Options& o,
       for (bool rpc : {false, true}) {
         std::unique_ptr<KvTarget> t = (*cluster)->Target(rpc);
         if (!o.Wants(t->name())) continue;
-        absl::Status s = RunTarget(*t, !loaded, provider, read_ref, o, pickers, print);
+        absl::Status s = RunTarget(*t, !loaded, provider, read_ref, o, choosers, print);
         loaded = true;
         if (!s.ok()) fail(t->name(), s);
       }
@@ -614,7 +612,7 @@ bool RunProvider(const std::string& provider, const Options& o,
     po.script = *script;
     absl::StatusOr<std::unique_ptr<KvTarget>> t =
         std::string(peer) == "memcached" ? StartMemcached(o.space, po) : StartRedis(o.space, po);
-    absl::Status s = t.ok() ? RunTarget(**t, true, provider, 0, o, pickers, print) : t.status();
+    absl::Status s = t.ok() ? RunTarget(**t, true, provider, 0, o, choosers, print) : t.status();
     if (!s.ok()) fail(peer, s);
   }
   return ok;
@@ -642,6 +640,12 @@ int DriverMain() {
       return kExitUsage;
     }
   }
+  const CoresAwake awake(absl::GetFlag(FLAGS_cores_awake));
+  if (absl::GetFlag(FLAGS_cores_awake) && !awake.held()) {
+    spdlog::warn("cannot keep the cores out of idle ({}): targets pay idle wake-ups",
+                 awake.why_not());
+  }
+  o->info = RunInfo{"kvbench", o->seed, o->duration_ms, o->warmup_ms, awake.held()};
   std::vector<Row> rows;
   bool failed = false;
   for (const std::string& provider : o->providers) {
@@ -649,7 +653,7 @@ int DriverMain() {
       std::printf(
           "\nkvbench: provider %s (peers over %s), %llu keys of %d B, values of %d B, %d ms per "
           "point (+%d ms warm-up); store on CPUs %s (%s; memcached -t %d; redis-server), clients "
-          "on CPUs %s, their node polling %s\n",
+          "on CPUs %s, their node polling %s; cores %s\n",
           provider.c_str(), TransportName(TransportFor(provider)).c_str(),
           static_cast<unsigned long long>(o->space.keys), o->space.key_size, o->space.value_size,
           o->duration_ms, o->warmup_ms, o->store_cpus.empty() ? "any" : o->store_cpus.c_str(),
@@ -662,7 +666,9 @@ int DriverMain() {
                                 o->farm.attach_config, o->farm.nodes)
                     .c_str(),
           o->memcached_threads, o->client_cpus.empty() ? "any" : AffinityText().c_str(),
-          o->farm.poll.c_str());
+          o->farm.poll.c_str(),
+          o->info.cores_awake ? "kept out of idle"
+                              : "left to idle (--cores_awake=false or not root)");
       PrintTableHeader();
     }
     auto print = [&](const Row& r) {

@@ -20,7 +20,8 @@ fail() {
 tiny=(--keys=300 --threads=1,2 --in_flight=1,4 --duration_ms=250 --warmup_ms=20
       --read_ref_iters=200 --timeout_s=60 --load_threads=2)
 keys=(target provider transport workload distribution threads in_flight ops_per_s p50_us p99_us
-      p999_us bytes_per_item read_ref_p50_us)
+      p999_us bytes_per_item read_ref_p50_us schema tool commit host seed duration_ms warmup_ms
+      cores_awake load_avg)
 
 # A bench killed half-way (e.g. by this test's timeout) cannot stop the servers it started: on
 # exit, stop any that a directory created during this test still names.
@@ -79,6 +80,11 @@ rc=$?
 check_json "$out" $((24 * ${#want_targets[@]})) "${want_targets[@]}"
 grep -q '"target":"farm","provider":"shm","transport":"shm","workload":"ycsb-b"' <<<"$out" ||
   fail "no farm/shm ycsb-b line"
+# The run's description; cores kept awake when the test may write /dev/cpu_dma_latency (root).
+awake=false
+[ -w /dev/cpu_dma_latency ] && awake=true
+n=$(grep -cE '"schema":2,"tool":"kvbench","commit":"[^"]+","host":"[^"]+","seed":1,"duration_ms":250,"warmup_ms":20,"cores_awake":'$awake',' <<<"$out")
+[ "$n" = $((24 * ${#want_targets[@]})) ] || fail "the run's description (cores_awake $awake) is in $n lines:"$'\n'"$out"
 grep -q '"target":"farm".*"read_ref_p50_us":0\.000' <<<"$out" &&
   fail "farm lines lack fabric_bench's READ reference:"$'\n'"$out"
 if [ $have_peers = 1 ]; then

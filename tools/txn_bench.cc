@@ -18,11 +18,15 @@
 //    increments (write_1: +1, write_4: +1 each, bank: moves 1) make it.
 // The transactions (tools/txn_workload.h): read_only reads 4 objects; write_1 reads one and writes
 // it + 1; write_4 the same on 4; bank reads 2 accounts and moves 1 from the first to the second.
-// Objects are chosen uniformly or by Zipf(--zipf_theta), the same generator for every target.
+// Objects are chosen uniformly or by scrambled Zipf(--zipf_theta) (tools/bench_util.h), the
+// same generator and the same seeds for every target: a peer's client i draws what farm's thread
+// i % threads of node i / threads draws.
 // Commit latency is the Commit() call of the attempt that committed.
 //
-// Peers (--targets redis, postgres): the bank transfer only, with as many client threads and
-// connections as the farm cluster has client threads (nodes x threads), on servers that
+// Peers (--targets redis, redis-lua, postgres, postgres-fn: each store used in its usual ways,
+// tools/txn_peers.h; the targets in words compare farm with each store's best): the bank
+// transfer only, with as many client threads and connections as the farm cluster has client
+// threads (nodes x threads), on servers that
 // tools/bench_peers.sh starts on private sockets and stops afterwards: Unix sockets against
 // shm, TCP on 127.0.0.1 against every other provider. --cpus pins this process before anything
 // starts, so the nodes, the servers and the peers' client threads all run on the same cores.
@@ -36,7 +40,11 @@
 // Output: a table, or with --json one object per point:
 //   {"target":"farm","provider":"shm","transport":"shm","kind":"bank","dist":"uniform",
 //    "threads":1,"clients":3,"f":0,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
-//    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"rpc_rtt_p50_us":..}
+//    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"remote_p50_us":..,"rpc_rtt_p50_us":..,
+//    "schema":2,"tool":"txn_bench","commit":..,"host":..,"seed":1,"duration_ms":..,
+//    "warmup_ms":..,"cores_awake":true,"load_avg":..}
+// (tools/bench_driver.h's RunInfoJson; --cores_awake keeps every core out of idle for the whole
+// run, so that no target pays an idle core's wake-up per request).
 // Exit status: 0 success, 1 runtime failure (or an audit that does not add up), 2 bad flags.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -89,7 +97,9 @@ ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_FLAG(std::string, threads, "1,2,4", "client threads per node, a comma-separated list");
 ABSL_FLAG(std::string, kinds, "read_only,write_1,write_4,bank",
           "transactions to measure: read_only, write_1, write_4, bank");
-ABSL_FLAG(std::string, dists, "uniform,zipf", "object choice: uniform, zipf");
+ABSL_FLAG(std::string, dists, "uniform,zipf",
+          "object choice: uniform, zipf (Zipf over the objects, scrambled), ycsb-zipf (YCSB's "
+          "scrambled Zipf over 10^10 items, hashed onto the objects)");
 ABSL_FLAG(double, zipf_theta, 0.99, "Zipf skew (0 < theta < 1)");
 ABSL_FLAG(int64_t, objects, 10000, "objects (accounts) in the cluster and in each peer");
 ABSL_FLAG(int, nodes, 3, "node processes in the farm cluster (2..8)");
@@ -107,7 +117,10 @@ ABSL_FLAG(std::string, lease_ms, "",
           "nodes were evicted, to choose the shortest lease that evicts no healthy node");
 ABSL_FLAG(int, duration_ms, 2000, "measured milliseconds per point");
 ABSL_FLAG(int, warmup_ms, 300, "milliseconds run before each point's measurement");
-ABSL_FLAG(std::string, targets, "farm,redis,postgres", "what to measure: farm, redis, postgres");
+ABSL_FLAG(std::string, targets, "farm,redis,redis-lua,postgres,postgres-fn",
+          "what to measure: farm, redis (WATCH/MULTI/EXEC), redis-lua (one script call), postgres "
+          "(an interactive transaction of prepared statements), postgres-fn (one call of a "
+          "PL/pgSQL function)");
 ABSL_FLAG(bool, json, false, "print one JSON object per point instead of a table");
 ABSL_FLAG(std::string, cpus, "",
           "pin everything (nodes, peer servers, peer clients) to these CPUs, e.g. 0-1 or 0,1; "
@@ -121,6 +134,10 @@ ABSL_FLAG(int, msg_iters, 20000,
 ABSL_FLAG(std::string, host, "127.0.0.1", "address the nodes bind to");
 ABSL_FLAG(int, timeout_s, 120, "seconds any step (cluster start, set-up, barrier) may take");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the object choice");
+ABSL_FLAG(bool, cores_awake, true,
+          "keep every core out of idle for the whole run (/dev/cpu_dma_latency, root), so that "
+          "no target pays an idle core's wake-up per request; false measures the machine as it "
+          "idles");
 ABSL_FLAG(std::string, peers_script, "", "tools/bench_peers.sh (found in the runfiles when empty)");
 ABSL_FLAG(std::string, role, "", "internal: 'node' when re-executed as a node process");
 
@@ -208,6 +225,8 @@ absl::StatusOr<Options> OptionsFromFlags() {
   return o;
 }
 
+// The seed of client thread `thread` of node `node` (farm) or of the peers' client playing it:
+// client = node * kMaxThreads + thread.
 uint64_t ClientSeed(const Options& o, size_t point, uint64_t client) {
   return o.seed * 0x9e3779b97f4a7c15ull + point * 1000003 + client;
 }
@@ -621,16 +640,16 @@ struct Row {
   double rpc_rtt = 0;               // msg_bench's, same provider (0: not measured)
 };
 
-std::string JsonRow(const Row& r) {
+std::string JsonRow(const Row& r, const RunInfo& info) {
   return absl::StrFormat(
       "{\"target\":\"%s\",\"provider\":\"%s\",\"transport\":\"%s\",\"kind\":\"%s\","
       "\"dist\":\"%s\",\"threads\":%d,\"clients\":%d,\"f\":%d,\"tx_per_s\":%.1f,"
       "\"p50_us\":%.3f,"
       "\"p99_us\":%.3f,\"txn_p50_us\":%.3f,\"txn_p99_us\":%.3f,\"abort_rate\":%.5f,"
-      "\"msg_rounds\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%.3f}",
+      "\"msg_rounds\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%.3f%s}",
       r.target, r.provider, r.transport, KindName(r.kind), DistributionName(r.dist), r.threads,
       r.clients, r.f, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
-      r.remote_p50, r.rpc_rtt);
+      r.remote_p50, r.rpc_rtt, RunInfoJson(info));
 }
 
 // FaRM's message count: Pw*(f+3) one-sided writes + Pr one-sided READs.
@@ -641,16 +660,16 @@ std::string FarmFormula(const Row& r) {
 }
 
 void PrintTableHeader() {
-  std::printf("%-8s %1s %-11s %-9s %-8s %3s %4s %10s %9s %9s %9s %9s %7s %6s %9s\n", "target",
-              "f", "transport", "kind", "dist", "thr", "cli", "tx/s", "commit50", "commit99",
-              "remote50", "txn50", "abort%", "rounds", "FaRM");
+  std::printf("%-11s %1s %-11s %-9s %-9s %3s %4s %10s %9s %9s %9s %9s %7s %6s %9s\n", "target", "f",
+              "transport", "kind", "dist", "thr", "cli", "tx/s", "commit50", "commit99", "remote50",
+              "txn50", "abort%", "rounds", "FaRM");
 }
 
 void PrintTableRow(const Row& r) {
   const std::string remote = r.target == "farm" && r.kind != Kind::kReadOnly
                                  ? absl::StrFormat("%.2f", r.remote_p50)
                                  : std::string("-");
-  std::printf("%-8s %1d %-11s %-9s %-8s %3d %4d %10.0f %9.2f %9.2f %9s %9.2f %7.2f %6d %9s\n",
+  std::printf("%-11s %1d %-11s %-9s %-9s %3d %4d %10.0f %9.2f %9.2f %9s %9.2f %7.2f %6d %9s\n",
               r.target.c_str(), r.f, r.transport.c_str(), KindName(r.kind).c_str(),
               DistributionName(r.dist).c_str(), r.threads, r.clients, r.tx_per_s, r.p50, r.p99,
               remote.c_str(), r.txn_p50, 100 * r.abort_rate, r.msg_rounds, FarmFormula(r).c_str());
@@ -781,16 +800,16 @@ struct LeaseRow {
   SchedProbe::Result probe;  // the driver's probe thread over the cluster's life
 };
 
-std::string JsonLease(const LeaseRow& l) {
+std::string JsonLease(const LeaseRow& l, const RunInfo& info) {
   return absl::StrFormat(
       "{\"target\":\"farm\",\"kind\":\"lease\",\"provider\":\"%s\",\"f\":%d,"
       "\"lease_ms\":%d,\"nodes\":%d,\"nodes_reported\":%d,\"heartbeats\":%d,"
       "\"hb_rtt_p50_us\":%.3f,\"hb_rtt_p99_us\":%.3f,\"hb_rtt_max_us\":%.3f,"
       "\"evictions\":%d,\"probe_realtime\":%s,\"probe_s\":%.1f,\"probe_gap_max_ms\":%.2f,"
-      "\"probe_gaps_over_5ms\":%d,\"probe_gaps_over_10ms\":%d,\"steal_ms\":%.0f}",
-      l.provider, l.f, l.lease_ms, l.nodes, l.reported, l.heartbeats, l.p50_us, l.p99_us,
-      l.max_us, l.evictions, l.probe.realtime ? "true" : "false", l.probe.seconds,
-      l.probe.max_gap_ms, l.probe.gaps_over_5ms, l.probe.gaps_over_10ms, l.probe.steal_ms);
+      "\"probe_gaps_over_5ms\":%d,\"probe_gaps_over_10ms\":%d,\"steal_ms\":%.0f%s}",
+      l.provider, l.f, l.lease_ms, l.nodes, l.reported, l.heartbeats, l.p50_us, l.p99_us, l.max_us,
+      l.evictions, l.probe.realtime ? "true" : "false", l.probe.seconds, l.probe.max_gap_ms,
+      l.probe.gaps_over_5ms, l.probe.gaps_over_10ms, l.probe.steal_ms, RunInfoJson(info));
 }
 
 void PrintLease(const LeaseRow& l) {
@@ -893,7 +912,10 @@ absl::StatusOr<ClientStats> RunPeerPoint(PeerStore& store, const Point& p, size_
       Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
         return conns[i]->Transfer(objects[0], objects[1], commit_us);
       };
-      status[i] = RunClient(keys, Kind::kBank, window, ClientSeed(o, index, i), attempt, &stats[i]);
+      // Client i plays farm's thread i % threads of node i / threads: the same seed, so the
+      // same transfers in the same order.
+      const uint64_t seed = ClientSeed(o, index, (i / p.threads) * kMaxThreads + i % p.threads);
+      status[i] = RunClient(keys, Kind::kBank, window, seed, attempt, &stats[i]);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -980,14 +1002,23 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
       }
     }
     if (f.kind == Kind::kBank && f.f == 0) {
-      for (const char* peer : {"redis", "postgres"}) {
-        const Row* p = find(peer, Kind::kBank, f.dist, f.threads);
-        if (p == nullptr || p->tx_per_s <= 0) continue;
-        const double want = std::string(peer) == "redis" ? 2 : 5;
-        const double ratio = f.tx_per_s / p->tx_per_s;
-        std::printf("  bank %-7s %d thr: farm %.0f tx/s = %.2fx %s over %s (target >= %.0fx: %s)\n",
-                    DistributionName(f.dist).c_str(), f.threads, f.tx_per_s, ratio, peer,
-                    p->transport.c_str(), want, ratio >= want ? "met" : "MISSED");
+      // Against each store's best variant (redis or redis-lua; postgres or postgres-fn).
+      for (const char* server : {"redis", "postgres"}) {
+        const Row* best = nullptr;
+        for (Peer peer : kPeers) {
+          if (PeerServer(peer) != server) continue;
+          const Row* p = find(PeerName(peer), Kind::kBank, f.dist, f.threads);
+          if (p != nullptr && p->tx_per_s > 0 && (best == nullptr || p->tx_per_s > best->tx_per_s))
+            best = p;
+        }
+        if (best == nullptr) continue;
+        const double want = std::string(server) == "redis" ? 2 : 5;
+        const double ratio = f.tx_per_s / best->tx_per_s;
+        std::printf(
+            "  bank %-9s %d thr: farm %.0f tx/s = %.2fx %s (%s's best) over %s (target >= %.0fx: "
+            "%s)\n",
+            DistributionName(f.dist).c_str(), f.threads, f.tx_per_s, ratio, best->target.c_str(),
+            server, best->transport.c_str(), want, ratio >= want ? "met" : "MISSED");
       }
     }
     if (f.kind == Kind::kWrite1 && f.rpc_rtt > 0 && f.f == 0) {
@@ -1008,7 +1039,8 @@ struct DriverOptions {
   std::vector<std::string> providers;
   std::vector<int> fs;      // --f
   std::vector<int> leases;  // --lease_ms (0: the default)
-  bool farm = false, redis = false, postgres = false;
+  bool farm = false;
+  std::vector<Peer> peers;  // in the order asked
 };
 
 absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
@@ -1025,15 +1057,17 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
     d.providers.emplace_back(p);
   }
   for (absl::string_view t : absl::StrSplit(absl::GetFlag(FLAGS_targets), ',')) {
-    if (t == "farm")
-      d.farm = true;
-    else if (t == "redis")
-      d.redis = true;
-    else if (t == "postgres")
-      d.postgres = true;
-    else
-      return absl::InvalidArgumentError(
-          absl::StrCat("--targets: unknown target '", t, "' (farm, redis, postgres)"));
+    bool known = t == "farm";
+    if (known) d.farm = true;
+    for (Peer peer : kPeers) {
+      if (t != PeerName(peer)) continue;
+      known = true;
+      if (std::find(d.peers.begin(), d.peers.end(), peer) == d.peers.end()) d.peers.push_back(peer);
+    }
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--targets: unknown target '", t, "' (farm, redis, redis-lua, postgres, postgres-fn)"));
+    }
   }
   if (!absl::GetFlag(FLAGS_cpus).empty()) {
     if (absl::Status s = PinTo(absl::GetFlag(FLAGS_cpus)); !s.ok()) {
@@ -1079,6 +1113,12 @@ int DriverMain() {
   }
   const Options& o = d->bench;
   const bool json = absl::GetFlag(FLAGS_json);
+  const CoresAwake awake(absl::GetFlag(FLAGS_cores_awake));
+  if (absl::GetFlag(FLAGS_cores_awake) && !awake.held()) {
+    spdlog::warn("cannot keep the cores out of idle ({}): targets pay idle wake-ups",
+                 awake.why_not());
+  }
+  const RunInfo info{"txn_bench", o.seed, o.duration_ms, o.warmup_ms, awake.held()};
   std::vector<Row> rows;
   bool failed = false;
   for (const std::string& provider : d->providers) {
@@ -1093,9 +1133,10 @@ int DriverMain() {
     if (!json) {
       std::printf(
           "\ntxn_bench: provider %s, %d nodes, poll %s, %d objects, %d ms per point "
-          "(+%d ms warm-up), cpus %s; msg_bench 64 B RPC p50 %.2f us\n",
+          "(+%d ms warm-up), cpus %s, cores %s; msg_bench 64 B RPC p50 %.2f us\n",
           provider.c_str(), o.nodes, absl::GetFlag(FLAGS_poll).c_str(), static_cast<int>(o.objects),
-          o.duration_ms, o.warmup_ms, AffinityText().c_str(), rtt);
+          o.duration_ms, o.warmup_ms, AffinityText().c_str(),
+          info.cores_awake ? "kept out of idle" : "left to idle", rtt);
       PrintTableHeader();
     }
     auto print = [&](const Row& r) {
@@ -1103,7 +1144,7 @@ int DriverMain() {
       with.rpc_rtt = rtt;
       rows.push_back(with);
       if (json) {
-        std::printf("%s\n", JsonRow(with).c_str());
+        std::printf("%s\n", JsonRow(with, info).c_str());
         std::fflush(stdout);
       } else {
         PrintTableRow(with);
@@ -1112,7 +1153,7 @@ int DriverMain() {
     std::vector<std::pair<std::string, std::function<absl::Status()>>> runs;
     auto print_lease = [&](const LeaseRow& l) {
       if (json) {
-        std::printf("%s\n", JsonLease(l).c_str());
+        std::printf("%s\n", JsonLease(l, info).c_str());
         std::fflush(stdout);
       } else {
         PrintLease(l);
@@ -1127,10 +1168,9 @@ int DriverMain() {
         }
       }
     }
-    if (d->redis)
-      runs.emplace_back("redis", [&] { return RunPeer(Peer::kRedis, provider, o, print); });
-    if (d->postgres)
-      runs.emplace_back("postgres", [&] { return RunPeer(Peer::kPostgres, provider, o, print); });
+    for (Peer peer : d->peers) {
+      runs.emplace_back(PeerName(peer), [&, peer] { return RunPeer(peer, provider, o, print); });
+    }
     for (auto& [name, run] : runs) {
       if (absl::Status s = run(); !s.ok()) {
         spdlog::error("{} on {}: {}", name, provider, s.ToString());
@@ -1164,7 +1204,8 @@ int main(int argc, char** argv) {
       "rate) on a cluster of node processes it starts, and the same bank transfer on Redis and "
       "PostgreSQL servers it starts on private sockets.\n"
       "  txn_bench [--provider=shm,tcp;ofi_rxm] [--threads=1,2,4] [--kinds=read_only,write_1,"
-      "write_4,bank] [--dists=uniform,zipf] [--targets=farm,redis,postgres] [--f=0,1] "
+      "write_4,bank] [--dists=uniform,zipf] [--targets=farm,redis,redis-lua,postgres,postgres-fn] "
+      "[--f=0,1] "
       "[--cpus=0-1] [--json]\n"
       "--provider takes a comma-separated list here (default shm). Exit status: 0 ok, 1 runtime "
       "failure, 2 bad flags.");

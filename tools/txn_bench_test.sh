@@ -15,10 +15,14 @@ fail() {
 
 tiny=(--provider=shm --threads=1 --objects=64 --duration_ms=50 --warmup_ms=10 --msg_iters=0
       --timeout_s=30 --poll=adaptive)
+# Outside Bazel's sandbox (for PostgreSQL's user): a private /dev/shm of the bench's own, as the
+# sandbox would give (libfabric's shm files are named after pids).
+[ "$(id -u)" = 0 ] && tiny+=(--private_dev_shm)
 
 # A bench killed half-way (e.g. by this test's timeout) cannot stop the redis-server it started:
 # on exit, stop any that a directory created during this test still names.
 redis_dirs_before=$(ls -d /tmp/bench_redis.* 2>/dev/null)
+pg_dirs_before=$(ls -d /tmp/bench_pg.* 2>/dev/null)
 cleanup() {
   local d
   for d in /tmp/bench_redis.*; do
@@ -38,9 +42,10 @@ lines=$(grep -c '"tx_per_s":' <<<"$out")
 [ "$lines" = 8 ] || fail "expected 8 JSON points (4 kinds x 2 distributions), got $lines:"$'\n'"$out"
 # One line for the cluster's lease: every node's heartbeats, none evicted, and the scheduling
 # probe's record (it woke up at least 1 ms apart; steal time -1 where the kernel reports none).
-grep -qE '^\{"target":"farm","kind":"lease",.*"lease_ms":3000,"nodes":3,"nodes_reported":3,"heartbeats":[1-9][0-9]*,.*"evictions":0,"probe_realtime":(true|false),"probe_s":[0-9.]+,"probe_gap_max_ms":([1-9][0-9]*)\.[0-9]+,"probe_gaps_over_5ms":[0-9]+,"probe_gaps_over_10ms":[0-9]+,"steal_ms":-?[0-9]+\}$' <<<"$out" ||
+grep -qE '^\{"target":"farm","kind":"lease",.*"lease_ms":3000,"nodes":3,"nodes_reported":3,"heartbeats":[1-9][0-9]*,.*"evictions":0,"probe_realtime":(true|false),"probe_s":[0-9.]+,"probe_gap_max_ms":([1-9][0-9]*)\.[0-9]+,"probe_gaps_over_5ms":[0-9]+,"probe_gaps_over_10ms":[0-9]+,"steal_ms":-?[0-9]+,"schema":2,"tool":"txn_bench",.*"cores_awake":(true|false),"load_avg":[0-9.]+\}$' <<<"$out" ||
   fail "no lease line with 3 nodes' heartbeats, no eviction and the probe's record:"$'\n'"$out"
-for key in target provider kind threads tx_per_s p50_us p99_us abort_rate msg_rounds; do
+for key in target provider kind threads tx_per_s p50_us p99_us abort_rate msg_rounds schema tool \
+           commit host seed duration_ms warmup_ms cores_awake load_avg; do
   n=$(grep '"tx_per_s":' <<<"$out" | grep -c "\"$key\":")
   [ "$n" = 8 ] || fail "key $key is in $n of 8 points:"$'\n'"$out"
 done
@@ -48,14 +53,20 @@ grep -q '"target":"farm","provider":"shm"' <<<"$out" || fail "no farm/shm line"
 grep -q '"kind":"read_only".*"msg_rounds":0' <<<"$out" || fail "read_only should have 0 rounds"
 grep -q '"kind":"bank".*"msg_rounds":2' <<<"$out" || fail "bank should have 2 rounds"
 grep -q 'AUDIT .* ok' "$TMP/farm.err" || fail "no successful audit: $(tail -5 "$TMP/farm.err")"
+# The run's description: schema 2, this tool, the seed and window asked for; cores kept awake
+# when the test may write /dev/cpu_dma_latency (root), else said to be left to idle.
+awake=false
+[ -w /dev/cpu_dma_latency ] && awake=true
+n=$(grep -cE '"schema":2,"tool":"txn_bench","commit":"[^"]+","host":"[^"]+","seed":1,"duration_ms":50,"warmup_ms":10,"cores_awake":'$awake',' <<<"$out")
+[ "$n" = 9 ] || fail "the run's description (cores_awake $awake) is in $n of 9 lines:"$'\n'"$out"
 echo "ok: 8 farm points, keys present, audit ok"
 
 echo "== table"
-out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=farm --kinds=write_1 --dists=zipf 2>&1)
+out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=farm --kinds=write_1 --dists=ycsb-zipf 2>&1)
 rc=$?
 [ $rc = 0 ] || fail "txn_bench (table) exited $rc: $out"
 grep -qE '^target +f +transport +kind' <<<"$out" || fail "no table header: $out"
-grep -qE '^farm +0 +shm +write_1 +zipf' <<<"$out" || fail "no write_1 row: $out"
+grep -qE '^farm +0 +shm +write_1 +ycsb-zipf ' <<<"$out" || fail "no write_1 row: $out"
 echo "ok: table"
 
 echo "== farm with backups (f = 1): COMMIT-BACKUP's round, and the audit still adds up"
@@ -69,12 +80,17 @@ echo "ok: f = 1"
 
 echo "== redis on a Unix socket"
 if command -v redis-server >/dev/null; then
-  out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=redis --kinds=bank --dists=uniform --json 2>"$TMP/redis.err")
+  out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=redis,redis-lua --kinds=bank --dists=uniform \
+        --json 2>"$TMP/redis.err")
   rc=$?
-  [ $rc = 0 ] || fail "txn_bench --targets=redis exited $rc: $(tail -20 "$TMP/redis.err")"
-  grep -q '"target":"redis","provider":"shm","transport":"unix","kind":"bank"' <<<"$out" ||
-    fail "no redis line: $out"
-  grep -q '"msg_rounds":2' <<<"$out" || fail "redis rounds: $out"
+  [ $rc = 0 ] || fail "txn_bench --targets=redis,redis-lua exited $rc: $(tail -20 "$TMP/redis.err")"
+  # WATCH/MULTI/EXEC in 2 rounds, the script in 1; the audit (the sum kept) passed for both.
+  grep -q '"target":"redis","provider":"shm","transport":"unix","kind":"bank".*"msg_rounds":2' \
+    <<<"$out" || fail "no redis line with 2 rounds: $out"
+  grep -q '"target":"redis-lua","provider":"shm","transport":"unix","kind":"bank".*"msg_rounds":1' \
+    <<<"$out" || fail "no redis-lua line with 1 round: $out"
+  grep -q '"target":"redis-lua".*"abort_rate":0\.00000' <<<"$out" ||
+    fail "a script never aborts: $out"
   for d in /tmp/bench_redis.*; do
     [ -e "$d" ] || continue
     grep -qxF "$d" <<<"$redis_dirs_before" || fail "the bench left $d behind"
@@ -82,6 +98,28 @@ if command -v redis-server >/dev/null; then
   echo "ok: redis"
 else
   echo "redis-server is not installed: skipped that part"
+fi
+
+echo "== postgres on a Unix socket: prepared statements in a pipeline, and the function"
+if ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  out=$(timeout 180 "$BENCH" "${tiny[@]}" --targets=postgres,postgres-fn --kinds=bank --dists=zipf \
+        --json 2>"$TMP/pg.err")
+  rc=$?
+  [ $rc = 0 ] || fail "txn_bench --targets=postgres,postgres-fn exited $rc: $(tail -20 "$TMP/pg.err")"
+  grep -q '"target":"postgres","provider":"shm","transport":"unix","kind":"bank".*"msg_rounds":2' \
+    <<<"$out" || fail "no postgres line with 2 rounds: $out"
+  grep -q '"target":"postgres-fn","provider":"shm","transport":"unix","kind":"bank".*"msg_rounds":1' \
+    <<<"$out" || fail "no postgres-fn line with 1 round: $out"
+  # Row locks taken in id order: the function's transfers wait, never abort.
+  grep -q '"target":"postgres-fn".*"abort_rate":0\.00000' <<<"$out" ||
+    fail "the function's transfers aborted: $out"
+  for d in /tmp/bench_pg.*; do
+    [ -e "$d" ] || continue
+    grep -qxF "$d" <<<"$pg_dirs_before" || fail "the bench left $d behind"
+  done
+  echo "ok: postgres, postgres-fn"
+else
+  echo "PostgreSQL is not installed: skipped that part"
 fi
 
 echo "== bad flags exit 2"

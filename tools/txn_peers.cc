@@ -20,19 +20,58 @@ double MicrosSince(Clock::time_point t0) { return MicrosBetween(t0, Clock::now()
 
 std::string RedisKey(uint64_t i) { return absl::StrCat("acct:", i); }
 
+// The transfer as one script: both accounts read and written atomically.
+constexpr char kTransferScript[] =
+    "local a = tonumber(redis.call('GET', KEYS[1])) "
+    "local b = tonumber(redis.call('GET', KEYS[2])) "
+    "if a == nil or b == nil then return redis.error_reply('accounts missing') end "
+    "redis.call('SET', KEYS[1], a - 1) "
+    "redis.call('SET', KEYS[2], b + 1) "
+    "return 1";
+
 class RedisConnection : public BankConnection {
  public:
+  // `lua`: transfers by the script (loaded now), else by WATCH/MULTI/EXEC.
   static absl::StatusOr<std::unique_ptr<RedisConnection>> Open(const ScriptedServer& server,
-                                                               Transport t) {
+                                                               Transport t, bool lua) {
     absl::StatusOr<std::unique_ptr<RedisLink>> link = RedisLink::Open(server, t);
     if (!link.ok()) return link.status();
-    return std::unique_ptr<RedisConnection>(new RedisConnection(std::move(*link)));
+    std::unique_ptr<RedisConnection> c(new RedisConnection(std::move(*link)));
+    if (lua) {
+      redisAppendCommand(c->context(), "SCRIPT LOAD %s", kTransferScript);
+      absl::StatusOr<std::vector<RedisReply>> got = c->Replies(1);
+      if (!got.ok()) return got.status();
+      if ((*got)[0]->type != REDIS_REPLY_STRING)
+        return absl::InternalError("redis: SCRIPT LOAD answered no digest");
+      c->script_sha_ = (*got)[0]->str;
+    }
+    return c;
   }
 
   absl::StatusOr<std::vector<RedisReply>> Replies(int n) { return link_->Replies(n); }
   redisContext* context() { return link_->context(); }
 
   absl::Status Transfer(uint64_t from, uint64_t to, double* commit_us) override {
+    return script_sha_.empty() ? TransferWatched(from, to, commit_us)
+                               : TransferByScript(from, to, commit_us);
+  }
+
+ private:
+  explicit RedisConnection(std::unique_ptr<RedisLink> link) : link_(std::move(link)) {}
+
+  absl::Status TransferByScript(uint64_t from, uint64_t to, double* commit_us) {
+    const std::string a = RedisKey(from), b = RedisKey(to);
+    const Clock::time_point t0 = Clock::now();
+    redisAppendCommand(context(), "EVALSHA %s 2 %s %s", script_sha_.c_str(), a.c_str(), b.c_str());
+    absl::StatusOr<std::vector<RedisReply>> got = Replies(1);
+    *commit_us = MicrosSince(t0);
+    if (!got.ok()) return got.status();
+    if ((*got)[0]->type != REDIS_REPLY_INTEGER || (*got)[0]->integer != 1)
+      return absl::InternalError("redis: the transfer script did not answer 1");
+    return absl::OkStatus();
+  }
+
+  absl::Status TransferWatched(uint64_t from, uint64_t to, double* commit_us) {
     redisContext* c = context();
     const std::string a = RedisKey(from), b = RedisKey(to);
     redisAppendCommand(c, "WATCH %s %s", a.c_str(), b.c_str());
@@ -62,18 +101,19 @@ class RedisConnection : public BankConnection {
     return absl::OkStatus();
   }
 
- private:
-  explicit RedisConnection(std::unique_ptr<RedisLink> link) : link_(std::move(link)) {}
   std::unique_ptr<RedisLink> link_;
+  std::string script_sha_;  // the transfer script's, when transfers use it
 };
 
 class RedisStore : public PeerStore {
  public:
-  RedisStore(std::unique_ptr<ScriptedServer> server, Transport t, uint64_t accounts)
-      : server_(std::move(server)), transport_(t), accounts_(accounts) {}
+  RedisStore(std::unique_ptr<ScriptedServer> server, Transport t, uint64_t accounts, bool lua)
+      : server_(std::move(server)), transport_(t), accounts_(accounts), lua_(lua) {}
 
-  absl::StatusOr<std::unique_ptr<BankConnection>> Connect() override { return Open(); }
-  int msg_rounds() const override { return 2; }
+  absl::StatusOr<std::unique_ptr<BankConnection>> Connect() override {
+    return RedisConnection::Open(*server_, transport_, lua_);
+  }
+  int msg_rounds() const override { return lua_ ? 1 : 2; }
 
   absl::Status Load(int64_t balance) {
     return ForEachChunk(
@@ -100,7 +140,7 @@ class RedisStore : public PeerStore {
 
  private:
   absl::StatusOr<std::unique_ptr<RedisConnection>> Open() {
-    return RedisConnection::Open(*server_, transport_);
+    return RedisConnection::Open(*server_, transport_, false);
   }
   // Pipelines one command per account, 1000 at a time; `check` (if any) judges each reply.
   template <typename Append, typename Check>
@@ -124,6 +164,7 @@ class RedisStore : public PeerStore {
   std::unique_ptr<ScriptedServer> server_;
   Transport transport_;
   uint64_t accounts_;
+  bool lua_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -136,11 +177,37 @@ using Result = std::unique_ptr<PGresult, ResultDeleter>;
 
 void IgnoreNotice(void*, const char*) {}
 
+// A statement of a pipeline: a prepared one (by name) or a text one, with its parameters.
+struct Statement {
+  const char* prepared = nullptr;
+  std::string sql;
+  std::vector<std::string> params;
+};
+
+// The function behind postgres-fn: locks both rows in id order (so two transfers never wait on
+// each other in a cycle), reads them, and moves 1.
+constexpr char kTransferFunction[] = R"sql(
+CREATE OR REPLACE FUNCTION transfer(a bigint, b bigint) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  va bigint;
+  vb bigint;
+BEGIN
+  PERFORM 1 FROM acct WHERE id IN (a, b) ORDER BY id FOR UPDATE;
+  SELECT balance INTO va FROM acct WHERE id = a;
+  SELECT balance INTO vb FROM acct WHERE id = b;
+  IF va IS NULL OR vb IS NULL THEN
+    RAISE EXCEPTION 'accounts % and % are not both there', a, b;
+  END IF;
+  UPDATE acct SET balance = va - 1 WHERE id = a;
+  UPDATE acct SET balance = vb + 1 WHERE id = b;
+END $$)sql";
+
 class PostgresConnection : public BankConnection {
  public:
+  // `function`: transfers by one call of transfer() (postgres-fn), else interactively.
   static absl::StatusOr<std::unique_ptr<PostgresConnection>> Open(Transport t,
-                                                                  const std::string& dir,
-                                                                  int port) {
+                                                                  const std::string& dir, int port,
+                                                                  bool function) {
     const std::string info =
         absl::StrCat("host=", t == Transport::kUnix ? dir : "127.0.0.1", " port=", port,
                      " user=bench dbname=postgres connect_timeout=10");
@@ -151,73 +218,163 @@ class PostgresConnection : public BankConnection {
       return absl::UnavailableError(absl::StrCat("cannot connect to postgres: ", why));
     }
     PQsetNoticeProcessor(c, IgnoreNotice, nullptr);
-    return std::unique_ptr<PostgresConnection>(new PostgresConnection(c));
+    return std::unique_ptr<PostgresConnection>(new PostgresConnection(c, function));
   }
   ~PostgresConnection() override { PQfinish(c_); }
 
-  // Runs `sql` (one or more statements); Aborted for a serialization failure or deadlock.
+  // Runs `sql` (one or more statements, simple-query protocol; outside the pipeline mode only).
   absl::StatusOr<Result> Exec(const std::string& sql) {
     Result r(PQexec(c_, sql.c_str()));
     const ExecStatusType st = PQresultStatus(r.get());
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
-    const char* state = PQresultErrorField(r.get(), PG_DIAG_SQLSTATE);
-    const std::string code = state == nullptr ? "" : state;
-    const std::string why = absl::StrCat("postgres: ", PQresultErrorMessage(r.get()));
-    if (code == "40001" || code == "40P01") return absl::AbortedError(why);
-    return absl::InternalError(why);
+    return Failure(r.get());
+  }
+
+  // Prepares the transfer's statements and enters the pipeline mode: every later call is a
+  // pipeline of prepared statements.
+  absl::Status Prepare() {
+    const std::vector<std::pair<const char*, const char*>> statements =
+        function_
+            ? std::vector<std::pair<const char*, const char*>>{{"xfer", "SELECT transfer($1, $2)"}}
+            : std::vector<std::pair<const char*, const char*>>{
+                  {"read", "SELECT id, balance FROM acct WHERE id IN ($1, $2)"},
+                  {"write", "UPDATE acct SET balance = $2 WHERE id = $1"}};
+    for (const auto& [name, sql] : statements) {
+      Result r(PQprepare(c_, name, sql, 0, nullptr));
+      if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) return Failure(r.get());
+    }
+    if (PQenterPipelineMode(c_) != 1) {
+      return absl::InternalError(
+          absl::StrCat("postgres: cannot enter the pipeline mode: ", PQerrorMessage(c_)));
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Transfer(uint64_t from, uint64_t to, double* commit_us) override {
-    absl::StatusOr<Result> read = Exec(absl::StrCat(
-        "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT id, balance FROM acct WHERE id IN (", from,
-        ", ", to, ")"));
-    if (!read.ok()) return Rollback(read.status());
+    if (function_) {
+      const Clock::time_point t0 = Clock::now();
+      absl::StatusOr<std::vector<Result>> call =
+          Pipeline({Statement{"xfer", "", {absl::StrCat(from), absl::StrCat(to)}}});
+      *commit_us = MicrosSince(t0);
+      return EndIfOpen(call.status());
+    }
+    absl::StatusOr<std::vector<Result>> read =
+        Pipeline({Statement{nullptr, "BEGIN ISOLATION LEVEL SERIALIZABLE", {}},
+                  Statement{"read", "", {absl::StrCat(from), absl::StrCat(to)}}});
+    if (!read.ok()) return EndIfOpen(read.status());
+    const PGresult* rows = (*read)[1].get();
     int64_t va = 0, vb = 0;
     bool have_a = false, have_b = false;
-    for (int i = 0; i < PQntuples(read->get()); ++i) {
+    for (int i = 0; i < PQntuples(rows); ++i) {
       uint64_t id = 0;
       int64_t v = 0;
-      if (!absl::SimpleAtoi(PQgetvalue(read->get(), i, 0), &id) ||
-          !absl::SimpleAtoi(PQgetvalue(read->get(), i, 1), &v)) {
+      if (!absl::SimpleAtoi(PQgetvalue(rows, i, 0), &id) ||
+          !absl::SimpleAtoi(PQgetvalue(rows, i, 1), &v)) {
         continue;
       }
       if (id == from) va = v, have_a = true;
       if (id == to) vb = v, have_b = true;
     }
     if (!have_a || !have_b) {
-      return Rollback(absl::DataLossError(
+      return EndIfOpen(absl::DataLossError(
           absl::StrCat("postgres: accounts ", from, " and ", to, " are not both there")));
     }
     const Clock::time_point t0 = Clock::now();
-    absl::StatusOr<Result> write =
-        Exec(absl::StrCat("UPDATE acct SET balance = ", va - 1, " WHERE id = ", from,
-                          "; UPDATE acct SET balance = ", vb + 1, " WHERE id = ", to, "; COMMIT"));
+    absl::StatusOr<std::vector<Result>> write =
+        Pipeline({Statement{"write", "", {absl::StrCat(from), absl::StrCat(va - 1)}},
+                  Statement{"write", "", {absl::StrCat(to), absl::StrCat(vb + 1)}},
+                  Statement{nullptr, "COMMIT", {}}});
     *commit_us = MicrosSince(t0);
-    if (!write.ok()) return Rollback(write.status());
-    if (std::string(PQcmdStatus(write->get())) != "COMMIT") {
+    if (!write.ok()) return EndIfOpen(write.status());
+    // A transaction that failed before COMMIT ends with COMMIT answering ROLLBACK.
+    if (std::string(PQcmdStatus((*write)[2].get())) != "COMMIT") {
       return absl::InternalError(
-          absl::StrCat("postgres: COMMIT answered ", PQcmdStatus(write->get())));
+          absl::StrCat("postgres: COMMIT answered ", PQcmdStatus((*write)[2].get())));
     }
     return absl::OkStatus();
   }
 
  private:
-  explicit PostgresConnection(PGconn* c) : c_(c) {}
-  // Ends the failed transaction (if it is still open) and returns `why`.
-  absl::Status Rollback(absl::Status why) {
-    Exec("ROLLBACK").IgnoreError();
+  PostgresConnection(PGconn* c, bool function) : c_(c), function_(function) {}
+
+  // Aborted for a serialization failure or deadlock, Internal for any other error.
+  static absl::Status Failure(const PGresult* r) {
+    const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const std::string code = state == nullptr ? "" : state;
+    const std::string why = absl::StrCat("postgres: ", PQresultErrorMessage(r));
+    if (code == "40001" || code == "40P01") return absl::AbortedError(why);
+    return absl::InternalError(why);
+  }
+
+  // Sends `statements` and a sync in one write, then reads their results: one per statement (in
+  // order), or the first statement's error (the server skips the rest up to the sync).
+  absl::StatusOr<std::vector<Result>> Pipeline(const std::vector<Statement>& statements) {
+    for (const Statement& st : statements) {
+      std::vector<const char*> values;
+      for (const std::string& p : st.params) values.push_back(p.c_str());
+      const int n = static_cast<int>(values.size());
+      const int sent =
+          st.prepared != nullptr
+              ? PQsendQueryPrepared(c_, st.prepared, n, values.data(), nullptr, nullptr, 0)
+              : PQsendQueryParams(c_, st.sql.c_str(), n, nullptr, values.data(), nullptr, nullptr,
+                                  0);
+      if (sent != 1) return absl::UnavailableError(absl::StrCat("postgres: ", PQerrorMessage(c_)));
+    }
+    if (PQpipelineSync(c_) != 1)
+      return absl::UnavailableError(absl::StrCat("postgres: ", PQerrorMessage(c_)));
+    std::vector<Result> out;
+    absl::Status status;
+    for (size_t i = 0; i < statements.size(); ++i) {
+      Result r(PQgetResult(c_));
+      if (r == nullptr) {
+        return absl::UnavailableError(absl::StrCat("postgres: ", PQerrorMessage(c_)));
+      }
+      const ExecStatusType st = PQresultStatus(r.get());
+      if (status.ok() && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+        status = st == PGRES_PIPELINE_ABORTED ? absl::InternalError("postgres: pipeline aborted")
+                                              : Failure(r.get());
+      }
+      // The end of this statement's results (after an aborted one's too).
+      if (Result end(PQgetResult(c_)); end != nullptr)
+        return absl::InternalError("postgres: more results than statements");
+      out.push_back(std::move(r));
+    }
+    Result sync(PQgetResult(c_));
+    if (sync == nullptr || PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC) {
+      return absl::InternalError(absl::StrCat("postgres: no pipeline sync: ", PQerrorMessage(c_)));
+    }
+    if (!status.ok()) return status;
+    return out;
+  }
+
+  // Returns `why` after ending the transaction if one is still open (an error inside it leaves
+  // it open and failed; a failed COMMIT or a function call has already ended it).
+  absl::Status EndIfOpen(absl::Status why) {
+    const PGTransactionStatusType t = PQtransactionStatus(c_);
+    if (t == PQTRANS_INTRANS || t == PQTRANS_INERROR) {
+      Pipeline({Statement{nullptr, "ROLLBACK", {}}}).status().IgnoreError();
+    }
     return why;
   }
+
   PGconn* c_;
+  bool function_;
 };
 
 class PostgresStore : public PeerStore {
  public:
-  PostgresStore(std::unique_ptr<ScriptedServer> server, Transport t, uint64_t accounts)
-      : server_(std::move(server)), transport_(t), accounts_(accounts) {}
+  PostgresStore(std::unique_ptr<ScriptedServer> server, Transport t, uint64_t accounts,
+                bool function)
+      : server_(std::move(server)), transport_(t), accounts_(accounts), function_(function) {}
 
-  absl::StatusOr<std::unique_ptr<BankConnection>> Connect() override { return Open(); }
-  int msg_rounds() const override { return 2; }
+  absl::StatusOr<std::unique_ptr<BankConnection>> Connect() override {
+    absl::StatusOr<std::unique_ptr<PostgresConnection>> c =
+        PostgresConnection::Open(transport_, server_->dir(), server_->port(), function_);
+    if (!c.ok()) return c.status();
+    if (absl::Status s = (*c)->Prepare(); !s.ok()) return s;
+    return std::unique_ptr<BankConnection>(std::move(*c));
+  }
+  int msg_rounds() const override { return function_ ? 1 : 2; }
 
   absl::Status Load(int64_t balance) {
     absl::StatusOr<std::unique_ptr<PostgresConnection>> c = Open();
@@ -227,7 +384,7 @@ class PostgresStore : public PeerStore {
           std::string("CREATE TABLE acct (id bigint PRIMARY KEY, balance bigint NOT NULL)"),
           absl::StrCat("INSERT INTO acct SELECT g, ", balance, " FROM generate_series(0, ",
                        accounts_ - 1, ") g"),
-          std::string("VACUUM ANALYZE acct")}) {
+          std::string("VACUUM ANALYZE acct"), std::string(kTransferFunction)}) {
       if (absl::StatusOr<Result> r = (*c)->Exec(sql); !r.ok()) return r.status();
     }
     return absl::OkStatus();
@@ -247,29 +404,48 @@ class PostgresStore : public PeerStore {
 
  private:
   absl::StatusOr<std::unique_ptr<PostgresConnection>> Open() {
-    return PostgresConnection::Open(transport_, server_->dir(), server_->port());
+    return PostgresConnection::Open(transport_, server_->dir(), server_->port(), false);
   }
   std::unique_ptr<ScriptedServer> server_;
   Transport transport_;
   uint64_t accounts_;
+  bool function_;
 };
 
 }  // namespace
 
-std::string PeerName(Peer p) { return p == Peer::kRedis ? "redis" : "postgres"; }
+std::string PeerName(Peer p) {
+  switch (p) {
+    case Peer::kRedis:
+      return "redis";
+    case Peer::kRedisLua:
+      return "redis-lua";
+    case Peer::kPostgres:
+      return "postgres";
+    case Peer::kPostgresFn:
+      return "postgres-fn";
+  }
+  return "?";
+}
+
+std::string PeerServer(Peer p) {
+  return p == Peer::kRedis || p == Peer::kRedisLua ? "redis" : "postgres";
+}
 
 absl::StatusOr<std::unique_ptr<PeerStore>> PeerStore::Start(Peer peer, Transport transport,
                                                             const std::string& script,
                                                             uint64_t accounts, int64_t balance) {
   absl::StatusOr<std::unique_ptr<ScriptedServer>> server =
-      ScriptedServer::Start(script, PeerName(peer), transport);
+      ScriptedServer::Start(script, PeerServer(peer), transport);
   if (!server.ok()) return server.status();
-  if (peer == Peer::kRedis) {
-    auto store = std::make_unique<RedisStore>(std::move(*server), transport, accounts);
+  if (PeerServer(peer) == "redis") {
+    auto store = std::make_unique<RedisStore>(std::move(*server), transport, accounts,
+                                              peer == Peer::kRedisLua);
     if (absl::Status s = store->Load(balance); !s.ok()) return s;
     return std::unique_ptr<PeerStore>(std::move(store));
   }
-  auto store = std::make_unique<PostgresStore>(std::move(*server), transport, accounts);
+  auto store = std::make_unique<PostgresStore>(std::move(*server), transport, accounts,
+                                               peer == Peer::kPostgresFn);
   if (absl::Status s = store->Load(balance); !s.ok()) return s;
   return std::unique_ptr<PeerStore>(std::move(store));
 }

@@ -2,8 +2,8 @@
 // sockets for one run, loaded with the same accounts as the farm cluster, and driven with the
 // same bank transfer (tools/txn_workload.h):
 //
-//   ASSIGN_OR_RETURN(auto redis, PeerStore::Start(Peer::kRedis, Transport::kUnix, script, n, v));
-//   ASSIGN_OR_RETURN(auto conn, redis->Connect());           // one per client thread
+//   ASSIGN_OR_RETURN(auto redis, PeerStore::Start(Peer::kRedisLua, Transport::kUnix, script, n,
+//   v)); ASSIGN_OR_RETURN(auto conn, redis->Connect());           // one per client thread
 //   absl::Status s = conn->Transfer(a, b, &commit_us);       // Aborted: retry
 //   ...
 //   ASSIGN_OR_RETURN(int64_t sum, redis->Sum());             // the audit: transfers keep the sum
@@ -14,12 +14,21 @@
 // root, with fsync and synchronous commit off: farm keeps nothing on disk either). They inherit
 // this process's CPU affinity, so they run on the cores the benchmark was pinned to.
 //
-// The transfer, as each store is used best (fewest round trips):
-//  - Redis: [WATCH a b; MGET a b] pipelined, then [MULTI; SET a; SET b; EXEC] pipelined; EXEC
+// The transfer, in each store's usual ways (every variant is a target of its own; the bench
+// compares farm with each store's best):
+//  - redis: [WATCH a b; MGET a b] pipelined, then [MULTI; SET a; SET b; EXEC] pipelined; EXEC
 //    answers nil when a watched key changed (Aborted). 2 round trips; the commit is the second.
-//  - PostgreSQL: "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT ... WHERE id IN (a, b)", then
-//    "UPDATE a; UPDATE b; COMMIT" (simple-query messages of several statements); SQLSTATE 40001
-//    or 40P01 is Aborted (after a ROLLBACK). 2 round trips; the commit is the second.
+//  - redis-lua: one EVALSHA of a script (loaded once per connection) that GETs both accounts and
+//    SETs them; Redis runs a script atomically. 1 round trip, the commit.
+//  - postgres: statements prepared once per connection (PQprepare) and sent in libpq's pipeline
+//    mode: [BEGIN ISOLATION LEVEL SERIALIZABLE; read a and b], then [update a; update b; COMMIT].
+//    SQLSTATE 40001 or 40P01 is Aborted; a ROLLBACK is sent only when a transaction is left open
+//    or in error. 2 round trips; the commit is the second.
+//  - postgres-fn: one prepared call of a PL/pgSQL function (created at load) that locks both rows
+//    in id order (SELECT ... FOR UPDATE), reads them and updates them, in its own READ COMMITTED
+//    transaction: the row locks serialize the transfers, which wait instead of aborting. 1 round
+//    trip, the commit.
+// All read both balances and write a - 1 and b + 1, as farm's bank transfer does.
 //
 // Thread safety: a PeerStore is used by one thread (start, load, audit, stop); each BankConnection
 // by one client thread.
@@ -37,8 +46,14 @@
 namespace farm {
 namespace txnbench {
 
-enum class Peer { kRedis, kPostgres };
-std::string PeerName(Peer p);  // "redis", "postgres"
+enum class Peer { kRedis, kRedisLua, kPostgres, kPostgresFn };
+// "redis", "redis-lua", "postgres", "postgres-fn".
+std::string PeerName(Peer p);
+// The store behind a variant: "redis" or "postgres" (tools/bench_peers.sh's server names).
+std::string PeerServer(Peer p);
+// Every variant, in order.
+inline constexpr Peer kPeers[] = {Peer::kRedis, Peer::kRedisLua, Peer::kPostgres,
+                                  Peer::kPostgresFn};
 
 // One client connection.
 class BankConnection {
