@@ -2,11 +2,17 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "spdlog/spdlog.h"
 #include "tools/bench_driver.h"
+#include "tools/bench_util.h"
 
 namespace farm {
 namespace {
@@ -77,6 +84,104 @@ absl::StatusOr<std::vector<RedisReply>> RedisLink::Replies(int n) {
     }
   }
   return out;
+}
+
+namespace {
+
+// Reads or writes exactly `n` bytes; false on an error or end of file.
+template <typename Io>
+bool Exactly(Io io, int fd, char* buf, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = io(fd, buf + done, n - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    done += static_cast<size_t>(r);
+  }
+  return true;
+}
+bool ReadExactly(int fd, char* buf, size_t n) { return Exactly(::read, fd, buf, n); }
+bool WriteExactly(int fd, char* buf, size_t n) {
+  return Exactly([](int f, char* b, size_t k) { return ::write(f, b, k); }, fd, buf, n);
+}
+
+// A connected pair of sockets over `t`: [client, server].
+absl::StatusOr<std::pair<int, int>> ConnectedPair(Transport t) {
+  int fds[2];
+  if (t == Transport::kUnix) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+      return absl::InternalError(absl::StrCat("socketpair: ", std::strerror(errno)));
+    return std::make_pair(fds[0], fds[1]);
+  }
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const int client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int server = -1;
+  if (listener >= 0 && client >= 0 &&
+      bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      listen(listener, 1) == 0 &&
+      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+      connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    server = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  }
+  const std::string why = std::strerror(errno);
+  if (listener >= 0) close(listener);
+  if (server < 0) {
+    if (client >= 0) close(client);
+    return absl::InternalError(absl::StrCat("a TCP connection on 127.0.0.1: ", why));
+  }
+  const int one = 1;
+  setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return std::make_pair(client, server);
+}
+
+}  // namespace
+
+absl::StatusOr<double> SocketRoundTripP50(Transport t, int bytes, int iters,
+                                          const std::string& cpus) {
+  if (bytes < 1 || iters < 1) return absl::InvalidArgumentError("bytes and iters must be >= 1");
+  std::vector<int> cpu_list;
+  if (!cpus.empty()) {
+    absl::StatusOr<std::vector<int>> l = ParseCpuList(cpus);
+    if (!l.ok()) return l.status();
+    cpu_list = *l;
+  }
+  absl::StatusOr<std::pair<int, int>> pair = ConnectedPair(t);
+  if (!pair.ok()) return pair.status();
+  const auto [client, server] = *pair;
+  std::thread echo([server, bytes, &cpu_list] {
+    if (!cpu_list.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : cpu_list) CPU_SET(c, &set);
+      pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+    }
+    std::vector<char> buf(static_cast<size_t>(bytes));
+    while (ReadExactly(server, buf.data(), buf.size()) &&
+           WriteExactly(server, buf.data(), buf.size())) {
+    }
+  });
+  std::vector<char> buf(static_cast<size_t>(bytes), 'x');
+  std::vector<double> rtts;
+  rtts.reserve(static_cast<size_t>(iters));
+  bool ok = true;
+  for (int i = 0; i < iters + iters / 10 && ok; ++i) {  // the first tenth warms up
+    const Clock::time_point t0 = Clock::now();
+    ok =
+        WriteExactly(client, buf.data(), buf.size()) && ReadExactly(client, buf.data(), buf.size());
+    if (i >= iters / 10) rtts.push_back(MicrosBetween(t0, Clock::now()));
+  }
+  shutdown(client, SHUT_RDWR);
+  echo.join();
+  close(client);
+  close(server);
+  if (!ok) return absl::InternalError("the socket round trip failed");
+  std::sort(rtts.begin(), rtts.end());
+  return Percentile(rtts, 0.5);
 }
 
 absl::StatusOr<std::string> RunCommand(const std::string& command) {

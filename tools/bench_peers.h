@@ -85,6 +85,13 @@ class RedisLink {
   redisContext* c_;
 };
 
+// The peers' transport reference, as fabric_bench's READ is farm's: the p50 in µs of `iters`
+// round trips of `bytes` bytes between the calling thread and an echo thread over `t` (a
+// connected Unix stream socket, or TCP on 127.0.0.1 with TCP_NODELAY), both blocking in read(2)
+// as a peer's client and server do. The echo thread runs on `cpus` (a CPU list) when not empty.
+absl::StatusOr<double> SocketRoundTripP50(Transport t, int bytes, int iters,
+                                          const std::string& cpus = "");
+
 // Runs `command` through the shell; its standard output, or an error with the exit status
 // (status 3, the peers script's "not installed", is FailedPrecondition).
 absl::StatusOr<std::string> RunCommand(const std::string& command);

@@ -13,15 +13,17 @@
 // target) runs on --client_cpus; the store (the shard nodes, memcached, redis-server) on
 // --store_cpus, with memcached getting one worker thread per store CPU.
 //
-// Reference: //tools:fabric_bench's one-sided READ of a GET's neighbourhood
-// (--kv_neighbourhood x --kv_bucket_bytes bytes) on the same provider, in the same run, for the
-// issue's GET latency target.
+// References, in the same run: //tools:fabric_bench's one-sided READ of a GET's neighbourhood
+// (--kv_neighbourhood x --kv_bucket_bytes bytes) on the same provider, for the issue's GET
+// latency target (farm's rows); a 64-byte round trip on the peers' socket transport, both ends
+// blocking in read (tools/bench_peers.h's SocketRoundTripP50; the peers' rows).
 //
 // Output: a table and the issue's targets in words, or with --json one object per point:
 //   {"target":"farm","provider":"shm","transport":"shm","workload":"ycsb-b",
-//    "distribution":"zipf","threads":2,"in_flight":8,"ops_per_s":..,"p50_us":..,"p99_us":..,
-//    "p999_us":..,"keys":..,"key_size":16,"value_size":32,"bytes_per_item":..,
-//    "read_ref_p50_us":..,"store_cpus":"1","client_cpus":"0","nodes":1,"poll":"busy",
+//    "distribution":"zipf","threads":2,"in_flight":8,"ops_per_s":..,"latency_of":"round",
+//    "p50_us":..,"p99_us":..,"p999_us":..,"keys":..,"key_size":16,"value_size":32,
+//    "bytes_per_item":..,"read_ref_p50_us":..,"socket_ref_p50_us":..,"store_cpus":"1",
+//    "client_cpus":"0","nodes":1,"poll":"busy",
 //    "schema":2,"tool":"kvbench","commit":..,"host":..,"seed":1,"duration_ms":..,"warmup_ms":..,
 //    "cores_awake":true,"load_avg":..}
 // (tools/bench_driver.h's RunInfoJson: load_avg is the 1-minute load average after the point,
@@ -111,6 +113,10 @@ ABSL_FLAG(bool, progress, false, "show the preload progress bar even when stderr
 ABSL_FLAG(bool, json, false, "print one JSON object per point instead of a table");
 ABSL_FLAG(int, read_ref_iters, 2000,
           "fabric_bench READs measured for the GET latency reference (0 skips it)");
+ABSL_FLAG(int, socket_ref_iters, 20000,
+          "64-byte socket round trips measured for the peers' transport reference (a Unix socket "
+          "against shm, TCP otherwise; both ends blocking in read, the echo on --store_cpus; 0 "
+          "skips it)");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the operation generators");
 ABSL_FLAG(bool, cores_awake, true,
           "keep every core out of idle for the whole run (/dev/cpu_dma_latency, root), so that "
@@ -326,8 +332,8 @@ absl::StatusOr<Options> OptionsFromFlags() {
         "a farm shard would take more than 16 GiB: fewer --keys or "
         "--kv_buckets");
   }
-  if (absl::GetFlag(FLAGS_read_ref_iters) < 0) {
-    return absl::InvalidArgumentError("--read_ref_iters must be >= 0");
+  if (absl::GetFlag(FLAGS_read_ref_iters) < 0 || absl::GetFlag(FLAGS_socket_ref_iters) < 0) {
+    return absl::InvalidArgumentError("--read_ref_iters and --socket_ref_iters must be >= 0");
   }
   return o;
 }
@@ -340,19 +346,23 @@ struct Row {
   Point point;
   double ops_per_s = 0, p50 = 0, p99 = 0, p999 = 0;
   double bytes_per_item = 0;
-  double read_ref_p50 = 0;  // fabric_bench READ of a neighbourhood, same provider (0: none)
+  double read_ref_p50 = 0;    // fabric_bench READ of a neighbourhood, same provider (0: none)
+  double socket_ref_p50 = 0;  // peers: a 64-byte socket round trip on their transport (0: none)
 };
 
 std::string JsonRow(const Row& r, const Options& o) {
   return absl::StrFormat(
       "{\"target\":\"%s\",\"provider\":\"%s\",\"transport\":\"%s\",\"workload\":\"%s\","
       "\"distribution\":\"%s\",\"threads\":%d,\"in_flight\":%d,\"ops_per_s\":%.1f,"
+      "\"latency_of\":\"%s\","
       "\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"keys\":%d,\"key_size\":%d,"
       "\"value_size\":%d,\"bytes_per_item\":%.1f,\"read_ref_p50_us\":%.3f,"
+      "\"socket_ref_p50_us\":%.3f,"
       "\"store_cpus\":\"%s\",\"client_cpus\":\"%s\",\"nodes\":%d,\"poll\":\"%s\"%s}",
       r.target, r.provider, r.transport, WorkloadName(r.point.workload),
-      DistributionName(r.point.dist), r.point.threads, r.point.in_flight, r.ops_per_s, r.p50, r.p99,
-      r.p999, o.space.keys, o.space.key_size, o.space.value_size, r.bytes_per_item, r.read_ref_p50,
+      DistributionName(r.point.dist), r.point.threads, r.point.in_flight, r.ops_per_s,
+      r.point.in_flight > 1 ? "round" : "operation", r.p50, r.p99, r.p999, o.space.keys,
+      o.space.key_size, o.space.value_size, r.bytes_per_item, r.read_ref_p50, r.socket_ref_p50,
       o.store_cpus, o.client_cpus, o.farm.nodes, o.farm.poll, RunInfoJson(o.info));
 }
 
@@ -396,6 +406,14 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
     for (const char* peer : {"memcached", "redis"}) {
       const Row* r = find(peer, p);
       if (r == nullptr || r->ops_per_s <= 0) continue;
+      if (p.workload == Workload::kC && p.threads == 1 && p.in_flight == 1 &&
+          r->socket_ref_p50 > 0) {
+        std::printf(
+            "  %s GET p50 (ycsb-c %s, 1 thread, 1 in flight) %.2f us vs a 64 B %s socket round "
+            "trip %.2f us: %.2fx (its transport's reference)\n",
+            peer, DistributionName(p.dist).c_str(), r->p50, r->transport.c_str(), r->socket_ref_p50,
+            r->p50 / r->socket_ref_p50);
+      }
       const double ratio = f.ops_per_s / r->ops_per_s;
       std::printf(
           "  %s %-7s %d thr %2d in flight: farm %.0f ops/s = %.2fx %s over %s (target >= "
@@ -488,7 +506,7 @@ absl::StatusOr<ClientResult> RunPoint(std::vector<std::unique_ptr<KvConnection>>
 
 // Preloads one target, then runs every point on it; prints a row per point.
 absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, double read_ref,
-                       const Options& o,
+                       double socket_ref, const Options& o,
                        std::map<Distribution, std::unique_ptr<KeyChooser>>& choosers,
                        const std::function<void(const Row&)>& print) {
   if (preload) {
@@ -532,6 +550,7 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, d
     row.p999 = r->latency.Percentile(0.999);
     row.bytes_per_item = memory->per_item();
     row.read_ref_p50 = read_ref;
+    row.socket_ref_p50 = socket_ref;
     print(row);
   }
   return absl::OkStatus();
@@ -591,7 +610,7 @@ bool RunProvider(const std::string& provider, const Options& o,
       for (bool rpc : {false, true}) {
         std::unique_ptr<KvTarget> t = (*cluster)->Target(rpc);
         if (!o.Wants(t->name())) continue;
-        absl::Status s = RunTarget(*t, !loaded, provider, read_ref, o, choosers, print);
+        absl::Status s = RunTarget(*t, !loaded, provider, read_ref, 0, o, choosers, print);
         loaded = true;
         if (!s.ok()) fail(t->name(), s);
       }
@@ -603,6 +622,17 @@ bool RunProvider(const std::string& provider, const Options& o,
   po.cpus = o.store_cpus;
   po.memcached_threads = o.memcached_threads;
   po.memcached_mb = MemcachedMegabytes(o.space);
+  double socket_ref = 0;
+  if (absl::GetFlag(FLAGS_socket_ref_iters) > 0 && (o.Wants("memcached") || o.Wants("redis"))) {
+    absl::StatusOr<double> r =
+        SocketRoundTripP50(po.transport, 64, absl::GetFlag(FLAGS_socket_ref_iters), o.store_cpus);
+    if (r.ok()) {
+      socket_ref = *r;
+    } else {
+      spdlog::warn("socket reference on {}: {}", TransportName(po.transport),
+                   r.status().ToString());
+    }
+  }
   for (const char* peer : {"memcached", "redis"}) {
     if (!o.Wants(peer)) continue;
     if (!script.ok()) {
@@ -612,7 +642,8 @@ bool RunProvider(const std::string& provider, const Options& o,
     po.script = *script;
     absl::StatusOr<std::unique_ptr<KvTarget>> t =
         std::string(peer) == "memcached" ? StartMemcached(o.space, po) : StartRedis(o.space, po);
-    absl::Status s = t.ok() ? RunTarget(**t, true, provider, 0, o, choosers, print) : t.status();
+    absl::Status s =
+        t.ok() ? RunTarget(**t, true, provider, 0, socket_ref, o, choosers, print) : t.status();
     if (!s.ok()) fail(peer, s);
   }
   return ok;
@@ -682,6 +713,9 @@ int DriverMain() {
     };
     if (!RunProvider(provider, *o, print)) failed = true;
     if (!o->json) {
+      std::printf(
+          "(latency at 1 in flight: an operation's; above: its round's, from the round's first "
+          "issue to its last completion; JSON latency_of)\n");
       std::printf("memory per item:\n");
       std::map<std::string, double> seen;
       for (const Row& r : rows) {

@@ -18,10 +18,10 @@ fail() {
 }
 
 tiny=(--keys=300 --threads=1,2 --in_flight=1,4 --duration_ms=250 --warmup_ms=20
-      --read_ref_iters=200 --timeout_s=60 --load_threads=2)
+      --read_ref_iters=200 --socket_ref_iters=200 --timeout_s=60 --load_threads=2)
 keys=(target provider transport workload distribution threads in_flight ops_per_s p50_us p99_us
-      p999_us bytes_per_item read_ref_p50_us schema tool commit host seed duration_ms warmup_ms
-      cores_awake load_avg)
+      p999_us bytes_per_item read_ref_p50_us socket_ref_p50_us schema tool commit host seed
+      duration_ms warmup_ms cores_awake load_avg)
 
 # A bench killed half-way (e.g. by this test's timeout) cannot stop the servers it started: on
 # exit, stop any that a directory created during this test still names.
@@ -92,6 +92,9 @@ if [ $have_peers = 1 ]; then
     fail "memcached did not run over a Unix socket"
   grep -q '"target":"redis","provider":"shm","transport":"unix"' <<<"$out" ||
     fail "redis did not run over a Unix socket"
+  # The peers' transport reference: a Unix socket round trip, measured.
+  grep -qE '"target":"(memcached|redis)".*"socket_ref_p50_us":0\.000' <<<"$out" &&
+    fail "peer lines lack the socket reference:"$'\n'"$out"
 fi
 echo "ok: ${#want_targets[@]} targets x 24 points, keys present, every point measured"
 

@@ -129,6 +129,9 @@ ABSL_FLAG(bool, private_dev_shm, false,
           "run in a private mount namespace with an empty /dev/shm (root only): libfabric's shm "
           "provider names its files after process ids, and a stale file left by a killed process "
           "keeps a node that reuses its pid from starting");
+ABSL_FLAG(int, socket_iters, 20000,
+          "64-byte socket round trips for the peers' transport reference (a Unix socket against "
+          "shm, TCP otherwise; both ends blocking in read; 0 skips it)");
 ABSL_FLAG(int, msg_iters, 20000,
           "round trips of //tools:msg_bench's 64-byte RPC for the reference (0 skips it)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address the nodes bind to");
@@ -638,6 +641,7 @@ struct Row {
   double pw = 0, remote_share = 0;  // farm only
   double remote_p50 = 0;            // farm only: commits that sent messages
   double rpc_rtt = 0;               // msg_bench's, same provider (0: not measured)
+  double socket_rtt = 0;            // a 64 B round trip on the peers' transport (0: not measured)
 };
 
 std::string JsonRow(const Row& r, const RunInfo& info) {
@@ -646,10 +650,11 @@ std::string JsonRow(const Row& r, const RunInfo& info) {
       "\"dist\":\"%s\",\"threads\":%d,\"clients\":%d,\"f\":%d,\"tx_per_s\":%.1f,"
       "\"p50_us\":%.3f,"
       "\"p99_us\":%.3f,\"txn_p50_us\":%.3f,\"txn_p99_us\":%.3f,\"abort_rate\":%.5f,"
-      "\"msg_rounds\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%.3f%s}",
+      "\"msg_rounds\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%.3f,"
+      "\"socket_rtt_p50_us\":%.3f%s}",
       r.target, r.provider, r.transport, KindName(r.kind), DistributionName(r.dist), r.threads,
       r.clients, r.f, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
-      r.remote_p50, r.rpc_rtt, RunInfoJson(info));
+      r.remote_p50, r.rpc_rtt, r.socket_rtt, RunInfoJson(info));
 }
 
 // FaRM's message count: Pw*(f+3) one-sided writes + Pr one-sided READs.
@@ -1077,8 +1082,8 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
   if (absl::GetFlag(FLAGS_private_dev_shm)) {
     if (absl::Status s = UsePrivateDevShm(); !s.ok()) return s;
   }
-  if (absl::GetFlag(FLAGS_msg_iters) < 0)
-    return absl::InvalidArgumentError("--msg_iters must be >= 0");
+  if (absl::GetFlag(FLAGS_msg_iters) < 0 || absl::GetFlag(FLAGS_socket_iters) < 0)
+    return absl::InvalidArgumentError("--msg_iters and --socket_iters must be >= 0");
   for (absl::string_view v : absl::StrSplit(absl::GetFlag(FLAGS_f), ',')) {
     int f = -1;
     if (!absl::SimpleAtoi(v, &f) || f < 0 || f > static_cast<int>(kMaxF) || f + 1 > o->nodes) {
@@ -1130,18 +1135,30 @@ int DriverMain() {
       else
         spdlog::warn("RPC round-trip reference: {}", r.status().ToString());
     }
+    double socket_rtt = 0;
+    if (absl::GetFlag(FLAGS_socket_iters) > 0 && !d->peers.empty()) {
+      absl::StatusOr<double> r =
+          SocketRoundTripP50(TransportFor(provider), 64, absl::GetFlag(FLAGS_socket_iters));
+      if (r.ok())
+        socket_rtt = *r;
+      else
+        spdlog::warn("socket round-trip reference: {}", r.status().ToString());
+    }
     if (!json) {
       std::printf(
           "\ntxn_bench: provider %s, %d nodes, poll %s, %d objects, %d ms per point "
-          "(+%d ms warm-up), cpus %s, cores %s; msg_bench 64 B RPC p50 %.2f us\n",
+          "(+%d ms warm-up), cpus %s, cores %s; msg_bench 64 B RPC p50 %.2f us; 64 B %s socket "
+          "round trip p50 %.2f us\n",
           provider.c_str(), o.nodes, absl::GetFlag(FLAGS_poll).c_str(), static_cast<int>(o.objects),
           o.duration_ms, o.warmup_ms, AffinityText().c_str(),
-          info.cores_awake ? "kept out of idle" : "left to idle", rtt);
+          info.cores_awake ? "kept out of idle" : "left to idle", rtt,
+          TransportName(TransportFor(provider)).c_str(), socket_rtt);
       PrintTableHeader();
     }
     auto print = [&](const Row& r) {
       Row with = r;
       with.rpc_rtt = rtt;
+      with.socket_rtt = socket_rtt;
       rows.push_back(with);
       if (json) {
         std::printf("%s\n", JsonRow(with, info).c_str());

@@ -14,7 +14,7 @@ fail() {
 }
 
 tiny=(--provider=shm --threads=1 --objects=64 --duration_ms=50 --warmup_ms=10 --msg_iters=0
-      --timeout_s=30 --poll=adaptive)
+      --socket_iters=200 --timeout_s=30 --poll=adaptive)
 # Outside Bazel's sandbox (for PostgreSQL's user): a private /dev/shm of the bench's own, as the
 # sandbox would give (libfabric's shm files are named after pids).
 [ "$(id -u)" = 0 ] && tiny+=(--private_dev_shm)
@@ -91,6 +91,8 @@ if command -v redis-server >/dev/null; then
     <<<"$out" || fail "no redis-lua line with 1 round: $out"
   grep -q '"target":"redis-lua".*"abort_rate":0\.00000' <<<"$out" ||
     fail "a script never aborts: $out"
+  # The peers' transport reference, a Unix socket round trip, is on their lines.
+  grep -q '"socket_rtt_p50_us":0\.000' <<<"$out" && fail "no socket reference: $out"
   for d in /tmp/bench_redis.*; do
     [ -e "$d" ] || continue
     grep -qxF "$d" <<<"$redis_dirs_before" || fail "the bench left $d behind"
