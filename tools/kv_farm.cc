@@ -29,7 +29,7 @@ class FarmConnection : public KvConnection {
         rpc_(rpc),
         load_batch_(load_batch) {}
 
-  absl::Status Round(absl::Span<const Op> ops) override {
+  absl::Status Round(absl::Span<const Op> ops, const ReadCheck& check) override {
     names_.clear();
     reads_.clear();
     for (const Op& op : ops) {
@@ -38,7 +38,7 @@ class FarmConnection : public KvConnection {
       space_.KeyInto(op.key, &names_.back());
       reads_.push_back(op.key);
     }
-    if (absl::Status s = Reads(); !s.ok()) return s;
+    if (absl::Status s = Reads(check); !s.ok()) return s;
     for (const Op& op : ops) {
       if (op.read) continue;
       space_.KeyInto(op.key, &key_);
@@ -67,23 +67,23 @@ class FarmConnection : public KvConnection {
   kv::Client& client() { return client_; }
 
  private:
-  absl::Status Check(size_t i, const absl::StatusOr<std::string>& v) {
+  absl::Status Check(size_t i, const absl::StatusOr<std::string>& v, const ReadCheck& check) {
     if (!v.ok()) return Missing(v.status(), names_[i]);
-    return space_.CheckValue(reads_[i], *v);
+    return check.Value(reads_[i], *v);
   }
 
-  absl::Status Reads() {
+  absl::Status Reads(const ReadCheck& check) {
     if (names_.empty()) return absl::OkStatus();
     if (rpc_) {
       for (size_t i = 0; i < names_.size(); ++i) {
-        if (absl::Status s = Check(i, client_.GetRpc(names_[i])); !s.ok()) return s;
+        if (absl::Status s = Check(i, client_.GetRpc(names_[i]), check); !s.ok()) return s;
       }
       return absl::OkStatus();
     }
-    if (names_.size() == 1) return Check(0, client_.Get(names_[0]));
+    if (names_.size() == 1) return Check(0, client_.Get(names_[0]), check);
     const std::vector<absl::StatusOr<std::string>> got = client_.MultiGet(names_);
     for (size_t i = 0; i < names_.size(); ++i) {
-      if (absl::Status s = Check(i, got[i]); !s.ok()) return s;
+      if (absl::Status s = Check(i, got[i], check); !s.ok()) return s;
     }
     return absl::OkStatus();
   }

@@ -71,8 +71,8 @@ class MemcachedConnection : public KvConnection {
   }
   ~MemcachedConnection() override { memcached_free(m_); }
 
-  absl::Status Round(absl::Span<const Op> ops) override {
-    if (ops.size() == 1) return ops[0].read ? GetOne(ops[0].key) : SetOne(ops[0]);
+  absl::Status Round(absl::Span<const Op> ops, const ReadCheck& check) override {
+    if (ops.size() == 1) return ops[0].read ? GetOne(ops[0].key, check) : SetOne(ops[0]);
     reads_.clear();
     const Op* last_update = nullptr;
     if (absl::Status s = SendSetsNoReply(ops, &last_update); !s.ok()) return s;
@@ -80,7 +80,7 @@ class MemcachedConnection : public KvConnection {
       if (op.read) reads_.push_back(op.key);
     }
     if (reads_.empty() && last_update != nullptr) reads_.push_back(last_update->key);
-    return MultiGet(reads_);
+    return MultiGet(reads_, check);
   }
 
   // Noreply sets, confirmed by a get of the batch's last key.
@@ -88,7 +88,7 @@ class MemcachedConnection : public KvConnection {
     return LoadInBatches(first, count, [this](absl::Span<const Op> ops) {
       const Op* last = nullptr;
       if (absl::Status s = SendSetsNoReply(ops, &last); !s.ok()) return s;
-      return GetOne(last->key);
+      return GetOne(last->key, ReadCheck(space_, 0));
     });
   }
 
@@ -97,7 +97,7 @@ class MemcachedConnection : public KvConnection {
  private:
   MemcachedConnection(memcached_st* m, const KeySpace& space) : m_(m), space_(space) {}
 
-  absl::Status GetOne(uint64_t key) {
+  absl::Status GetOne(uint64_t key, const ReadCheck& check) {
     space_.KeyInto(key, &key_);
     size_t len = 0;
     uint32_t flags = 0;
@@ -109,7 +109,7 @@ class MemcachedConnection : public KvConnection {
       std::free(v);
       return MemcachedError(m_, rc, "get");
     }
-    absl::Status s = space_.CheckValue(key, absl::string_view(v, len));
+    absl::Status s = check.Value(key, absl::string_view(v, len));
     std::free(v);
     return s;
   }
@@ -146,7 +146,7 @@ class MemcachedConnection : public KvConnection {
   }
 
   // One multi-key get of `keys` (repeats allowed); every key must come back with its value.
-  absl::Status MultiGet(const std::vector<uint64_t>& keys) {
+  absl::Status MultiGet(const std::vector<uint64_t>& keys, const ReadCheck& check) {
     names_.resize(keys.size());
     ptrs_.clear();
     lens_.clear();
@@ -168,7 +168,7 @@ class MemcachedConnection : public KvConnection {
       for (size_t i = 0; i < keys.size(); ++i) {
         if (names_[i] != k) continue;
         got_[i] = true;
-        if (status.ok()) status = space_.CheckValue(keys[i], v);
+        if (status.ok()) status = check.Value(keys[i], v);
       }
     }
     memcached_result_free(&result);
@@ -256,7 +256,7 @@ class RedisConnection : public KvConnection {
   RedisConnection(std::unique_ptr<RedisLink> link, const KeySpace& space)
       : link_(std::move(link)), space_(space) {}
 
-  absl::Status Round(absl::Span<const Op> ops) override {
+  absl::Status Round(absl::Span<const Op> ops, const ReadCheck& check) override {
     for (const Op& op : ops) Append(op);
     absl::StatusOr<std::vector<RedisReply>> got = link_->Replies(static_cast<int>(ops.size()));
     if (!got.ok()) return got.status();
@@ -271,7 +271,7 @@ class RedisConnection : public KvConnection {
         return absl::DataLossError(absl::StrCat("redis: no key ", space_.Key(ops[i].key)));
       }
       if (r.type != REDIS_REPLY_STRING) return absl::InternalError("redis: GET answered no string");
-      if (absl::Status s = space_.CheckValue(ops[i].key, absl::string_view(r.str, r.len)); !s.ok())
+      if (absl::Status s = check.Value(ops[i].key, absl::string_view(r.str, r.len)); !s.ok())
         return s;
     }
     return absl::OkStatus();
@@ -279,7 +279,9 @@ class RedisConnection : public KvConnection {
 
   // One pipeline of SETs per batch.
   absl::Status Load(uint64_t first, uint64_t count) override {
-    return LoadInBatches(first, count, [this](absl::Span<const Op> ops) { return Round(ops); });
+    return LoadInBatches(first, count, [this](absl::Span<const Op> ops) {
+      return Round(ops, ReadCheck(space_, 0));
+    });
   }
 
   RedisLink& link() { return *link_; }

@@ -32,10 +32,10 @@ class KvConnection {
  public:
   virtual ~KvConnection() = default;
   // Issues `ops` together and returns once every one has completed (see the target's comment
-  // for what "together" means there). A read checks the value it got (KeySpace::CheckValue): a
-  // missing key or a value of another key is DataLoss. An update stores KeySpace::ValueInto(key,
-  // version).
-  virtual absl::Status Round(absl::Span<const Op> ops) = 0;
+  // for what "together" means there). A read checks the value it got with `check` (a missing
+  // key, a value of another key or a stale one is DataLoss). An update stores
+  // KeySpace::ValueInto(key, version). The caller reports the completed round to `check`.
+  virtual absl::Status Round(absl::Span<const Op> ops, const ReadCheck& check) = 0;
   // Stores keys [first, first + count) at version 0, as fast as the store allows (preloading).
   virtual absl::Status Load(uint64_t first, uint64_t count) = 0;
 };

@@ -141,14 +141,55 @@ absl::Status KeySpace::CheckValue(uint64_t i, absl::string_view value) const {
   return absl::OkStatus();
 }
 
-OpGenerator::OpGenerator(const KeyChooser& keys, Workload w, uint64_t seed)
-    : keys_(keys), read_fraction_(ReadFraction(w)), rng_(seed), version_(0) {}
+std::optional<uint64_t> KeySpace::VersionIn(absl::string_view value) const {
+  if (value.size() < 2 * kTagChars) return std::nullopt;
+  uint64_t v = 0;
+  for (int i = kTagChars - 1; i >= 0; --i) {
+    const char c = value[kTagChars + static_cast<size_t>(i)];
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) return std::nullopt;
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
+absl::Status ReadCheck::Value(uint64_t key, absl::string_view value) const {
+  if (absl::Status s = space_.CheckValue(key, value); !s.ok()) return s;
+  if (last_.empty()) return absl::OkStatus();
+  const auto it = last_.find(key);
+  if (it == last_.end()) return absl::OkStatus();
+  const std::optional<uint64_t> v = space_.VersionIn(value);
+  if (!v.has_value()) return absl::OkStatus();
+  ++judged_;
+  const bool mine = WriterOf(*v) == writer_;
+  if (*v == 0 || (mine && *v < it->second)) {
+    return absl::DataLossError(
+        absl::StrCat("key ", space_.Key(key), ": read version ", absl::Hex(*v), " (writer ",
+                     WriterOf(*v), ") after this thread (writer ", writer_, ") completed version ",
+                     absl::Hex(it->second), ": a stale read (read-your-writes)"));
+  }
+  return absl::OkStatus();
+}
+
+void ReadCheck::Completed(absl::Span<const Op> ops) {
+  for (const Op& op : ops) {
+    if (!op.read) last_[op.key] = op.version;
+  }
+}
+
+OpGenerator::OpGenerator(const KeyChooser& keys, Workload w, uint64_t seed, uint32_t writer,
+                         uint64_t first_count)
+    : keys_(keys),
+      read_fraction_(ReadFraction(w)),
+      rng_(seed),
+      writer_(writer),
+      count_(first_count) {}
 
 Op OpGenerator::Next() {
   Op op;
   op.read = read_fraction_ >= 1.0 || (read_fraction_ > 0 && rng_.Uniform01() < read_fraction_);
   op.key = keys_.Next(rng_);
-  if (!op.read) op.version = ++version_;
+  if (!op.read) op.version = MakeVersion(writer_, ++count_);
   return op;
 }
 

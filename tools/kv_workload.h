@@ -13,9 +13,10 @@
 //   c: 100 % reads                   w: 100 % updates (write-only)
 // Keys: key i (0 <= i < N) is "user" followed by i in decimal, zero-padded to the key size (or
 // only the digits when the key size leaves no room for "user"). Values: the key's index in hex
-// (16 digits, least significant first), then the update's version in hex, then filler, cut to
-// the value size:
-// a read checks that the value it got belongs to its key and has the right size.
+// (16 digits, least significant first), then the update's version in hex (its writer and count,
+// MakeVersion), then filler, cut to the value size:
+// a read checks that the value it got belongs to its key and has the right size, and that it is
+// not older than the reading thread's own last completed update of the key (ReadCheck).
 // Distributions (tools/bench_util.h's KeyChooser): uniform over the N keys; zipf, a Zipf(theta)
 // rank over the N keys scrambled onto them (FNV-1a-64(rank) mod N), so the popular keys are
 // spread over the key space (and over the shards) instead of being keys 0, 1, 2, ...; ycsb-zipf,
@@ -33,7 +34,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -73,19 +76,61 @@ struct KeySpace {
   void ValueInto(uint64_t i, uint64_t version, std::string* out) const;
   // OK when `value` is a value of key i (any version); DataLoss saying what is wrong otherwise.
   absl::Status CheckValue(uint64_t i, absl::string_view value) const;
+  // The version in a value of key i (CheckValue first); nullopt when values are too short to
+  // hold it (under 32 bytes).
+  std::optional<uint64_t> VersionIn(absl::string_view value) const;
 };
+
+// Versions: the writer (a client thread's number + 1; 0 for preloading) in the top 24 bits, its
+// count of updates below.
+constexpr int kWriterShift = 40;
+inline uint64_t MakeVersion(uint32_t writer, uint64_t count) {
+  return (uint64_t{writer} << kWriterShift) | count;
+}
+inline uint32_t WriterOf(uint64_t version) {
+  return static_cast<uint32_t>(version >> kWriterShift);
+}
 
 // One operation: a read (GET) or an update (SET/PUT) of key `key`.
 struct Op {
   bool read = true;
   uint64_t key = 0;
-  uint64_t version = 0;  // updates: the new value's version (counts the thread's updates)
+  uint64_t version = 0;  // updates: the new value's version (MakeVersion(writer, count))
+};
+
+// A client thread's check of what it reads: the value belongs to its key (KeySpace::CheckValue)
+// and is not older than the thread's own last completed update of the key (read-your-writes):
+// after that update, the key holds it or a later one, so neither the preloaded value (writer 0)
+// nor an earlier version of the thread's own may come back. Values by other threads pass (their
+// order against this thread's update is not known here). Kept across points, with the thread's
+// versions growing over all of them (OpGenerator's first_count).
+class ReadCheck {
+ public:
+  ReadCheck(const KeySpace& space, uint32_t writer) : space_(space), writer_(writer) {}
+  // DataLoss saying what is wrong.
+  absl::Status Value(uint64_t key, absl::string_view value) const;
+  // A round's updates completed (every op of a round that returned OK).
+  void Completed(absl::Span<const Op> ops);
+  uint32_t writer() const { return writer_; }
+  // Reads judged against an update of this thread.
+  uint64_t judged() const { return judged_; }
+
+ private:
+  const KeySpace& space_;
+  const uint32_t writer_;
+  std::unordered_map<uint64_t, uint64_t> last_;  // key -> this thread's last completed version
+  mutable uint64_t judged_ = 0;
 };
 
 // A client thread's operations: deterministic for a seed.
 class OpGenerator {
  public:
-  OpGenerator(const KeyChooser& keys, Workload w, uint64_t seed);
+  // Updates carry versions of `writer` (a client thread's number + 1), counted on from
+  // `first_count` (a thread's versions must grow over all its points: pass the last count()).
+  OpGenerator(const KeyChooser& keys, Workload w, uint64_t seed, uint32_t writer = 1,
+              uint64_t first_count = 0);
+  // Updates generated so far, first_count included.
+  uint64_t count() const { return count_; }
   Op Next();
   // The next round: `in_flight` operations.
   void NextRound(int in_flight, std::vector<Op>* ops);
@@ -94,7 +139,8 @@ class OpGenerator {
   const KeyChooser& keys_;
   double read_fraction_;
   Rng rng_;
-  uint64_t version_;
+  uint32_t writer_;
+  uint64_t count_;
 };
 
 // The seed of client `thread` in point `point` of a run seeded with `base`: distinct per thread

@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 
 namespace farm {
@@ -60,6 +61,63 @@ TEST_CASE("values have the value size and say which key they belong to") {
     REQUIRE(absl::IsDataLoss(s.CheckValue(42, v + "x")));
     if (size >= 2) REQUIRE(absl::IsDataLoss(s.CheckValue(43, v)));
   }
+}
+
+TEST_CASE("a value's version reads back, and the writer is its top bits") {
+  const KeySpace s{100, 16, 32};
+  std::string v;
+  const uint64_t version = MakeVersion(3, 12345);
+  s.ValueInto(42, version, &v);
+  REQUIRE(s.VersionIn(v) == version);
+  REQUIRE(WriterOf(version) == 3);
+  s.ValueInto(42, 0, &v);
+  REQUIRE(s.VersionIn(v) == 0u);
+  // Values too short to hold the version: unknown.
+  const KeySpace small{100, 16, 20};
+  small.ValueInto(42, version, &v);
+  REQUIRE(!small.VersionIn(v).has_value());
+}
+
+TEST_CASE("read-your-writes: after its update a thread never reads an older value of its own") {
+  const KeySpace s{100, 16, 32};
+  ReadCheck check(s, 2);
+  std::string v;
+  auto value = [&](uint64_t key, uint64_t version) {
+    s.ValueInto(key, version, &v);
+    return v;
+  };
+  // Nothing written yet: any value of the key passes, another key's does not.
+  REQUIRE(check.Value(7, value(7, 0)).ok());
+  REQUIRE(absl::IsDataLoss(check.Value(7, value(8, 0))));
+  // Version 5 of writer 2 completed.
+  const Op update{false, 7, MakeVersion(2, 5)};
+  check.Completed(absl::MakeConstSpan(&update, 1));
+  REQUIRE(check.Value(7, value(7, MakeVersion(2, 5))).ok());
+  REQUIRE(check.Value(7, value(7, MakeVersion(2, 9))).ok());  // a later one of its own
+  REQUIRE(check.Value(7, value(7, MakeVersion(1, 1))).ok());  // another thread's: not judged
+  REQUIRE(check.Value(7, value(7, MakeVersion(3, 99))).ok());
+  absl::Status stale = check.Value(7, value(7, MakeVersion(2, 4)));
+  REQUIRE(absl::IsDataLoss(stale));
+  REQUIRE(absl::StrContains(stale.message(), "read-your-writes"));
+  REQUIRE(absl::IsDataLoss(check.Value(7, value(7, 0))));  // the preloaded value came back
+  REQUIRE(check.Value(8, value(8, 0)).ok());               // another key: never written here
+  REQUIRE(check.judged() == 6);
+  // Reads of an update's own round are not judged against it until the round completed.
+  const Op later{false, 7, MakeVersion(2, 6)};
+  REQUIRE(check.Value(7, value(7, MakeVersion(2, 5))).ok());
+  check.Completed(absl::MakeConstSpan(&later, 1));
+  REQUIRE(absl::IsDataLoss(check.Value(7, value(7, MakeVersion(2, 5)))));
+}
+
+TEST_CASE("generators tag their updates with their writer") {
+  const KeyChooser keys(Distribution::kUniform, 10, 0.99);
+  OpGenerator gen(keys, Workload::kWriteOnly, 1, 4);
+  const Op a = gen.Next(), b = gen.Next();
+  REQUIRE(a.version == MakeVersion(4, 1));
+  REQUIRE(b.version == MakeVersion(4, 2));
+  // The next point's generator of the same thread counts on.
+  OpGenerator next(keys, Workload::kWriteOnly, 2, 4, gen.count());
+  REQUIRE(next.Next().version == MakeVersion(4, 3));
 }
 
 TEST_CASE("uniform keys cover the space evenly") {
@@ -132,7 +190,7 @@ TEST_CASE("generators are deterministic per seed and mix reads and updates as as
   only_writes.NextRound(8, &round);
   for (size_t i = 0; i < round.size(); ++i) {
     REQUIRE(!round[i].read);
-    REQUIRE(round[i].version == i + 1);
+    REQUIRE(round[i].version == MakeVersion(1, i + 1));
   }
 }
 

@@ -480,6 +480,7 @@ absl::Status PreloadTarget(KvTarget& t, const Options& o) {
 
 // One point: `threads` client threads, each on its own connection, from one window.
 absl::StatusOr<ClientResult> RunPoint(std::vector<std::unique_ptr<KvConnection>>& conns,
+                                      std::vector<ReadCheck>& checks, std::vector<uint64_t>& counts,
                                       const KeyChooser& chooser, const Point& p, size_t index,
                                       const Options& o) {
   std::vector<ClientResult> results(static_cast<size_t>(p.threads));
@@ -488,11 +489,19 @@ absl::StatusOr<ClientResult> RunPoint(std::vector<std::unique_ptr<KvConnection>>
   std::vector<std::thread> threads;
   for (int i = 0; i < p.threads; ++i) {
     threads.emplace_back([&, i] {
-      OpGenerator gen(chooser, p.workload, ThreadSeed(o.seed, index, i));
+      ReadCheck& check = checks[static_cast<size_t>(i)];
+      uint64_t& count = counts[static_cast<size_t>(i)];
+      OpGenerator gen(chooser, p.workload, ThreadSeed(o.seed, index, i), check.writer(), count);
       KvConnection& c = *conns[static_cast<size_t>(i)];
       status[static_cast<size_t>(i)] = RunClient(
-          gen, p.in_flight, window, [&c](absl::Span<const Op> ops) { return c.Round(ops); },
+          gen, p.in_flight, window,
+          [&c, &check](absl::Span<const Op> ops) {
+            absl::Status s = c.Round(ops, check);
+            if (s.ok()) check.Completed(ops);
+            return s;
+          },
           &results[static_cast<size_t>(i)]);
+      count = gen.count();
     });
   }
   for (std::thread& t : threads) t.join();
@@ -523,15 +532,18 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, d
   spdlog::info("{} ({}): {:.1f} bytes per item ({})", t.name(), t.transport(), memory->per_item(),
                memory->method);
   std::vector<std::unique_ptr<KvConnection>> conns;
+  std::vector<ReadCheck> checks;  // thread i's: writer i + 1, kept over every point
+  std::vector<uint64_t> counts(static_cast<size_t>(o.max_threads()));  // thread i's updates
   for (int i = 0; i < o.max_threads(); ++i) {
     absl::StatusOr<std::unique_ptr<KvConnection>> c = t.Connect();
     if (!c.ok()) return c.status();
     conns.push_back(std::move(*c));
+    checks.emplace_back(o.space, static_cast<uint32_t>(i + 1));
   }
   const std::vector<Point> points = o.Points();
   for (size_t i = 0; i < points.size(); ++i) {
     const Point& p = points[i];
-    absl::StatusOr<ClientResult> r = RunPoint(conns, *choosers[p.dist], p, i, o);
+    absl::StatusOr<ClientResult> r = RunPoint(conns, checks, counts, *choosers[p.dist], p, i, o);
     if (!r.ok()) {
       return absl::Status(
           r.status().code(),
@@ -553,6 +565,12 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, d
     row.socket_ref_p50 = socket_ref;
     print(row);
   }
+  uint64_t judged = 0;
+  for (const ReadCheck& c : checks) judged += c.judged();
+  spdlog::info(
+      "{} ({}): {} reads judged against the reading thread's own earlier update "
+      "(read-your-writes), none stale",
+      t.name(), t.transport(), judged);
   return absl::OkStatus();
 }
 

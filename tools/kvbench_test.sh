@@ -80,6 +80,12 @@ rc=$?
 check_json "$out" $((24 * ${#want_targets[@]})) "${want_targets[@]}"
 grep -q '"target":"farm","provider":"shm","transport":"shm","workload":"ycsb-b"' <<<"$out" ||
   fail "no farm/shm ycsb-b line"
+# Every target's reads were judged for read-your-writes (ycsb-b and w update, so some reads follow
+# the reading thread's own update of the key).
+for t in "${want_targets[@]}"; do
+  grep -qE " $t \((shm|unix)\): [1-9][0-9]* reads judged .*none stale" "$TMP/shm.err" ||
+    fail "$t: no reads judged for read-your-writes: $(grep judged "$TMP/shm.err")"
+done
 # The run's description; cores kept awake when the test may write /dev/cpu_dma_latency (root).
 awake=false
 [ -w /dev/cpu_dma_latency ] && awake=true
