@@ -166,7 +166,8 @@ struct Options {
   int memcached_threads = 1;
   FarmOptions farm;
   bool json = false, progress = false;
-  RunInfo info;  // set by DriverMain
+  std::vector<std::string> polls;  // farm's poll modes (--poll), each a cluster of its own
+  RunInfo info;                    // set by DriverMain
 
   bool Wants(const std::string& target) const {
     return std::find(targets.begin(), targets.end(), target) != targets.end();
@@ -291,7 +292,15 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.progress = absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO);
 
   FarmOptions& f = o.farm;
-  f.poll = absl::GetFlag(FLAGS_poll);
+  o.polls = SplitList(absl::GetFlag(FLAGS_poll));
+  for (const std::string& mode : o.polls) {
+    if (mode != "busy" && mode != "adaptive") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--poll: unknown mode '", mode, "' (busy, adaptive)"));
+    }
+  }
+  if (o.polls.empty()) return absl::InvalidArgumentError("--poll: no mode");
+  f.poll = o.polls[0];
   f.host = absl::GetFlag(FLAGS_host);
   f.store_cpus = o.store_cpus;
   const std::string log_level = absl::GetFlag(FLAGS_log_level);
@@ -302,6 +311,10 @@ absl::StatusOr<Options> OptionsFromFlags() {
   if (f.timeout_s < 1) return absl::InvalidArgumentError("--timeout_s must be at least 1");
   f.workers = o.max_threads() + o.load_threads + 2;
   f.attach_config = absl::GetFlag(FLAGS_cluster_config);
+  if (!f.attach_config.empty() && o.polls.size() > 1) {
+    return absl::InvalidArgumentError(
+        "--poll: one mode with --cluster_config (the running cluster's nodes poll as started)");
+  }
   if (!f.attach_config.empty()) {
     f.nodes = attach_shards;
     f.workers = RuntimeOptions{}.workers;  // every node's lanes must match the running nodes'
@@ -348,6 +361,7 @@ struct Row {
   double bytes_per_item = 0;
   double read_ref_p50 = 0;    // fabric_bench READ of a neighbourhood, same provider (0: none)
   double socket_ref_p50 = 0;  // peers: a 64-byte socket round trip on their transport (0: none)
+  std::string poll = "none";  // farm: its nodes' and client's poll mode
 };
 
 std::string JsonRow(const Row& r, const Options& o) {
@@ -363,19 +377,19 @@ std::string JsonRow(const Row& r, const Options& o) {
       DistributionName(r.point.dist), r.point.threads, r.point.in_flight, r.ops_per_s,
       r.point.in_flight > 1 ? "round" : "operation", r.p50, r.p99, r.p999, o.space.keys,
       o.space.key_size, o.space.value_size, r.bytes_per_item, r.read_ref_p50, r.socket_ref_p50,
-      o.store_cpus, o.client_cpus, o.farm.nodes, o.farm.poll, RunInfoJson(o.info));
+      o.store_cpus, o.client_cpus, o.farm.nodes, r.poll, RunInfoJson(o.info));
 }
 
 void PrintTableHeader() {
-  std::printf("%-10s %-11s %-10s %-9s %3s %4s %12s %9s %9s %9s\n", "target", "transport",
-              "workload", "dist", "thr", "infl", "ops/s", "p50 us", "p99 us", "p99.9 us");
+  std::printf("%-10s %-11s %-8s %-10s %-9s %3s %4s %12s %9s %9s %9s\n", "target", "transport",
+              "poll", "workload", "dist", "thr", "infl", "ops/s", "p50 us", "p99 us", "p99.9 us");
 }
 
 void PrintTableRow(const Row& r) {
-  std::printf("%-10s %-11s %-10s %-9s %3d %4d %12.0f %9.2f %9.2f %9.2f\n", r.target.c_str(),
-              r.transport.c_str(), WorkloadName(r.point.workload).c_str(),
-              DistributionName(r.point.dist).c_str(), r.point.threads, r.point.in_flight,
-              r.ops_per_s, r.p50, r.p99, r.p999);
+  std::printf("%-10s %-11s %-8s %-10s %-9s %3d %4d %12.0f %9.2f %9.2f %9.2f\n", r.target.c_str(),
+              r.transport.c_str(), r.poll == "none" ? "-" : r.poll.c_str(),
+              WorkloadName(r.point.workload).c_str(), DistributionName(r.point.dist).c_str(),
+              r.point.threads, r.point.in_flight, r.ops_per_s, r.p50, r.p99, r.p999);
   std::fflush(stdout);
 }
 
@@ -397,31 +411,36 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
     if (p.workload == Workload::kC && p.threads == 1 && p.in_flight == 1 && f.read_ref_p50 > 0) {
       const double ratio = f.p50 / f.read_ref_p50;
       std::printf(
-          "  GET p50 (ycsb-c %s, 1 thread, 1 in flight) %.2f us vs fabric_bench READ "
+          "  GET p50 (poll %s, ycsb-c %s, 1 thread, 1 in flight) %.2f us vs fabric_bench READ "
           "%.2f us: %.2fx (target <= 1.25x: %s)\n",
-          DistributionName(p.dist).c_str(), f.p50, f.read_ref_p50, ratio,
+          f.poll.c_str(), DistributionName(p.dist).c_str(), f.p50, f.read_ref_p50, ratio,
           ratio <= 1.25 ? "met" : "MISSED");
     }
     if (p.workload != Workload::kB && p.workload != Workload::kC) continue;
     for (const char* peer : {"memcached", "redis"}) {
       const Row* r = find(peer, p);
       if (r == nullptr || r->ops_per_s <= 0) continue;
-      if (p.workload == Workload::kC && p.threads == 1 && p.in_flight == 1 &&
-          r->socket_ref_p50 > 0) {
-        std::printf(
-            "  %s GET p50 (ycsb-c %s, 1 thread, 1 in flight) %.2f us vs a 64 B %s socket round "
-            "trip %.2f us: %.2fx (its transport's reference)\n",
-            peer, DistributionName(p.dist).c_str(), r->p50, r->transport.c_str(), r->socket_ref_p50,
-            r->p50 / r->socket_ref_p50);
-      }
       const double ratio = f.ops_per_s / r->ops_per_s;
       std::printf(
-          "  %s %-7s %d thr %2d in flight: farm %.0f ops/s = %.2fx %s over %s (target >= "
-          "2x: %s)\n",
+          "  %s %-7s %d thr %2d in flight: farm (poll %s) %.0f ops/s = %.2fx %s over %s (target "
+          ">= 2x: %s)\n",
           WorkloadName(p.workload).c_str(), DistributionName(p.dist).c_str(), p.threads,
-          p.in_flight, f.ops_per_s, ratio, peer, r->transport.c_str(),
+          p.in_flight, f.poll.c_str(), f.ops_per_s, ratio, peer, r->transport.c_str(),
           ratio >= 2 ? "met" : "MISSED");
     }
+  }
+  // The peers against their transport's own round trip.
+  for (const Row& r : rows) {
+    const Point& p = r.point;
+    if (r.provider != provider || r.socket_ref_p50 <= 0 || p.workload != Workload::kC ||
+        p.threads != 1 || p.in_flight != 1) {
+      continue;
+    }
+    std::printf(
+        "  %s GET p50 (ycsb-c %s, 1 thread, 1 in flight) %.2f us vs a 64 B %s socket round trip "
+        "%.2f us: %.2fx (its transport's reference)\n",
+        r.target.c_str(), DistributionName(p.dist).c_str(), r.p50, r.transport.c_str(),
+        r.socket_ref_p50, r.p50 / r.socket_ref_p50);
   }
 }
 
@@ -514,8 +533,9 @@ absl::StatusOr<ClientResult> RunPoint(std::vector<std::unique_ptr<KvConnection>>
 }
 
 // Preloads one target, then runs every point on it; prints a row per point.
-absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, double read_ref,
-                       double socket_ref, const Options& o,
+absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider,
+                       const std::string& poll, double read_ref, double socket_ref,
+                       const Options& o,
                        std::map<Distribution, std::unique_ptr<KeyChooser>>& choosers,
                        const std::function<void(const Row&)>& print) {
   if (preload) {
@@ -563,6 +583,7 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, d
     row.bytes_per_item = memory->per_item();
     row.read_ref_p50 = read_ref;
     row.socket_ref_p50 = socket_ref;
+    row.poll = poll;
     print(row);
   }
   uint64_t judged = 0;
@@ -577,7 +598,8 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider, d
 // fabric_bench's one-sided READ of a GET's neighbourhood on `provider`: its p50 in µs. It runs
 // on the store's and the clients' CPUs together (its initiator and target, like a client thread
 // and a shard node).
-absl::StatusOr<double> MeasureReadReference(const std::string& provider, const Options& o) {
+absl::StatusOr<double> MeasureReadReference(const std::string& provider, const std::string& poll,
+                                            const Options& o) {
   const uint64_t bytes = uint64_t{o.farm.kv.neighbourhood} * o.farm.kv.bucket_bytes;
   std::string cpus;
   if (!o.store_cpus.empty() && !o.client_cpus.empty()) {
@@ -586,7 +608,7 @@ absl::StatusOr<double> MeasureReadReference(const std::string& provider, const O
   absl::StatusOr<std::vector<std::string>> lines =
       RunTool("tools/fabric_bench",
               {absl::StrCat("--provider=", provider), absl::StrCat("--sizes=", bytes),
-               "--duration_ms=0", "--json", absl::StrCat("--poll=", o.farm.poll),
+               "--duration_ms=0", "--json", absl::StrCat("--poll=", poll),
                absl::StrCat("--iters=", absl::GetFlag(FLAGS_read_ref_iters))},
               cpus);
   if (!lines.ok()) return lines.status();
@@ -601,15 +623,6 @@ absl::StatusOr<double> MeasureReadReference(const std::string& provider, const O
 bool RunProvider(const std::string& provider, const Options& o,
                  const std::function<void(const Row&)>& print) {
   bool ok = true;
-  double read_ref = 0;
-  if (absl::GetFlag(FLAGS_read_ref_iters) > 0 && o.Wants("farm")) {
-    absl::StatusOr<double> r = MeasureReadReference(provider, o);
-    if (r.ok()) {
-      read_ref = *r;
-    } else {
-      spdlog::warn("READ reference on {}: {}", provider, r.status().ToString());
-    }
-  }
   std::map<Distribution, std::unique_ptr<KeyChooser>> choosers;
   for (Distribution d : o.dists)
     choosers[d] = std::make_unique<KeyChooser>(d, o.space.keys, o.theta);
@@ -617,21 +630,33 @@ bool RunProvider(const std::string& provider, const Options& o,
     spdlog::error("{} on {}: {}", what, provider, s.ToString());
     ok = false;
   };
-  if (o.Wants("farm") || o.Wants("farm-rpc")) {
+  // farm once per poll mode, each a cluster of its own with its own READ reference.
+  for (const std::string& poll : o.polls) {
+    if (!o.Wants("farm") && !o.Wants("farm-rpc")) break;
+    double read_ref = 0;
+    if (absl::GetFlag(FLAGS_read_ref_iters) > 0 && o.Wants("farm")) {
+      absl::StatusOr<double> r = MeasureReadReference(provider, poll, o);
+      if (r.ok()) {
+        read_ref = *r;
+      } else {
+        spdlog::warn("READ reference on {} (poll {}): {}", provider, poll, r.status().ToString());
+      }
+    }
     FarmOptions f = o.farm;
     f.provider = provider;
+    f.poll = poll;
     absl::StatusOr<std::unique_ptr<FarmCluster>> cluster = FarmCluster::Start(f, o.space);
     if (!cluster.ok()) {
-      fail("farm", cluster.status());
-    } else {
-      bool loaded = false;
-      for (bool rpc : {false, true}) {
-        std::unique_ptr<KvTarget> t = (*cluster)->Target(rpc);
-        if (!o.Wants(t->name())) continue;
-        absl::Status s = RunTarget(*t, !loaded, provider, read_ref, 0, o, choosers, print);
-        loaded = true;
-        if (!s.ok()) fail(t->name(), s);
-      }
+      fail(absl::StrCat("farm (poll ", poll, ")"), cluster.status());
+      continue;
+    }
+    bool loaded = false;
+    for (bool rpc : {false, true}) {
+      std::unique_ptr<KvTarget> t = (*cluster)->Target(rpc);
+      if (!o.Wants(t->name())) continue;
+      absl::Status s = RunTarget(*t, !loaded, provider, poll, read_ref, 0, o, choosers, print);
+      loaded = true;
+      if (!s.ok()) fail(absl::StrCat(t->name(), " (poll ", poll, ")"), s);
     }
   }
   absl::StatusOr<std::string> script = PeersScript(absl::GetFlag(FLAGS_peers_script));
@@ -660,8 +685,9 @@ bool RunProvider(const std::string& provider, const Options& o,
     po.script = *script;
     absl::StatusOr<std::unique_ptr<KvTarget>> t =
         std::string(peer) == "memcached" ? StartMemcached(o.space, po) : StartRedis(o.space, po);
-    absl::Status s =
-        t.ok() ? RunTarget(**t, true, provider, 0, socket_ref, o, choosers, print) : t.status();
+    absl::Status s = t.ok()
+                         ? RunTarget(**t, true, provider, "none", 0, socket_ref, o, choosers, print)
+                         : t.status();
     if (!s.ok()) fail(peer, s);
   }
   return ok;
@@ -702,20 +728,20 @@ int DriverMain() {
       std::printf(
           "\nkvbench: provider %s (peers over %s), %llu keys of %d B, values of %d B, %d ms per "
           "point (+%d ms warm-up); store on CPUs %s (%s; memcached -t %d; redis-server), clients "
-          "on CPUs %s, their node polling %s; cores %s\n",
+          "on CPUs %s, farm's client node polling as its cluster; cores %s\n",
           provider.c_str(), TransportName(TransportFor(provider)).c_str(),
           static_cast<unsigned long long>(o->space.keys), o->space.key_size, o->space.value_size,
           o->duration_ms, o->warmup_ms, o->store_cpus.empty() ? "any" : o->store_cpus.c_str(),
           o->farm.attach_config.empty()
-              ? absl::StrFormat("%d farm nodes, poll %s, %llu buckets of %u B each", o->farm.nodes,
-                                o->farm.poll, static_cast<unsigned long long>(o->farm.kv.buckets),
-                                o->farm.kv.bucket_bytes)
+              ? absl::StrFormat(
+                    "%d farm nodes, poll %s (a cluster each), %llu buckets of %u B each",
+                    o->farm.nodes, absl::StrJoin(o->polls, " and "),
+                    static_cast<unsigned long long>(o->farm.kv.buckets), o->farm.kv.bucket_bytes)
                     .c_str()
               : absl::StrFormat("farm: the running cluster of %s, %d shard nodes",
                                 o->farm.attach_config, o->farm.nodes)
                     .c_str(),
           o->memcached_threads, o->client_cpus.empty() ? "any" : AffinityText().c_str(),
-          o->farm.poll.c_str(),
           o->info.cores_awake ? "kept out of idle"
                               : "left to idle (--cores_awake=false or not root)");
       PrintTableHeader();
@@ -758,8 +784,9 @@ int main(int argc, char** argv) {
       "Redis with YCSB workloads, in one run: throughput and p50/p99/p99.9 latency per point.\n"
       "  kvbench [--provider=shm,tcp;ofi_rxm] [--targets=farm,farm-rpc,memcached,redis] "
       "[--workloads=a,b,c,w] [--dists=uniform,zipf] [--keys=1000000] [--threads=1,2] "
-      "[--in_flight=1,8] [--store_cpus=1 --client_cpus=0] [--json]\n"
-      "--provider takes a comma-separated list here (default shm); the peers run over Unix "
+      "[--in_flight=1,8] [--store_cpus=1 --client_cpus=0] [--poll=busy,adaptive] [--json]\n"
+      "--provider and --poll take comma-separated lists here (default shm; farm runs a cluster "
+      "per poll mode); the peers run over Unix "
       "sockets against shm and TCP on 127.0.0.1 against the others. Exit status: 0 ok, 1 a "
       "target failed, 2 bad flags.");
   if (!farm::FlagsAreValid("kvbench", argc, argv)) return farm::kvbench::kExitUsage;

@@ -24,8 +24,9 @@ import matplotlib
 matplotlib.use("Agg")  # no display: write the file only
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
-TARGETS = ["farm", "farm-rpc", "memcached", "redis"]
-COLOURS = {"farm": "#1f77b4", "farm-rpc": "#9ecae1", "memcached": "#ff7f0e", "redis": "#d62728"}
+TARGETS = ["farm", "farm-rpc", "farm/adaptive", "farm-rpc/adaptive", "memcached", "redis"]
+COLOURS = {"farm": "#1f77b4", "farm-rpc": "#9ecae1", "farm/adaptive": "#2ca02c",
+           "farm-rpc/adaptive": "#98df8a", "memcached": "#ff7f0e", "redis": "#d62728"}
 REQUIRED = ["target", "provider", "transport", "workload", "distribution", "threads", "in_flight",
             "ops_per_s", "p50_us", "p99_us"]
 
@@ -42,6 +43,10 @@ def read_rows(paths):
             missing = [k for k in REQUIRED if k not in row]
             if missing:
                 raise ValueError("a line lacks %s: %s" % (", ".join(missing), line))
+            # farm measured with adaptive polling (kvbench --poll=busy,adaptive) is a target of
+            # its own here, beside busy polling's.
+            if row.get("poll") == "adaptive":
+                row["target"] += "/adaptive"
             rows.append(row)
     return rows
 

@@ -106,17 +106,23 @@ echo "ok: ${#want_targets[@]} targets x 24 points, keys present, every point mea
 
 echo "== tcp;ofi_rxm against TCP, table"
 out=$(timeout 240 "$BENCH" "${tiny[@]}" --provider='tcp;ofi_rxm' --targets=$targets \
-      --workloads=b --dists=zipf --threads=1 --in_flight=4 2>&1)
+      --workloads=b --dists=zipf --threads=1 --in_flight=4 --poll=busy,adaptive 2>&1)
 rc=$?
 [ $rc = 0 ] || fail "kvbench on tcp;ofi_rxm exited $rc: $out"
-grep -qE '^target +transport +workload' <<<"$out" || fail "no table header: $out"
-grep -qE '^farm +tcp;ofi_rxm +ycsb-b +zipf +1 +4 ' <<<"$out" || fail "no farm row: $out"
+grep -qE '^target +transport +poll +workload' <<<"$out" || fail "no table header: $out"
+# farm once per poll mode (a cluster each), the peers once.
+for poll in busy adaptive; do
+  grep -qE "^farm +tcp;ofi_rxm +$poll +ycsb-b +zipf +1 +4 " <<<"$out" ||
+    fail "no farm row polling $poll: $out"
+done
 grep -qE '^  farm \(tcp;ofi_rxm\) +[0-9.]+ B' <<<"$out" || fail "no farm memory per item: $out"
 if [ $have_peers = 1 ]; then
-  grep -qE '^memcached +tcp +ycsb-b' <<<"$out" || fail "no memcached row over TCP: $out"
-  grep -qE '^redis +tcp +ycsb-b' <<<"$out" || fail "no redis row over TCP: $out"
-  grep -qE 'ycsb-b zipf +1 thr +4 in flight: farm [0-9]+ ops/s = [0-9.]+x memcached' <<<"$out" ||
-    fail "no target line against memcached: $out"
+  grep -qE '^memcached +tcp +- +ycsb-b' <<<"$out" || fail "no memcached row over TCP: $out"
+  grep -qE '^redis +tcp +- +ycsb-b' <<<"$out" || fail "no redis row over TCP: $out"
+  for poll in busy adaptive; do
+    grep -qE "ycsb-b zipf +1 thr +4 in flight: farm \(poll $poll\) [0-9]+ ops/s = [0-9.]+x memcached" \
+      <<<"$out" || fail "no target line against memcached for poll $poll: $out"
+  done
 fi
 echo "ok: tcp;ofi_rxm"
 
@@ -153,7 +159,7 @@ echo "== bad flags exit 2 with a message"
 for bad in --targets=mysql --workloads=d --dists=normal --threads=0 --in_flight=0 \
            --in_flight=65 --keys=0 "--keys=5000 --key_size=3" --value_size=0 --zipf_theta=1.5 \
            --store_cpus=999 --client_cpus=x --provider=nope --no_such_flag --duration_ms=abc \
-           --kv_bucket_bytes=100 --nodes=0; do
+           --kv_bucket_bytes=100 --nodes=0 --poll=sleepy; do
   # shellcheck disable=SC2086  # "--keys=5000 --key_size=3" is two flags
   timeout 30 "$BENCH" $bad >"$TMP/bad.out" 2>&1
   rc=$?
