@@ -7,6 +7,7 @@
 //   ClientResult r;
 //   RETURN_IF_ERROR(RunClient(gen, /*in_flight=*/8, window, round, &r));
 //   // round(ops): issue the ops together, wait for all of them; r.latency, r.ops
+//   RETURN_IF_ERROR(RunClientOpenLoop(gen, 8, window, /*rounds_per_s=*/1000, round, &r));
 //
 // Workloads (YCSB's core workloads; an update overwrites an existing key with a new value):
 //   a: 50 % reads, 50 % updates      b: 95 % reads, 5 % updates
@@ -157,6 +158,9 @@ struct ClientResult {
   // From the window's start to its end, or to the end of the one round counted after it (see
   // RunClient); the longest of the merged results. Throughput is ops / measured_seconds.
   double measured_seconds = 0;
+  // Open loop: operations due inside the window that the client never issued (it fell a whole
+  // window behind its schedule: the rate is beyond what the target serves).
+  uint64_t missed_ops = 0;
   void Merge(const ClientResult& o);
 };
 
@@ -171,6 +175,15 @@ using RoundFn = std::function<absl::Status(absl::Span<const Op> ops)>;
 // invalid).
 absl::Status RunClient(OpGenerator& gen, int in_flight, const Window& window, const RoundFn& round,
                        ClientResult* result);
+
+// The open loop (no coordinated omission): round k is due at start + k / rounds_per_s (start:
+// the call), issued at its due time or at once when the client is behind, and its latency runs
+// from its due time, so a slow round delays the ones after it and shows in their latency as it
+// would in a client population that does not wait. Counted: the rounds due inside the window
+// (the client goes on past the window's end until it has issued them, or until it is a whole
+// window behind: the rest are missed_ops). measured_seconds is the window's.
+absl::Status RunClientOpenLoop(OpGenerator& gen, int in_flight, const Window& window,
+                               double rounds_per_s, const RoundFn& round, ClientResult* result);
 
 // Preloading: keys [0, N) in chunks of `chunk`, by `threads` threads (thread t takes chunks t,
 // t + threads, ...); `load(thread, first, count)` stores keys [first, first + count) at version 0.

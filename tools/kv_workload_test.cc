@@ -194,6 +194,38 @@ TEST_CASE("generators are deterministic per seed and mix reads and updates as as
   }
 }
 
+TEST_CASE("the open loop issues every round due in the window and times it from its due time") {
+  const KeyChooser p(Distribution::kUniform, 100, 0.99);
+  OpGenerator gen(p, Workload::kA, 1);
+  RoundFn quick = [](absl::Span<const Op> ops) {
+    REQUIRE(ops.size() == 2);
+    return absl::OkStatus();
+  };
+  // 2000 rounds a second for 100 ms: 200 rounds due in the window, each issued or missed.
+  ClientResult r;
+  REQUIRE(RunClientOpenLoop(gen, 2, Window::After(10, 100), 2000, quick, &r).ok());
+  REQUIRE(r.rounds + r.missed_ops / 2 >= 199);
+  REQUIRE(r.rounds + r.missed_ops / 2 <= 201);
+  REQUIRE(r.ops == 2 * r.rounds);
+  REQUIRE(r.latency.total == r.ops);
+  REQUIRE(r.measured_seconds >= 0.099);
+
+  // Rounds of 2 ms offered every 0.5 ms: the client falls behind, the rounds' latencies (from
+  // their due times) grow with the backlog instead of staying at 2 ms (no coordinated
+  // omission), and what it could not issue before a whole window behind is missed.
+  RoundFn slow = [](absl::Span<const Op>) {
+    absl::SleepFor(absl::Milliseconds(2));
+    return absl::OkStatus();
+  };
+  ClientResult behind;
+  REQUIRE(RunClientOpenLoop(gen, 1, Window::After(0, 50), 2000, slow, &behind).ok());
+  REQUIRE(behind.rounds <= 50);  // 100 ms of 2 ms rounds at most
+  REQUIRE(behind.missed_ops >= 49);
+  REQUIRE(behind.rounds + behind.missed_ops >= 99);
+  REQUIRE(behind.rounds + behind.missed_ops <= 101);
+  REQUIRE(behind.latency.Percentile(0.99) > 10000);
+}
+
 TEST_CASE("RunClient issues rounds of the in-flight count and counts the window") {
   const KeyChooser p(Distribution::kUniform, 100, 0.99);
   OpGenerator gen(p, Workload::kA, 1);

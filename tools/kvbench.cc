@@ -118,6 +118,10 @@ ABSL_FLAG(int, socket_ref_iters, 20000,
           "against shm, TCP otherwise; both ends blocking in read, the echo on --store_cpus; 0 "
           "skips it)");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the operation generators");
+ABSL_FLAG(double, rate, 0,
+          "open loop: operations per second offered at every point (all client threads together), "
+          "each round due at its time and its latency counted from then (no coordinated "
+          "omission); 0: closed loop, each thread's next round as soon as the last completed");
 ABSL_FLAG(bool, cores_awake, true,
           "keep every core out of idle for the whole run (/dev/cpu_dma_latency, root), so that "
           "no target pays an idle core's wake-up per request; false measures the machine as it "
@@ -166,6 +170,7 @@ struct Options {
   int memcached_threads = 1;
   FarmOptions farm;
   bool json = false, progress = false;
+  double rate = 0;                 // --rate (0: closed loop)
   std::vector<std::string> polls;  // farm's poll modes (--poll), each a cluster of its own
   RunInfo info;                    // set by DriverMain
 
@@ -291,6 +296,8 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.json = absl::GetFlag(FLAGS_json);
   o.progress = absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO);
 
+  o.rate = absl::GetFlag(FLAGS_rate);
+  if (!(o.rate >= 0 && o.rate <= 1e9)) return absl::InvalidArgumentError("--rate must be 0..1e9");
   FarmOptions& f = o.farm;
   o.polls = SplitList(absl::GetFlag(FLAGS_poll));
   for (const std::string& mode : o.polls) {
@@ -362,22 +369,24 @@ struct Row {
   double read_ref_p50 = 0;    // fabric_bench READ of a neighbourhood, same provider (0: none)
   double socket_ref_p50 = 0;  // peers: a 64-byte socket round trip on their transport (0: none)
   std::string poll = "none";  // farm: its nodes' and client's poll mode
+  uint64_t missed_ops = 0;    // open loop: due inside the window, never issued
 };
 
 std::string JsonRow(const Row& r, const Options& o) {
   return absl::StrFormat(
       "{\"target\":\"%s\",\"provider\":\"%s\",\"transport\":\"%s\",\"workload\":\"%s\","
       "\"distribution\":\"%s\",\"threads\":%d,\"in_flight\":%d,\"ops_per_s\":%.1f,"
-      "\"latency_of\":\"%s\","
+      "\"latency_of\":\"%s\",\"loop\":\"%s\",\"rate\":%.1f,\"missed_ops\":%d,"
       "\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"keys\":%d,\"key_size\":%d,"
       "\"value_size\":%d,\"bytes_per_item\":%.1f,\"read_ref_p50_us\":%.3f,"
       "\"socket_ref_p50_us\":%.3f,"
       "\"store_cpus\":\"%s\",\"client_cpus\":\"%s\",\"nodes\":%d,\"poll\":\"%s\"%s}",
       r.target, r.provider, r.transport, WorkloadName(r.point.workload),
       DistributionName(r.point.dist), r.point.threads, r.point.in_flight, r.ops_per_s,
-      r.point.in_flight > 1 ? "round" : "operation", r.p50, r.p99, r.p999, o.space.keys,
-      o.space.key_size, o.space.value_size, r.bytes_per_item, r.read_ref_p50, r.socket_ref_p50,
-      o.store_cpus, o.client_cpus, o.farm.nodes, r.poll, RunInfoJson(o.info));
+      r.point.in_flight > 1 ? "round" : "operation", o.rate > 0 ? "open" : "closed", o.rate,
+      r.missed_ops, r.p50, r.p99, r.p999, o.space.keys, o.space.key_size, o.space.value_size,
+      r.bytes_per_item, r.read_ref_p50, r.socket_ref_p50, o.store_cpus, o.client_cpus, o.farm.nodes,
+      r.poll, RunInfoJson(o.info));
 }
 
 void PrintTableHeader() {
@@ -512,14 +521,16 @@ absl::StatusOr<ClientResult> RunPoint(std::vector<std::unique_ptr<KvConnection>>
       uint64_t& count = counts[static_cast<size_t>(i)];
       OpGenerator gen(chooser, p.workload, ThreadSeed(o.seed, index, i), check.writer(), count);
       KvConnection& c = *conns[static_cast<size_t>(i)];
-      status[static_cast<size_t>(i)] = RunClient(
-          gen, p.in_flight, window,
-          [&c, &check](absl::Span<const Op> ops) {
-            absl::Status s = c.Round(ops, check);
-            if (s.ok()) check.Completed(ops);
-            return s;
-          },
-          &results[static_cast<size_t>(i)]);
+      const RoundFn round = [&c, &check](absl::Span<const Op> ops) {
+        absl::Status s = c.Round(ops, check);
+        if (s.ok()) check.Completed(ops);
+        return s;
+      };
+      ClientResult* r = &results[static_cast<size_t>(i)];
+      status[static_cast<size_t>(i)] =
+          o.rate > 0 ? RunClientOpenLoop(gen, p.in_flight, window, o.rate / p.threads / p.in_flight,
+                                         round, r)
+                     : RunClient(gen, p.in_flight, window, round, r);
       count = gen.count();
     });
   }
@@ -580,6 +591,13 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider,
     row.p50 = r->latency.Percentile(0.5);
     row.p99 = r->latency.Percentile(0.99);
     row.p999 = r->latency.Percentile(0.999);
+    row.missed_ops = r->missed_ops;
+    if (r->missed_ops > 0) {
+      spdlog::warn(
+          "{} ({}): {} operations due at --rate={} were never issued: the rate is "
+          "beyond what it serves at this point",
+          t.name(), t.transport(), r->missed_ops, o.rate);
+    }
     row.bytes_per_item = memory->per_item();
     row.read_ref_p50 = read_ref;
     row.socket_ref_p50 = socket_ref;
@@ -759,7 +777,12 @@ int DriverMain() {
     if (!o->json) {
       std::printf(
           "(latency at 1 in flight: an operation's; above: its round's, from the round's first "
-          "issue to its last completion; JSON latency_of)\n");
+          "issue to its last completion; JSON latency_of%s)\n",
+          o->rate > 0 ? absl::StrFormat("; open loop at %.0f ops/s offered: from each round's "
+                                        "due time",
+                                        o->rate)
+                            .c_str()
+                      : "");
       std::printf("memory per item:\n");
       std::map<std::string, double> seen;
       for (const Row& r : rows) {

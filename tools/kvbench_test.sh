@@ -126,6 +126,16 @@ if [ $have_peers = 1 ]; then
 fi
 echo "ok: tcp;ofi_rxm"
 
+echo "== open loop (--rate): the loop and the offered rate on every line"
+out=$(timeout 120 "$BENCH" "${tiny[@]}" --provider=shm --targets=farm --workloads=c --dists=uniform \
+      --threads=1,2 --in_flight=1 --rate=2000 --json 2>"$TMP/rate.err")
+rc=$?
+[ $rc = 0 ] || fail "kvbench --rate exited $rc: $(tail -20 "$TMP/rate.err")"
+check_json "$out" 2 farm
+n=$(grep -c '"latency_of":"operation","loop":"open","rate":2000.0,"missed_ops":[0-9]*,' <<<"$out")
+[ "$n" = 2 ] || fail "open-loop lines: $n of 2:"$'\n'"$out"
+echo "ok: open loop"
+
 echo "== attached to a running cluster (--cluster_config): its provider, without --provider"
 if [ -n "$CLUSTER" ]; then
   "$CLUSTER" --nodes=2 --late_nodes=1 --provider='tcp;ofi_rxm' --self_check=false \
@@ -159,7 +169,7 @@ echo "== bad flags exit 2 with a message"
 for bad in --targets=mysql --workloads=d --dists=normal --threads=0 --in_flight=0 \
            --in_flight=65 --keys=0 "--keys=5000 --key_size=3" --value_size=0 --zipf_theta=1.5 \
            --store_cpus=999 --client_cpus=x --provider=nope --no_such_flag --duration_ms=abc \
-           --kv_bucket_bytes=100 --nodes=0 --poll=sleepy; do
+           --kv_bucket_bytes=100 --nodes=0 --poll=sleepy --rate=-1; do
   # shellcheck disable=SC2086  # "--keys=5000 --key_size=3" is two flags
   timeout 30 "$BENCH" $bad >"$TMP/bad.out" 2>&1
   rc=$?
