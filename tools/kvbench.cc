@@ -118,6 +118,10 @@ ABSL_FLAG(int, socket_ref_iters, 20000,
           "against shm, TCP otherwise; both ends blocking in read, the echo on --store_cpus; 0 "
           "skips it)");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the operation generators");
+ABSL_FLAG(int, repeat, 1,
+          "runs of every target, interleaved (farm, memcached, redis, farm, ...: each run starts "
+          "and preloads its targets afresh); above 1, a summary per point: the median and the "
+          "spread (min to max) of the runs");
 ABSL_FLAG(double, rate, 0,
           "open loop: operations per second offered at every point (all client threads together), "
           "each round due at its time and its latency counted from then (no coordinated "
@@ -171,6 +175,7 @@ struct Options {
   FarmOptions farm;
   bool json = false, progress = false;
   double rate = 0;                 // --rate (0: closed loop)
+  int repeat = 1;                  // --repeat
   std::vector<std::string> polls;  // farm's poll modes (--poll), each a cluster of its own
   RunInfo info;                    // set by DriverMain
 
@@ -296,6 +301,8 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.json = absl::GetFlag(FLAGS_json);
   o.progress = absl::GetFlag(FLAGS_progress) || isatty(STDERR_FILENO);
 
+  o.repeat = absl::GetFlag(FLAGS_repeat);
+  if (o.repeat < 1 || o.repeat > 100) return absl::InvalidArgumentError("--repeat must be 1..100");
   o.rate = absl::GetFlag(FLAGS_rate);
   if (!(o.rate >= 0 && o.rate <= 1e9)) return absl::InvalidArgumentError("--rate must be 0..1e9");
   FarmOptions& f = o.farm;
@@ -370,6 +377,9 @@ struct Row {
   double socket_ref_p50 = 0;  // peers: a 64-byte socket round trip on their transport (0: none)
   std::string poll = "none";  // farm: its nodes' and client's poll mode
   uint64_t missed_ops = 0;    // open loop: due inside the window, never issued
+  int repeat = 1;             // the run (1..--repeat); 0: the summary of every run
+  // The summary's spread over the runs (ops_per_s, p50, p99 are the runs' medians).
+  double ops_min = 0, ops_max = 0, p50_min = 0, p50_max = 0;
 };
 
 std::string JsonRow(const Row& r, const Options& o) {
@@ -380,13 +390,19 @@ std::string JsonRow(const Row& r, const Options& o) {
       "\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"keys\":%d,\"key_size\":%d,"
       "\"value_size\":%d,\"bytes_per_item\":%.1f,\"read_ref_p50_us\":%.3f,"
       "\"socket_ref_p50_us\":%.3f,"
-      "\"store_cpus\":\"%s\",\"client_cpus\":\"%s\",\"nodes\":%d,\"poll\":\"%s\"%s}",
+      "\"store_cpus\":\"%s\",\"client_cpus\":\"%s\",\"nodes\":%d,\"poll\":\"%s\","
+      "\"repeat\":%d,\"repeats\":%d%s%s}",
       r.target, r.provider, r.transport, WorkloadName(r.point.workload),
       DistributionName(r.point.dist), r.point.threads, r.point.in_flight, r.ops_per_s,
       r.point.in_flight > 1 ? "round" : "operation", o.rate > 0 ? "open" : "closed", o.rate,
       r.missed_ops, r.p50, r.p99, r.p999, o.space.keys, o.space.key_size, o.space.value_size,
       r.bytes_per_item, r.read_ref_p50, r.socket_ref_p50, o.store_cpus, o.client_cpus, o.farm.nodes,
-      r.poll, RunInfoJson(o.info));
+      r.poll, r.repeat, o.repeat,
+      r.repeat == 0 ? absl::StrFormat(",\"ops_per_s_min\":%.1f,\"ops_per_s_max\":%.1f,"
+                                      "\"p50_us_min\":%.3f,\"p50_us_max\":%.3f",
+                                      r.ops_min, r.ops_max, r.p50_min, r.p50_max)
+                    : std::string(),
+      RunInfoJson(o.info));
 }
 
 void PrintTableHeader() {
@@ -711,6 +727,64 @@ bool RunProvider(const std::string& provider, const Options& o,
   return ok;
 }
 
+// The median of `v` (the lower middle for an even count), its minimum and maximum.
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+Spread SpreadOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? Spread{} : Spread{v[(v.size() - 1) / 2], v.front(), v.back()};
+}
+
+// One summary row (repeat 0) per target, poll and point of `provider`'s runs.
+std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& provider) {
+  std::vector<Row> out;
+  for (const Row& first : rows) {
+    if (first.provider != provider || first.repeat != 1) continue;
+    std::vector<double> ops, p50, p99, p999;
+    for (const Row& r : rows) {
+      if (r.provider != provider || r.repeat == 0 || r.target != first.target ||
+          r.poll != first.poll || r.point.workload != first.point.workload ||
+          r.point.dist != first.point.dist || r.point.threads != first.point.threads ||
+          r.point.in_flight != first.point.in_flight) {
+        continue;
+      }
+      ops.push_back(r.ops_per_s);
+      p50.push_back(r.p50);
+      p99.push_back(r.p99);
+      p999.push_back(r.p999);
+    }
+    Row s = first;
+    s.repeat = 0;
+    const Spread o = SpreadOf(ops), m = SpreadOf(p50);
+    s.ops_per_s = o.median;
+    s.ops_min = o.min;
+    s.ops_max = o.max;
+    s.p50 = m.median;
+    s.p50_min = m.min;
+    s.p50_max = m.max;
+    s.p99 = SpreadOf(p99).median;
+    s.p999 = SpreadOf(p999).median;
+    out.push_back(s);
+  }
+  return out;
+}
+
+void PrintSummaryTable(const std::vector<Row>& summaries, int repeats) {
+  std::printf("median of %d runs (min - max):\n", repeats);
+  std::printf("%-10s %-11s %-8s %-10s %-9s %3s %4s %12s %21s %9s %17s %9s\n", "target", "transport",
+              "poll", "workload", "dist", "thr", "infl", "ops/s", "(min - max)", "p50 us",
+              "(min - max)", "p99 us");
+  for (const Row& r : summaries) {
+    std::printf("%-10s %-11s %-8s %-10s %-9s %3d %4d %12.0f %21s %9.2f %17s %9.2f\n",
+                r.target.c_str(), r.transport.c_str(), r.poll == "none" ? "-" : r.poll.c_str(),
+                WorkloadName(r.point.workload).c_str(), DistributionName(r.point.dist).c_str(),
+                r.point.threads, r.point.in_flight, r.ops_per_s,
+                absl::StrFormat("(%.0f - %.0f)", r.ops_min, r.ops_max).c_str(), r.p50,
+                absl::StrFormat("(%.2f - %.2f)", r.p50_min, r.p50_max).c_str(), r.p99);
+  }
+}
+
 int DriverMain() {
   if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "kvbench"); !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
@@ -764,16 +838,35 @@ int DriverMain() {
                               : "left to idle (--cores_awake=false or not root)");
       PrintTableHeader();
     }
+    int run = 1;
     auto print = [&](const Row& r) {
-      rows.push_back(r);
+      Row with = r;
+      with.repeat = run;
+      rows.push_back(with);
       if (o->json) {
-        std::printf("%s\n", JsonRow(r, *o).c_str());
+        std::printf("%s\n", JsonRow(with, *o).c_str());
         std::fflush(stdout);
       } else {
-        PrintTableRow(r);
+        PrintTableRow(with);
       }
     };
-    if (!RunProvider(provider, *o, print)) failed = true;
+    // The runs: every target once per run, so that the targets take turns.
+    for (; run <= o->repeat; ++run) {
+      if (!RunProvider(provider, *o, print)) failed = true;
+    }
+    // What the targets in words judge: the runs' medians when there are several.
+    std::vector<Row> judged;
+    for (const Row& r : rows) {
+      if (r.provider == provider) judged.push_back(r);
+    }
+    if (o->repeat > 1) {
+      judged = Summaries(rows, provider);
+      for (const Row& r : judged) {
+        rows.push_back(r);
+        if (o->json) std::printf("%s\n", JsonRow(r, *o).c_str());
+      }
+      if (!o->json) PrintSummaryTable(judged, o->repeat);
+    }
     if (!o->json) {
       std::printf(
           "(latency at 1 in flight: an operation's; above: its round's, from the round's first "
@@ -790,8 +883,8 @@ int DriverMain() {
           seen[absl::StrCat(r.target, " (", r.transport, ")")] = r.bytes_per_item;
       }
       for (const auto& [what, bytes] : seen) std::printf("  %-22s %8.1f B\n", what.c_str(), bytes);
-      std::printf("targets (issue):\n");
-      PrintTargets(rows, provider);
+      std::printf("targets (issue%s):\n", o->repeat > 1 ? ", on the runs' medians" : "");
+      PrintTargets(judged, provider);
     }
   }
   return failed ? kExitRuntime : 0;

@@ -126,15 +126,29 @@ if [ $have_peers = 1 ]; then
 fi
 echo "ok: tcp;ofi_rxm"
 
-echo "== open loop (--rate): the loop and the offered rate on every line"
-out=$(timeout 120 "$BENCH" "${tiny[@]}" --provider=shm --targets=farm --workloads=c --dists=uniform \
-      --threads=1,2 --in_flight=1 --rate=2000 --json 2>"$TMP/rate.err")
+echo "== open loop (--rate), two runs with the targets taking turns (--repeat=2)"
+rate_targets=farm
+[ $have_peers = 1 ] && rate_targets=farm,redis
+out=$(timeout 180 "$BENCH" "${tiny[@]}" --provider=shm --targets=$rate_targets --workloads=c \
+      --dists=uniform --threads=1,2 --in_flight=1 --rate=2000 --repeat=2 --json 2>"$TMP/rate.err")
 rc=$?
-[ $rc = 0 ] || fail "kvbench --rate exited $rc: $(tail -20 "$TMP/rate.err")"
-check_json "$out" 2 farm
+[ $rc = 0 ] || fail "kvbench --rate --repeat exited $rc: $(tail -20 "$TMP/rate.err")"
+ntargets=$(tr ',' '\n' <<<"$rate_targets" | wc -l)
+# 2 points per target per run, 2 runs, and a summary line per point.
+check_json "$out" $((6 * ntargets)) $(tr ',' ' ' <<<"$rate_targets")
 n=$(grep -c '"latency_of":"operation","loop":"open","rate":2000.0,"missed_ops":[0-9]*,' <<<"$out")
-[ "$n" = 2 ] || fail "open-loop lines: $n of 2:"$'\n'"$out"
-echo "ok: open loop"
+[ "$n" = $((6 * ntargets)) ] || fail "open-loop lines: $n:"$'\n'"$out"
+for run in 1 2 0; do
+  n=$(grep -c "\"repeat\":$run,\"repeats\":2" <<<"$out")
+  [ "$n" = $((2 * ntargets)) ] || fail "$n lines of run $run:"$'\n'"$out"
+done
+n=$(grep -c '"repeat":0,"repeats":2,"ops_per_s_min":[0-9.]*,"ops_per_s_max":[0-9.]*,"p50_us_min"' <<<"$out")
+[ "$n" = $((2 * ntargets)) ] || fail "summary lines without the spread:"$'\n'"$out"
+# Taking turns: every target of run 1 before any of run 2.
+order=$(grep -v '"repeat":0' <<<"$out" | grep -o '"target":"[a-z-]*"' | uniq | tr '\n' ' ')
+want=$(for run in 1 2; do for t in $(tr ',' ' ' <<<"$rate_targets"); do printf '"target":"%s" ' "$t"; done; done)
+[ "$order" = "$want" ] || fail "the runs do not take turns: $order (want $want)"
+echo "ok: open loop, repeat"
 
 echo "== attached to a running cluster (--cluster_config): its provider, without --provider"
 if [ -n "$CLUSTER" ]; then
@@ -169,7 +183,7 @@ echo "== bad flags exit 2 with a message"
 for bad in --targets=mysql --workloads=d --dists=normal --threads=0 --in_flight=0 \
            --in_flight=65 --keys=0 "--keys=5000 --key_size=3" --value_size=0 --zipf_theta=1.5 \
            --store_cpus=999 --client_cpus=x --provider=nope --no_such_flag --duration_ms=abc \
-           --kv_bucket_bytes=100 --nodes=0 --poll=sleepy --rate=-1; do
+           --kv_bucket_bytes=100 --nodes=0 --poll=sleepy --rate=-1 --repeat=0; do
   # shellcheck disable=SC2086  # "--keys=5000 --key_size=3" is two flags
   timeout 30 "$BENCH" $bad >"$TMP/bad.out" 2>&1
   rc=$?
