@@ -72,6 +72,11 @@ uint64_t Rng::Next() {
   return z ^ (z >> 31);
 }
 
+Spread SpreadOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? Spread{} : Spread{v[(v.size() - 1) / 2], v.front(), v.back()};
+}
+
 std::string DistributionName(Distribution d) {
   switch (d) {
     case Distribution::kUniform:

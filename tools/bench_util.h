@@ -32,6 +32,13 @@ absl::StatusOr<std::vector<uint64_t>> ParseSizes(absl::string_view text, uint64_
 // Nearest-rank percentile (p in [0, 1]) of `sorted` samples; 0 for no samples.
 double Percentile(const std::vector<double>& sorted, double p);
 
+// Repeated runs of one point: the median (the lower middle for an even count), minimum and
+// maximum of `v`; all 0 for none.
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+Spread SpreadOf(std::vector<double> v);
+
 // "512 B", "4 KiB", "1 MiB".
 std::string HumanSize(uint64_t n);
 

@@ -116,6 +116,15 @@ TEST_CASE("ycsb-zipf draws YCSB's ranks and hashes them onto the keys") {
   REQUIRE(std::count(seen.begin(), seen.end(), 0) < static_cast<long>(n / 100));
 }
 
+TEST_CASE("a spread is the median, minimum and maximum") {
+  const Spread s = SpreadOf({3, 1, 2});
+  REQUIRE(s.median == 2);
+  REQUIRE(s.min == 1);
+  REQUIRE(s.max == 3);
+  REQUIRE(SpreadOf({4, 1}).median == 1);  // the lower middle
+  REQUIRE(SpreadOf({}).max == 0);
+}
+
 TEST_CASE("distinct choices are distinct") {
   KeyChooser keys(Distribution::kZipf, 8, 0.99);
   Rng rng(3);

@@ -727,15 +727,6 @@ bool RunProvider(const std::string& provider, const Options& o,
   return ok;
 }
 
-// The median of `v` (the lower middle for an even count), its minimum and maximum.
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-Spread SpreadOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? Spread{} : Spread{v[(v.size() - 1) / 2], v.front(), v.back()};
-}
-
 // One summary row (repeat 0) per target, poll and point of `provider`'s runs.
 std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& provider) {
   std::vector<Row> out;

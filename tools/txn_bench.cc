@@ -41,10 +41,12 @@
 //   {"target":"farm","provider":"shm","transport":"shm","kind":"bank","dist":"uniform",
 //    "threads":1,"clients":3,"f":0,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
 //    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"remote_p50_us":..,"rpc_rtt_p50_us":..,
-//    "schema":2,"tool":"txn_bench","commit":..,"host":..,"seed":1,"duration_ms":..,
+//    "socket_rtt_p50_us":..,"repeat":1,"repeats":1,"schema":2,"tool":"txn_bench","commit":..,"host":..,"seed":1,"duration_ms":..,
 //    "warmup_ms":..,"cores_awake":true,"load_avg":..}
 // (tools/bench_driver.h's RunInfoJson; --cores_awake keeps every core out of idle for the whole
-// run, so that no target pays an idle core's wake-up per request).
+// run, so that no target pays an idle core's wake-up per request). With --repeat N every target
+// runs N times, taking turns, and a summary line per point follows (repeat 0: the runs' medians,
+// with tx_per_s_min/max and p50_us_min/max).
 // Exit status: 0 success, 1 runtime failure (or an audit that does not add up), 2 bad flags.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -122,6 +124,10 @@ ABSL_FLAG(std::string, targets, "farm,redis,redis-lua,postgres,postgres-fn",
           "(an interactive transaction of prepared statements), postgres-fn (one call of a "
           "PL/pgSQL function)");
 ABSL_FLAG(bool, json, false, "print one JSON object per point instead of a table");
+ABSL_FLAG(int, repeat, 1,
+          "runs of every target, taking turns (farm, redis, ..., farm, redis, ...: each run starts "
+          "its cluster or server afresh); above 1, a summary per point: the median and the spread "
+          "(min to max) of the runs");
 ABSL_FLAG(std::string, cpus, "",
           "pin everything (nodes, peer servers, peer clients) to these CPUs, e.g. 0-1 or 0,1; "
           "empty: leave the affinity as it is");
@@ -642,6 +648,8 @@ struct Row {
   double remote_p50 = 0;            // farm only: commits that sent messages
   double rpc_rtt = 0;               // msg_bench's, same provider (0: not measured)
   double socket_rtt = 0;            // a 64 B round trip on the peers' transport (0: not measured)
+  int repeat = 1, repeats = 1;      // the run (1..repeats); 0: the summary of every run
+  double tx_min = 0, tx_max = 0, p50_min = 0, p50_max = 0;  // the summary's spread
 };
 
 std::string JsonRow(const Row& r, const RunInfo& info) {
@@ -651,10 +659,15 @@ std::string JsonRow(const Row& r, const RunInfo& info) {
       "\"p50_us\":%.3f,"
       "\"p99_us\":%.3f,\"txn_p50_us\":%.3f,\"txn_p99_us\":%.3f,\"abort_rate\":%.5f,"
       "\"msg_rounds\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%.3f,"
-      "\"socket_rtt_p50_us\":%.3f%s}",
+      "\"socket_rtt_p50_us\":%.3f,\"repeat\":%d,\"repeats\":%d%s%s}",
       r.target, r.provider, r.transport, KindName(r.kind), DistributionName(r.dist), r.threads,
       r.clients, r.f, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
-      r.remote_p50, r.rpc_rtt, r.socket_rtt, RunInfoJson(info));
+      r.remote_p50, r.rpc_rtt, r.socket_rtt, r.repeat, r.repeats,
+      r.repeat == 0 ? absl::StrFormat(",\"tx_per_s_min\":%.1f,\"tx_per_s_max\":%.1f,"
+                                      "\"p50_us_min\":%.3f,\"p50_us_max\":%.3f",
+                                      r.tx_min, r.tx_max, r.p50_min, r.p50_max)
+                    : std::string(),
+      RunInfoJson(info));
 }
 
 // FaRM's message count: Pw*(f+3) one-sided writes + Pr one-sided READs.
@@ -1039,6 +1052,44 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
   }
 }
 
+// One summary row (repeat 0) per target, f and point of `provider`'s runs: the medians.
+std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& provider) {
+  std::vector<Row> out;
+  for (const Row& first : rows) {
+    if (first.provider != provider || first.repeat != 1) continue;
+    std::vector<double> tx, p50, p99, txn50, txn99, aborts, remote;
+    for (const Row& r : rows) {
+      if (r.provider != provider || r.repeat == 0 || r.target != first.target || r.f != first.f ||
+          r.kind != first.kind || r.dist != first.dist || r.threads != first.threads) {
+        continue;
+      }
+      tx.push_back(r.tx_per_s);
+      p50.push_back(r.p50);
+      p99.push_back(r.p99);
+      txn50.push_back(r.txn_p50);
+      txn99.push_back(r.txn_p99);
+      aborts.push_back(r.abort_rate);
+      remote.push_back(r.remote_p50);
+    }
+    Row s = first;
+    s.repeat = 0;
+    const Spread t = SpreadOf(tx), c = SpreadOf(p50);
+    s.tx_per_s = t.median;
+    s.tx_min = t.min;
+    s.tx_max = t.max;
+    s.p50 = c.median;
+    s.p50_min = c.min;
+    s.p50_max = c.max;
+    s.p99 = SpreadOf(p99).median;
+    s.txn_p50 = SpreadOf(txn50).median;
+    s.txn_p99 = SpreadOf(txn99).median;
+    s.abort_rate = SpreadOf(aborts).median;
+    s.remote_p50 = SpreadOf(remote).median;
+    out.push_back(s);
+  }
+  return out;
+}
+
 struct DriverOptions {
   Options bench;
   std::vector<std::string> providers;
@@ -1124,6 +1175,11 @@ int DriverMain() {
                  awake.why_not());
   }
   const RunInfo info{"txn_bench", o.seed, o.duration_ms, o.warmup_ms, awake.held()};
+  const int repeats = absl::GetFlag(FLAGS_repeat);
+  if (repeats < 1 || repeats > 100) {
+    spdlog::error("--repeat must be 1..100");
+    return kExitUsage;
+  }
   std::vector<Row> rows;
   bool failed = false;
   for (const std::string& provider : d->providers) {
@@ -1155,10 +1211,13 @@ int DriverMain() {
           TransportName(TransportFor(provider)).c_str(), socket_rtt);
       PrintTableHeader();
     }
+    int run = 1;
     auto print = [&](const Row& r) {
       Row with = r;
       with.rpc_rtt = rtt;
       with.socket_rtt = socket_rtt;
+      with.repeat = run;
+      with.repeats = repeats;
       rows.push_back(with);
       if (json) {
         std::printf("%s\n", JsonRow(with, info).c_str());
@@ -1188,15 +1247,44 @@ int DriverMain() {
     for (Peer peer : d->peers) {
       runs.emplace_back(PeerName(peer), [&, peer] { return RunPeer(peer, provider, o, print); });
     }
-    for (auto& [name, run] : runs) {
-      if (absl::Status s = run(); !s.ok()) {
-        spdlog::error("{} on {}: {}", name, provider, s.ToString());
-        failed = true;
+    // Every target once per run, so that the targets take turns.
+    for (run = 1; run <= repeats; ++run) {
+      for (auto& [name, target] : runs) {
+        if (absl::Status s = target(); !s.ok()) {
+          spdlog::error("{} on {}: {}", name, provider, s.ToString());
+          failed = true;
+        }
+      }
+    }
+    std::vector<Row> judged;
+    for (const Row& r : rows) {
+      if (r.provider == provider) judged.push_back(r);
+    }
+    if (repeats > 1) {
+      judged = Summaries(rows, provider);
+      if (!json) {
+        std::printf(
+            "median of %d runs (min - max):\n%-11s %1s %-11s %-9s %-9s %3s %10s %19s %9s "
+            "%17s %9s\n",
+            repeats, "target", "f", "transport", "kind", "dist", "thr", "tx/s", "(min - max)",
+            "commit50", "(min - max)", "commit99");
+      }
+      for (const Row& r : judged) {
+        rows.push_back(r);
+        if (json) {
+          std::printf("%s\n", JsonRow(r, info).c_str());
+        } else {
+          std::printf("%-11s %1d %-11s %-9s %-9s %3d %10.0f %19s %9.2f %17s %9.2f\n",
+                      r.target.c_str(), r.f, r.transport.c_str(), KindName(r.kind).c_str(),
+                      DistributionName(r.dist).c_str(), r.threads, r.tx_per_s,
+                      absl::StrFormat("(%.0f - %.0f)", r.tx_min, r.tx_max).c_str(), r.p50,
+                      absl::StrFormat("(%.2f - %.2f)", r.p50_min, r.p50_max).c_str(), r.p99);
+        }
       }
     }
     if (!json) {
-      std::printf("targets (issue 9):\n");
-      PrintTargets(rows, provider);
+      std::printf("targets (issue 9%s):\n", repeats > 1 ? ", on the runs' medians" : "");
+      PrintTargets(judged, provider);
     }
   }
   return failed ? kExitRuntime : 0;

@@ -81,7 +81,7 @@ echo "ok: f = 1"
 echo "== redis on a Unix socket"
 if command -v redis-server >/dev/null; then
   out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=redis,redis-lua --kinds=bank --dists=uniform \
-        --json 2>"$TMP/redis.err")
+        --repeat=2 --json 2>"$TMP/redis.err")
   rc=$?
   [ $rc = 0 ] || fail "txn_bench --targets=redis,redis-lua exited $rc: $(tail -20 "$TMP/redis.err")"
   # WATCH/MULTI/EXEC in 2 rounds, the script in 1; the audit (the sum kept) passed for both.
@@ -91,6 +91,13 @@ if command -v redis-server >/dev/null; then
     <<<"$out" || fail "no redis-lua line with 1 round: $out"
   grep -q '"target":"redis-lua".*"abort_rate":0\.00000' <<<"$out" ||
     fail "a script never aborts: $out"
+  # Two runs, the targets taking turns, then a median line per target with the spread.
+  order=$(grep -o '"target":"[a-z-]*","provider":"shm","transport":"unix","kind":"bank".*"repeat":[12],' \
+          <<<"$out" | grep -o '"target":"[a-z-]*"' | tr '\n' ' ')
+  [ "$order" = '"target":"redis" "target":"redis-lua" "target":"redis" "target":"redis-lua" ' ] ||
+    fail "the runs do not take turns: $order"
+  n=$(grep -c '"repeat":0,"repeats":2,"tx_per_s_min":[0-9.]*,"tx_per_s_max":[0-9.]*,"p50_us_min"' <<<"$out")
+  [ "$n" = 2 ] || fail "$n summary lines, not 2: $out"
   # The peers' transport reference, a Unix socket round trip, is on their lines.
   grep -q '"socket_rtt_p50_us":0\.000' <<<"$out" && fail "no socket reference: $out"
   for d in /tmp/bench_redis.*; do
@@ -126,7 +133,7 @@ fi
 
 echo "== bad flags exit 2"
 for bad in --threads=0 --kinds=write_3 --dists=normal --provider=nope --no_such_flag \
-           --duration_ms=abc --targets=mysql --cpus=x --f=3 --f=x --lease_ms=5; do
+           --duration_ms=abc --targets=mysql --cpus=x --f=3 --f=x --lease_ms=5 --repeat=0; do
   timeout 30 "$BENCH" "$bad" >"$TMP/bad.out" 2>&1
   rc=$?
   [ $rc = 2 ] || fail "$bad: exit $rc, not 2: $(cat "$TMP/bad.out")"
