@@ -198,6 +198,26 @@ CoresAwake::~CoresAwake() {
   if (fd_ >= 0) close(fd_);  // the request ends with the file
 }
 
+absl::StatusOr<uint64_t> ResidentBytesOf(int pid) {
+  const std::string path = absl::StrCat("/proc/", pid, "/status");
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return absl::NotFoundError(absl::StrCat(path, ": ", std::strerror(errno)));
+  char line[256];
+  uint64_t kib = 0;
+  bool found = false;
+  while (!found && std::fgets(line, sizeof(line), f) != nullptr) {
+    absl::string_view l(line);
+    if (absl::ConsumePrefix(&l, "VmRSS:")) {
+      l = absl::StripAsciiWhitespace(l);
+      found =
+          absl::ConsumeSuffix(&l, "kB") && absl::SimpleAtoi(absl::StripAsciiWhitespace(l), &kib);
+    }
+  }
+  std::fclose(f);
+  if (!found) return absl::InternalError(absl::StrCat(path, " has no VmRSS line"));
+  return kib * 1024;
+}
+
 double LoadAverage() {
   double l = 0;
   if (FILE* f = std::fopen("/proc/loadavg", "r"); f != nullptr) {

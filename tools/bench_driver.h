@@ -78,6 +78,9 @@ class CoresAwake {
   std::string why_not_;
 };
 
+// VmRSS of process `pid` in bytes (/proc/PID/status): what a store holds resident.
+absl::StatusOr<uint64_t> ResidentBytesOf(int pid);
+
 // The machine's 1-minute load average (/proc/loadavg): how busy it was, other work included.
 double LoadAverage();
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -140,6 +141,16 @@ absl::StatusOr<std::pair<int, int>> ConnectedPair(Transport t) {
 }
 
 }  // namespace
+
+absl::StatusOr<uint64_t> ScriptedServer::ResidentBytes() const {
+  const std::string path = absl::StrCat(dir_, "/", server_, ".pid");
+  FILE* f = std::fopen(path.c_str(), "r");
+  int pid = 0;
+  const bool read = f != nullptr && std::fscanf(f, "%d", &pid) == 1;
+  if (f != nullptr) std::fclose(f);
+  if (!read) return absl::NotFoundError(absl::StrCat("no pid in ", path));
+  return ResidentBytesOf(pid);
+}
 
 absl::StatusOr<double> SocketRoundTripP50(Transport t, int bytes, int iters,
                                           const std::string& cpus) {

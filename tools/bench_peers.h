@@ -49,6 +49,8 @@ class ScriptedServer {
   // Its TCP port on 127.0.0.1 (chosen free before the start; unused on Unix sockets).
   int port() const { return port_; }
   std::string UnixSocket(const std::string& name) const { return dir_ + "/" + name; }
+  // The server's resident memory (VmRSS of the process in its pid file, `<server>.pid`).
+  absl::StatusOr<uint64_t> ResidentBytes() const;
 
  private:
   ScriptedServer(std::string script, std::string server, int port)

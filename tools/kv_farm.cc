@@ -135,6 +135,12 @@ class FarmTarget : public KvTarget {
     r.method = absl::StrCat("kv::Client::Stats memory_bytes (", stats->size(),
                             " shards: buckets + overflow blocks + out-of-line slots) over items (",
                             inline_items, " inline, ", overflow, " overflow blocks)");
+    // The shard nodes this bench started (none when attached to a running cluster).
+    for (const std::unique_ptr<ChildProcess>& n : cluster_.nodes_) {
+      absl::StatusOr<uint64_t> rss = ResidentBytesOf(n->pid());
+      if (!rss.ok()) return rss.status();
+      r.resident_bytes += *rss;
+    }
     return r;
   }
 

@@ -244,6 +244,9 @@ class MemcachedTarget : public PeerTarget {
         "stats slabs total_malloced + stats hash_bytes over curr_items (items alone, stats "
         "bytes: ",
         items == 0 ? 0 : bytes / items, " B/item)");
+    absl::StatusOr<uint64_t> rss = server_->ResidentBytes();
+    if (!rss.ok()) return rss.status();
+    r.resident_bytes = *rss;
     return r;
   }
 };
@@ -340,6 +343,9 @@ class RedisTarget : public PeerTarget {
     r.items = static_cast<uint64_t>(size.integer);
     r.bytes = used > startup ? used - startup : 0;
     r.method = "INFO memory used_memory - used_memory_startup over DBSIZE";
+    absl::StatusOr<uint64_t> rss = server_->ResidentBytes();
+    if (!rss.ok()) return rss.status();
+    r.resident_bytes = *rss;
     return r;
   }
 

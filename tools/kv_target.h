@@ -45,7 +45,14 @@ struct MemoryReport {
   uint64_t items = 0;
   uint64_t bytes = 0;
   std::string method;  // e.g. "memcached stats: total_malloced + hash_bytes"
+  // Like with like for every store: the resident memory (VmRSS) of the store's processes, fixed
+  // costs included (farm: its shard nodes, whose regions are locked in memory whole); 0 when
+  // unknown (a cluster attached to, not started).
+  uint64_t resident_bytes = 0;
   double per_item() const { return items == 0 ? 0 : static_cast<double>(bytes) / items; }
+  double resident_per_item() const {
+    return items == 0 ? 0 : static_cast<double>(resident_bytes) / items;
+  }
 };
 
 // A store under test, started for the run and stopped on destruction.

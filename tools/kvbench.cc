@@ -373,6 +373,7 @@ struct Row {
   Point point;
   double ops_per_s = 0, p50 = 0, p99 = 0, p999 = 0;
   double bytes_per_item = 0;
+  double resident_per_item = 0;  // the store processes' VmRSS over items (0: unknown)
   double read_ref_p50 = 0;    // fabric_bench READ of a neighbourhood, same provider (0: none)
   double socket_ref_p50 = 0;  // peers: a 64-byte socket round trip on their transport (0: none)
   std::string poll = "none";  // farm: its nodes' and client's poll mode
@@ -388,7 +389,8 @@ std::string JsonRow(const Row& r, const Options& o) {
       "\"distribution\":\"%s\",\"threads\":%d,\"in_flight\":%d,\"ops_per_s\":%.1f,"
       "\"latency_of\":\"%s\",\"loop\":\"%s\",\"rate\":%.1f,\"missed_ops\":%d,"
       "\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"keys\":%d,\"key_size\":%d,"
-      "\"value_size\":%d,\"bytes_per_item\":%.1f,\"read_ref_p50_us\":%.3f,"
+      "\"value_size\":%d,\"bytes_per_item\":%.1f,\"resident_per_item\":%.1f,"
+      "\"read_ref_p50_us\":%.3f,"
       "\"socket_ref_p50_us\":%.3f,"
       "\"store_cpus\":\"%s\",\"client_cpus\":\"%s\",\"nodes\":%d,\"poll\":\"%s\","
       "\"repeat\":%d,\"repeats\":%d%s%s}",
@@ -396,8 +398,8 @@ std::string JsonRow(const Row& r, const Options& o) {
       DistributionName(r.point.dist), r.point.threads, r.point.in_flight, r.ops_per_s,
       r.point.in_flight > 1 ? "round" : "operation", o.rate > 0 ? "open" : "closed", o.rate,
       r.missed_ops, r.p50, r.p99, r.p999, o.space.keys, o.space.key_size, o.space.value_size,
-      r.bytes_per_item, r.read_ref_p50, r.socket_ref_p50, o.store_cpus, o.client_cpus, o.farm.nodes,
-      r.poll, r.repeat, o.repeat,
+      r.bytes_per_item, r.resident_per_item, r.read_ref_p50, r.socket_ref_p50, o.store_cpus,
+      o.client_cpus, o.farm.nodes, r.poll, r.repeat, o.repeat,
       r.repeat == 0 ? absl::StrFormat(",\"ops_per_s_min\":%.1f,\"ops_per_s_max\":%.1f,"
                                       "\"p50_us_min\":%.3f,\"p50_us_max\":%.3f",
                                       r.ops_min, r.ops_max, r.p50_min, r.p50_max)
@@ -576,8 +578,11 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider,
                                             "preloading ",
                                             o.space.keys, " keys"));
   }
-  spdlog::info("{} ({}): {:.1f} bytes per item ({})", t.name(), t.transport(), memory->per_item(),
-               memory->method);
+  spdlog::info(
+      "{} ({}): {:.1f} bytes per item ({}); {:.1f} resident bytes per item (the store "
+      "processes' VmRSS, {} bytes)",
+      t.name(), t.transport(), memory->per_item(), memory->method, memory->resident_per_item(),
+      memory->resident_bytes);
   std::vector<std::unique_ptr<KvConnection>> conns;
   std::vector<ReadCheck> checks;  // thread i's: writer i + 1, kept over every point
   std::vector<uint64_t> counts(static_cast<size_t>(o.max_threads()));  // thread i's updates
@@ -615,6 +620,7 @@ absl::Status RunTarget(KvTarget& t, bool preload, const std::string& provider,
           t.name(), t.transport(), r->missed_ops, o.rate);
     }
     row.bytes_per_item = memory->per_item();
+    row.resident_per_item = memory->resident_per_item();
     row.read_ref_p50 = read_ref;
     row.socket_ref_p50 = socket_ref;
     row.poll = poll;
@@ -867,13 +873,17 @@ int DriverMain() {
                                         o->rate)
                             .c_str()
                       : "");
-      std::printf("memory per item:\n");
-      std::map<std::string, double> seen;
+      std::printf("memory per item (the store's own count; resident: its processes' VmRSS):\n");
+      std::map<std::string, std::pair<double, double>> seen;
       for (const Row& r : rows) {
-        if (r.provider == provider)
-          seen[absl::StrCat(r.target, " (", r.transport, ")")] = r.bytes_per_item;
+        if (r.provider == provider) {
+          seen[absl::StrCat(r.target, " (", r.transport, ")")] = {r.bytes_per_item,
+                                                                  r.resident_per_item};
+        }
       }
-      for (const auto& [what, bytes] : seen) std::printf("  %-22s %8.1f B\n", what.c_str(), bytes);
+      for (const auto& [what, bytes] : seen) {
+        std::printf("  %-22s %8.1f B, resident %8.1f B\n", what.c_str(), bytes.first, bytes.second);
+      }
       std::printf("targets (issue%s):\n", o->repeat > 1 ? ", on the runs' medians" : "");
       PrintTargets(judged, provider);
     }

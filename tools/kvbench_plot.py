@@ -48,6 +48,10 @@ def read_rows(paths):
             if row.get("poll") == "adaptive":
                 row["target"] += "/adaptive"
             rows.append(row)
+    # Repeated runs (kvbench --repeat N): the summary lines (repeat 0, the runs' medians) stand
+    # for their points.
+    if any(r.get("repeat") == 0 for r in rows):
+        rows = [r for r in rows if r.get("repeat") == 0]
     return rows
 
 

@@ -20,7 +20,7 @@ fail() {
 tiny=(--keys=300 --threads=1,2 --in_flight=1,4 --duration_ms=250 --warmup_ms=20
       --read_ref_iters=200 --socket_ref_iters=200 --timeout_s=60 --load_threads=2)
 keys=(target provider transport workload distribution threads in_flight ops_per_s p50_us p99_us
-      p999_us bytes_per_item read_ref_p50_us socket_ref_p50_us schema tool commit host seed
+      p999_us bytes_per_item resident_per_item read_ref_p50_us socket_ref_p50_us schema tool commit host seed
       duration_ms warmup_ms cores_awake load_avg)
 
 # A bench killed half-way (e.g. by this test's timeout) cannot stop the servers it started: on
@@ -78,6 +78,8 @@ rc=$?
 [ $rc = 0 ] || fail "kvbench exited $rc: $(tail -20 "$TMP/shm.err")"
 # 3 workloads x 2 distributions x 2 thread counts x 2 in-flight counts per target.
 check_json "$out" $((24 * ${#want_targets[@]})) "${want_targets[@]}"
+# Every store started here has its processes' resident memory counted.
+grep -q '"resident_per_item":0\.0,' <<<"$out" && fail "a target reports no resident memory:"$'\n'"$out"
 grep -q '"target":"farm","provider":"shm","transport":"shm","workload":"ycsb-b"' <<<"$out" ||
   fail "no farm/shm ycsb-b line"
 # Every target's reads were judged for read-your-writes (ycsb-b and w update, so some reads follow
@@ -115,7 +117,8 @@ for poll in busy adaptive; do
   grep -qE "^farm +tcp;ofi_rxm +$poll +ycsb-b +zipf +1 +4 " <<<"$out" ||
     fail "no farm row polling $poll: $out"
 done
-grep -qE '^  farm \(tcp;ofi_rxm\) +[0-9.]+ B' <<<"$out" || fail "no farm memory per item: $out"
+grep -qE '^  farm \(tcp;ofi_rxm\) +[0-9.]+ B, resident +[1-9][0-9.]* B' <<<"$out" ||
+  fail "no farm memory per item: $out"
 if [ $have_peers = 1 ]; then
   grep -qE '^memcached +tcp +- +ycsb-b' <<<"$out" || fail "no memcached row over TCP: $out"
   grep -qE '^redis +tcp +- +ycsb-b' <<<"$out" || fail "no redis row over TCP: $out"

@@ -108,6 +108,11 @@ ABSL_FLAG(int, nodes, 3, "node processes in the farm cluster (2..8)");
 ABSL_FLAG(int, active_nodes, 0,
           "nodes that run client threads (the first ones; the others only serve their objects); "
           "0: all. The peers get threads x active nodes clients");
+ABSL_FLAG(bool, client_node, false,
+          "farm's client threads run on one more node that holds no objects (a process of its "
+          "own, as the peers' clients are: every commit sends its messages), and the --nodes data "
+          "nodes run none; false: every node (or --active_nodes) runs clients beside its objects, "
+          "so a transaction on local objects sends no message");
 ABSL_FLAG(std::string, f, "0",
           "backups per region of the farm cluster (FaRM's f), a comma-separated list: each value "
           "runs a cluster of its own, every node process its own failure domain (e.g. 0,1 shows "
@@ -177,7 +182,8 @@ struct Options {
   double theta = 0.99;
   uint64_t objects = 0;
   int nodes = 3;
-  int active_nodes = 3;  // nodes 0 .. active_nodes-1 run clients
+  int active_nodes = 3;      // nodes 0 .. active_nodes-1 run clients (without client_node)
+  bool client_node = false;  // node `nodes` (late, no objects) runs every client
   int duration_ms = 0, warmup_ms = 0, timeout_s = 0;
   uint64_t seed = 0;
 
@@ -191,6 +197,17 @@ struct Options {
     return out;
   }
   absl::Duration PointTime() const { return absl::Milliseconds(duration_ms + warmup_ms); }
+  // Node processes: the data nodes, and the client node.
+  int processes() const { return nodes + (client_node ? 1 : 0); }
+  bool RunsClients(uint32_t node) const {
+    return client_node ? static_cast<int>(node) == nodes : static_cast<int>(node) < active_nodes;
+  }
+  // Client threads in all at `threads` per client-running node.
+  int Clients(int threads) const { return threads * (client_node ? 1 : active_nodes); }
+  // The node whose clients a peer's client `i` plays (at `threads` per node).
+  uint32_t NodeOfClient(int i, int threads) const {
+    return static_cast<uint32_t>(client_node ? nodes : i / threads);
+  }
 };
 
 absl::StatusOr<Options> OptionsFromFlags() {
@@ -211,6 +228,10 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.theta = absl::GetFlag(FLAGS_zipf_theta);
   o.nodes = absl::GetFlag(FLAGS_nodes);
   o.active_nodes = absl::GetFlag(FLAGS_active_nodes);
+  o.client_node = absl::GetFlag(FLAGS_client_node);
+  if (o.client_node && o.active_nodes != 0) {
+    return absl::InvalidArgumentError("--client_node and --active_nodes exclude each other");
+  }
   if (o.active_nodes == 0) o.active_nodes = o.nodes;
   o.duration_ms = absl::GetFlag(FLAGS_duration_ms);
   o.warmup_ms = absl::GetFlag(FLAGS_warmup_ms);
@@ -370,7 +391,9 @@ struct Cluster {
   std::vector<std::unique_ptr<Worker>> workers;
 };
 
-absl::StatusOr<std::vector<uint64_t>> AllocateObjects(Worker& w, uint64_t n) {
+// Node 0 allocates the objects: spread over every member by rendezvous hashing, or with a
+// client node round-robin over the data nodes 0 .. data_nodes-1 only.
+absl::StatusOr<std::vector<uint64_t>> AllocateObjects(Worker& w, uint64_t n, const Options& o) {
   std::vector<uint64_t> packed;
   for (uint64_t begin = 0; begin < n; begin += kAllocBatch) {
     const uint64_t end = std::min<uint64_t>(n, begin + kAllocBatch);
@@ -378,7 +401,9 @@ absl::StatusOr<std::vector<uint64_t>> AllocateObjects(Worker& w, uint64_t n) {
     absl::Status s = w.Run([&](Txn& t) -> absl::Status {
       batch.clear();
       for (uint64_t i = begin; i < end; ++i) {
-        absl::StatusOr<GlobalAddress> a = t.Alloc(sizeof(int64_t), AllocHint::Anywhere(i));
+        const AllocHint hint = o.client_node ? AllocHint::OnNode(static_cast<uint32_t>(i % o.nodes))
+                                             : AllocHint::Anywhere(i);
+        absl::StatusOr<GlobalAddress> a = t.Alloc(sizeof(int64_t), hint);
         if (!a.ok()) return a.status();
         if (absl::Status p = t.Put(*a, kInitialValue); !p.ok()) return p;
         batch.push_back(a->Pack());
@@ -418,7 +443,8 @@ absl::Status PrepareCluster(Runtime& rt, Cluster* c) {
   if (!w.ok()) return w.status();
   const absl::Time t0 = absl::Now();
   absl::StatusOr<std::vector<uint64_t>> packed =
-      rt.node_id() == 0 ? AllocateObjects(**w, c->options.objects) : FetchObjects(**w, c->options);
+      rt.node_id() == 0 ? AllocateObjects(**w, c->options.objects, c->options)
+                        : FetchObjects(**w, c->options);
   if (!packed.ok()) return packed.status();
   if (rt.node_id() == 0) {
     TheConductor().Publish(*packed);
@@ -468,7 +494,7 @@ NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser&
   NodeResult r;
   r.point = index;
   r.node = c.rt->node_id();
-  const int clients = static_cast<int>(r.node) < c.options.active_nodes ? p.threads : 0;
+  const int clients = c.options.RunsClients(r.node) ? p.threads : 0;
   std::vector<NodeResult> per(clients);
   std::vector<absl::Status> status(clients);
   const Window window = Window::After(c.options.warmup_ms, c.options.duration_ms);
@@ -515,7 +541,7 @@ NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser&
 
 // Every node waits here until all have arrived at `point`. Cancelled when node 0 gave up.
 absl::Status Barrier(Cluster& c, int point) {
-  const size_t n = static_cast<size_t>(c.options.nodes);
+  const size_t n = static_cast<size_t>(c.options.processes());
   const absl::Duration timeout = absl::Seconds(c.options.timeout_s);
   if (c.rt->node_id() == 0) {
     TheConductor().Arrive(point, 0);
@@ -596,7 +622,7 @@ absl::Status RunPoints(Cluster& c) {
     }
     TheConductor().AddResult(mine);
     std::vector<NodeResult> all;
-    if (!TheConductor().AwaitResults(static_cast<int>(i), c.options.nodes,
+    if (!TheConductor().AwaitResults(static_cast<int>(i), c.options.processes(),
                                      c.options.PointTime() + absl::Seconds(c.options.timeout_s),
                                      &all)) {
       return absl::DeadlineExceededError("not every node sent its result");
@@ -613,9 +639,11 @@ absl::Status NodeRun(Runtime& rt) {
   Cluster c;
   c.rt = &rt;
   c.options = *o;
-  if (rt.members().size() != static_cast<size_t>(o->nodes)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the cluster has ", rt.members().size(), " nodes, not ", o->nodes));
+  // The data nodes form the cluster; the client node (late) may or may not have joined yet.
+  const size_t members = rt.members().size();
+  if (members < static_cast<size_t>(o->nodes) || members > static_cast<size_t>(o->processes())) {
+    return absl::FailedPreconditionError(absl::StrCat("the cluster has ", members, " nodes, not ",
+                                                      o->nodes, o->client_node ? " (+1)" : ""));
   }
   absl::Status s = PrepareCluster(rt, &c);
   if (s.ok()) s = RunPoints(c);
@@ -650,6 +678,10 @@ struct Row {
   double socket_rtt = 0;            // a 64 B round trip on the peers' transport (0: not measured)
   int repeat = 1, repeats = 1;      // the run (1..repeats); 0: the summary of every run
   double tx_min = 0, tx_max = 0, p50_min = 0, p50_max = 0;  // the summary's spread
+  // Where the clients ran: "data_nodes" (farm's clients beside the objects), "client_node"
+  // (farm's clients on a node of their own), "client_process" (a peer's clients).
+  std::string placement = "client_process";
+  std::string poll = "none";  // farm: its nodes' poll mode (--poll)
 };
 
 std::string JsonRow(const Row& r, const RunInfo& info) {
@@ -659,10 +691,11 @@ std::string JsonRow(const Row& r, const RunInfo& info) {
       "\"p50_us\":%.3f,"
       "\"p99_us\":%.3f,\"txn_p50_us\":%.3f,\"txn_p99_us\":%.3f,\"abort_rate\":%.5f,"
       "\"msg_rounds\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%.3f,"
-      "\"socket_rtt_p50_us\":%.3f,\"repeat\":%d,\"repeats\":%d%s%s}",
+      "\"socket_rtt_p50_us\":%.3f,\"placement\":\"%s\",\"poll\":\"%s\",\"repeat\":%d,\"repeats\":%"
+      "d%s%s}",
       r.target, r.provider, r.transport, KindName(r.kind), DistributionName(r.dist), r.threads,
       r.clients, r.f, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
-      r.remote_p50, r.rpc_rtt, r.socket_rtt, r.repeat, r.repeats,
+      r.remote_p50, r.rpc_rtt, r.socket_rtt, r.placement, r.poll, r.repeat, r.repeats,
       r.repeat == 0 ? absl::StrFormat(",\"tx_per_s_min\":%.1f,\"tx_per_s_max\":%.1f,"
                                       "\"p50_us_min\":%.3f,\"p50_us_max\":%.3f",
                                       r.tx_min, r.tx_max, r.p50_min, r.p50_max)
@@ -738,8 +771,11 @@ absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provi
 absl::StatusOr<std::string> WriteClusterConfig(const std::string& provider, int f, int lease_ms,
                                                const Options& o, TempDir& dir) {
   absl::StatusOr<config::ClusterConfig> cfg =
-      LocalClusterConfig(o.nodes, provider, absl::GetFlag(FLAGS_host));
+      LocalClusterConfig(o.processes(), provider, absl::GetFlag(FLAGS_host));
   if (!cfg.ok()) return cfg.status();
+  // The client node joins the formed cluster; its objects are placed on the data nodes only
+  // (AllocateObjects).
+  if (o.client_node) cfg->mutable_node(o.nodes)->set_late(true);
   // Every node process is a failure domain of its own (as //tools:cluster makes them).
   cfg->set_f(static_cast<uint32_t>(f));
   if (lease_ms > 0) cfg->set_lease_ms(static_cast<uint32_t>(lease_ms));
@@ -770,8 +806,9 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnNode(int i, const std::string
       absl::StrCat("--poll=", absl::GetFlag(FLAGS_poll)),
       absl::StrCat("--log_level=", log_level == "info" ? "warn" : log_level),
       absl::StrCat("--workers=", kMaxThreads + 2)};
-  for (const char* flag : {"threads", "kinds", "dists", "zipf_theta", "objects", "nodes",
-                           "active_nodes", "duration_ms", "warmup_ms", "timeout_s", "seed"}) {
+  for (const char* flag :
+       {"threads", "kinds", "dists", "zipf_theta", "objects", "nodes", "active_nodes",
+        "client_node", "duration_ms", "warmup_ms", "timeout_s", "seed"}) {
     args.push_back(absl::StrCat("--", flag, "=", absl::FindCommandLineFlag(flag)->CurrentValue()));
   }
   return ChildProcess::SpawnSelf(args);
@@ -792,7 +829,9 @@ absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, cons
     if (absl::StartsWith(rest, "RESULT ")) {
       absl::StatusOr<Row> r = ParseResult(rest, provider);
       if (!r.ok()) return r.status();
-      r->clients = r->threads * o.active_nodes;
+      r->clients = o.Clients(r->threads);
+      r->placement = o.client_node ? "client_node" : "data_nodes";
+      r->poll = absl::GetFlag(FLAGS_poll);
       print(*r);
     } else if (absl::StartsWith(rest, "LEASE ")) {
       if (lease_lines != nullptr) lease_lines->push_back(std::string(rest));
@@ -872,7 +911,7 @@ absl::Status RunFarm(const std::string& provider, int f, int lease_ms, const Opt
   // From the first node's start to the last lease line: what the scheduler did meanwhile.
   SchedProbe probe;
   std::vector<std::unique_ptr<ChildProcess>> nodes;
-  for (int i = 0; i < o.nodes; ++i) {
+  for (int i = 0; i < o.processes(); ++i) {
     absl::StatusOr<std::unique_ptr<ChildProcess>> child = SpawnNode(i, *config, provider);
     if (!child.ok()) return child.status();
     nodes.push_back(std::move(*child));
@@ -896,7 +935,7 @@ absl::Status RunFarm(const std::string& provider, int f, int lease_ms, const Opt
   lease.provider = provider;
   lease.f = f;
   lease.lease_ms = lease_ms > 0 ? lease_ms : static_cast<int>(kDefaultLeaseMs);
-  lease.nodes = o.nodes;
+  lease.nodes = o.processes();
   for (const std::string& l : lease_lines) AddLeaseLine(l, &lease);
   for (auto& n : nodes) {
     const std::string how = n->Stop(absl::Seconds(status.ok() ? 30 : 2));
@@ -930,9 +969,10 @@ absl::StatusOr<ClientStats> RunPeerPoint(PeerStore& store, const Point& p, size_
       Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
         return conns[i]->Transfer(objects[0], objects[1], commit_us);
       };
-      // Client i plays farm's thread i % threads of node i / threads: the same seed, so the
-      // same transfers in the same order.
-      const uint64_t seed = ClientSeed(o, index, (i / p.threads) * kMaxThreads + i % p.threads);
+      // Client i plays farm's thread i % threads of node i / threads (of the client node with
+      // --client_node): the same seed, so the same transfers in the same order.
+      const uint64_t seed = ClientSeed(
+          o, index, uint64_t{o.NodeOfClient(i, p.threads)} * kMaxThreads + i % p.threads);
       status[i] = RunClient(keys, Kind::kBank, window, seed, attempt, &stats[i]);
     });
   }
@@ -961,7 +1001,7 @@ absl::Status RunPeer(Peer peer, const std::string& provider, const Options& o,
     const Point& p = points[index];
     if (p.kind != Kind::kBank) continue;
     Row r;
-    r.clients = p.threads * o.active_nodes;
+    r.clients = o.Clients(p.threads);
     absl::StatusOr<ClientStats> all = RunPeerPoint(**store, p, index, r.clients, o);
     if (!all.ok()) return all.status();
     r.target = PeerName(peer);
@@ -1202,11 +1242,12 @@ int DriverMain() {
     }
     if (!json) {
       std::printf(
-          "\ntxn_bench: provider %s, %d nodes, poll %s, %d objects, %d ms per point "
+          "\ntxn_bench: provider %s, %d nodes%s, poll %s, %d objects, %d ms per point "
           "(+%d ms warm-up), cpus %s, cores %s; msg_bench 64 B RPC p50 %.2f us; 64 B %s socket "
           "round trip p50 %.2f us\n",
-          provider.c_str(), o.nodes, absl::GetFlag(FLAGS_poll).c_str(), static_cast<int>(o.objects),
-          o.duration_ms, o.warmup_ms, AffinityText().c_str(),
+          provider.c_str(), o.nodes, o.client_node ? " (+ a client node running every client)" : "",
+          absl::GetFlag(FLAGS_poll).c_str(), static_cast<int>(o.objects), o.duration_ms,
+          o.warmup_ms, AffinityText().c_str(),
           info.cores_awake ? "kept out of idle" : "left to idle", rtt,
           TransportName(TransportFor(provider)).c_str(), socket_rtt);
       PrintTableHeader();

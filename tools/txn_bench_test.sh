@@ -78,6 +78,20 @@ grep -q '"kind":"bank".*"f":1,.*"msg_rounds":3' <<<"$out" || fail "f=1 bank line
 grep -q 'AUDIT .* ok' "$TMP/f1.err" || fail "no successful audit with f=1: $(tail -5 "$TMP/f1.err")"
 echo "ok: f = 1"
 
+echo "== farm's clients on a node of their own (--client_node): placement, clients, audit"
+out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=farm --client_node --kinds=bank,write_1 \
+  --dists=uniform --json 2>"$TMP/cn.err")
+rc=$?
+[ $rc = 0 ] || fail "txn_bench --client_node exited $rc: $(tail -20 "$TMP/cn.err")"
+n=$(grep -c '"target":"farm",.*"threads":1,"clients":1,.*"placement":"client_node"' <<<"$out")
+[ "$n" = 2 ] || fail "$n client-node lines, not 2: $out"
+# The client node holds no objects: every commit sends messages, so the remote commits' p50 is
+# every commit's.
+grep -q '"kind":"write_1".*"remote_p50_us":0\.000' <<<"$out" && fail "no remote commits: $out"
+grep -q '"nodes":4,"nodes_reported":4' <<<"$out" || fail "the lease line lacks the client node: $out"
+grep -q 'AUDIT .* ok' "$TMP/cn.err" || fail "no successful audit: $(tail -5 "$TMP/cn.err")"
+echo "ok: client node"
+
 echo "== redis on a Unix socket"
 if command -v redis-server >/dev/null; then
   out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=redis,redis-lua --kinds=bank --dists=uniform \
@@ -133,8 +147,10 @@ fi
 
 echo "== bad flags exit 2"
 for bad in --threads=0 --kinds=write_3 --dists=normal --provider=nope --no_such_flag \
-           --duration_ms=abc --targets=mysql --cpus=x --f=3 --f=x --lease_ms=5 --repeat=0; do
-  timeout 30 "$BENCH" "$bad" >"$TMP/bad.out" 2>&1
+           --duration_ms=abc --targets=mysql --cpus=x --f=3 --f=x --lease_ms=5 --repeat=0 \
+           "--client_node --active_nodes=1"; do
+  # shellcheck disable=SC2086  # "--client_node --active_nodes=1" is two flags
+  timeout 30 "$BENCH" $bad >"$TMP/bad.out" 2>&1
   rc=$?
   [ $rc = 2 ] || fail "$bad: exit $rc, not 2: $(cat "$TMP/bad.out")"
   [ -s "$TMP/bad.out" ] || fail "$bad: no message"
