@@ -84,8 +84,11 @@ absl::StatusOr<uint64_t> ResidentBytesOf(int pid);
 // The machine's 1-minute load average (/proc/loadavg): how busy it was, other work included.
 double LoadAverage();
 
-// The source the tool was built from: `git describe --always --dirty` of the workspace (bazel
-// run's BUILD_WORKSPACE_DIRECTORY, else the current directory), "unknown" outside a checkout.
+// The checkout the tool runs in: `git describe --always --dirty` of the workspace (bazel run's
+// BUILD_WORKSPACE_DIRECTORY, else the current directory), "unknown" outside a checkout. Under
+// `bazel run`, which builds first, that is also what the binary was built from; a binary run
+// directly from bazel-bin while the tree is being edited says "-dirty" whatever it was built
+// from.
 std::string SourceCommit();
 
 // What every JSON line of a benchmark driver says about its run (schema version 2).
