@@ -163,7 +163,7 @@ absl::StatusOr<double> SocketRoundTripP50(Transport t, int bytes, int iters,
   }
   absl::StatusOr<std::pair<int, int>> pair = ConnectedPair(t);
   if (!pair.ok()) return pair.status();
-  const auto [client, server] = *pair;
+  const int client = pair->first, server = pair->second;
   std::thread echo([server, bytes, &cpu_list] {
     if (!cpu_list.empty()) {
       cpu_set_t set;
