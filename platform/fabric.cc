@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -12,6 +11,7 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -39,6 +39,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "platform/clock.h"
+#include "platform/doorbell.h"
 #include "platform/fault_injection_hook.h"
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
@@ -501,6 +502,13 @@ struct Fabric::Handles {
   absl::flat_hash_map<PeerId, std::shared_ptr<LocalShmEndpoint>> local_peers
       ABSL_GUARDED_BY(peers_mu);
   std::atomic<bool> has_local_peers{false};
+
+  // shm: the doorbells of peers on this host (all of them: shm reaches no other), by PeerId
+  // (fi_addr_t: small, in insertion order), rung after every post to them. A peer whose id does
+  // not fit, or that has no doorbell, is not rung (a sleeping peer then serves us late).
+  static constexpr size_t kMaxBellPeers = 1024;
+  std::vector<std::unique_ptr<Doorbell>> peer_bells ABSL_GUARDED_BY(peers_mu);
+  std::array<std::atomic<Doorbell*>, kMaxBellPeers> bell_of{};
 };
 
 struct FabricChannel::Handles {
@@ -836,14 +844,23 @@ namespace {
 // name. A process killed with SIGKILL leaves that file behind, and a later process that gets the
 // same id cannot enable its endpoint ("Device or resource busy"). Our own names carry a random
 // part, and files of ours whose process is gone are removed first. A no-op on other providers.
-absl::Status NameShmEndpoint(const std::string& provider, fid_ep* ep) {
+// Sets *name to the name given.
+absl::Status NameShmEndpoint(const std::string& provider, fid_ep* ep, std::string* name) {
   if (provider != "shm") return absl::OkStatus();
   RemoveStaleShmFiles();
   const std::string own = ShmEndpointName();
   if (int ret = fi_setname(&ep->fid, const_cast<char*>(own.c_str()), own.size() + 1); ret != 0) {
     return absl::UnavailableError(FiError("fi_setname", ret));
   }
+  *name = own;
   return absl::OkStatus();
+}
+
+// The doorbell of the shm endpoint named `name` (a peer's address: the name and a NUL), a file
+// beside the endpoint's own in /dev/shm, whose name RemoveStaleShmFiles also recognises.
+std::string ShmDoorbellPath(absl::string_view name) {
+  while (!name.empty() && name.back() == '\0') name.remove_suffix(1);
+  return absl::StrCat("/dev/shm/", name, ".bell");
 }
 
 }  // namespace
@@ -883,7 +900,14 @@ absl::Status Fabric::OpenEndpoint() {
       (ret = fi_ep_bind(h.ep, &h.remote_cntr->fid, FI_REMOTE_READ | FI_REMOTE_WRITE)) != 0) {
     return absl::UnavailableError(FiError("fi_ep_bind(counter)", ret));
   }
-  if (absl::Status st = NameShmEndpoint(provider_, h.ep); !st.ok()) return st;
+  std::string shm_name;
+  if (absl::Status st = NameShmEndpoint(provider_, h.ep, &shm_name); !st.ok()) return st;
+  if (!shm_name.empty()) {
+    // Before the address exists: a peer that learns it finds the doorbell.
+    absl::StatusOr<std::unique_ptr<Doorbell>> bell = Doorbell::Create(ShmDoorbellPath(shm_name));
+    if (!bell.ok()) return bell.status();
+    bell_ = std::move(*bell);
+  }
   if (absl::Status st = EnableResult("fi_enable", ProviderCall([&] { return fi_enable(h.ep); }));
       !st.ok()) {
     return st;
@@ -1094,8 +1118,22 @@ absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
     return absl::InvalidArgumentError(absl::StrCat("fi_av_insert rejected a peer address of ",
                                                    address.size(), " bytes (", n, ")"));
   }
+  std::unique_ptr<Doorbell> bell;
+  if (provider_ == "shm" && static_cast<PeerId>(addr) < Handles::kMaxBellPeers) {
+    absl::StatusOr<std::unique_ptr<Doorbell>> opened = Doorbell::Open(ShmDoorbellPath(address));
+    if (opened.ok()) {
+      bell = std::move(*opened);
+    } else {
+      spdlog::warn("peer {} has no usable doorbell ({}): while it sleeps, it serves this node late",
+                   addr, opened.status().ToString());
+    }
+  }
   farm::MutexLock l(&h_->peers_mu);
   h_->rdm_addresses[static_cast<PeerId>(addr)] = std::string(address);
+  if (bell != nullptr) {
+    h_->bell_of[addr].store(bell.get(), std::memory_order_release);
+    h_->peer_bells.push_back(std::move(bell));
+  }
   if (provider_ == "shm") {
     if (auto local = LocalShmEndpoints::Get().Find(std::string(address)); local != nullptr) {
       h_->local_peers[static_cast<PeerId>(addr)] = std::move(local);
@@ -1233,6 +1271,16 @@ int Fabric::RemoteAccesses() {
 int Fabric::WaitForProgress(absl::Duration max_wait) {
   int done = Progress();
   if (done > 0) return done;
+  if (bell_ != nullptr) {
+    // The doorbell's protocol (platform/doorbell.h): raise the flag, look once more, sleep.
+    const uint32_t ticket = bell_->PrepareSleep();
+    if ((done = Progress()) > 0) {
+      bell_->CancelSleep();
+      return done;
+    }
+    const bool rung = bell_->Sleep(ticket, max_wait);
+    return Progress() + (rung ? 1 : 0);
+  }
   if (wait_fd_ < 0) {
     absl::SleepFor(max_wait);
     return Progress();
@@ -1250,6 +1298,10 @@ int Fabric::WaitForProgress(absl::Duration max_wait) {
   const timespec ts = absl::ToTimespec(max_wait);
   const int ready = ppoll(&p, 1, &ts, nullptr);
   return Progress() + (ready > 0 ? 1 : 0);
+}
+
+void Fabric::Wake() {
+  if (bell_ != nullptr) bell_->Ring();
 }
 
 absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, RemoteBuffer remote,
@@ -1323,6 +1375,12 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
     }
     if (gate_turn.owns_lock()) gate_turn.unlock();
     if (turn.owns_lock()) turn.unlock();
+    if ((ret == 0 || ret == -FI_EAGAIN) && peer < Handles::kMaxBellPeers) {
+      // A same-host peer whose poller sleeps would serve the operation only when it wakes; and
+      // what makes shm push back is mostly the peer's progress (its queue is full, or it has
+      // yet to answer our first contact), so a post that must retry rings too.
+      if (Doorbell* bell = h_->bell_of[peer].load(std::memory_order_acquire)) bell->Ring();
+    }
     if (ret == 0) return absl::OkStatus();
     if (ret != -FI_EAGAIN) {
       return absl::UnavailableError(FiError(is_read ? "fi_read" : "fi_write", ret));
@@ -1550,7 +1608,8 @@ absl::Status FabricChannel::Open() {
   if ((ret = fi_ep_bind(h.ep, &h.cq->fid, FI_TRANSMIT | FI_RECV)) != 0) {
     return absl::UnavailableError(FiError("fi_ep_bind(cq)", ret));
   }
-  if (absl::Status st = NameShmEndpoint(fabric_->provider(), h.ep); !st.ok()) return st;
+  std::string shm_name;  // a channel only initiates: it needs no doorbell
+  if (absl::Status st = NameShmEndpoint(fabric_->provider(), h.ep, &shm_name); !st.ok()) return st;
   if (absl::Status st = EnableResult("fi_enable", ProviderCall([&] { return fi_enable(h.ep); }));
       !st.ok()) {
     return st;

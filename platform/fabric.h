@@ -59,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "platform/doorbell.h"
 #include "platform/mutex.h"
 
 namespace farm {
@@ -239,18 +240,26 @@ class Fabric {
   // counts); 0 means max_wait passed quietly. For the poller of an idle node: unlike a sleep, a
   // peer's operation does not wait for the sleep to end.
   //
-  // Blocking needs a completion queue with a file-descriptor wait object (can_wait()): tcp and
-  // tcp;ofi_rxm have one. Elsewhere this sleeps for max_wait and then progresses: shm's queue
-  // can only wait by yielding the CPU, and verbs serves peers' operations in hardware, without
-  // this node's progress. Safe to call concurrently with Progress(); meant for one thread.
+  // Blocking needs a completion queue with a file-descriptor wait object (tcp and tcp;ofi_rxm
+  // have one) or, on shm (whose queue has none), the endpoint's doorbell (platform/doorbell.h):
+  // a same-host peer that posts an operation to this endpoint while it sleeps wakes it. Elsewhere
+  // (verbs, which serves peers' operations in hardware, without this node's progress) this
+  // sleeps for max_wait and then progresses. Safe to call concurrently with Progress(); meant
+  // for one thread.
   int WaitForProgress(absl::Duration max_wait);
+  // Ends a WaitForProgress that sleeps on the doorbell now (so a poller stops without waiting
+  // out its sleep); a no-op without one.
+  void Wake();
   // MSG: connections this endpoint accepted (peers' main endpoints and channels) that are still
   // open; a connection its peer closed is closed here by the next Progress calls that read the
   // event queue. 0 for RDM.
   int accepted_connections() const;
 
-  // True if WaitForProgress blocks on the provider's wait object instead of sleeping.
-  bool can_wait() const { return wait_fd_ >= 0; }
+  // True if WaitForProgress blocks on the provider's wait object or the doorbell instead of
+  // sleeping.
+  bool can_wait() const { return wait_fd_ >= 0 || bell_ != nullptr; }
+  // shm: this endpoint's doorbell (peers ring it after posting to us), else null.
+  const Doorbell* doorbell() const { return bell_.get(); }
 
   // shm endpoints of this process that were closed while another shm endpoint of this process
   // was open, and are kept open until the last one closes (see Fabric::~Fabric).
@@ -311,6 +320,7 @@ class Fabric {
   alignas(64) char fence_buffer_[64] = {};
   std::unique_ptr<MemoryRegistration> fence_mr_;
   int wait_fd_ = -1;               // The CQ's wait object (owned by libfabric), or -1.
+  std::unique_ptr<Doorbell> bell_;  // shm: see doorbell()
   // shm only: this process's posts to one peer take turns on a sleeping lock (by PeerId, striped).
   // shm holds a spinlock in the peer's shared memory across the whole operation (a READ's
   // process_vm_readv included); when this process's threads outnumber its cores, a thread

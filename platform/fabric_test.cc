@@ -347,6 +347,56 @@ TEST_CASE("a post that finds the provider busy ends with the batch's abandon err
   CHECK(next.Wait(absl::Seconds(10)).ok());
 }
 
+TEST_CASE("an shm target asleep on its doorbell is woken by a peer's WRITE and READ", "[fabric]") {
+  auto provider = GENERATE(from_range(TestProviders({"shm"})));
+  Pair p(provider);
+  REQUIRE(p.b->can_wait());
+  REQUIRE(p.b->doorbell() != nullptr);
+  p.paused = true;  // from now on only the waiter below progresses b
+  std::atomic<bool> stop{false}, exited{false};
+  std::thread waiter([&] {
+    // An idle adaptive poller's wait, with a sleep far longer than the test's deadlines: an
+    // operation completes only if the doorbell wakes b.
+    while (!stop.load()) p.b->WaitForProgress(absl::Hours(1));
+    exited = true;
+  });
+  struct StopWaiter {  // also when a REQUIRE ends the test early
+    Pair& p;
+    std::atomic<bool>& stop;
+    std::atomic<bool>& exited;
+    std::thread& waiter;
+    ~StopWaiter() {
+      stop = true;
+      while (!exited.load()) {
+        p.b->Wake();
+        std::this_thread::yield();
+      }
+      waiter.join();
+    }
+  } stop_waiter{p, stop, exited, waiter};
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    while (!p.b->doorbell()->sleeping()) std::this_thread::yield();
+    const uint64_t before = p.b->doorbell()->wakeups();
+    std::memset(p.abuf.data(), 'a' + round, 64);
+    OpBatch batch(p.a.get());
+    absl::Status s = batch.Write(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data(), 64});
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    s = batch.Wait(absl::Seconds(60));
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    CHECK(p.bbuf[63] == 'a' + round);
+    CHECK(p.b->doorbell()->wakeups() > before);  // round 0 also rings for the first contact
+    while (!p.b->doorbell()->sleeping()) std::this_thread::yield();
+    REQUIRE(batch.Read(p.b_from_a, p.Remote(0), {p.amr.get(), p.abuf.data() + 64, 64}).ok());
+    s = batch.Wait(absl::Seconds(60));
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    CHECK(p.abuf[64 + 63] == 'a' + round);
+  }
+}
+
 TEST_CASE("a batch of many operations completes together", "[fabric]") {
   Pair p(AnyProvider());
   OpBatch batch(p.a.get());

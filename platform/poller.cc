@@ -1,6 +1,7 @@
 #include "platform/poller.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "platform/idle_yield.h"
 
 namespace farm {
@@ -21,7 +22,15 @@ Poller::~Poller() { Stop(); }
 
 void Poller::Stop() {
   stop_.store(true, std::memory_order_relaxed);
-  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) {
+    // A poller asleep on the doorbell would see stop_ only when its sleep ends; ring until it
+    // left (a ring just before it lies down is consumed by its look for work).
+    while (!exited_.load(std::memory_order_acquire)) {
+      fabric_->Wake();
+      absl::SleepFor(absl::Microseconds(100));
+    }
+    thread_.join();
+  }
 }
 
 void Poller::AddTask(Task task) {
@@ -60,9 +69,13 @@ void Poller::Run() {
     if (work > 0) {
       last_activity = now;
       sleep = absl::Microseconds(1);
+      idle.Worked();
       continue;
     }
-    if (now - last_activity < options_.spin) continue;
+    if (now - last_activity < options_.spin) {
+      idle.Idle();
+      continue;
+    }
     if (fabric_->can_wait()) {
       // Block on the completion queue's wait object: a peer's READ or WRITE wakes us at once,
       // and we spin again for a while in case more follow.
@@ -72,6 +85,7 @@ void Poller::Run() {
     absl::SleepFor(sleep);
     sleep = std::min(sleep * 2, options_.max_sleep);
   }
+  exited_.store(true, std::memory_order_release);
 }
 
 }  // namespace farm

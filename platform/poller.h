@@ -8,25 +8,29 @@
 //  - kBusy: poll without pause. Lowest latency; burns a core. For benchmarks. A node that polls
 //    busily opens its completion queue without a wait object (FabricOptions::wait_object):
 //    nobody blocks on it, and the provider would signal it on every completion.
-//  - kAdaptive: after activity, keep polling for a spin window; when idle, wait up to max_sleep
-//    at a time. The default for local clusters, where several nodes share a few cores. How an
-//    idle node waits depends on the provider (Fabric::can_wait):
+//  - kAdaptive: after activity, keep polling for a spin window (giving the core away now and then,
+//    like kBusy); when idle, wait up to max_sleep at a time. The default for local clusters,
+//    where several nodes share a few cores. How an idle node waits depends on the provider
+//    (Fabric::can_wait):
 //      * tcp, tcp;ofi_rxm: it blocks on the completion queue's wait object, which wakes up when a
 //        peer's operation arrives, so a remote READ to an idle node costs a wake-up (tens of
 //        microseconds) rather than a sleep.
-//      * shm (its queue cannot block) and verbs: it sleeps in growing steps up to max_sleep. On
-//        shm a remote READ that reaches an idle node therefore waits up to max_sleep for the
-//        target's progress.
-//    What it costs, measured with tools/fabric_bench (8-byte READ to the target, 2 cores,
-//    loopback, medians of 3 to 6 runs; "idle" = 2 ms between operations, so every one finds the
-//    target waiting):
+//      * shm (its queue cannot block): it sleeps on the endpoint's doorbell (platform/doorbell.h),
+//        which a peer rings after posting an operation to it.
+//      * verbs: it sleeps in growing steps up to max_sleep (the NIC serves peers without it).
+//    The spin window yields (IdleYield): a poller woken by a peer tends to be placed on the
+//    waker's core, and one that spun there without yielding kept the waker, waiting for its
+//    operation's completion on that core, off the CPU until the window ended (every WRITE to an
+//    idle shm node then took the whole window, ~220 us).
+//    What it costs, measured with tools/fabric_bench (8-byte operations to the target, 2 cores,
+//    loopback; "idle" = 2 ms between operations, so every one finds the target waiting):
 //                         busy p50/p99 us   adaptive p50/p99 us   adaptive, idle p50/p99 us
-//      tcp;ofi_rxm            15 / 32             17 / 42               113 / 245
-//      shm                   2.4 / 12           1086 / 1211               82 / 1120
-//    (busy with the same 2 ms gaps: tcp;ofi_rxm 65 / 140, shm 13 / 70.) shm keeps sleeping
-//    between operations that arrive back to back, because serving a peer's READ leaves no
-//    completion to count as activity: an adaptive shm node serves about 1000 operations/s. An
-//    idle adaptive node uses about 2% of a core (3-node cluster, tcp;ofi_rxm or shm).
+//      tcp;ofi_rxm READ       15 / 32             17 / 42               113 / 245
+//      shm WRITE             1.4 / 3.2          1.6 / 3.2               20 / 46
+//    (tcp;ofi_rxm: 2026-11-23; shm: 2026-11-29, one run each. Before the doorbell an idle shm node
+//    served a WRITE after 943 / 1105 us, sleeping out max_sleep. An 8-byte shm READ needs no
+//    progress of the target: 4.6 us idle either way.) An idle adaptive node uses about 2% of a
+//    core (3-node cluster, tcp;ofi_rxm or shm).
 //    Re-measured on 2026-11-23: on tcp;ofi_rxm the wait object does not reliably wake for a
 //    peer's READ. The same binary (built from the commit that measured 113 us above) gives an
 //    idle p50 of 0.08-0.23 ms in some runs and 1.9 ms in others; strace of the target shows
@@ -93,6 +97,7 @@ class Poller {
   std::vector<Task> tasks_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> has_tasks_{false};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> exited_{false};  // Run returned
   std::atomic<uint64_t> iterations_{0};
   std::thread thread_;
 };

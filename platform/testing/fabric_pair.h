@@ -6,12 +6,12 @@
 #define FARM_PLATFORM_TESTING_FABRIC_PAIR_H_
 
 #include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "platform/fabric.h"
 #include "platform/testing/test_env.h"
@@ -49,7 +49,11 @@ struct FabricPair {
     b_from_a = *peer;
     poller = std::thread([this] {
       while (!stop.load()) {
-        if (!paused.load()) b->Progress();
+        if (!paused.load()) {
+          b->Progress();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));  // leave the core
+        }
       }
     });
   }
