@@ -687,7 +687,7 @@ void Messenger::Lane::Sync() {
 
 Messenger::Lane::~Lane() = default;
 
-bool Messenger::Lane::has_unflushed() const { return !unflushed_.empty(); }
+bool Messenger::Lane::has_unflushed() const { return !unflushed_.empty() || launched_; }
 
 void Messenger::Lane::NoteUnflushed(PeerSend& p) {
   if (p.listed) return;
@@ -868,9 +868,16 @@ void Messenger::Lane::PostUnflushed(Posting& posting) {
   unflushed_.clear();
 }
 
+void Messenger::Lane::Launch() {
+  Sync();
+  PostUnflushed(*posting_);
+  launched_ = true;
+}
+
 absl::Status Messenger::Lane::Flush() {
   Sync();
   PostUnflushed(*posting_);
+  launched_ = false;
   absl::Status first;
   posting_->Wait([&](int i, const absl::Status& s) {
     absl::Status e = OnWriteError(*peers_[i], s);

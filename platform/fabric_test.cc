@@ -348,8 +348,9 @@ TEST_CASE("a post that finds the provider busy ends with the batch's abandon err
 }
 
 TEST_CASE("an shm target asleep on its doorbell is woken by a peer's WRITE and READ", "[fabric]") {
-  auto provider = GENERATE(from_range(TestProviders({"shm"})));
-  Pair p(provider);
+  const std::vector<std::string> providers = TestProviders({"shm", "tcp;ofi_rxm", "tcp"});
+  if (std::find(providers.begin(), providers.end(), "shm") == providers.end()) return;
+  Pair p("shm");
   REQUIRE(p.b->can_wait());
   REQUIRE(p.b->doorbell() != nullptr);
   p.paused = true;  // from now on only the waiter below progresses b

@@ -390,7 +390,7 @@ absl::flat_hash_map<uint32_t, Node::BackupEntry> Node::BackupCopiesFor(
 }
 
 std::vector<uint32_t> Node::BackupsOf(uint32_t region_id) const {
-  farm::MutexLock l(&map_mu_);
+  farm::ReaderMutexLock l(&map_mu_);
   auto it = region_map_.find(region_id);
   if (it == region_map_.end()) return {};
   return std::vector<uint32_t>(it->second.info.backup_node().begin(),
@@ -398,7 +398,7 @@ std::vector<uint32_t> Node::BackupsOf(uint32_t region_id) const {
 }
 
 std::shared_ptr<Region> Node::BackupCopy(uint32_t region_id) const {
-  farm::MutexLock l(&map_mu_);
+  farm::ReaderMutexLock l(&map_mu_);
   auto it = backups_.find(region_id);
   return it == backups_.end() ? nullptr : it->second.copy;
 }
@@ -811,12 +811,12 @@ void Node::RemoveMembershipListener(int id) {
 }
 
 control::Membership Node::membership() const {
-  farm::MutexLock l(&map_mu_);
+  farm::ReaderMutexLock l(&map_mu_);
   return membership_;
 }
 
 std::vector<uint32_t> Node::members() const {
-  farm::MutexLock l(&map_mu_);
+  farm::ReaderMutexLock l(&map_mu_);
   std::vector<uint32_t> ids;
   for (const control::NodeInfo& n : membership_.nodes()) ids.push_back(n.node_id());
   std::sort(ids.begin(), ids.end());
@@ -824,7 +824,7 @@ std::vector<uint32_t> Node::members() const {
 }
 
 bool Node::IsMember(uint32_t node_id) const {
-  farm::MutexLock l(&map_mu_);
+  farm::ReaderMutexLock l(&map_mu_);
   for (const control::NodeInfo& n : membership_.nodes()) {
     if (n.node_id() == node_id) return true;
   }
@@ -846,7 +846,7 @@ char* Node::LocalBase(const control::RegionInfo& r) const {
 
 std::vector<control::RegionInfo> Node::RegionsOf(uint32_t node_id,
                                                  const std::string& purpose) const {
-  farm::MutexLock l(&map_mu_);
+  farm::ReaderMutexLock l(&map_mu_);
   std::vector<control::RegionInfo> out;
   for (const control::RegionInfo& r : membership_.regions()) {
     if (r.node_id() == node_id && r.purpose() == purpose) out.push_back(r);
@@ -863,7 +863,9 @@ absl::StatusOr<RemoteTarget> Node::Resolve(GlobalAddress addr, size_t len) const
     return absl::InvalidArgumentError(absl::StrCat(len, "-byte access exceeds the provider's ",
                                                    fabric_->max_rma_size(), "-byte limit"));
   }
-  farm::MutexLock l(&map_mu_);
+  // Shared: every READ, WRITE and LOCK of every thread resolves here; only a membership change
+  // writes the map.
+  farm::ReaderMutexLock l(&map_mu_);
   auto it = region_map_.find(addr.region);
   if (it == region_map_.end()) {
     return absl::OutOfRangeError(
@@ -960,7 +962,7 @@ absl::Status Node::Batch::CheckTargets() {
   std::string why;
   std::optional<std::pair<uint32_t, uint32_t>> moved;  // a region and its primary now
   {
-    farm::MutexLock l(&node_->map_mu_);
+    farm::ReaderMutexLock l(&node_->map_mu_);
     for (const auto& [region, node] : targets_) {
       auto r = node_->region_map_.find(region);
       // A region whose primary moved (a backup promoted) is abandoned too: an operation that

@@ -620,7 +620,8 @@ absl::Status Transaction::Validate() {
   return absl::OkStatus();
 }
 
-absl::Status Transaction::SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads) {
+absl::Status Transaction::SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads,
+                                    const std::vector<const LockRequest*>& requests) {
   Node* node = engine_->node();
   Rpc* rpc = engine_->rpc();
   absl::Status first;
@@ -643,12 +644,15 @@ absl::Status Transaction::SendLocks(const std::vector<std::pair<uint32_t, std::s
     }
     calls.emplace_back(owner, *p);
   }
-  // This node's own part while the messages travel.
-  for (const auto& [owner, payload] : payloads) {
+  // This node's own part while the messages travel: they leave first (Await would post them only
+  // after it).
+  const bool local_part = std::any_of(payloads.begin(), payloads.end(),
+                                      [&](const auto& p) { return p.first == node->id(); });
+  if (local_part && !calls.empty()) ctx_->lane->Launch();
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    const auto& [owner, payload] = payloads[i];
     if (owner != node->id()) continue;
-    absl::StatusOr<LockRequest> req = DecodeLock(payload);
-    absl::Status s =
-        req.ok() ? engine_->participant().Lock(node->id(), *req, payload) : req.status();
+    absl::Status s = engine_->participant().Lock(node->id(), *requests[i], payload);
     if (!s.ok() && first.ok()) first = s;
   }
   for (auto& [owner, call] : calls) {
@@ -973,16 +977,18 @@ absl::Status Transaction::Commit() {
   std::vector<uint32_t> owners;
   for (const auto& [o, r] : locks) owners.push_back(o);
   std::vector<std::pair<uint32_t, std::string>> payloads;
+  std::vector<const LockRequest*> requests;  // payloads[i] encodes *requests[i]
   for (auto& [o, parts] : locks) {
     parts.front().truncate = engine_->TakeTruncations(o);
     for (LockRequest& r : parts) {
       r.participants = owners;
       payloads.emplace_back(o, EncodeLock(r));
+      requests.push_back(&r);
     }
   }
   // LOCK.
   ++commit_rounds_;
-  if (absl::Status s = SendLocks(payloads); !s.ok()) {
+  if (absl::Status s = SendLocks(payloads, requests); !s.ok()) {
     AbortAt(owners);
     return s.code() == absl::StatusCode::kAborted
                ? s

@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -187,7 +188,9 @@ class Transaction {
   absl::Status Record(GlobalAddress addr, uint64_t word, uint64_t size);
   // Sends the LOCK payloads to their owners (this node's participant directly), waits for all;
   // returns the first error.
-  absl::Status SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads);
+  // payloads[i] is requests[i] encoded; this node's own parts are locked from the requests.
+  absl::Status SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads,
+                         const std::vector<const LockRequest*>& requests);
   // Sends the decision `method` (kCommitMethod or kAbortMethod) to `owners` until each one
   // acknowledged it, refused it, or left the cluster, or this node was evicted; retries
   // transient failures (back-pressure, timeouts) with a growing pause, and after the context's
@@ -217,8 +220,10 @@ class Transaction {
   Engine* engine_;
   TxnId id_;
   State state_ = State::kActive;
-  std::map<uint64_t, ReadEntry> reads_;    // by packed address
-  std::map<uint64_t, WriteEntry> writes_;  // by packed address
+  // By packed address, in address order. B-trees: a transaction's few entries share a node or
+  // two instead of a heap allocation each (std::map). Inserting invalidates their iterators.
+  absl::btree_map<uint64_t, ReadEntry> reads_;
+  absl::btree_map<uint64_t, WriteEntry> writes_;
   std::set<uint32_t> reserve_owners_;      // nodes asked for a reservation
   int commit_rounds_ = 0;
   // Set by SendBackups: every region written has a backup that acknowledged COMMIT-BACKUP.
