@@ -91,6 +91,7 @@
 #include "platform/node.h"
 #include "platform/poller.h"
 #include "spdlog/spdlog.h"
+#include "tools/bench_driver.h"
 #include "tools/bench_util.h"
 #include "tools/child_process.h"
 
@@ -112,6 +113,10 @@ ABSL_FLAG(int, gap_us, 0,
           "than the target's spin window (200 us) measures operations that reach an idle target");
 ABSL_FLAG(int, window, 16, "operations kept in flight for the throughput measurement");
 ABSL_FLAG(int, duration_ms, 500, "milliseconds per throughput point (0 skips throughput)");
+ABSL_FLAG(bool, cores_awake, true,
+          "keep every core out of idle for the whole run (/dev/cpu_dma_latency, root), as kvbench "
+          "and txn_bench do; false measures the machine as it idles (the target's sleeps then end "
+          "with an idle core's wake-up)");
 ABSL_FLAG(bool, json, false,
           "print one JSON object per line (keys provider, op, size, p50_us, p99_us, ops_per_s, "
           "gbytes_per_s) instead of a table");
@@ -142,6 +147,9 @@ ABSL_FLAG(std::string, role, "",
 ABSL_FLAG(std::string, config, "", "internal: cluster configuration file of the target role");
 
 namespace farm {
+
+// Whether --cores_awake is held for the run (set by main); every JSON line says so.
+bool g_cores_awake = false;
 namespace {
 
 constexpr int kExitRuntime = 1;
@@ -522,8 +530,9 @@ int LatencyIters(uint64_t size, int iters) {
 std::string JsonLine(const std::string& provider, const Result& r) {
   return absl::StrFormat(
       "{\"provider\":\"%s\",\"op\":\"%s\",\"size\":%d,\"p50_us\":%.3f,\"p99_us\":%.3f,"
-      "\"ops_per_s\":%.1f,\"gbytes_per_s\":%.6f}",
-      provider, r.op, r.size, r.p50_us, r.p99_us, r.ops_per_s, r.gbytes_per_s);
+      "\"ops_per_s\":%.1f,\"gbytes_per_s\":%.6f,\"cores_awake\":%s}",
+      provider, r.op, r.size, r.p50_us, r.p99_us, r.ops_per_s, r.gbytes_per_s,
+      g_cores_awake ? "true" : "false");
 }
 
 void Print(const std::string& line) {
@@ -694,12 +703,12 @@ absl::Status RunThreads(Node* node, bool use_channel, GlobalAddress base, uint64
       Print(absl::StrFormat(
           "{\"provider\":\"%s\",\"op\":\"read\",\"size\":%d,\"threads\":%d,\"channels\":%s,"
           "\"window_per_thread\":%d,\"ops_per_s\":%.1f,\"gbytes_per_s\":%.6f,"
-          "\"per_thread_ops_per_s\":[%s]}",
+          "\"per_thread_ops_per_s\":[%s],\"cores_awake\":%s}",
           provider, size, threads, use_channel ? "true" : "false", window, r.ops_per_s,
           r.gbytes_per_s,
-          absl::StrJoin(r.per_thread_ops_per_s, ",", [](std::string* out, double v) {
-            absl::StrAppendFormat(out, "%.1f", v);
-          })));
+          absl::StrJoin(r.per_thread_ops_per_s, ",",
+                        [](std::string* out, double v) { absl::StrAppendFormat(out, "%.1f", v); }),
+          g_cores_awake ? "true" : "false"));
     } else {
       Print(absl::StrFormat(
           "read %9s  %d thread(s), %s: %12.0f ops/s %9.4f GB/s  (per thread: %s)", HumanSize(size),
@@ -744,10 +753,11 @@ absl::Status RunCompare(Bench& bench, pid_t target_pid, const std::string& refer
     Print(absl::StrFormat(
         "{\"provider\":\"%s\",\"op\":\"read\",\"size\":8,\"compare\":\"bare_libfabric\","
         "\"blocks\":%d,\"iters_per_block\":%d,\"farm_p50_us\":%.3f,\"bare_p50_us\":%.3f,"
-        "\"ratio\":%.3f,\"farm_block_p50_us\":[%s],\"bare_block_p50_us\":[%s]}",
+        "\"ratio\":%.3f,\"farm_block_p50_us\":[%s],\"bare_block_p50_us\":[%s],"
+        "\"cores_awake\":%s}",
         provider, blocks, iters, ours_p50, bare_p50, ours_p50 / bare_p50,
         absl::StrReplaceAll(list(ours), {{" ", ","}}),
-        absl::StrReplaceAll(list(bare), {{" ", ","}})));
+        absl::StrReplaceAll(list(bare), {{" ", ","}}), g_cores_awake ? "true" : "false"));
   } else {
     Print(absl::StrFormat("8 B READ p50, median of %d alternating blocks of %d:", blocks, iters));
     Print(absl::StrFormat("  fabric_bench    %7.2f us   (blocks: %s)", ours_p50, list(ours)));
@@ -1157,5 +1167,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--role: only 'target' (internal) is accepted\n");
     return farm::kExitUsage;
   }
+  // Held for the whole run, the target node (a child process) included.
+  const farm::CoresAwake awake(absl::GetFlag(FLAGS_cores_awake));
+  if (absl::GetFlag(FLAGS_cores_awake) && !awake.held()) {
+    spdlog::warn("cannot keep the cores out of idle ({}): idle wake-ups are measured too",
+                 awake.why_not());
+  }
+  farm::g_cores_awake = awake.held();
   return farm::BenchMain();
 }

@@ -61,6 +61,7 @@
 #include "platform/poller.h"
 #include "platform/region.h"
 #include "spdlog/spdlog.h"
+#include "tools/bench_driver.h"
 #include "tools/bench_util.h"
 #include "tools/child_process.h"
 
@@ -74,6 +75,10 @@ ABSL_FLAG(int, window, 32, "calls queued together for the message-rate measureme
 ABSL_FLAG(int, duration_ms, 300, "milliseconds per message-rate point (0 skips it)");
 ABSL_FLAG(int64_t, ring_size, 0,
           "bytes per message ring; 0 picks one that fits the largest size and the window");
+ABSL_FLAG(bool, cores_awake, true,
+          "keep every core out of idle for the whole run (/dev/cpu_dma_latency, root), as kvbench "
+          "and txn_bench do; false measures the machine as it idles (the target's sleeps then end "
+          "with an idle core's wake-up)");
 ABSL_FLAG(bool, json, false,
           "print one JSON object per size (keys provider, size, rtt_p50_us, rtt_p99_us, "
           "raw_rtt_p50_us, msgs_per_s, ...) instead of a table");
@@ -84,6 +89,9 @@ ABSL_FLAG(std::string, role, "", "internal: 'target' when re-executed as the tar
 ABSL_FLAG(std::string, config, "", "internal: cluster configuration of the target role");
 
 namespace farm {
+
+// Whether --cores_awake is held for the run (set by main); every JSON line says so.
+bool g_cores_awake = false;
 namespace {
 
 constexpr int kExitRuntime = 1;
@@ -372,9 +380,10 @@ std::string JsonLine(const std::string& provider, const std::string& poll, uint6
   return absl::StrFormat(
       "{\"provider\":\"%s\",\"size\":%d,\"rtt_p50_us\":%.3f,\"rtt_p99_us\":%.3f,"
       "\"raw_rtt_p50_us\":%.3f,\"raw_rtt_p99_us\":%.3f,\"ratio_p50\":%.3f,\"msgs_per_s\":%.1f,"
-      "\"poll\":\"%s\",\"ring_size\":%d}",
+      "\"poll\":\"%s\",\"ring_size\":%d,\"cores_awake\":%s}",
       provider, p.size, p.rtt_p50, p.rtt_p99, p.raw_p50, p.raw_p99,
-      p.raw_p50 > 0 ? p.rtt_p50 / p.raw_p50 : 0.0, p.msgs_per_s, poll, ring_size);
+      p.raw_p50 > 0 ? p.rtt_p50 / p.raw_p50 : 0.0, p.msgs_per_s, poll, ring_size,
+      g_cores_awake ? "true" : "false");
 }
 
 int RunBench(Node* node, const std::vector<uint64_t>& sizes, const Layout& layout,
@@ -523,5 +532,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--role: only 'target' (internal) is accepted\n");
     return farm::kExitUsage;
   }
+  // Held for the whole run, the target node (a child process) included.
+  const farm::CoresAwake awake(absl::GetFlag(FLAGS_cores_awake));
+  if (absl::GetFlag(FLAGS_cores_awake) && !awake.held()) {
+    spdlog::warn("cannot keep the cores out of idle ({}): idle wake-ups are measured too",
+                 awake.why_not());
+  }
+  farm::g_cores_awake = awake.held();
   return farm::BenchMain();
 }
