@@ -803,7 +803,11 @@ absl::Status Messenger::Lane::Send(uint32_t node, uint16_t type,
   const absl::Time deadline = absl::Now() + wait;
   for (;;) {
     if (wait_hook_for_testing_) wait_hook_for_testing_();
-    if (p.writer->has_unflushed()) {
+    // Launched WRITEs count as unflushed: the wait must reap them. Without that, the SoftiWARP
+    // lane's messenger_test waited 20 s for ring space after a Launch, the receiver never having
+    // seen the launched bytes (most likely ofi_rxm over verbs holds posts back until the
+    // channel's queue is progressed, which only the lane's Flush does).
+    if (p.writer->has_unflushed() || launched_) {
       absl::Status f = Flush();  // syncs with the membership
       if (!f.ok() && !absl::IsDeadlineExceeded(f)) return f;
     } else {
