@@ -687,7 +687,7 @@ void Messenger::Lane::Sync() {
 
 Messenger::Lane::~Lane() = default;
 
-bool Messenger::Lane::has_unflushed() const { return !unflushed_.empty() || launched_; }
+bool Messenger::Lane::has_unflushed() const { return !unflushed_.empty(); }
 
 void Messenger::Lane::NoteUnflushed(PeerSend& p) {
   if (p.listed) return;
@@ -803,11 +803,7 @@ absl::Status Messenger::Lane::Send(uint32_t node, uint16_t type,
   const absl::Time deadline = absl::Now() + wait;
   for (;;) {
     if (wait_hook_for_testing_) wait_hook_for_testing_();
-    // Launched WRITEs count as unflushed: the wait must reap them. Without that, the SoftiWARP
-    // lane's messenger_test waited 20 s for ring space after a Launch, the receiver never having
-    // seen the launched bytes (most likely ofi_rxm over verbs holds posts back until the
-    // channel's queue is progressed, which only the lane's Flush does).
-    if (p.writer->has_unflushed() || launched_) {
+    if (p.writer->has_unflushed()) {
       absl::Status f = Flush();  // syncs with the membership
       if (!f.ok() && !absl::IsDeadlineExceeded(f)) return f;
     } else {
@@ -872,16 +868,9 @@ void Messenger::Lane::PostUnflushed(Posting& posting) {
   unflushed_.clear();
 }
 
-void Messenger::Lane::Launch() {
-  Sync();
-  PostUnflushed(*posting_);
-  launched_ = true;
-}
-
 absl::Status Messenger::Lane::Flush() {
   Sync();
   PostUnflushed(*posting_);
-  launched_ = false;
   absl::Status first;
   posting_->Wait([&](int i, const absl::Status& s) {
     absl::Status e = OnWriteError(*peers_[i], s);

@@ -347,10 +347,6 @@ class Messenger::Lane {
   // to it wait (as for ring space) until those WRITEs complete. A destination whose WRITE failed
   // is marked failed (later sends to it fail with Unavailable) and reported to the CM.
   absl::Status Flush();
-  // Posts what is queued, as Flush does, without waiting for the WRITEs: the caller does other
-  // work while they travel and then calls Flush, which waits for them and reports their errors
-  // (has_unflushed() stays true until then).
-  void Launch();
   bool has_unflushed() const;
 
   // Posts this lane's WRITEs on `channel` (a thread's own endpoint and completion queue, see
@@ -396,7 +392,6 @@ class Messenger::Lane {
   const bool scanning_;
   std::vector<std::unique_ptr<PeerSend>> peers_;  // by configuration index
   std::vector<int> unflushed_;                    // indexes of peers with frames to flush
-  bool launched_ = false;                         // Launch posted WRITEs no Flush waited for
   std::unique_ptr<Posting> posting_;              // reused by every flush
   uint64_t synced_version_ = ~uint64_t{0};        // Messenger::peer_version_ applied
   std::function<void()> wait_hook_for_testing_;
