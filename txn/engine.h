@@ -226,6 +226,7 @@ class Engine {
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> truncations_;         // guarded by mu_
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> backup_truncations_;  // guarded by mu_
   std::vector<std::pair<uint32_t, ArrayRecord>> pending_arrays_;             // guarded by mu_
+  size_t arrays_in_flight_ = 0;  // taken from pending_arrays_ by FlushArrays; guarded by mu_
   // Regions being handed over: to which node, and when HandOffReady was last said (guarded by
   // mu_).
   struct HandingOff {
