@@ -838,6 +838,34 @@ class CmServerImpl : public CmServer {
     return promoted;
   }
 
+  // Whether a data region of a member in `gone` has no backup copy the CM could promote now
+  // while one of its backups stays and has yet to report the copy it made (a node reports its
+  // fresh copies after it applied the membership that named it, ApplyMembership): that copy may
+  // hold committed writes already (COMMIT-BACKUP reaches it as soon as its node installed it), so
+  // the departure waits for the report (WatchMembers; up to a lease) rather than lose the region.
+  // Seen in node_test: a node that left right after the cluster formed lost a region whose
+  // backup's report was still on its way.
+  bool AwaitsCopyReport(const std::map<uint32_t, std::string>& gone) const {
+    for (const auto& [id, why] : gone) {
+      auto m = members_.find(id);
+      if (m == members_.end()) continue;
+      for (const control::RegionInfo& r : m->second.regions) {
+        if (!r.purpose().empty()) continue;
+        bool promotable = false, awaited = false;
+        for (uint32_t b : r.backup_node()) {
+          if (gone.count(b) || !members_.count(b) || IsSyncing(r, b)) continue;
+          if (backup_copies_.count({r.region_id(), b})) {
+            promotable = true;
+          } else {
+            awaited = true;
+          }
+        }
+        if (!promotable && awaited) return true;
+      }
+    }
+    return false;
+  }
+
   static bool IsBackup(const control::RegionInfo& r, uint32_t node) {
     return std::find(r.backup_node().begin(), r.backup_node().end(), node) != r.backup_node().end();
   }
@@ -1374,6 +1402,10 @@ class CmServerImpl : public CmServer {
     for (const control::Suspect& s : suspects) {
       if (members_.count(s.node_id()) && !gone.count(s.node_id())) gone[s.node_id()] = s.reason();
     }
+    // Departures held back for a backup's copy report (AwaitsCopyReport) are still departures.
+    for (const auto& [id, why] : deferred_gone_) {
+      if (members_.count(id)) gone.try_emplace(id, why);
+    }
     // A pause anywhere in this turn (after the check at its start) shows here, before anyone is
     // judged on it: the turn ran for no more than a poll's wait of the time since the last one.
     if (!gone.empty() &&
@@ -1390,6 +1422,18 @@ class CmServerImpl : public CmServer {
       }
       return;
     }
+    if (!gone.empty() && !ending_ && AwaitsCopyReport(gone)) {
+      if (deferred_gone_.empty()) deferred_since_ = now;
+      if (now - deferred_since_ < lease_) {
+        deferred_gone_ = gone;
+        return;
+      }
+      spdlog::error(
+          "CM: a backup did not report its copy within a lease ({}); the regions it "
+          "backs up are lost with their primary",
+          absl::FormatDuration(absl::FromChrono(lease_)));
+    }
+    deferred_gone_.clear();
     if (gone.empty()) {
       ActivateRecovered(now);
       bool changed = false;
@@ -1516,6 +1560,9 @@ class CmServerImpl : public CmServer {
   std::map<uint32_t, Member> members_;
   // The registered backup copies nodes reported, by (region, node).
   std::map<std::pair<uint32_t, uint32_t>, control::BackupCopy> backup_copies_;
+  // Departures held back since deferred_since_ until backups report their copies (id -> why).
+  std::map<uint32_t, std::string> deferred_gone_;
+  Clock::time_point deferred_since_;
   bool fence_next_ = false;   // the next membership fences (Rereplicate added backups)
   uint64_t fence_epoch_ = 0;  // the last membership that did
   uint64_t restart_fence_ = 0;  // Membership.restart_fence
