@@ -328,7 +328,8 @@ std::string ChildProcess::Stop(absl::Duration grace) {
     close(stdin_fd_);
     stdin_fd_ = -1;
   }
-  std::string how;
+  // Reaped before (Exited): how it ended then.
+  std::string how = pid_ < 0 ? DescribeWaitStatus(wait_status_) : "";
   if (pid_ > 0 && !WaitExit(grace, &how)) {
     kill(pid_, SIGTERM);
     if (!WaitExit(absl::Seconds(3), &how)) {

@@ -96,7 +96,8 @@ class ChildProcess {
   // Non-blocking: true (and how) once the child has exited; reaps it.
   bool Exited(std::string* how);
   // Closes its standard input, waits up to `grace` for it to leave, then SIGTERM, then SIGKILL.
-  // Returns how it ended ("exited with status 0", ...), empty if it was not running.
+  // Returns how it ended ("exited with status 0", ...), also when it was reaped before; empty if
+  // it never ran.
   std::string Stop(absl::Duration grace = absl::Seconds(10));
 
  private:
