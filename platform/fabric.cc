@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <rdma/fabric.h>
@@ -13,8 +14,10 @@
 #include <rdma/fi_rma.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +26,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -201,6 +205,75 @@ std::string AvailableProviders() {
   }
   fi_freeinfo(hints);
   return names.empty() ? "none" : absl::StrJoin(names, ", ");
+}
+
+// What libfabric's shm decided about cross-memory attach for one of our endpoints
+// (Fabric::direct_writes), read where shm keeps it: the head of the endpoint's shared-memory
+// region, /dev/shm/<endpoint name> (libfabric 1.17's struct smr_region, include/ofi_shm.h,
+// SMR_VERSION 4). The head is checked against what this process knows (the version, our pid):
+// a region of another layout gives no answer, and WRITEs keep asking for delivery-complete.
+class ShmAttachState {
+ public:
+  static std::unique_ptr<ShmAttachState> Open(const std::string& name) {
+    const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+    if (fd < 0) {
+      spdlog::warn(
+          "shm: cannot open {} to learn whether WRITEs may skip the target ({}); they "
+          "wait for its progress",
+          name, strerror(errno));
+      return nullptr;
+    }
+    void* p = mmap(nullptr, sizeof(Head), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return nullptr;
+    const Head* head = static_cast<const Head*>(p);
+    if (head->version != kVersion || head->pid != getpid()) {
+      spdlog::warn(
+          "shm: the region {} is not of the layout this build knows (libfabric 1.17's; "
+          "version {}); WRITEs wait for their target's progress",
+          name, head->version);
+      munmap(p, sizeof(Head));
+      return nullptr;
+    }
+    return std::unique_ptr<ShmAttachState>(new ShmAttachState(head));
+  }
+  ~ShmAttachState() { munmap(const_cast<Head*>(head_), sizeof(Head)); }
+
+  // Whether shm places this endpoint's WRITEs to `self` (its own endpoint) or to other endpoints
+  // itself. shm decides each once (when it maps the first such peer) and never changes it.
+  bool on(bool self) {
+    std::atomic<bool>& known = self ? self_on_ : peer_on_;
+    if (known.load(std::memory_order_relaxed)) return true;
+    const uint8_t v =
+        __atomic_load_n(self ? &head_->cma_cap_self : &head_->cma_cap_peer, __ATOMIC_ACQUIRE);
+    if (v != kOn) return false;
+    known.store(true, std::memory_order_relaxed);
+    return true;
+  }
+
+ private:
+  struct Head {
+    uint8_t version;
+    uint8_t resv;
+    uint16_t flags;
+    int pid;
+    uint8_t cma_cap_peer;  // SMR_CMA_CAP_NA 0, _ON 1, _OFF 2
+    uint8_t cma_cap_self;
+  };
+  static constexpr uint8_t kVersion = 4;
+  static constexpr uint8_t kOn = 1;
+  explicit ShmAttachState(const Head* head) : head_(head) {}
+  const Head* const head_;
+  std::atomic<bool> peer_on_{false}, self_on_{false};
+};
+
+// Whether FI_SHM_DISABLE_CMA turns shm's cross-memory attach off.
+bool ShmAttachDisabled() {
+  // As libfabric reads its boolean parameters.
+  const char* v = std::getenv("FI_SHM_DISABLE_CMA");
+  if (v == nullptr) return false;
+  const std::string s = absl::AsciiStrToLower(v);
+  return s == "1" || s == "true" || s == "yes" || s == "on";
 }
 
 }  // namespace
@@ -509,6 +582,9 @@ struct Fabric::Handles {
   static constexpr size_t kMaxBellPeers = 1024;
   std::vector<std::unique_ptr<Doorbell>> peer_bells ABSL_GUARDED_BY(peers_mu);
   std::array<std::atomic<Doorbell*>, kMaxBellPeers> bell_of{};
+  // shm: see Fabric::direct_writes; self_peer is the PeerId of this endpoint's own address.
+  std::unique_ptr<ShmAttachState> attach;
+  std::atomic<PeerId> self_peer{std::numeric_limits<PeerId>::max()};
 };
 
 struct FabricChannel::Handles {
@@ -523,6 +599,7 @@ struct FabricChannel::Handles {
   // MSG: the channel's connections, by PeerId, and the event queue their events arrive on.
   fid_eq* eq = nullptr;
   absl::flat_hash_map<PeerId, fid_ep*> conns;
+  std::unique_ptr<ShmAttachState> attach;  // shm: see Fabric::direct_writes
 };
 
 struct OpBatch::State {
@@ -733,6 +810,18 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::OpenOnce(const FabricOptions& op
   f->provider_ = info->fabric_attr->prov_name;
   f->virt_addr_ = (info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) != 0;
   f->max_rma_size_ = std::min<size_t>(info->ep_attr->max_msg_size, kMaxRma);
+  // shm's own path for WRITEs (Fabric::direct_writes) needs virtual addresses and no RMA
+  // ordering asked for (libfabric 1.17's smr_fast_rma_enabled), and cross-memory attach.
+  if (f->provider_ == "shm") {
+    constexpr uint64_t kRmaOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR |
+                                   FI_ORDER_WAW | FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW;
+    f->attach_writes_ =
+        f->virt_addr_ && (info->tx_attr->msg_order & kRmaOrder) == 0 && !ShmAttachDisabled();
+    if (!f->attach_writes_) {
+      spdlog::info("shm: WRITEs are placed by their target's progress (cross-memory attach {})",
+                   ShmAttachDisabled() ? "is off: FI_SHM_DISABLE_CMA" : "is not offered");
+    }
+  }
   if (f->provider_ == "shm") f->post_mu_ = std::make_unique<std::mutex[]>(kPostStripes);
   if (f->provider_ == "shm" && info->tx_attr->inject_size > 0) {
     f->write_piece_ = info->tx_attr->inject_size;
@@ -917,6 +1006,7 @@ absl::Status Fabric::OpenEndpoint() {
   }
   address_.assign(name, name_len);
   if (provider_ == "shm") h.local_shm = LocalShmEndpoints::Get().Add(address_);
+  if (attach_writes_) h.attach = ShmAttachState::Open(shm_name);
   return absl::OkStatus();
 }
 
@@ -1128,6 +1218,8 @@ absl::StatusOr<PeerId> Fabric::AddPeer(absl::string_view address) {
                    addr, opened.status().ToString());
     }
   }
+  if (address == address_)
+    h_->self_peer.store(static_cast<PeerId>(addr), std::memory_order_relaxed);
   farm::MutexLock l(&h_->peers_mu);
   h_->rdm_addresses[static_cast<PeerId>(addr)] = std::string(address);
   if (bell != nullptr) {
@@ -1300,6 +1392,8 @@ int Fabric::WaitForProgress(absl::Duration max_wait) {
   return Progress() + (ready > 0 ? 1 : 0);
 }
 
+bool Fabric::direct_writes() const { return h_->attach != nullptr && h_->attach->on(false); }
+
 void Fabric::Wake() {
   if (bell_ != nullptr) bell_->Ring();
 }
@@ -1333,6 +1427,12 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
   }
   // iWARP: a WRITE waits until no READ to its peer is in flight on this endpoint (Fabric's
   // write_fence comment says why).
+  // shm: no FI_DELIVERY_COMPLETE where shm places the WRITE itself (see direct_writes).
+  ShmAttachState* attach = channel != nullptr ? channel->h_->attach.get() : h_->attach.get();
+  const bool direct =
+      attach != nullptr &&
+      attach->on(channel == nullptr && peer == h_->self_peer.load(std::memory_order_relaxed));
+  const uint64_t write_flags = FI_COMPLETION | (direct ? 0 : write_completion_);
   ReadGate* gate = nullptr;
   if (write_fence_) gate = channel != nullptr ? &channel->h_->read_gate : &h_->read_gate;
   const size_t stripe = peer % ReadGate::kStripes;
@@ -1365,8 +1465,7 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
         ctx->read_gate->fetch_add(1, std::memory_order_relaxed);
       }
       ret = ProviderCall([&] {
-        return is_read ? fi_readmsg(ep, &msg, FI_COMPLETION)
-                       : fi_writemsg(ep, &msg, FI_COMPLETION | write_completion_);
+        return is_read ? fi_readmsg(ep, &msg, FI_COMPLETION) : fi_writemsg(ep, &msg, write_flags);
       });
       if (ret != 0 && ctx->read_gate != nullptr) {
         ctx->read_gate->fetch_sub(1, std::memory_order_relaxed);
@@ -1375,7 +1474,10 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
     }
     if (gate_turn.owns_lock()) gate_turn.unlock();
     if (turn.owns_lock()) turn.unlock();
-    if ((ret == 0 || ret == -FI_EAGAIN) && peer < Handles::kMaxBellPeers) {
+    // A READ that shm served itself needs nothing of the peer (a WRITE may be a message that
+    // the peer's poller is to find).
+    if ((ret == -FI_EAGAIN || (ret == 0 && !(is_read && direct))) &&
+        peer < Handles::kMaxBellPeers) {
       // A same-host peer whose poller sleeps would serve the operation only when it wakes; and
       // what makes shm push back is mostly the peer's progress (its queue is full, or it has
       // yet to answer our first contact), so a post that must retry rings too.
@@ -1614,6 +1716,7 @@ absl::Status FabricChannel::Open() {
       !st.ok()) {
     return st;
   }
+  if (fabric_->attach_writes_) h.attach = ShmAttachState::Open(shm_name);
   return absl::OkStatus();
 }
 

@@ -25,8 +25,9 @@ struct FabricPair {
   std::unique_ptr<MemoryRegistration> amr, bmr;
   PeerId b_from_a = 0;
   std::atomic<bool> stop{false};
-  // While set, nobody progresses b: operations targeting it stay outstanding on shm, tcp;ofi_rxm
-  // and tcp (verbs serves them in hardware regardless).
+  // While set, nobody progresses b: operations targeting it stay outstanding on tcp;ofi_rxm and
+  // tcp, and on shm unless it serves them itself (Fabric::direct_writes; verbs serves them in
+  // hardware regardless).
   std::atomic<bool> paused{false};
   std::thread poller;
 
