@@ -1427,12 +1427,14 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
   }
   // iWARP: a WRITE waits until no READ to its peer is in flight on this endpoint (Fabric's
   // write_fence comment says why).
-  // shm: no FI_DELIVERY_COMPLETE where shm places the WRITE itself (see direct_writes).
+  // shm: no FI_DELIVERY_COMPLETE where shm places the WRITE itself (see direct_writes): one
+  // longer than its inject size (a shorter one is copied through the target's command queue).
   ShmAttachState* attach = channel != nullptr ? channel->h_->attach.get() : h_->attach.get();
   const bool direct =
       attach != nullptr &&
       attach->on(channel == nullptr && peer == h_->self_peer.load(std::memory_order_relaxed));
-  const uint64_t write_flags = FI_COMPLETION | (direct ? 0 : write_completion_);
+  const uint64_t write_flags =
+      FI_COMPLETION | (direct && local.size > write_piece_ ? 0 : write_completion_);
   ReadGate* gate = nullptr;
   if (write_fence_) gate = channel != nullptr ? &channel->h_->read_gate : &h_->read_gate;
   const size_t stripe = peer % ReadGate::kStripes;

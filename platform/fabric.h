@@ -195,20 +195,23 @@ class Fabric {
   // attach with a round trip to the target's progress: 4 KiB + 1 byte took 4x as long as 4 KiB
   // (msg_bench, raw and framed). A WRITE promises nothing about the order its bytes land in, so
   // the pieces change nothing a reader may rely on.
-  // Not where direct_writes(): a WRITE is then one system call whatever its size.
+  // Not where direct_writes(): a longer WRITE is then one system call whatever its size.
   size_t write_piece() const { return direct_writes() ? 0 : write_piece_; }
   size_t write_split_limit() const { return direct_writes() ? 0 : write_split_limit_; }
-  // shm: true where this process places its WRITEs in the target's memory itself, with a
-  // cross-memory attach (process_vm_writev), as it does its READs: a WRITE then completes without
-  // the target's progress, and its completion means that its bytes are in the target's memory
-  // (the system call returned), as on RDMA hardware. libfabric's shm takes that path (its "fast
-  // RMA") for a WRITE that does not ask for FI_DELIVERY_COMPLETE once it found that it may attach
-  // to peers' processes (the same user, and ptrace access; not with FI_SHM_DISABLE_CMA). Where it
-  // may not, a WRITE without that flag would complete as soon as its bytes were copied into the
-  // peer's command queue, before they are placed: so WRITEs ask for FI_DELIVERY_COMPLETE until
-  // shm says it may attach (it decides once, when it maps its first peer; the endpoint's shared
-  // memory holds the answer). Measured with a target that never polls: an 8-byte WRITE completes
-  // in 2.4 us without the flag, and never with it.
+  // shm: true where this process places its WRITEs longer than shm's inject size (4 KiB) in the
+  // target's memory itself, with a cross-memory attach (process_vm_writev), as it does its READs:
+  // such a WRITE then completes without the target's progress, and its completion means that its
+  // bytes are in the target's memory (the system call returned), as on RDMA hardware. libfabric's
+  // shm takes that path (its "fast RMA") for a WRITE that does not ask for FI_DELIVERY_COMPLETE
+  // once it found that it may attach to peers' processes (the same user, and ptrace access; not
+  // with FI_SHM_DISABLE_CMA). Where it may not, a WRITE without that flag would complete as soon
+  // as its bytes were copied into the peer's command queue, before they are placed: so WRITEs ask
+  // for FI_DELIVERY_COMPLETE until shm says it may attach (it decides once, when it maps its first
+  // peer; the endpoint's shared memory holds the answer). Shorter WRITEs keep the flag and go
+  // through the target's command queue (a copy, no system call): direct, their commit latency
+  // under load rose (txn_bench, 3 nodes on 2 cores: commit p50 44 -> 64 us), as shm holds a
+  // spinlock of the target's shared memory across the system call. Measured with a target that
+  // never polls: a WRITE placed directly completes in 2.4 us; one through the queue, never.
   bool direct_writes() const;
   // True where a WRITE's completion does not mean its bytes are in the target's memory: verbs on
   // iWARP (SoftiWARP included), where it only means the data was handed to the connection

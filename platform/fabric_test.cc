@@ -407,9 +407,9 @@ TEST_CASE("an shm target asleep on its doorbell is woken by a peer's WRITE and R
 
 // Fabric::direct_writes: where shm may attach to its peers' memory (always to this process's own
 // endpoints, as here, unless FI_SHM_DISABLE_CMA turns it off: the lane fabric_test_no_attach),
-// it places WRITEs itself and serves READs itself, so both complete while the target never
-// progresses its queue, and the WRITE's bytes are there at once. Otherwise WRITEs wait for the
-// target (delivery-complete), which is what the rest of this file tests there.
+// it places WRITEs longer than its inject size itself and serves READs itself, so both complete
+// while the target never progresses its queue, and the WRITE's bytes are there at once. Otherwise
+// WRITEs wait for the target (delivery-complete), which is what the rest of this file tests there.
 TEST_CASE("shm completes WRITEs and READs to a target that never progresses, where it may attach",
           "[fabric]") {
   const std::vector<std::string> providers = TestProviders({"shm", "tcp;ofi_rxm", "tcp"});
@@ -437,10 +437,11 @@ TEST_CASE("shm completes WRITEs and READs to a target that never progresses, whe
   }
   REQUIRE(p.a->direct_writes());
   p.paused = true;  // b's queue is never progressed again
-  // Fewer operations than shm's command queue holds: each leaves a notice there for b.
+  // Fewer operations than shm's command queue holds: each leaves a notice there for b. WRITEs
+  // longer than the inject size (shorter ones go through b's queue).
   for (int round = 0; round < 40; ++round) {
     INFO("round " << round);
-    const size_t size = round % 2 == 0 ? 64 : 3 * 4096 + 5;  // inline and beyond the inject size
+    const size_t size = round % 2 == 0 ? 4096 + 1 : 3 * 4096 + 5;
     const size_t off = 1024 + static_cast<size_t>(round) * 7;
     for (size_t i = 0; i < size; ++i) p.abuf[i] = static_cast<char>(i * 3 + round);
     OpBatch on_fabric(p.a.get()), on_channel(channel.get());
