@@ -783,6 +783,17 @@ class CmServerImpl : public CmServer {
     }
   }
 
+  // Whether backup `b` of region `r` may take the region over from a departing primary once the
+  // CM knows its registered copy: it stays (not in `gone`, still a member) and its copy is
+  // complete (a copy still being made, IsSyncing, lacks what the primary held before it started).
+  // `allow_syncing` only for the mutant that breaks the second rule. PromoteBackups promotes by
+  // it and AwaitsCopyReport waits by it, so the two cannot disagree on who may take over.
+  bool MayTakeOver(const control::RegionInfo& r, uint32_t b,
+                   const std::map<uint32_t, std::string>& gone, bool allow_syncing = false) const {
+    if (gone.count(b) || !members_.count(b)) return false;
+    return allow_syncing || !IsSyncing(r, b);
+  }
+
   // The data regions of departed primaries move to one of their backups that stays (the first
   // one listed whose registered copy the CM knows): the region keeps its id, so every address
   // into it stays valid, and its memory is now that node's copy (RegionInfo.promoted). A region
@@ -799,9 +810,10 @@ class CmServerImpl : public CmServer {
         uint32_t to = 0;
         for (uint32_t b : r.backup_node()) {
           auto c = backup_copies_.find({r.region_id(), b});
-          if (gone.count(b) || !members_.count(b) || c == backup_copies_.end()) continue;
-          // A copy still being made lacks what the primary held before it started.
-          if (IsSyncing(r, b) && !FARM_MUTANT("promote_syncing_backup")) continue;
+          if (c == backup_copies_.end()) continue;
+          if (!MayTakeOver(r, b, gone, /*allow_syncing=*/FARM_MUTANT("promote_syncing_backup"))) {
+            continue;
+          }
           copy = &c->second;
           to = b;
           break;
@@ -853,7 +865,7 @@ class CmServerImpl : public CmServer {
         if (!r.purpose().empty()) continue;
         bool promotable = false, awaited = false;
         for (uint32_t b : r.backup_node()) {
-          if (gone.count(b) || !members_.count(b) || IsSyncing(r, b)) continue;
+          if (!MayTakeOver(r, b, gone)) continue;
           if (backup_copies_.count({r.region_id(), b})) {
             promotable = true;
           } else {

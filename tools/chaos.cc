@@ -77,6 +77,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -1728,6 +1729,21 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   }
   absl::StatusOr<std::unique_ptr<TempDir>> dir = TempDir::Create("chaos");
   if (!dir.ok()) return dir.status();
+  // --keep_histories: the nodes' logs, also (above all) of a scenario that failed; copied once
+  // the cluster below has stopped (it is destroyed before this), before the directory goes.
+  absl::Cleanup keep_logs = [&o, &info, &dir] {
+    if (o.keep_histories.empty()) return;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator((*dir)->path(), ec)) {
+      const std::string name = e.path().filename().string();
+      if (!absl::StartsWith(name, "node-") || !absl::EndsWith(name, ".log")) continue;
+      std::error_code copy_ec;
+      std::filesystem::copy_file(e.path(),
+                                 absl::StrCat(o.keep_histories, "/", info.name, "-", name),
+                                 std::filesystem::copy_options::overwrite_existing, copy_ec);
+      if (copy_ec) spdlog::warn("chaos: cannot keep {}: {}", name, copy_ec.message());
+    }
+  };
   // Scenarios that cut nodes off run every node in a network namespace of its own.
   std::unique_ptr<Netns> netns;
   if (info.netns) {
@@ -1799,15 +1815,6 @@ absl::StatusOr<ScenarioResult> RunScenario(Scenario s, const DriverOptions& o, i
   if (!o.keep_histories.empty()) {
     std::ofstream out(absl::StrCat(o.keep_histories, "/", info.name, ".jsonl"));
     for (const txn::TxnRecord& t : h) out << txn::TxnRecordToJson(t) << "\n";
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator((*dir)->path(), ec)) {
-      const std::string name = e.path().filename().string();
-      if (!absl::StartsWith(name, "node-") || !absl::EndsWith(name, ".log")) continue;
-      std::filesystem::copy_file(e.path(),
-                                 absl::StrCat(o.keep_histories, "/", info.name, "-", name),
-                                 std::filesystem::copy_options::overwrite_existing, ec);
-      if (ec) r.notes.push_back(absl::StrCat("cannot keep ", name, ": ", ec.message()));
-    }
   }
   return r;
 }
