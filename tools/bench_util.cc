@@ -85,16 +85,19 @@ std::string DistributionName(Distribution d) {
       return "zipf";
     case Distribution::kYcsbZipf:
       return "ycsb-zipf";
+    case Distribution::kNurand:
+      return "nurand";
   }
   return "?";
 }
 
 absl::StatusOr<Distribution> ParseDistribution(absl::string_view name) {
-  for (Distribution d : {Distribution::kUniform, Distribution::kZipf, Distribution::kYcsbZipf}) {
+  for (Distribution d : {Distribution::kUniform, Distribution::kZipf, Distribution::kYcsbZipf,
+                         Distribution::kNurand}) {
     if (name == DistributionName(d)) return d;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown distribution '", name, "' (known: uniform, zipf, ycsb-zipf)"));
+      absl::StrCat("unknown distribution '", name, "' (known: uniform, zipf, ycsb-zipf, nurand)"));
 }
 
 absl::StatusOr<std::vector<Distribution>> ParseDistributions(absl::string_view text) {
@@ -153,13 +156,21 @@ uint64_t ZipfRanks::Next(Rng& rng) const {
 KeyChooser::KeyChooser(Distribution d, uint64_t n, double theta)
     : dist_(d),
       n_(n),
-      ranks_(d == Distribution::kUniform ? 0
-             : d == Distribution::kZipf  ? n
-                                         : kYcsbItems,
+      ranks_(d == Distribution::kUniform || d == Distribution::kNurand ? 0
+             : d == Distribution::kZipf                                ? n
+                                                                       : kYcsbItems,
              theta) {}
+
+uint64_t KeyChooser::NurandA(uint64_t n) {
+  return n <= 1000000 ? 65535 : n <= 10000000 ? 1048575 : 2097151;
+}
 
 uint64_t KeyChooser::Next(Rng& rng) const {
   if (dist_ == Distribution::kUniform) return rng.Next() % n_;
+  if (dist_ == Distribution::kNurand) {
+    const uint64_t a = rng.Next() % (NurandA(n_) + 1);
+    return (a | (1 + rng.Next() % n_)) % n_;
+  }
   return Fnv1a64(ranks_.Next(rng)) % n_;
 }
 
