@@ -1,7 +1,14 @@
 #include "tools/bench_util.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
+#include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -213,6 +220,49 @@ Window Window::After(int warmup_ms, int duration_ms) {
   w.start = Clock::now() + std::chrono::milliseconds(warmup_ms);
   w.end = w.start + std::chrono::milliseconds(duration_ms);
   return w;
+}
+
+double SelfCpuMicros() {
+  struct rusage u;
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  auto us = [](const timeval& t) { return 1e6 * t.tv_sec + t.tv_usec; };
+  return us(u.ru_utime) + us(u.ru_stime);
+}
+
+double TreeCpuMicros(int pid) {
+  // Every process's parent and CPU ticks (/proc/N/stat: "pid (comm) state ppid ... utime stime"
+  // as fields 4, 14 and 15; comm may hold spaces, so the fields are counted after its ')').
+  std::map<int, std::vector<int>> children;
+  std::map<int, double> ticks;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return 0;
+  while (dirent* e = readdir(proc)) {
+    int p = 0;
+    if (!absl::SimpleAtoi(e->d_name, &p)) continue;
+    std::ifstream in(absl::StrCat("/proc/", p, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::vector<std::string> f = absl::StrSplit(stat.substr(paren + 2), ' ');
+    int ppid = 0;
+    double utime = 0, stime = 0;
+    if (f.size() < 13 || !absl::SimpleAtoi(f[1], &ppid) || !absl::SimpleAtod(f[11], &utime) ||
+        !absl::SimpleAtod(f[12], &stime)) {
+      continue;
+    }
+    children[ppid].push_back(p);
+    ticks[p] = utime + stime;
+  }
+  closedir(proc);
+  double sum = 0;
+  std::vector<int> todo = {pid};
+  while (!todo.empty()) {
+    const int p = todo.back();
+    todo.pop_back();
+    if (auto t = ticks.find(p); t != ticks.end()) sum += t->second;
+    for (int c : children[p]) todo.push_back(c);
+  }
+  return sum * 1e6 / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace farm

@@ -150,6 +150,12 @@ inline double MicrosBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
 
+// CPU time (user + system, every thread) this process has used, in microseconds.
+double SelfCpuMicros();
+// CPU time used by process `pid` and its descendants alive now (their /proc stat: clock ticks,
+// 10 ms on most kernels), in microseconds; 0 for a process that is gone.
+double TreeCpuMicros(int pid);
+
 }  // namespace farm
 
 #endif  // FARM_TOOLS_BENCH_UTIL_H_

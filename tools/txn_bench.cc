@@ -17,7 +17,12 @@
 //  - at the end node 0 reads every object and checks that the sum is what the committed
 //    increments (write_1: +1, write_4: +1 each, bank: moves 1) make it.
 // The transactions (tools/txn_workload.h): read_only reads 4 objects; write_1 reads one and writes
-// it + 1; write_4 the same on 4; bank reads 2 accounts and moves 1 from the first to the second.
+// it + 1; write_4 the same on 4; bank reads 2 accounts and moves 1 from the first to the second;
+// tatp runs TATP's mix of 7 transactions (tools/tatp_workload.h) on its 4 tables, which node 0
+// loads with --subscribers subscribers (tools/tatp_farm.h: a subscriber's rows on one node, the
+// sub_nbr index spread over all), and audits at the end (the index, no call forwarding without
+// its special facility, the rows added and removed). A tatp point's "found%" is TATP's success
+// rate: committed transactions that found what they looked for.
 // Objects are chosen uniformly or by scrambled Zipf(--zipf_theta) (tools/bench_util.h), the
 // same generator and the same seeds for every target: a peer's client i draws what farm's thread
 // i % threads of node i / threads draws.
@@ -37,6 +42,10 @@
 // FaRM's count for f = 0, Pw*(f+3) one-sided writes + Pr READs (Pw: primaries written, Pr:
 // objects only read).
 //
+// CPU time per transaction (cpu_us_per_tx, and tx_per_s_per_core = 10^6 / it): farm's is every
+// node process's CPU time over the window (getrusage in each node: clients, pollers, serving);
+// a peer's is its server's processes (and their children, from /proc) plus this process's (the
+// clients) over the window.
 // Output: a table, or with --json one object per point:
 //   {"target":"farm","provider":"shm","transport":"shm","kind":"bank","dist":"uniform",
 //    "threads":1,"clients":3,"f":0,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
@@ -48,6 +57,7 @@
 // runs N times, taking turns, and a summary line per point follows (repeat 0: the runs' medians,
 // with tx_per_s_min/max and p50_us_min/max).
 // Exit status: 0 success, 1 runtime failure (or an audit that does not add up), 2 bad flags.
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,6 +98,8 @@
 #include "tools/bench_peers.h"
 #include "tools/child_process.h"
 #include "tools/sched_probe.h"
+#include "tools/tatp_farm.h"
+#include "tools/tatp_workload.h"
 #include "tools/txn_peers.h"
 #include "tools/txn_workload.h"
 
@@ -98,10 +110,14 @@ ABSL_DECLARE_FLAG(std::string, poll);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_FLAG(std::string, threads, "1,2,4", "client threads per node, a comma-separated list");
 ABSL_FLAG(std::string, kinds, "read_only,write_1,write_4,bank",
-          "transactions to measure: read_only, write_1, write_4, bank");
+          "transactions to measure: read_only, write_1, write_4, bank, tatp (TATP's mix of 7 "
+          "transactions on its 4 tables, --subscribers; farm and postgres only)");
 ABSL_FLAG(std::string, dists, "uniform,zipf",
-          "object choice: uniform, zipf (Zipf over the objects, scrambled), ycsb-zipf (YCSB's "
-          "scrambled Zipf over 10^10 items, hashed onto the objects)");
+          "object choice (tatp: subscriber choice): uniform, zipf (Zipf over the objects, "
+          "scrambled), ycsb-zipf (YCSB's scrambled Zipf over 10^10 items, hashed onto the "
+          "objects), nurand (TATP's standard non-uniform choice)");
+ABSL_FLAG(int64_t, subscribers, 10000,
+          "TATP's population (--kinds=tatp): subscribers in the farm cluster and in PostgreSQL");
 ABSL_FLAG(double, zipf_theta, 0.99, "Zipf skew (0 < theta < 1)");
 ABSL_FLAG(int64_t, objects, 10000, "objects (accounts) in the cluster and in each peer");
 ABSL_FLAG(int, nodes, 3, "node processes in the farm cluster (2..8)");
@@ -181,6 +197,9 @@ struct Options {
   std::vector<Distribution> dists;
   double theta = 0.99;
   uint64_t objects = 0;
+  uint32_t subscribers = 0;  // TATP's population
+  bool tatp = false;         // a tatp point: the cluster holds TATP's tables
+  bool bank = false;         // another kind's point: the cluster holds the --objects objects
   int nodes = 3;
   int active_nodes = 3;      // nodes 0 .. active_nodes-1 run clients (without client_node)
   bool client_node = false;  // node `nodes` (late, no objects) runs every client
@@ -237,6 +256,11 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.warmup_ms = absl::GetFlag(FLAGS_warmup_ms);
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   o.seed = absl::GetFlag(FLAGS_seed);
+  for (Kind k : o.kinds) (k == Kind::kTatp ? o.tatp : o.bank) = true;
+  const int64_t subscribers = absl::GetFlag(FLAGS_subscribers);
+  if (subscribers < 1 || subscribers > 10000000)
+    return absl::InvalidArgumentError("--subscribers must be 1..10000000");
+  o.subscribers = static_cast<uint32_t>(subscribers);
   const int64_t objects = absl::GetFlag(FLAGS_objects);
   if (!(o.theta > 0 && o.theta < 1))
     return absl::InvalidArgumentError("--zipf_theta must be in (0, 1)");
@@ -289,6 +313,7 @@ struct NodeResult {
   // Commit latency of the counted commits that sent messages (a written object on another node;
   // the others commit locally, without a message round).
   LatencyHistogram remote_commit;
+  double cpu_us = 0;  // this node process's CPU time (every thread) over the window
   char error[256] = {};
 };
 struct Ack {
@@ -388,8 +413,15 @@ struct Cluster {
   Options options;
   std::vector<GlobalAddress> objects;
   std::vector<uint32_t> owner;  // per object
+  std::unique_ptr<TatpFarm> tatp;  // with a tatp point: TATP's tables
   std::vector<std::unique_ptr<Worker>> workers;
 };
+
+// The objects node 0 allocates and publishes: the --objects ones (for the kinds other than
+// tatp), then TATP's (tools/tatp_farm.h).
+uint64_t AddressCount(const Options& o) {
+  return (o.bank ? o.objects : 0) + (o.tatp ? TatpFarm::Objects(o.subscribers) : 0);
+}
 
 // Node 0 allocates the objects: spread over every member by rendezvous hashing, or with a
 // client node round-robin over the data nodes 0 .. data_nodes-1 only.
@@ -416,10 +448,32 @@ absl::StatusOr<std::vector<uint64_t>> AllocateObjects(Worker& w, uint64_t n, con
   return packed;
 }
 
+// Node 0: every object of AddressCount, in its order. TATP's rows of a subscriber go where its
+// s_id's hint says (the client node holds none), the rest near them (TatpFarm::Load).
+absl::StatusOr<std::vector<uint64_t>> AllocateAll(Worker& w, const Options& o) {
+  std::vector<uint64_t> packed;
+  if (o.bank) {
+    absl::StatusOr<std::vector<uint64_t>> b = AllocateObjects(w, o.objects, o);
+    if (!b.ok()) return b.status();
+    packed = std::move(*b);
+  }
+  if (o.tatp) {
+    auto place = [&o](uint64_t key) {
+      return o.client_node ? AllocHint::OnNode(static_cast<uint32_t>(key % o.nodes))
+                           : AllocHint::Anywhere(key);
+    };
+    absl::StatusOr<std::vector<uint64_t>> t = TatpFarm::Load(w, o.subscribers, o.seed, place);
+    if (!t.ok()) return t.status();
+    packed.insert(packed.end(), t->begin(), t->end());
+  }
+  return packed;
+}
+
 absl::StatusOr<std::vector<uint64_t>> FetchObjects(Worker& w, const Options& o) {
   std::vector<uint64_t> packed;
   const absl::Time deadline = absl::Now() + absl::Seconds(o.timeout_s);
-  while (packed.size() < o.objects) {
+  const uint64_t total = AddressCount(o);
+  while (packed.size() < total) {
     absl::StatusOr<AddressChunk> c = kAddresses.Call(w, 0, AddressRequest{packed.size()});
     if (absl::IsFailedPrecondition(c.status()) && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(5));
@@ -429,9 +483,9 @@ absl::StatusOr<std::vector<uint64_t>> FetchObjects(Worker& w, const Options& o) 
       return absl::Status(
           c.status().code(),
           absl::StrCat("fetching the objects' addresses from node 0: ", c.status().message()));
-    if (c->total != o.objects || c->count == 0) {
+    if (c->total != total || c->count == 0) {
       return absl::FailedPreconditionError(
-          absl::StrCat("node 0 has ", c->total, " objects, not ", o.objects));
+          absl::StrCat("node 0 has ", c->total, " objects, not ", total));
     }
     packed.insert(packed.end(), c->packed, c->packed + c->count);
   }
@@ -443,8 +497,7 @@ absl::Status PrepareCluster(Runtime& rt, Cluster* c) {
   if (!w.ok()) return w.status();
   const absl::Time t0 = absl::Now();
   absl::StatusOr<std::vector<uint64_t>> packed =
-      rt.node_id() == 0 ? AllocateObjects(**w, c->options.objects, c->options)
-                        : FetchObjects(**w, c->options);
+      rt.node_id() == 0 ? AllocateAll(**w, c->options) : FetchObjects(**w, c->options);
   if (!packed.ok()) return packed.status();
   if (rt.node_id() == 0) {
     TheConductor().Publish(*packed);
@@ -455,9 +508,18 @@ absl::Status PrepareCluster(Runtime& rt, Cluster* c) {
   for (uint32_t n : rt.members()) {
     for (const RegionRef& r : rt.Regions(n)) region_owner[r.id] = r.node;
   }
-  for (uint64_t p : *packed) {
-    c->objects.push_back(GlobalAddress::Unpack(p));
+  const uint64_t bank = c->options.bank ? c->options.objects : 0;
+  for (uint64_t i = 0; i < bank; ++i) {
+    c->objects.push_back(GlobalAddress::Unpack((*packed)[i]));
     c->owner.push_back(region_owner[c->objects.back().region]);
+  }
+  if (c->options.tatp) {
+    std::vector<GlobalAddress> rows;
+    for (uint64_t i = bank; i < packed->size(); ++i)
+      rows.push_back(GlobalAddress::Unpack((*packed)[i]));
+    absl::StatusOr<TatpFarm> t = TatpFarm::Make(c->options.subscribers, std::move(rows));
+    if (!t.ok()) return t.status();
+    c->tatp = std::make_unique<TatpFarm>(std::move(*t));
   }
   c->workers.push_back(std::move(*w));
   const int most = *std::max_element(c->options.threads.begin(), c->options.threads.end());
@@ -489,8 +551,10 @@ absl::Status FarmAttempt(Worker& w, Kind kind, const Cluster& c,
   return s;
 }
 
-// Runs one point on this node: `threads` clients, each on its own Worker.
-NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser& keys) {
+// Runs one point on this node: `threads` clients, each on its own Worker (tatp: `tatp`'s mix on
+// TATP's tables, else `keys`' objects). Measures this process's CPU time over the window.
+NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser& keys,
+                        const TatpGenerator& tatp) {
   NodeResult r;
   r.point = index;
   r.node = c.rt->node_id();
@@ -504,6 +568,14 @@ NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser&
       NodeResult& mine = per[i];
       Worker& w = *c.workers[i];
       const uint32_t self = c.rt->node_id();
+      const uint64_t seed = ClientSeed(c.options, index, uint64_t{self} * kMaxThreads + i);
+      if (p.kind == Kind::kTatp) {
+        TatpAttempt attempt = [&](const TatpTxn& t, TatpOutcome* out, double* commit_us) {
+          return c.tatp->Attempt(w, t, out, commit_us);
+        };
+        status[i] = RunTatpClient(tatp, window, seed, attempt, &mine.stats);
+        return;
+      }
       Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
         absl::Status s = FarmAttempt(w, p.kind, c, objects, commit_us);
         if (s.ok() && p.kind != Kind::kReadOnly) {
@@ -520,11 +592,13 @@ NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser&
         }
         return s;
       };
-      status[i] = RunClient(keys, p.kind, window,
-                            ClientSeed(c.options, index, uint64_t{self} * kMaxThreads + i), attempt,
-                            &mine.stats);
+      status[i] = RunClient(keys, p.kind, window, seed, attempt, &mine.stats);
     });
   }
+  std::this_thread::sleep_until(window.start);
+  const double cpu0 = SelfCpuMicros();
+  std::this_thread::sleep_until(window.end);
+  r.cpu_us = SelfCpuMicros() - cpu0;
   for (std::thread& t : threads) t.join();
   for (int i = 0; i < clients; ++i) {
     r.stats.Merge(per[i].stats);
@@ -561,10 +635,10 @@ absl::Status Barrier(Cluster& c, int point) {
 
 // Node 0: the merged result of one point, as a RESULT line:
 //   RESULT kind dist threads commits aborts seconds tx_per_s p50 p99 txn_p50 txn_p99 pw remote
-//          remote_p50
+//          remote_p50 found cpu_us
 absl::Status Report(const Point& p, const std::vector<NodeResult>& results) {
   ClientStats all;
-  double tx_per_s = 0;
+  double tx_per_s = 0, cpu_us = 0;
   uint64_t commits = 0, owners = 0, remote = 0;
   LatencyHistogram remote_commit;
   for (const NodeResult& r : results) {
@@ -575,27 +649,28 @@ absl::Status Report(const Point& p, const std::vector<NodeResult>& results) {
     owners += r.owners_written;
     remote += r.remote_commits;
     remote_commit.Merge(r.remote_commit);
+    cpu_us += r.cpu_us;
   }
   const double pw = commits == 0 ? 0 : static_cast<double>(owners) / commits;
   const double remote_share = commits == 0 ? 0 : static_cast<double>(remote) / commits;
-  Emit(absl::StrFormat("RESULT %s %s %d %d %d %.3f %.1f %.3f %.3f %.3f %.3f %.3f %.3f %.3f",
+  Emit(absl::StrFormat("RESULT %s %s %d %d %d %.3f %.1f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %d %.0f",
                        KindName(p.kind), DistributionName(p.dist), p.threads, all.commits,
                        all.aborts, all.seconds, tx_per_s, all.commit.Percentile(0.5),
                        all.commit.Percentile(0.99), all.txn.Percentile(0.5),
-                       all.txn.Percentile(0.99), pw, remote_share, remote_commit.Percentile(0.5)));
+                       all.txn.Percentile(0.99), pw, remote_share, remote_commit.Percentile(0.5),
+                       all.found, cpu_us));
   return absl::OkStatus();
 }
 
 // Node 0, after every point: the objects' sum must be what the committed increments made it.
-absl::Status Audit(Cluster& c, uint64_t increments) {
+absl::Status Audit(Cluster& c, int64_t increments) {
   int64_t sum = 0;
   for (const GlobalAddress& a : c.objects) {
     absl::StatusOr<int64_t> v = c.workers[0]->LockFreeGet<int64_t>(a);
     if (!v.ok()) return v.status();
     sum += *v;
   }
-  const int64_t want =
-      static_cast<int64_t>(c.objects.size()) * kInitialValue + static_cast<int64_t>(increments);
+  const int64_t want = static_cast<int64_t>(c.objects.size()) * kInitialValue + increments;
   Emit(absl::StrFormat("AUDIT sum=%d expected=%d %s", sum, want, sum == want ? "ok" : "MISMATCH"));
   if (sum != want) {
     return absl::DataLossError(absl::StrCat("the objects sum to ", sum, ", not ", want));
@@ -606,14 +681,17 @@ absl::Status Audit(Cluster& c, uint64_t increments) {
 absl::Status RunPoints(Cluster& c) {
   const std::vector<Point> points = c.options.Points();
   std::map<Distribution, std::unique_ptr<KeyChooser>> choosers;
+  std::map<Distribution, std::unique_ptr<TatpGenerator>> tatp;
   for (Distribution d : c.options.dists) {
     choosers[d] = std::make_unique<KeyChooser>(d, c.options.objects, c.options.theta);
+    tatp[d] = std::make_unique<TatpGenerator>(d, c.options.subscribers, c.options.theta);
   }
-  uint64_t increments = 0;
+  int64_t increments = 0, cf_delta = 0;
   const bool leader = c.rt->node_id() == 0;
   for (size_t i = 0; i < points.size(); ++i) {
     if (absl::Status s = Barrier(c, static_cast<int>(i)); !s.ok()) return s;
-    NodeResult mine = RunNodePoint(c, static_cast<int>(i), points[i], *choosers[points[i].dist]);
+    NodeResult mine = RunNodePoint(c, static_cast<int>(i), points[i], *choosers[points[i].dist],
+                                   *tatp[points[i].dist]);
     if (!leader) {
       absl::StatusOr<Ack> a = kResult.Call(*c.workers[0], 0, mine);
       if (!a.ok()) return a.status();
@@ -628,9 +706,20 @@ absl::Status RunPoints(Cluster& c) {
       return absl::DeadlineExceededError("not every node sent its result");
     }
     if (absl::Status s = Report(points[i], all); !s.ok()) return s;
-    for (const NodeResult& r : all) increments += r.stats.increments;
+    for (const NodeResult& r : all) {
+      (points[i].kind == Kind::kTatp ? cf_delta : increments) += r.stats.increments;
+    }
   }
-  return leader ? Audit(c, increments) : absl::OkStatus();
+  if (!leader) return absl::OkStatus();
+  if (c.tatp != nullptr) {
+    absl::StatusOr<std::string> line = c.tatp->Audit(*c.workers[0], c.options.seed, cf_delta);
+    if (!line.ok()) {
+      Emit(absl::StrCat("AUDIT tatp MISMATCH ", line.status().message()));
+      return line.status();
+    }
+    Emit(absl::StrCat("AUDIT tatp ", *line, " ok"));
+  }
+  return Audit(c, increments);
 }
 
 absl::Status NodeRun(Runtime& rt) {
@@ -674,6 +763,12 @@ struct Row {
   int msg_rounds = 0;
   double pw = 0, remote_share = 0;  // farm only
   double remote_p50 = 0;            // farm only: commits that sent messages
+  // The committed transactions that found what they looked for (TATP's successful ones; every
+  // transaction of the other kinds does).
+  double success_rate = 1;
+  // CPU time per committed transaction over the window: farm, every node process (clients and
+  // serving); a peer, its server's processes and this process (the clients). 0: not measured.
+  double cpu_us_per_tx = 0;
   double rpc_rtt = 0;               // msg_bench's, same provider (0: not measured)
   double socket_rtt = 0;            // a 64 B round trip on the peers' transport (0: not measured)
   int repeat = 1, repeats = 1;      // the run (1..repeats); 0: the summary of every run
@@ -691,11 +786,13 @@ std::string JsonRow(const Row& r, const RunInfo& info) {
       "\"p50_us\":%.3f,"
       "\"p99_us\":%.3f,\"txn_p50_us\":%.3f,\"txn_p99_us\":%.3f,\"abort_rate\":%.5f,"
       "\"msg_rounds\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%.3f,"
-      "\"socket_rtt_p50_us\":%.3f,\"placement\":\"%s\",\"poll\":\"%s\",\"repeat\":%d,\"repeats\":%"
-      "d%s%s}",
+      "\"socket_rtt_p50_us\":%.3f,\"success_rate\":%.4f,\"cpu_us_per_tx\":%.2f,"
+      "\"tx_per_s_per_core\":%.1f,\"placement\":\"%s\",\"poll\":\"%s\",\"repeat\":%d,"
+      "\"repeats\":%d%s%s}",
       r.target, r.provider, r.transport, KindName(r.kind), DistributionName(r.dist), r.threads,
       r.clients, r.f, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
-      r.remote_p50, r.rpc_rtt, r.socket_rtt, r.placement, r.poll, r.repeat, r.repeats,
+      r.remote_p50, r.rpc_rtt, r.socket_rtt, r.success_rate, r.cpu_us_per_tx,
+      r.cpu_us_per_tx > 0 ? 1e6 / r.cpu_us_per_tx : 0.0, r.placement, r.poll, r.repeat, r.repeats,
       r.repeat == 0 ? absl::StrFormat(",\"tx_per_s_min\":%.1f,\"tx_per_s_max\":%.1f,"
                                       "\"p50_us_min\":%.3f,\"p50_us_max\":%.3f",
                                       r.tx_min, r.tx_max, r.p50_min, r.p50_max)
@@ -705,25 +802,28 @@ std::string JsonRow(const Row& r, const RunInfo& info) {
 
 // FaRM's message count: Pw*(f+3) one-sided writes + Pr one-sided READs.
 std::string FarmFormula(const Row& r) {
-  if (r.target != "farm") return "";
+  if (r.target != "farm" || r.kind == Kind::kTatp) return "";
   const int pr = ObjectsOf(r.kind) - WritesOf(r.kind);
   return absl::StrFormat("%.1fw+%dr", (3 + r.f) * r.pw, pr);
 }
 
 void PrintTableHeader() {
-  std::printf("%-11s %1s %-11s %-9s %-9s %3s %4s %10s %9s %9s %9s %9s %7s %6s %9s\n", "target", "f",
-              "transport", "kind", "dist", "thr", "cli", "tx/s", "commit50", "commit99", "remote50",
-              "txn50", "abort%", "rounds", "FaRM");
+  std::printf("%-11s %1s %-11s %-9s %-9s %3s %4s %10s %9s %9s %9s %9s %7s %6s %9s %6s %8s\n",
+              "target", "f", "transport", "kind", "dist", "thr", "cli", "tx/s", "commit50",
+              "commit99", "remote50", "txn50", "abort%", "rounds", "FaRM", "found%", "cpuus/tx");
 }
 
 void PrintTableRow(const Row& r) {
-  const std::string remote = r.target == "farm" && r.kind != Kind::kReadOnly
-                                 ? absl::StrFormat("%.2f", r.remote_p50)
-                                 : std::string("-");
-  std::printf("%-11s %1d %-11s %-9s %-9s %3d %4d %10.0f %9.2f %9.2f %9s %9.2f %7.2f %6d %9s\n",
-              r.target.c_str(), r.f, r.transport.c_str(), KindName(r.kind).c_str(),
-              DistributionName(r.dist).c_str(), r.threads, r.clients, r.tx_per_s, r.p50, r.p99,
-              remote.c_str(), r.txn_p50, 100 * r.abort_rate, r.msg_rounds, FarmFormula(r).c_str());
+  const std::string remote =
+      r.target == "farm" && r.kind != Kind::kReadOnly && r.kind != Kind::kTatp
+          ? absl::StrFormat("%.2f", r.remote_p50)
+          : std::string("-");
+  std::printf(
+      "%-11s %1d %-11s %-9s %-9s %3d %4d %10.0f %9.2f %9.2f %9s %9.2f %7.2f %6d %9s %6.1f %8.1f\n",
+      r.target.c_str(), r.f, r.transport.c_str(), KindName(r.kind).c_str(),
+      DistributionName(r.dist).c_str(), r.threads, r.clients, r.tx_per_s, r.p50, r.p99,
+      remote.c_str(), r.txn_p50, 100 * r.abort_rate, r.msg_rounds, FarmFormula(r).c_str(),
+      100 * r.success_rate, r.cpu_us_per_tx);
   std::fflush(stdout);
 }
 
@@ -746,24 +846,29 @@ absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provi
   r.target = "farm";
   r.provider = r.transport = provider;
   // RESULT kind dist threads commits aborts seconds tx_per_s p50 p99 txn_p50 txn_p99 pw remote
-  //        remote_p50
-  const bool sized = f.size() == 15;
+  //        remote_p50 found cpu_us
+  const bool sized = f.size() == 17;
   absl::StatusOr<Kind> kind = sized ? ParseKind(f[1]) : absl::InvalidArgumentError("");
   absl::StatusOr<Distribution> dist =
       sized ? ParseDistribution(f[2]) : absl::InvalidArgumentError("");
-  double commits = 0, aborts = 0;
+  double commits = 0, aborts = 0, found = 0, cpu_us = 0;
   if (!kind.ok() || !dist.ok() || !absl::SimpleAtoi(f[3], &r.threads) ||
       !absl::SimpleAtod(f[4], &commits) || !absl::SimpleAtod(f[5], &aborts) ||
       !absl::SimpleAtod(f[7], &r.tx_per_s) || !absl::SimpleAtod(f[8], &r.p50) ||
       !absl::SimpleAtod(f[9], &r.p99) || !absl::SimpleAtod(f[10], &r.txn_p50) ||
       !absl::SimpleAtod(f[11], &r.txn_p99) || !absl::SimpleAtod(f[12], &r.pw) ||
-      !absl::SimpleAtod(f[13], &r.remote_share) || !absl::SimpleAtod(f[14], &r.remote_p50)) {
+      !absl::SimpleAtod(f[13], &r.remote_share) || !absl::SimpleAtod(f[14], &r.remote_p50) ||
+      !absl::SimpleAtod(f[15], &found) || !absl::SimpleAtod(f[16], &cpu_us)) {
     return absl::InternalError(absl::StrCat("cannot read node 0's line: ", line));
   }
   r.kind = *kind;
   r.dist = *dist;
   r.abort_rate = commits + aborts == 0 ? 0 : aborts / (commits + aborts);
-  r.msg_rounds = r.kind == Kind::kReadOnly ? 0 : 2;  // LOCK + COMMIT-PRIMARY (f = 0)
+  r.success_rate = commits == 0 ? 0 : found / commits;
+  r.cpu_us_per_tx = commits == 0 ? 0 : cpu_us / commits;
+  // LOCK + COMMIT-PRIMARY (f = 0); tatp: its writing transactions' (20 % of the mix; the others
+  // are read-only and send none).
+  r.msg_rounds = r.kind == Kind::kReadOnly ? 0 : 2;
   return r;
 }
 
@@ -787,7 +892,9 @@ absl::StatusOr<std::string> WriteClusterConfig(const std::string& provider, int 
         absl::StrCat("--f=", f, " --lease_ms=", lease_ms, ": ", s.message()));
   }
   // Objects take 64-byte slots; room for twice an even share, in 4 MiB regions.
-  const uint64_t per_node = 2 * 64 * o.objects / o.nodes + (4 << 20);
+  const uint64_t bytes =
+      (o.bank ? 64 * o.objects : 0) + (o.tatp ? TatpFarm::Bytes(o.subscribers) : 0);
+  const uint64_t per_node = 2 * bytes / o.nodes + (4 << 20);
   cfg->set_region_size(4 << 20);
   cfg->set_region_count(static_cast<uint32_t>((per_node + (4 << 20) - 1) / (4 << 20)));
   cfg->set_join_timeout_s(static_cast<uint32_t>(o.timeout_s));
@@ -807,8 +914,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnNode(int i, const std::string
       absl::StrCat("--log_level=", log_level == "info" ? "warn" : log_level),
       absl::StrCat("--workers=", kMaxThreads + 2)};
   for (const char* flag :
-       {"threads", "kinds", "dists", "zipf_theta", "objects", "nodes", "active_nodes",
-        "client_node", "duration_ms", "warmup_ms", "timeout_s", "seed"}) {
+       {"threads", "kinds", "dists", "zipf_theta", "objects", "subscribers", "nodes",
+        "active_nodes", "client_node", "duration_ms", "warmup_ms", "timeout_s", "seed"}) {
     args.push_back(absl::StrCat("--", flag, "=", absl::FindCommandLineFlag(flag)->CurrentValue()));
   }
   return ChildProcess::SpawnSelf(args);
@@ -1350,7 +1457,8 @@ int main(int argc, char** argv) {
       "rate) on a cluster of node processes it starts, and the same bank transfer on Redis and "
       "PostgreSQL servers it starts on private sockets.\n"
       "  txn_bench [--provider=shm,tcp;ofi_rxm] [--threads=1,2,4] [--kinds=read_only,write_1,"
-      "write_4,bank] [--dists=uniform,zipf] [--targets=farm,redis,redis-lua,postgres,postgres-fn] "
+      "write_4,bank,tatp] [--subscribers=10000] [--dists=uniform,zipf,nurand] "
+      "[--targets=farm,redis,redis-lua,postgres,postgres-fn] "
       "[--f=0,1] "
       "[--cpus=0-1] [--json]\n"
       "--provider takes a comma-separated list here (default shm). Exit status: 0 ok, 1 runtime "
