@@ -47,6 +47,13 @@ absl::Status ReadRow(Txn& t, GlobalAddress a, T* v) {
   return t.Read(a, v, sizeof(T));
 }
 
+// Writes `v` to the object at `a` inside `t`, noting `a` in *written.
+template <typename T>
+absl::Status WriteRow(Txn& t, GlobalAddress a, const T& v, std::vector<GlobalAddress>* written) {
+  written->push_back(a);
+  return t.Put(a, v);
+}
+
 }  // namespace
 
 uint64_t TatpFarm::Buckets(uint32_t subscribers) {
@@ -183,7 +190,8 @@ absl::StatusOr<uint32_t> TatpFarm::Lookup(const char* sub_nbr, const BucketReade
   return absl::NotFoundError(absl::StrCat("sub_nbr ", sub_nbr, " is not in the index"));
 }
 
-absl::Status TatpFarm::Run(Txn& t, const TatpTxn& in, TatpOutcome* out) const {
+absl::Status TatpFarm::Run(Txn& t, const TatpTxn& in, TatpOutcome* out,
+                           std::vector<GlobalAddress>* written) const {
   uint32_t s_id = in.s_id;
   if (in.type == TatpTxnType::kUpdateLocation || in.type == TatpTxnType::kInsertCallForwarding ||
       in.type == TatpTxnType::kDeleteCallForwarding) {
@@ -229,16 +237,16 @@ absl::Status TatpFarm::Run(Txn& t, const TatpTxn& in, TatpOutcome* out) const {
       if (absl::Status s = ReadRow(t, Subscriber(s_id), &sub); !s.ok()) return s;
       sub.bits = static_cast<uint16_t>((sub.bits & ~1u) | in.bit_1);
       sf.data_a = in.data_a;
-      if (absl::Status s = t.Put(Subscriber(s_id), sub); !s.ok()) return s;
+      if (absl::Status s = WriteRow(t, Subscriber(s_id), sub, written); !s.ok()) return s;
       out->found = true;
-      return t.Put(SpecialFacility(s_id, in.sf_type), sf);
+      return WriteRow(t, SpecialFacility(s_id, in.sf_type), sf, written);
     }
     case TatpTxnType::kUpdateLocation: {
       SubscriberRow sub;
       if (absl::Status s = ReadRow(t, Subscriber(s_id), &sub); !s.ok()) return s;
       sub.vlr_location = in.vlr_location;
       out->found = true;
-      return t.Put(Subscriber(s_id), sub);
+      return WriteRow(t, Subscriber(s_id), sub, written);
     }
     case TatpTxnType::kInsertCallForwarding: {
       // The spec reads the subscriber's facilities first: the row must have a parent.
@@ -254,7 +262,7 @@ absl::Status TatpFarm::Run(Txn& t, const TatpTxn& in, TatpOutcome* out) const {
       std::memcpy(cf.numberx, in.numberx, kSubNbrDigits);
       out->found = true;
       out->cf_delta = 1;
-      return t.Put(a, cf);
+      return WriteRow(t, a, cf, written);
     }
     case TatpTxnType::kDeleteCallForwarding: {
       const GlobalAddress a = CallForwarding(s_id, in.sf_type, in.start_time / 8);
@@ -263,17 +271,20 @@ absl::Status TatpFarm::Run(Txn& t, const TatpTxn& in, TatpOutcome* out) const {
       if (!cf.present) return absl::OkStatus();
       out->found = true;
       out->cf_delta = -1;
-      return t.Put(a, CallForwardingRow{});
+      return WriteRow(t, a, CallForwardingRow{}, written);
     }
   }
   return absl::InvalidArgumentError("unknown TATP transaction");
 }
 
-absl::Status TatpFarm::Attempt(Worker& w, const TatpTxn& in, TatpOutcome* out,
-                               double* commit_us) const {
+absl::Status TatpFarm::Attempt(Worker& w, const TatpTxn& in, TatpOutcome* out, double* commit_us,
+                               std::vector<GlobalAddress>* written) const {
   std::unique_ptr<Txn> t = w.Begin();
   *out = TatpOutcome{};
-  if (absl::Status s = Run(*t, in, out); !s.ok()) return s;
+  std::vector<GlobalAddress> ignored;
+  if (written == nullptr) written = &ignored;
+  written->clear();
+  if (absl::Status s = Run(*t, in, out, written); !s.ok()) return s;
   const Clock::time_point t0 = Clock::now();
   absl::Status s = t->Commit();
   *commit_us = MicrosBetween(t0, Clock::now());

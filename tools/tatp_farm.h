@@ -62,8 +62,10 @@ class TatpFarm {
 
   // One attempt at `t` in a farm transaction: OK once committed (*out says what it found and
   // changed; a transaction that found nothing commits its reads), Aborted (a conflict: run it
-  // again), or another error (e.g. DataLoss when the index misses a subscriber).
-  absl::Status Attempt(Worker& w, const TatpTxn& t, TatpOutcome* out, double* commit_us) const;
+  // again), or another error (e.g. DataLoss when the index misses a subscriber). `written`, when
+  // given, receives the objects it wrote.
+  absl::Status Attempt(Worker& w, const TatpTxn& t, TatpOutcome* out, double* commit_us,
+                       std::vector<GlobalAddress>* written = nullptr) const;
 
   // After the run (no transaction running): every subscriber's row and index entry are right,
   // every CALL_FORWARDING row belongs to an existing SPECIAL_FACILITY row, and the rows number
@@ -87,7 +89,8 @@ class TatpFarm {
   using BucketReader = std::function<absl::Status(GlobalAddress, IndexBucket*)>;
   absl::StatusOr<uint32_t> Lookup(const char* sub_nbr, const BucketReader& read) const;
   // The transaction's work before the commit.
-  absl::Status Run(Txn& t, const TatpTxn& in, TatpOutcome* out) const;
+  absl::Status Run(Txn& t, const TatpTxn& in, TatpOutcome* out,
+                   std::vector<GlobalAddress>* written) const;
 
   uint32_t subscribers_;
   std::vector<GlobalAddress> addresses_;
