@@ -30,8 +30,9 @@
 //
 // Peers (--targets redis, redis-lua, postgres, postgres-fn: each store used in its usual ways,
 // tools/txn_peers.h; the targets in words compare farm with each store's best): the bank
-// transfer only, with as many client threads and connections as the farm cluster has client
-// threads (nodes x threads), on servers that
+// transfer, and TATP on postgres (one prepared statement per transaction at SERIALIZABLE; the
+// other peers skip tatp points with a line), with as many client threads and connections as the
+// farm cluster has client threads (nodes x threads), on servers that
 // tools/bench_peers.sh starts on private sockets and stops afterwards: Unix sockets against
 // shm, TCP on 127.0.0.1 against every other provider. --cpus pins this process before anything
 // starts, so the nodes, the servers and the peers' client threads all run on the same cores.
@@ -142,8 +143,9 @@ ABSL_FLAG(int, duration_ms, 2000, "measured milliseconds per point");
 ABSL_FLAG(int, warmup_ms, 300, "milliseconds run before each point's measurement");
 ABSL_FLAG(std::string, targets, "farm,redis,redis-lua,postgres,postgres-fn",
           "what to measure: farm, redis (WATCH/MULTI/EXEC), redis-lua (one script call), postgres "
-          "(an interactive transaction of prepared statements), postgres-fn (one call of a "
-          "PL/pgSQL function)");
+          "(an interactive transaction of prepared statements; tatp: one prepared statement per "
+          "transaction), postgres-fn (one call of a PL/pgSQL function); tatp runs on farm and "
+          "postgres only");
 ABSL_FLAG(bool, json, false, "print one JSON object per point instead of a table");
 ABSL_FLAG(int, repeat, 1,
           "runs of every target, taking turns (farm, redis, ..., farm, redis, ...: each run starts "
