@@ -249,10 +249,14 @@ absl::Status TatpFarm::Run(Txn& t, const TatpTxn& in, TatpOutcome* out,
       return WriteRow(t, Subscriber(s_id), sub, written);
     }
     case TatpTxnType::kInsertCallForwarding: {
-      // The spec reads the subscriber's facilities first: the row must have a parent.
-      SpecialFacilityRow sf;
-      if (absl::Status s = ReadRow(t, SpecialFacility(s_id, in.sf_type), &sf); !s.ok()) return s;
-      if (!sf.present) return absl::OkStatus();
+      // The spec reads the subscriber's special facilities first (SELECT sf_type FROM
+      // special_facility WHERE s_id = ...): the new row needs its parent among them.
+      SpecialFacilityRow sf[kTatpTypes];
+      for (int type = 1; type <= kTatpTypes; ++type) {
+        if (absl::Status s = ReadRow(t, SpecialFacility(s_id, type), &sf[type - 1]); !s.ok())
+          return s;
+      }
+      if (!sf[in.sf_type - 1].present) return absl::OkStatus();
       const GlobalAddress a = CallForwarding(s_id, in.sf_type, in.start_time / 8);
       CallForwardingRow cf;
       if (absl::Status s = ReadRow(t, a, &cf); !s.ok()) return s;
