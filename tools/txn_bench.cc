@@ -55,8 +55,9 @@
 //    "warmup_ms":..,"cores_awake":true,"load_avg":..}
 // (tools/bench_driver.h's RunInfoJson; --cores_awake keeps every core out of idle for the whole
 // run, so that no target pays an idle core's wake-up per request). With --repeat N every target
-// runs N times, taking turns, and a summary line per point follows (repeat 0: the runs' medians,
-// with tx_per_s_min/max and p50_us_min/max).
+// runs N times, taking turns, and a summary line per point follows (repeat 0: the runs' medians
+// of every measured field, with tx_per_s_min/max, p50_us_min/max and
+// tx_per_s_per_core_min/max).
 // Exit status: 0 success, 1 runtime failure (or an audit that does not add up), 2 bad flags.
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -788,10 +789,12 @@ struct Row {
   // CPU time per committed transaction over the window: farm, every node process (clients and
   // serving); a peer, its server's processes and this process (the clients). 0: not measured.
   double cpu_us_per_tx = 0;
+  double per_core = 0;              // tx_per_s_per_core: 10^6 / cpu_us_per_tx (0: not measured)
   double rpc_rtt = 0;               // msg_bench's, same provider (0: not measured)
   double socket_rtt = 0;            // a 64 B round trip on the peers' transport (0: not measured)
   int repeat = 1, repeats = 1;      // the run (1..repeats); 0: the summary of every run
-  double tx_min = 0, tx_max = 0, p50_min = 0, p50_max = 0;  // the summary's spread
+  // The summary's spread.
+  double tx_min = 0, tx_max = 0, p50_min = 0, p50_max = 0, per_core_min = 0, per_core_max = 0;
   // Where the clients ran: "data_nodes" (farm's clients beside the objects), "client_node"
   // (farm's clients on a node of their own), "client_process" (a peer's clients).
   std::string placement = "client_process";
@@ -810,13 +813,23 @@ std::string JsonRow(const Row& r, const RunInfo& info) {
       "\"repeats\":%d%s%s}",
       r.target, r.provider, r.transport, KindName(r.kind), DistributionName(r.dist), r.threads,
       r.clients, r.f, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
-      r.remote_p50, r.rpc_rtt, r.socket_rtt, r.success_rate, r.cpu_us_per_tx,
-      r.cpu_us_per_tx > 0 ? 1e6 / r.cpu_us_per_tx : 0.0, r.placement, r.poll, r.repeat, r.repeats,
-      r.repeat == 0 ? absl::StrFormat(",\"tx_per_s_min\":%.1f,\"tx_per_s_max\":%.1f,"
-                                      "\"p50_us_min\":%.3f,\"p50_us_max\":%.3f",
-                                      r.tx_min, r.tx_max, r.p50_min, r.p50_max)
+      r.remote_p50, r.rpc_rtt, r.socket_rtt, r.success_rate, r.cpu_us_per_tx, r.per_core,
+      r.placement, r.poll, r.repeat, r.repeats,
+      r.repeat == 0 ? absl::StrFormat(
+                          ",\"tx_per_s_min\":%.1f,\"tx_per_s_max\":%.1f,"
+                          "\"p50_us_min\":%.3f,\"p50_us_max\":%.3f,"
+                          "\"tx_per_s_per_core_min\":%.1f,\"tx_per_s_per_core_max\":%.1f",
+                          r.tx_min, r.tx_max, r.p50_min, r.p50_max, r.per_core_min, r.per_core_max)
                     : std::string(),
       RunInfoJson(info));
+}
+
+// success_rate, cpu_us_per_tx and per_core of `r` from its committed transactions, those that
+// found what they looked for, and the CPU time over the window.
+void SetRates(double commits, double found, double cpu_us, Row* r) {
+  r->success_rate = commits == 0 ? 0 : found / commits;
+  r->cpu_us_per_tx = commits == 0 ? 0 : cpu_us / commits;
+  r->per_core = r->cpu_us_per_tx > 0 ? 1e6 / r->cpu_us_per_tx : 0;
 }
 
 // FaRM's message count: Pw*(f+3) one-sided writes + Pr one-sided READs.
@@ -882,8 +895,7 @@ absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provi
   r.kind = *kind;
   r.dist = *dist;
   r.abort_rate = commits + aborts == 0 ? 0 : aborts / (commits + aborts);
-  r.success_rate = commits == 0 ? 0 : found / commits;
-  r.cpu_us_per_tx = commits == 0 ? 0 : cpu_us / commits;
+  SetRates(commits, found, cpu_us, &r);
   // LOCK + COMMIT-PRIMARY (f = 0); tatp: its writing transactions' (20 % of the mix; the others
   // are read-only and send none).
   r.msg_rounds = r.kind == Kind::kReadOnly ? 0 : 2;
@@ -1127,8 +1139,7 @@ Row PeerRow(const std::string& target, const std::string& provider, const Point&
   r.txn_p50 = all.txn.Percentile(0.5);
   r.txn_p99 = all.txn.Percentile(0.99);
   r.abort_rate = all.abort_rate();
-  r.success_rate = all.commits == 0 ? 0 : static_cast<double>(all.found) / all.commits;
-  r.cpu_us_per_tx = all.commits == 0 ? 0 : cpu_us / all.commits;
+  SetRates(all.commits, all.found, cpu_us, &r);
   return r;
 }
 
@@ -1293,8 +1304,8 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
       std::printf(
           "  tatp %-9s %d thr: farm %.0f tx/s, %.1f CPU-us/tx = %.0f tx/s per core (FaRM's "
           "published %.0f tx/s per core: 140 M tx/s on 90 x 16 cores)",
-          DistributionName(f.dist).c_str(), f.threads, f.tx_per_s, f.cpu_us_per_tx,
-          f.cpu_us_per_tx > 0 ? 1e6 / f.cpu_us_per_tx : 0.0, kFarmPerCore);
+          DistributionName(f.dist).c_str(), f.threads, f.tx_per_s, f.cpu_us_per_tx, f.per_core,
+          kFarmPerCore);
       if (pg != nullptr && pg->tx_per_s > 0) {
         const double ratio = f.tx_per_s / pg->tx_per_s;
         std::printf("; %.2fx postgres (%.1f CPU-us/tx) (target >= 5x: %s)", ratio,
@@ -1315,12 +1326,15 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
   }
 }
 
-// One summary row (repeat 0) per target, f and point of `provider`'s runs: the medians.
+// One summary row (repeat 0) per target, f and point of `provider`'s runs: the runs' medians of
+// every measured field (throughput, latency, abort, remote, success and CPU rates), with the spread
+// of tx/s, commit p50 and tx/s per core; the rest (the point, msg_rounds, placement) is run 1's,
+// which every run shares.
 std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& provider) {
   std::vector<Row> out;
   for (const Row& first : rows) {
     if (first.provider != provider || first.repeat != 1) continue;
-    std::vector<double> tx, p50, p99, txn50, txn99, aborts, remote;
+    std::vector<double> tx, p50, p99, txn50, txn99, aborts, remote, share, pw, found, cpu, per_core;
     for (const Row& r : rows) {
       if (r.provider != provider || r.repeat == 0 || r.target != first.target || r.f != first.f ||
           r.kind != first.kind || r.dist != first.dist || r.threads != first.threads) {
@@ -1333,6 +1347,11 @@ std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& prov
       txn99.push_back(r.txn_p99);
       aborts.push_back(r.abort_rate);
       remote.push_back(r.remote_p50);
+      share.push_back(r.remote_share);
+      pw.push_back(r.pw);
+      found.push_back(r.success_rate);
+      cpu.push_back(r.cpu_us_per_tx);
+      per_core.push_back(r.per_core);
     }
     Row s = first;
     s.repeat = 0;
@@ -1348,6 +1367,14 @@ std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& prov
     s.txn_p99 = SpreadOf(txn99).median;
     s.abort_rate = SpreadOf(aborts).median;
     s.remote_p50 = SpreadOf(remote).median;
+    s.remote_share = SpreadOf(share).median;
+    s.pw = SpreadOf(pw).median;
+    s.success_rate = SpreadOf(found).median;
+    s.cpu_us_per_tx = SpreadOf(cpu).median;
+    const Spread k = SpreadOf(per_core);
+    s.per_core = k.median;
+    s.per_core_min = k.min;
+    s.per_core_max = k.max;
     out.push_back(s);
   }
   return out;
