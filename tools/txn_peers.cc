@@ -465,21 +465,45 @@ std::string TatpSchema() {
 }
 
 // The 7 transactions, in TatpTxnType's order (see the file comment).
-constexpr const char* kTatpStatements[kTatpTxnTypes] = {
-    "SELECT * FROM subscriber WHERE s_id = $1",
-    "SELECT cf.numberx FROM special_facility sf JOIN call_forwarding cf ON cf.s_id = sf.s_id AND "
-    "cf.sf_type = sf.sf_type WHERE sf.s_id = $1 AND sf.sf_type = $2 AND sf.is_active = 1 AND "
-    "cf.start_time <= $3 AND $4 < cf.end_time",
-    "SELECT data1, data2, data3, data4 FROM access_info WHERE s_id = $1 AND ai_type = $2",
-    "WITH sf AS (UPDATE special_facility SET data_a = $3 WHERE s_id = $1 AND sf_type = $4 "
-    "RETURNING s_id) UPDATE subscriber SET bit_1 = $2 WHERE s_id = (SELECT s_id FROM sf)",
-    "UPDATE subscriber SET vlr_location = $2 WHERE sub_nbr = $1",
-    "INSERT INTO call_forwarding (s_id, sf_type, start_time, end_time, numberx) SELECT sf.s_id, "
-    "sf.sf_type, $3, $4, $5 FROM subscriber s JOIN special_facility sf ON sf.s_id = s.s_id AND "
-    "sf.sf_type = $2 WHERE s.sub_nbr = $1 ON CONFLICT DO NOTHING",
-    "DELETE FROM call_forwarding WHERE s_id = (SELECT s_id FROM subscriber WHERE sub_nbr = $1) "
-    "AND sf_type = $2 AND start_time = $3",
+struct TatpStatement {
+  TatpTxnType type;
+  const char* sql;
 };
+constexpr TatpStatement kTatpStatements[] = {
+    {TatpTxnType::kGetSubscriberData, "SELECT * FROM subscriber WHERE s_id = $1"},
+    {TatpTxnType::kGetNewDestination,
+     "SELECT cf.numberx FROM special_facility sf JOIN call_forwarding cf ON cf.s_id = sf.s_id AND "
+     "cf.sf_type = sf.sf_type WHERE sf.s_id = $1 AND sf.sf_type = $2 AND sf.is_active = 1 AND "
+     "cf.start_time <= $3 AND $4 < cf.end_time"},
+    {TatpTxnType::kGetAccessData,
+     "SELECT data1, data2, data3, data4 FROM access_info WHERE s_id = $1 AND ai_type = $2"},
+    {TatpTxnType::kUpdateSubscriberData,
+     "WITH sf AS (UPDATE special_facility SET data_a = $3 WHERE s_id = $1 AND sf_type = $4 "
+     "RETURNING s_id) UPDATE subscriber SET bit_1 = $2 WHERE s_id = (SELECT s_id FROM sf)"},
+    {TatpTxnType::kUpdateLocation, "UPDATE subscriber SET vlr_location = $2 WHERE sub_nbr = $1"},
+    // The spec's SELECT sf_type FROM special_facility WHERE s_id = ? (all the subscriber's
+    // facilities, as farm reads them; MATERIALIZED keeps PostgreSQL from pushing the named type
+    // into it), then the insert under the facility named, if it is among them.
+    {TatpTxnType::kInsertCallForwarding,
+     "WITH s AS (SELECT s_id FROM subscriber WHERE sub_nbr = $1), "
+     "sf AS MATERIALIZED (SELECT sf_type FROM special_facility WHERE s_id = (SELECT s_id FROM s)) "
+     "INSERT INTO call_forwarding (s_id, sf_type, start_time, end_time, numberx) SELECT s.s_id, "
+     "sf.sf_type, $3, $4, $5 FROM s, sf WHERE sf.sf_type = $2 ON CONFLICT DO NOTHING"},
+    {TatpTxnType::kDeleteCallForwarding,
+     "DELETE FROM call_forwarding WHERE s_id = (SELECT s_id FROM subscriber WHERE sub_nbr = $1) "
+     "AND sf_type = $2 AND start_time = $3"},
+};
+
+// kTatpStatements[i] is the statement of TatpTxnType i (Run prepares and picks them by index).
+constexpr bool TatpStatementsInOrder() {
+  for (int i = 0; i < kTatpTxnTypes; ++i) {
+    if (static_cast<int>(kTatpStatements[i].type) != i) return false;
+  }
+  return true;
+}
+static_assert(sizeof(kTatpStatements) / sizeof(kTatpStatements[0]) == kTatpTxnTypes &&
+                  TatpStatementsInOrder(),
+              "kTatpStatements must hold one statement per TatpTxnType, in the enum's order");
 
 // A statement's parameters for `t`.
 std::vector<std::string> TatpParams(const TatpTxn& t) {
@@ -513,7 +537,7 @@ class PostgresTatpConnection : public TatpConnection {
     Result set(PQexec(*c, "SET default_transaction_isolation TO 'serializable'"));
     if (PQresultStatus(set.get()) != PGRES_COMMAND_OK) return PostgresFailure(set.get());
     for (int i = 0; i < kTatpTxnTypes; ++i) {
-      Result r(PQprepare(*c, absl::StrCat("tatp", i).c_str(), kTatpStatements[i], 0, nullptr));
+      Result r(PQprepare(*c, absl::StrCat("tatp", i).c_str(), kTatpStatements[i].sql, 0, nullptr));
       if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) return PostgresFailure(r.get());
     }
     return std::unique_ptr<TatpConnection>(std::move(conn));

@@ -36,10 +36,11 @@
 // autocommit, the connection's default isolation SERIALIZABLE (farm's transactions are strictly
 // serializable: the same guarantee; 40001/40P01 are Aborted and retried as farm's aborts are):
 // the lookups by sub_nbr are subqueries on the index, UPDATE_SUBSCRIBER_DATA's two updates one
-// statement (a CTE: both or neither, as farm's), INSERT_CALL_FORWARDING an INSERT ... SELECT
-// that needs the special facility and does nothing on a duplicate key. 1 round trip each, the
-// commit. A statement that changes or returns no row is a committed transaction that found
-// nothing (TATP's unsuccessful one).
+// statement (a CTE: both or neither, as farm's), INSERT_CALL_FORWARDING a CTE that reads all
+// the subscriber's special facilities (the spec's SELECT sf_type, as farm's reads them) and
+// inserts under the one named if it is among them, nothing on a duplicate key. 1 round trip
+// each, the commit. A statement that changes or returns no row is a committed transaction that
+// found nothing (TATP's unsuccessful one).
 //
 // Thread safety: a PeerStore is used by one thread (start, load, audit, stop); each BankConnection
 // by one client thread.
