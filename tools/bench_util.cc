@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -229,36 +232,44 @@ double SelfCpuMicros() {
   return us(u.ru_utime) + us(u.ru_stime);
 }
 
-double TreeCpuMicros(int pid) {
-  // Every process's parent and CPU ticks (/proc/N/stat: "pid (comm) state ppid ... utime stime"
-  // as fields 4, 14 and 15; comm may hold spaces, so the fields are counted after its ')').
+absl::StatusOr<double> TreeCpuMicros(const std::vector<int>& roots) {
+  // Every process's parent and CPU ticks (/proc/N/stat: "pid (comm) state ppid ... utime stime
+  // cutime cstime" as fields 4 and 14-17; comm may hold spaces, so the fields are counted after
+  // its ')').
   std::map<int, std::vector<int>> children;
   std::map<int, double> ticks;
   DIR* proc = opendir("/proc");
-  if (proc == nullptr) return 0;
+  if (proc == nullptr) return absl::InternalError(absl::StrCat("/proc: ", strerror(errno)));
   while (dirent* e = readdir(proc)) {
     int p = 0;
     if (!absl::SimpleAtoi(e->d_name, &p)) continue;
     std::ifstream in(absl::StrCat("/proc/", p, "/stat"));
     std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const size_t paren = stat.rfind(')');
-    if (paren == std::string::npos) continue;
+    if (paren == std::string::npos || paren + 2 > stat.size()) continue;
     std::vector<std::string> f = absl::StrSplit(stat.substr(paren + 2), ' ');
     int ppid = 0;
-    double utime = 0, stime = 0;
-    if (f.size() < 13 || !absl::SimpleAtoi(f[1], &ppid) || !absl::SimpleAtod(f[11], &utime) ||
-        !absl::SimpleAtod(f[12], &stime)) {
-      continue;
-    }
+    double t[4] = {};  // utime stime cutime cstime: fields 14-17, f[11..14]
+    bool read = f.size() >= 15 && absl::SimpleAtoi(f[1], &ppid);
+    for (int i = 0; read && i < 4; ++i) read = absl::SimpleAtod(f[11 + i], &t[i]);
+    if (!read) continue;
     children[ppid].push_back(p);
-    ticks[p] = utime + stime;
+    ticks[p] = t[0] + t[1] + t[2] + t[3];
   }
   closedir(proc);
   double sum = 0;
-  std::vector<int> todo = {pid};
+  std::set<int> seen;
+  std::vector<int> todo;
+  for (int root : roots) {
+    if (ticks.count(root) == 0) {
+      return absl::NotFoundError(absl::StrCat("process ", root, " is not running"));
+    }
+    todo.push_back(root);
+  }
   while (!todo.empty()) {
     const int p = todo.back();
     todo.pop_back();
+    if (!seen.insert(p).second) continue;
     if (auto t = ticks.find(p); t != ticks.end()) sum += t->second;
     for (int c : children[p]) todo.push_back(c);
   }

@@ -152,9 +152,13 @@ inline double MicrosBetween(Clock::time_point a, Clock::time_point b) {
 
 // CPU time (user + system, every thread) this process has used, in microseconds.
 double SelfCpuMicros();
-// CPU time used by process `pid` and its descendants alive now (their /proc stat: clock ticks,
-// 10 ms on most kernels), in microseconds; 0 for a process that is gone.
-double TreeCpuMicros(int pid);
+// CPU time (user + system) of the processes `roots` and their descendants alive now, each
+// counted once, in microseconds, from /proc/N/stat: a process's threads, live and exited (utime,
+// stime), and its children that ended and were reaped (cutime, cstime), so that a process that
+// ended between two calls still counts, in its parent's. In clock ticks (10 ms on most kernels)
+// per process and field. NotFound when a root is not running. The benches measure every side of
+// a comparison with it, over a window (the difference of two calls).
+absl::StatusOr<double> TreeCpuMicros(const std::vector<int>& roots);
 
 }  // namespace farm
 

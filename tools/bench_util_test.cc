@@ -175,10 +175,10 @@ TEST_CASE("CPU time of this process and of a process tree", "[bench]") {
   };
   REQUIRE(spin(50000));
   // A child that used 0.2 s of CPU is counted in its parent's tree (clock ticks: a coarse bound),
-  // and nothing once it is gone.
+  // still once it ended and was reaped (its parent's cutime), and is no root once it is gone.
   int ready[2];
   REQUIRE(pipe(ready) == 0);
-  const double tree_before = TreeCpuMicros(getpid());
+  const double tree_before = TreeCpuMicros({getpid()}).value();
   const pid_t child = fork();
   if (child == 0) {
     spin(200000);
@@ -190,14 +190,18 @@ TEST_CASE("CPU time of this process and of a process tree", "[bench]") {
   REQUIRE(child > 0);
   char c = 0;
   REQUIRE(read(ready[0], &c, 1) == 1);
-  const double tree = TreeCpuMicros(getpid()) - tree_before;
+  const double tree = TreeCpuMicros({getpid()}).value() - tree_before;
+  // The child's tree alone, and the parent's counted once though the child is in it too.
+  REQUIRE(TreeCpuMicros({child}).value() >= 150000);
+  REQUIRE(TreeCpuMicros({getpid(), child}).value() - tree_before < tree + 50000);
   kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);
   close(ready[0]);
   close(ready[1]);
   REQUIRE(tree >= 150000);
-  REQUIRE(TreeCpuMicros(child) == 0);
+  REQUIRE(TreeCpuMicros({getpid()}).value() - tree_before >= 150000);
+  REQUIRE(TreeCpuMicros({child}).status().code() == absl::StatusCode::kNotFound);
   Rng rng(1);
   const KeyChooser nurand(Distribution::kNurand, 10, 0.99);
   REQUIRE(DistributionName(Distribution::kNurand) == "nurand");

@@ -43,10 +43,11 @@
 // FaRM's count for f = 0, Pw*(f+3) one-sided writes + Pr READs (Pw: primaries written, Pr:
 // objects only read).
 //
-// CPU time per transaction (cpu_us_per_tx, and tx_per_s_per_core = 10^6 / it): farm's is every
-// node process's CPU time over the window (getrusage in each node: clients, pollers, serving);
-// a peer's is its server's processes (and their children, from /proc) plus this process's (the
-// clients) over the window.
+// CPU time per transaction (cpu_us_per_tx, and tx_per_s_per_core = 10^6 / it), measured the same
+// way on every side, by this process over the window node 0 announces or its own (from /proc:
+// every thread, and children that ended within it; bench_util.h's TreeCpuMicros): farm's is its
+// node processes' (clients, pollers, serving); a peer's its server's process tree's plus this
+// process's (the clients). A server whose process cannot be found fails its target.
 // Output: a table, or with --json one object per point:
 //   {"target":"farm","provider":"shm","transport":"shm","kind":"bank","dist":"uniform",
 //    "threads":1,"clients":3,"f":0,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
@@ -71,6 +72,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -316,7 +318,6 @@ struct NodeResult {
   // Commit latency of the counted commits that sent messages (a written object on another node;
   // the others commit locally, without a message round).
   LatencyHistogram remote_commit;
-  double cpu_us = 0;  // this node process's CPU time (every thread) over the window
   char error[256] = {};
 };
 struct Ack {
@@ -555,18 +556,27 @@ absl::Status FarmAttempt(Worker& w, Kind kind, const Cluster& c,
   return s;
 }
 
-// CPU time (microseconds) of this process and of the process tree of `pid` (none when 0) over
-// `window`; returns at the window's end.
-double CpuOverWindow(const Window& window, int pid) {
-  auto now = [pid] { return SelfCpuMicros() + (pid > 0 ? TreeCpuMicros(pid) : 0.0); };
+// CPU time (microseconds) of the process trees of `pids` (TreeCpuMicros: the same count for farm's
+// node processes and a peer's server and clients) over `window`, sampled from this thread at its
+// start and end; returns after its end. Sampled later than the window's start (the caller learnt
+// of it late), it is the CPU time of the span sampled scaled to the window's length.
+absl::StatusOr<double> CpuOverWindow(const Window& window, const std::vector<int>& pids) {
   std::this_thread::sleep_until(window.start);
-  const double before = now();
+  const Clock::time_point t0 = Clock::now();
+  absl::StatusOr<double> before = TreeCpuMicros(pids);
+  if (!before.ok()) return before.status();
   std::this_thread::sleep_until(window.end);
-  return now() - before;
+  const Clock::time_point t1 = Clock::now();
+  absl::StatusOr<double> after = TreeCpuMicros(pids);
+  if (!after.ok()) return after.status();
+  const double sampled = std::chrono::duration<double>(t1 - t0).count();
+  return sampled > 0 ? (*after - *before) * window.seconds() / sampled : 0.0;
 }
 
 // Runs one point on this node: `threads` clients, each on its own Worker (tatp: `tatp`'s mix on
-// TATP's tables, else `keys`' objects). Measures this process's CPU time over the window.
+// TATP's tables, else `keys`' objects). Node 0 prints the window (WINDOW start_ns end_ns on the
+// steady clock, which every process of the host shares), for the driver to measure the node
+// processes' CPU time over it.
 NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser& keys,
                         const TatpGenerator& tatp) {
   NodeResult r;
@@ -576,6 +586,12 @@ NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser&
   std::vector<NodeResult> per(clients);
   std::vector<absl::Status> status(clients);
   const Window window = Window::After(c.options.warmup_ms, c.options.duration_ms);
+  if (r.node == 0) {
+    auto ns = [](Clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    };
+    Emit(absl::StrFormat("WINDOW %d %d", ns(window.start), ns(window.end)));
+  }
   std::vector<std::thread> threads;
   for (int i = 0; i < clients; ++i) {
     threads.emplace_back([&, i] {
@@ -618,7 +634,6 @@ NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser&
       status[i] = RunClient(keys, p.kind, window, seed, attempt, &mine.stats);
     });
   }
-  r.cpu_us = CpuOverWindow(window, 0);
   for (std::thread& t : threads) t.join();
   for (int i = 0; i < clients; ++i) {
     r.stats.Merge(per[i].stats);
@@ -655,10 +670,10 @@ absl::Status Barrier(Cluster& c, int point) {
 
 // Node 0: the merged result of one point, as a RESULT line:
 //   RESULT kind dist threads commits aborts seconds tx_per_s p50 p99 txn_p50 txn_p99 pw remote
-//          remote_p50 found cpu_us
+//          remote_p50 found
 absl::Status Report(const Point& p, const std::vector<NodeResult>& results) {
   ClientStats all;
-  double tx_per_s = 0, cpu_us = 0;
+  double tx_per_s = 0;
   uint64_t commits = 0, owners = 0, remote = 0;
   LatencyHistogram remote_commit;
   for (const NodeResult& r : results) {
@@ -669,16 +684,14 @@ absl::Status Report(const Point& p, const std::vector<NodeResult>& results) {
     owners += r.owners_written;
     remote += r.remote_commits;
     remote_commit.Merge(r.remote_commit);
-    cpu_us += r.cpu_us;
   }
   const double pw = commits == 0 ? 0 : static_cast<double>(owners) / commits;
   const double remote_share = commits == 0 ? 0 : static_cast<double>(remote) / commits;
-  Emit(absl::StrFormat("RESULT %s %s %d %d %d %.3f %.1f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %d %.0f",
-                       KindName(p.kind), DistributionName(p.dist), p.threads, all.commits,
-                       all.aborts, all.seconds, tx_per_s, all.commit.Percentile(0.5),
-                       all.commit.Percentile(0.99), all.txn.Percentile(0.5),
-                       all.txn.Percentile(0.99), pw, remote_share, remote_commit.Percentile(0.5),
-                       all.found, cpu_us));
+  Emit(absl::StrFormat(
+      "RESULT %s %s %d %d %d %.3f %.1f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %d", KindName(p.kind),
+      DistributionName(p.dist), p.threads, all.commits, all.aborts, all.seconds, tx_per_s,
+      all.commit.Percentile(0.5), all.commit.Percentile(0.99), all.txn.Percentile(0.5),
+      all.txn.Percentile(0.99), pw, remote_share, remote_commit.Percentile(0.5), all.found));
   return absl::OkStatus();
 }
 
@@ -787,7 +800,7 @@ struct Row {
   // transaction of the other kinds does).
   double success_rate = 1;
   // CPU time per committed transaction over the window: farm, every node process (clients and
-  // serving); a peer, its server's processes and this process (the clients). 0: not measured.
+  // serving); a peer, its server's process tree and this process (the clients).
   double cpu_us_per_tx = 0;
   double per_core = 0;              // tx_per_s_per_core: 10^6 / cpu_us_per_tx (0: not measured)
   double rpc_rtt = 0;               // msg_bench's, same provider (0: not measured)
@@ -870,26 +883,28 @@ absl::StatusOr<double> MeasureRpcRoundTrip(const std::string& provider, int iter
   return absl::InternalError("msg_bench printed no rtt_p50_us");
 }
 
-// Parses a RESULT line of node 0 (see Report) into a row.
-absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provider) {
+// Parses a RESULT line of node 0 (see Report) into a row; `cpu_us`: the node processes' CPU time
+// over the point's window.
+absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provider,
+                                double cpu_us) {
   std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
   Row r;
   r.target = "farm";
   r.provider = r.transport = provider;
   // RESULT kind dist threads commits aborts seconds tx_per_s p50 p99 txn_p50 txn_p99 pw remote
-  //        remote_p50 found cpu_us
-  const bool sized = f.size() == 17;
+  //        remote_p50 found
+  const bool sized = f.size() == 16;
   absl::StatusOr<Kind> kind = sized ? ParseKind(f[1]) : absl::InvalidArgumentError("");
   absl::StatusOr<Distribution> dist =
       sized ? ParseDistribution(f[2]) : absl::InvalidArgumentError("");
-  double commits = 0, aborts = 0, found = 0, cpu_us = 0;
+  double commits = 0, aborts = 0, found = 0;
   if (!kind.ok() || !dist.ok() || !absl::SimpleAtoi(f[3], &r.threads) ||
       !absl::SimpleAtod(f[4], &commits) || !absl::SimpleAtod(f[5], &aborts) ||
       !absl::SimpleAtod(f[7], &r.tx_per_s) || !absl::SimpleAtod(f[8], &r.p50) ||
       !absl::SimpleAtod(f[9], &r.p99) || !absl::SimpleAtod(f[10], &r.txn_p50) ||
       !absl::SimpleAtod(f[11], &r.txn_p99) || !absl::SimpleAtod(f[12], &r.pw) ||
       !absl::SimpleAtod(f[13], &r.remote_share) || !absl::SimpleAtod(f[14], &r.remote_p50) ||
-      !absl::SimpleAtod(f[15], &found) || !absl::SimpleAtod(f[16], &cpu_us)) {
+      !absl::SimpleAtod(f[15], &found)) {
     return absl::InternalError(absl::StrCat("cannot read node 0's line: ", line));
   }
   r.kind = *kind;
@@ -951,11 +966,28 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnNode(int i, const std::string
   return ChildProcess::SpawnSelf(args);
 }
 
-// Reads node 0's TXNBENCH lines until DONE (OK) or FAILED; prints a row per RESULT.
-absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, const Options& o,
+// A "WINDOW start_ns end_ns" line of node 0 (see RunNodePoint).
+absl::StatusOr<Window> ParseWindow(absl::string_view line) {
+  std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  int64_t start = 0, end = 0;
+  if (f.size() != 3 || !absl::SimpleAtoi(f[1], &start) || !absl::SimpleAtoi(f[2], &end) ||
+      end < start) {
+    return absl::InternalError(absl::StrCat("cannot read node 0's line: ", line));
+  }
+  Window w;
+  w.start = Clock::time_point(std::chrono::nanoseconds(start));
+  w.end = Clock::time_point(std::chrono::nanoseconds(end));
+  return w;
+}
+
+// Reads node 0's TXNBENCH lines until DONE (OK) or FAILED; prints a row per RESULT, with the
+// CPU time of the processes `nodes` over the window of the WINDOW line before it.
+absl::Status ReadNodeZero(ChildProcess& node0, const std::vector<int>& nodes,
+                          const std::string& provider, const Options& o,
                           const std::function<void(const Row&)>& print,
                           std::vector<std::string>* lease_lines) {
   const absl::Duration step = o.PointTime() + absl::Seconds(o.timeout_s);
+  std::optional<double> cpu_us;  // over the last WINDOW
   for (;;) {
     absl::StatusOr<std::string> line = node0.WaitForLine("TXNBENCH", absl::Now() + step);
     if (!line.ok()) {
@@ -963,8 +995,20 @@ absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, cons
     }
     absl::string_view rest = *line;
     absl::ConsumePrefix(&rest, "TXNBENCH ");
-    if (absl::StartsWith(rest, "RESULT ")) {
-      absl::StatusOr<Row> r = ParseResult(rest, provider);
+    if (absl::StartsWith(rest, "WINDOW ")) {
+      absl::StatusOr<Window> w = ParseWindow(rest);
+      if (!w.ok()) return w.status();
+      absl::StatusOr<double> cpu = CpuOverWindow(*w, nodes);
+      if (!cpu.ok()) {
+        return absl::Status(
+            cpu.status().code(),
+            absl::StrCat("the CPU time of the node processes: ", cpu.status().message()));
+      }
+      cpu_us = *cpu;
+    } else if (absl::StartsWith(rest, "RESULT ")) {
+      if (!cpu_us.has_value()) return absl::InternalError("node 0 sent a RESULT without a WINDOW");
+      absl::StatusOr<Row> r = ParseResult(rest, provider, *cpu_us);
+      cpu_us.reset();
       if (!r.ok()) return r.status();
       r->clients = o.Clients(r->threads);
       r->placement = o.client_node ? "client_node" : "data_nodes";
@@ -1061,7 +1105,9 @@ absl::Status RunFarm(const std::string& provider, int f, int lease_ms, const Opt
     print(with);
   };
   std::vector<std::string> lease_lines;
-  absl::Status status = ReadNodeZero(*nodes[0], provider, o, print_f, &lease_lines);
+  std::vector<int> pids;
+  for (const auto& n : nodes) pids.push_back(n->pid());
+  absl::Status status = ReadNodeZero(*nodes[0], pids, provider, o, print_f, &lease_lines);
   for (size_t i = 1; i < nodes.size() && status.ok(); ++i) {
     absl::StatusOr<std::string> line =
         nodes[i]->WaitForLine("TXNBENCH LEASE", absl::Now() + absl::Seconds(o.timeout_s));
@@ -1092,7 +1138,7 @@ using PeerClient =
     std::function<absl::Status(int i, uint64_t seed, const Window& window, ClientStats* stats)>;
 
 // One point against a peer: `clients` threads running `client`, the CPU time of the server's
-// processes (`server_pid`) and of the clients over the window in *cpu_us.
+// process tree (`server_pid`) and of this process (the clients) over the window in *cpu_us.
 absl::StatusOr<ClientStats> RunPeerClients(const Point& p, size_t index, int clients,
                                            const Options& o, int server_pid,
                                            const PeerClient& client, double* cpu_us) {
@@ -1109,8 +1155,14 @@ absl::StatusOr<ClientStats> RunPeerClients(const Point& p, size_t index, int cli
       status[i] = client(i, seed, window, &stats[i]);
     });
   }
-  *cpu_us = CpuOverWindow(window, server_pid);
+  absl::StatusOr<double> cpu = CpuOverWindow(window, {getpid(), server_pid});
   for (std::thread& t : threads) t.join();
+  if (!cpu.ok()) {
+    return absl::Status(
+        cpu.status().code(),
+        absl::StrCat("the CPU time of the server and the clients: ", cpu.status().message()));
+  }
+  *cpu_us = *cpu;
   ClientStats all;
   for (int i = 0; i < clients; ++i) {
     if (!status[i].ok()) return status[i];
@@ -1143,11 +1195,12 @@ Row PeerRow(const std::string& target, const std::string& provider, const Point&
   return r;
 }
 
-// The server's pid for the CPU time, or 0 (then the clients' alone, with a warning).
-int PidOrZero(const absl::StatusOr<int>& pid, const std::string& target) {
+// The server's pid, whose process tree's CPU time counts: without it, no point can be measured.
+absl::StatusOr<int> ServerPid(const absl::StatusOr<int>& pid, const std::string& target) {
   if (pid.ok()) return *pid;
-  spdlog::warn("{}: CPU time of the clients only: {}", target, pid.status().ToString());
-  return 0;
+  return absl::Status(pid.status().code(),
+                      absl::StrCat(target, ": no server process to measure the CPU time of: ",
+                                   pid.status().message()));
 }
 
 // The bank transfer against one peer: every distribution and thread count of the farm points.
@@ -1164,7 +1217,8 @@ absl::Status RunPeer(Peer peer, const std::string& provider, const Options& o,
   absl::StatusOr<std::unique_ptr<PeerStore>> store =
       PeerStore::Start(peer, transport, *script, o.objects, kInitialValue);
   if (!store.ok()) return store.status();
-  const int pid = PidOrZero((*store)->server_pid(), PeerName(peer));
+  absl::StatusOr<int> pid = ServerPid((*store)->server_pid(), PeerName(peer));
+  if (!pid.ok()) return pid.status();
   for (size_t index = 0; index < points.size(); ++index) {
     const Point& p = points[index];
     if (p.kind != Kind::kBank) continue;
@@ -1183,7 +1237,7 @@ absl::Status RunPeer(Peer peer, const std::string& provider, const Options& o,
       return RunClient(keys, Kind::kBank, window, seed, attempt, stats);
     };
     double cpu_us = 0;
-    absl::StatusOr<ClientStats> all = RunPeerClients(p, index, clients, o, pid, client, &cpu_us);
+    absl::StatusOr<ClientStats> all = RunPeerClients(p, index, clients, o, *pid, client, &cpu_us);
     if (!all.ok()) return all.status();
     print(PeerRow(PeerName(peer), provider, p, clients, (*store)->msg_rounds(), *all, cpu_us));
   }
@@ -1216,7 +1270,8 @@ absl::Status RunTatpPeer(Peer peer, const std::string& provider, const Options& 
   if (!store.ok()) return store.status();
   spdlog::info("{}: TATP loaded: {} subscribers in {:.2f} s", PeerName(peer), o.subscribers,
                absl::ToDoubleSeconds(absl::Now() - t0));
-  const int pid = PidOrZero((*store)->server_pid(), PeerName(peer));
+  absl::StatusOr<int> pid = ServerPid((*store)->server_pid(), PeerName(peer));
+  if (!pid.ok()) return pid.status();
   int64_t cf_delta = 0;
   for (size_t index = 0; index < points.size(); ++index) {
     const Point& p = points[index];
@@ -1236,7 +1291,7 @@ absl::Status RunTatpPeer(Peer peer, const std::string& provider, const Options& 
       return RunTatpClient(gen, window, seed, attempt, stats);
     };
     double cpu_us = 0;
-    absl::StatusOr<ClientStats> all = RunPeerClients(p, index, clients, o, pid, client, &cpu_us);
+    absl::StatusOr<ClientStats> all = RunPeerClients(p, index, clients, o, *pid, client, &cpu_us);
     if (!all.ok()) return all.status();
     cf_delta += all->increments;
     print(PeerRow(PeerName(peer), provider, p, clients, (*store)->msg_rounds(), *all, cpu_us));
