@@ -35,6 +35,11 @@ uint64_t HashSubNbr(const char* sub_nbr) {
   return h;
 }
 
+// A sub_nbr's digits, for messages (at most kSubNbrDigits, NUL-terminated or not).
+absl::string_view Digits(const char* sub_nbr) {
+  return absl::string_view(sub_nbr, strnlen(sub_nbr, kSubNbrDigits));
+}
+
 uint64_t SlotBytes(uint64_t size) {
   uint64_t slot = 64;
   while (slot < size + 24) slot *= 2;
@@ -52,6 +57,44 @@ template <typename T>
 absl::Status WriteRow(Txn& t, GlobalAddress a, const T& v, std::vector<GlobalAddress>* written) {
   written->push_back(a);
   return t.Put(a, v);
+}
+
+// InvalidArgument unless the inputs `in`'s type uses are in the spec's ranges (s_id 1..subscribers,
+// ai_type and sf_type 1..4, start_time 0, 8 or 16, bit_1 0 or 1): the layout indexes slots by them.
+absl::Status CheckInputs(const TatpTxn& in, uint32_t subscribers) {
+  const TatpTxnType type = in.type;
+  const bool by_s_id =
+      type == TatpTxnType::kGetSubscriberData || type == TatpTxnType::kGetNewDestination ||
+      type == TatpTxnType::kGetAccessData || type == TatpTxnType::kUpdateSubscriberData;
+  const bool sf =
+      type == TatpTxnType::kGetNewDestination || type == TatpTxnType::kUpdateSubscriberData ||
+      type == TatpTxnType::kInsertCallForwarding || type == TatpTxnType::kDeleteCallForwarding;
+  const bool start = type == TatpTxnType::kGetNewDestination ||
+                     type == TatpTxnType::kInsertCallForwarding ||
+                     type == TatpTxnType::kDeleteCallForwarding;
+  auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(TatpTxnName(type), ": ", what));
+  };
+  if (static_cast<int>(type) < 0 || static_cast<int>(type) >= kTatpTxnTypes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown TATP transaction type ", static_cast<int>(type)));
+  }
+  if (by_s_id && (in.s_id < 1 || in.s_id > subscribers)) {
+    return bad(absl::StrCat("s_id ", in.s_id, " is not in 1..", subscribers));
+  }
+  if (type == TatpTxnType::kGetAccessData && (in.ai_type < 1 || in.ai_type > kTatpTypes)) {
+    return bad(absl::StrCat("ai_type ", in.ai_type, " is not in 1..", kTatpTypes));
+  }
+  if (sf && (in.sf_type < 1 || in.sf_type > kTatpTypes)) {
+    return bad(absl::StrCat("sf_type ", in.sf_type, " is not in 1..", kTatpTypes));
+  }
+  if (start && (in.start_time % 8 != 0 || in.start_time / 8 >= kTatpStartTimes)) {
+    return bad(absl::StrCat("start_time ", in.start_time, " is not 0, 8 or 16"));
+  }
+  if (type == TatpTxnType::kUpdateSubscriberData && in.bit_1 > 1) {
+    return bad(absl::StrCat("bit_1 ", in.bit_1, " is not 0 or 1"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -187,7 +230,7 @@ absl::StatusOr<uint32_t> TatpFarm::Lookup(const char* sub_nbr, const BucketReade
     }
     if (k.used < IndexBucket::kEntries) break;  // a bucket with room ends the probe sequence
   }
-  return absl::NotFoundError(absl::StrCat("sub_nbr ", sub_nbr, " is not in the index"));
+  return absl::NotFoundError(absl::StrCat("sub_nbr ", Digits(sub_nbr), " is not in the index"));
 }
 
 absl::Status TatpFarm::Run(Txn& t, const TatpTxn& in, TatpOutcome* out,
@@ -200,6 +243,10 @@ absl::Status TatpFarm::Run(Txn& t, const TatpTxn& in, TatpOutcome* out,
     // Every subscriber is in the index: missing is corruption, not TATP's "not found".
     if (absl::IsNotFound(found.status())) return absl::DataLossError(found.status().message());
     if (!found.ok()) return found.status();
+    if (*found < 1 || *found > subscribers_) {
+      return absl::DataLossError(absl::StrCat("the sub_nbr index maps ", Digits(in.sub_nbr),
+                                              " to s_id ", *found, ", outside 1..", subscribers_));
+    }
     s_id = *found;
   }
   switch (in.type) {
@@ -283,8 +330,9 @@ absl::Status TatpFarm::Run(Txn& t, const TatpTxn& in, TatpOutcome* out,
 
 absl::Status TatpFarm::Attempt(Worker& w, const TatpTxn& in, TatpOutcome* out, double* commit_us,
                                std::vector<GlobalAddress>* written) const {
-  std::unique_ptr<Txn> t = w.Begin();
   *out = TatpOutcome{};
+  if (absl::Status s = CheckInputs(in, subscribers_); !s.ok()) return s;
+  std::unique_ptr<Txn> t = w.Begin();
   std::vector<GlobalAddress> ignored;
   if (written == nullptr) written = &ignored;
   written->clear();

@@ -62,7 +62,9 @@ class TatpFarm {
 
   // One attempt at `t` in a farm transaction: OK once committed (*out says what it found and
   // changed; a transaction that found nothing commits its reads), Aborted (a conflict: run it
-  // again), or another error (e.g. DataLoss when the index misses a subscriber). `written`, when
+  // again), or another error: InvalidArgument for inputs outside the spec's ranges (s_id 1..P,
+  // ai_type and sf_type 1..4, start_time 0, 8 or 16, bit_1 0 or 1; nothing read), DataLoss when
+  // the index misses a subscriber or maps its sub_nbr to an s_id outside 1..P. `written`, when
   // given, receives the objects it wrote.
   absl::Status Attempt(Worker& w, const TatpTxn& t, TatpOutcome* out, double* commit_us,
                        std::vector<GlobalAddress>* written = nullptr) const;
