@@ -204,10 +204,15 @@ TEST_CASE("the population gives TATP's success rates") {
 
 TEST_CASE("RunTatpClient counts what was found and the rows added and removed") {
   const TatpGenerator gen(Distribution::kNurand, 100);
+  // Driven by count, not by time: the window (an hour) ends at the 600th attempt, so that the
+  // attempts 1..599 count, every third of them aborted: 400 commits, 199 aborts.
+  constexpr int kAttempts = 600;
+  Window window = Window::After(0, 3600 * 1000);
   int attempts = 0;
   TatpAttempt attempt = [&](const TatpTxn& t, TatpOutcome* out, double* commit_us) {
     *commit_us = 1;
-    if (++attempts % 3 == 0) return absl::AbortedError("conflict");
+    if (++attempts == kAttempts) window.end = Clock::now();
+    if (attempts % 3 == 0) return absl::AbortedError("conflict");
     out->found = t.type != TatpTxnType::kGetAccessData;
     out->cf_delta = t.type == TatpTxnType::kInsertCallForwarding   ? 1
                     : t.type == TatpTxnType::kDeleteCallForwarding ? -1
@@ -215,9 +220,9 @@ TEST_CASE("RunTatpClient counts what was found and the rows added and removed") 
     return absl::OkStatus();
   };
   ClientStats stats;
-  REQUIRE(RunTatpClient(gen, Window::After(0, 50), 1, attempt, &stats).ok());
-  REQUIRE(stats.commits > 100);
-  REQUIRE(stats.aborts > 0);
+  REQUIRE(RunTatpClient(gen, window, 1, attempt, &stats).ok());
+  REQUIRE(stats.commits == 400);
+  REQUIRE(stats.aborts == 199);
   REQUIRE(stats.found < stats.commits);
   REQUIRE(stats.found > stats.commits / 2);
 }
