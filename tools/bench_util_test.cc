@@ -187,6 +187,25 @@ TEST_CASE("CPU time of this process and of a process tree", "[bench]") {
     pause();
     _exit(0);
   }
+  // However this scope is left (a failed REQUIRE throws), the paused child is killed and reaped,
+  // and the pipe closed.
+  struct ChildGuard {
+    pid_t pid;
+    int fds[2];
+    void KillAndReap() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        pid = 0;
+      }
+    }
+    ~ChildGuard() {
+      KillAndReap();
+      close(fds[0]);
+      close(fds[1]);
+    }
+  } guard{child, {ready[0], ready[1]}};
   REQUIRE(child > 0);
   char c = 0;
   REQUIRE(read(ready[0], &c, 1) == 1);
@@ -194,11 +213,7 @@ TEST_CASE("CPU time of this process and of a process tree", "[bench]") {
   // The child's tree alone, and the parent's counted once though the child is in it too.
   REQUIRE(TreeCpuMicros({child}).value() >= 150000);
   REQUIRE(TreeCpuMicros({getpid(), child}).value() - tree_before < tree + 50000);
-  kill(child, SIGKILL);
-  int status = 0;
-  waitpid(child, &status, 0);
-  close(ready[0]);
-  close(ready[1]);
+  guard.KillAndReap();
   REQUIRE(tree >= 150000);
   REQUIRE(TreeCpuMicros({getpid()}).value() - tree_before >= 150000);
   REQUIRE(TreeCpuMicros({child}).status().code() == absl::StatusCode::kNotFound);
