@@ -102,7 +102,11 @@ absl::Status RunClient(const KeyChooser& keys, Kind kind, const Window& window, 
 
 absl::Status RunTransactions(const std::string& name, const Window& window, uint64_t seed,
                              const DrawFn& draw, const AttemptFn& attempt, ClientStats* stats) {
+  // The transactions' inputs from `seed` alone, so that the same seed gives the same stream of
+  // transactions on every target however many attempts abort; the retry pauses from a generator
+  // of their own (seeded from it deterministically).
   Rng rng(seed);
+  Rng pauses(seed ^ 0xa0761d6478bd642full);
   stats->seconds =
       std::max(stats->seconds, std::chrono::duration<double>(window.end - window.start).count());
   while (true) {
@@ -141,7 +145,7 @@ absl::Status RunTransactions(const std::string& name, const Window& window, uint
         return absl::DeadlineExceededError(
             absl::StrCat("a ", name, " transaction kept aborting for 10 s: ", s.message()));
       }
-      backoff.Pause(rng);
+      backoff.Pause(pauses);
     }
   }
 }

@@ -82,7 +82,9 @@ absl::Status RunClient(const KeyChooser& keys, Kind kind, const Window& window, 
 // RunClient's loop for any workload: `draw` picks the next transaction's input, `attempt` runs
 // it once (OK with the commit step's duration, what it adds to ClientStats::increments and
 // whether it found what it looked for; Aborted to be retried with the same input). `name` names
-// the transaction in the DeadlineExceeded message.
+// the transaction in the DeadlineExceeded message. `draw` gets a generator seeded with `seed`
+// that nothing else draws from (the retry pauses have their own): the same seed, the same
+// transactions, whatever aborts.
 using DrawFn = std::function<void(Rng& rng)>;
 using AttemptFn = std::function<absl::Status(double* commit_us, int64_t* increment, bool* found)>;
 absl::Status RunTransactions(const std::string& name, const Window& window, uint64_t seed,
