@@ -176,8 +176,9 @@ echo "ok: tatp on $targets"
 echo "== bad flags exit 2"
 for bad in --threads=0 --kinds=write_3 --dists=normal --provider=nope --no_such_flag \
            --duration_ms=abc --targets=mysql --cpus=x --f=3 --f=x --lease_ms=5 --repeat=0 \
-           "--client_node --active_nodes=1" --subscribers=0; do
-  # shellcheck disable=SC2086  # "--client_node --active_nodes=1" is two flags
+           "--client_node --active_nodes=1" --subscribers=0 \
+           "--kinds=tatp --subscribers=121000" "--kinds=tatp --timeout_s=2 --subscribers=2001"; do
+  # shellcheck disable=SC2086  # "--client_node --active_nodes=1" (and the like) is two flags
   timeout 30 "$BENCH" $bad >"$TMP/bad.out" 2>&1
   rc=$?
   [ $rc = 2 ] || fail "$bad: exit $rc, not 2: $(cat "$TMP/bad.out")"
