@@ -13,9 +13,11 @@
 //  - for every point (distribution x kind x threads per node): the nodes meet at a barrier
 //    (kArrive on node 0), each runs `threads` client threads, each with its own Worker, for
 //    --warmup_ms + --duration_ms, and sends what it measured to node 0 (kResult), which merges
-//    the histograms and prints one RESULT line;
+//    the histograms and prints one RESULT line (node 0 prints the window first, WINDOW, for
+//    the driver to measure the node processes' CPU time over it);
 //  - at the end node 0 reads every object and checks that the sum is what the committed
-//    increments (write_1: +1, write_4: +1 each, bank: moves 1) make it.
+//    increments (write_1: +1, write_4: +1 each, bank: moves 1) make it (when points of those
+//    kinds ran), and audits TATP's tables (when tatp points ran).
 // The transactions (tools/txn_workload.h): read_only reads 4 objects; write_1 reads one and writes
 // it + 1; write_4 the same on 4; bank reads 2 accounts and moves 1 from the first to the second;
 // tatp runs TATP's mix of 7 transactions (tools/tatp_workload.h) on its 4 tables, which node 0
@@ -49,11 +51,17 @@
 // node processes' (clients, pollers, serving); a peer's its server's process tree's plus this
 // process's (the clients). A server whose process cannot be found fails its target.
 // Output: a table, or with --json one object per point:
-//   {"target":"farm","provider":"shm","transport":"shm","kind":"bank","dist":"uniform",
+//   {"target":"farm","provider":"shm","transport":"shm","kind":"tatp","dist":"nurand",
 //    "threads":1,"clients":3,"f":0,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
-//    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"remote_p50_us":..,"rpc_rtt_p50_us":..,
-//    "socket_rtt_p50_us":..,"repeat":1,"repeats":1,"schema":2,"tool":"txn_bench","commit":..,"host":..,"seed":1,"duration_ms":..,
-//    "warmup_ms":..,"cores_awake":true,"load_avg":..}
+//    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"msg_rounds_read_only":0,
+//    "remote_p50_us":..,"rpc_rtt_p50_us":..,"socket_rtt_p50_us":..,"success_rate":..,
+//    "cpu_us_per_tx":..,"tx_per_s_per_core":..,"placement":"data_nodes","poll":"adaptive",
+//    "repeat":1,"repeats":1,"schema":2,"tool":"txn_bench","commit":..,"host":..,"seed":1,
+//    "duration_ms":..,"warmup_ms":..,"cores_awake":true,"load_avg":..}
+// (msg_rounds: per writing transaction, msg_rounds_read_only: per read-only one; success_rate:
+// TATP's, 1 for the other kinds; placement: data_nodes, client_node or client_process; poll:
+// farm's --poll, "none" for a peer; p50_us/p99_us: farm's commit step, a peer's commit step or,
+// for postgres's tatp, its whole statement, which runs and commits in one round trip)
 // (tools/bench_driver.h's RunInfoJson; --cores_awake keeps every core out of idle for the whole
 // run, so that no target pays an idle core's wake-up per request). With --repeat N every target
 // runs N times, taking turns, and a summary line per point follows (repeat 0: the runs' medians
@@ -208,7 +216,7 @@ struct Options {
   uint64_t objects = 0;
   uint32_t subscribers = 0;  // TATP's population
   bool tatp = false;         // a tatp point: the cluster holds TATP's tables
-  bool bank = false;         // another kind's point: the cluster holds the --objects objects
+  bool objects_kinds = false;  // a point of another kind: the cluster holds --objects objects
   int nodes = 3;
   int active_nodes = 3;      // nodes 0 .. active_nodes-1 run clients (without client_node)
   bool client_node = false;  // node `nodes` (late, no objects) runs every client
@@ -265,7 +273,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.warmup_ms = absl::GetFlag(FLAGS_warmup_ms);
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   o.seed = absl::GetFlag(FLAGS_seed);
-  for (Kind k : o.kinds) (k == Kind::kTatp ? o.tatp : o.bank) = true;
+  for (Kind k : o.kinds) (k == Kind::kTatp ? o.tatp : o.objects_kinds) = true;
   const int64_t subscribers = absl::GetFlag(FLAGS_subscribers);
   if (subscribers < 1 || subscribers > 10000000)
     return absl::InvalidArgumentError("--subscribers must be 1..10000000");
@@ -297,12 +305,20 @@ absl::StatusOr<Options> OptionsFromFlags() {
   return o;
 }
 
+// What the points run on: "10000 objects", "10000 TATP subscribers", or both.
+std::string PopulationText(const Options& o) {
+  std::vector<std::string> parts;
+  if (o.objects_kinds) parts.push_back(absl::StrCat(o.objects, " objects"));
+  if (o.tatp) parts.push_back(absl::StrCat(o.subscribers, " TATP subscribers"));
+  return absl::StrJoin(parts, " and ");
+}
+
 // Bytes of farm regions each node process holds: objects take 64-byte slots, TATP's rows
 // TatpFarm::Bytes; room for twice an even share, in whole 4 MiB regions.
 constexpr uint64_t kRegionBytes = 4 << 20;
 uint64_t RegionBytesPerNode(const Options& o) {
   const uint64_t bytes =
-      (o.bank ? 64 * o.objects : 0) + (o.tatp ? TatpFarm::Bytes(o.subscribers) : 0);
+      (o.objects_kinds ? 64 * o.objects : 0) + (o.tatp ? TatpFarm::Bytes(o.subscribers) : 0);
   const uint64_t per_node = 2 * bytes / o.nodes + kRegionBytes;
   return (per_node + kRegionBytes - 1) / kRegionBytes * kRegionBytes;
 }
@@ -469,7 +485,7 @@ struct Cluster {
 // The objects node 0 allocates and publishes: the --objects ones (for the kinds other than
 // tatp), then TATP's (tools/tatp_farm.h).
 uint64_t AddressCount(const Options& o) {
-  return (o.bank ? o.objects : 0) + (o.tatp ? TatpFarm::Objects(o.subscribers) : 0);
+  return (o.objects_kinds ? o.objects : 0) + (o.tatp ? TatpFarm::Objects(o.subscribers) : 0);
 }
 
 // Node 0 allocates the objects: spread over every member by rendezvous hashing, or with a
@@ -501,7 +517,7 @@ absl::StatusOr<std::vector<uint64_t>> AllocateObjects(Worker& w, uint64_t n, con
 // s_id's hint says (the client node holds none), the rest near them (TatpFarm::Load).
 absl::StatusOr<std::vector<uint64_t>> AllocateAll(Worker& w, const Options& o) {
   std::vector<uint64_t> packed;
-  if (o.bank) {
+  if (o.objects_kinds) {
     absl::StatusOr<std::vector<uint64_t>> b = AllocateObjects(w, o.objects, o);
     if (!b.ok()) return b.status();
     packed = std::move(*b);
@@ -557,14 +573,14 @@ absl::Status PrepareCluster(Runtime& rt, Cluster* c) {
   for (uint32_t n : rt.members()) {
     for (const RegionRef& r : rt.Regions(n)) region_owner[r.id] = r.node;
   }
-  const uint64_t bank = c->options.bank ? c->options.objects : 0;
-  for (uint64_t i = 0; i < bank; ++i) {
+  const uint64_t objects = c->options.objects_kinds ? c->options.objects : 0;
+  for (uint64_t i = 0; i < objects; ++i) {
     c->objects.push_back(GlobalAddress::Unpack((*packed)[i]));
     c->owner.push_back(region_owner[c->objects.back().region]);
   }
   if (c->options.tatp) {
     std::vector<GlobalAddress> rows;
-    for (uint64_t i = bank; i < packed->size(); ++i)
+    for (uint64_t i = objects; i < packed->size(); ++i)
       rows.push_back(GlobalAddress::Unpack((*packed)[i]));
     absl::StatusOr<TatpFarm> t = TatpFarm::Make(c->options.subscribers, std::move(rows));
     if (!t.ok()) return t.status();
@@ -796,7 +812,7 @@ absl::Status RunPoints(Cluster& c) {
     }
     Emit(absl::StrCat("AUDIT tatp ", *line, " ok"));
   }
-  return Audit(c, increments);
+  return c.options.objects_kinds ? Audit(c, increments) : absl::OkStatus();
 }
 
 absl::Status NodeRun(Runtime& rt) {
@@ -837,7 +853,10 @@ struct Row {
   int threads = 0, clients = 0;
   int f = 0;  // backups per region (farm; 0 for the peers, which keep one copy)
   double tx_per_s = 0, p50 = 0, p99 = 0, txn_p50 = 0, txn_p99 = 0, abort_rate = 0;
-  int msg_rounds = 0;
+  int msg_rounds = 0;  // per writing transaction (every transaction, for the peers)
+  // Per read-only transaction: farm's read_only, and farm's tatp transactions that write nothing
+  // (0: they validate by one-sided READs); msg_rounds where every transaction is alike.
+  int msg_rounds_read_only = 0;
   double pw = 0, remote_share = 0;  // farm only
   double remote_p50 = 0;            // farm only: commits that sent messages
   // The committed transactions that found what they looked for (TATP's successful ones; every
@@ -864,14 +883,15 @@ std::string JsonRow(const Row& r, const RunInfo& info) {
       "\"dist\":\"%s\",\"threads\":%d,\"clients\":%d,\"f\":%d,\"tx_per_s\":%.1f,"
       "\"p50_us\":%.3f,"
       "\"p99_us\":%.3f,\"txn_p50_us\":%.3f,\"txn_p99_us\":%.3f,\"abort_rate\":%.5f,"
-      "\"msg_rounds\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%.3f,"
+      "\"msg_rounds\":%d,\"msg_rounds_read_only\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%."
+      "3f,"
       "\"socket_rtt_p50_us\":%.3f,\"success_rate\":%.4f,\"cpu_us_per_tx\":%.2f,"
       "\"tx_per_s_per_core\":%.1f,\"placement\":\"%s\",\"poll\":\"%s\",\"repeat\":%d,"
       "\"repeats\":%d%s%s}",
       r.target, r.provider, r.transport, KindName(r.kind), DistributionName(r.dist), r.threads,
       r.clients, r.f, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
-      r.remote_p50, r.rpc_rtt, r.socket_rtt, r.success_rate, r.cpu_us_per_tx, r.per_core,
-      r.placement, r.poll, r.repeat, r.repeats,
+      r.msg_rounds_read_only, r.remote_p50, r.rpc_rtt, r.socket_rtt, r.success_rate,
+      r.cpu_us_per_tx, r.per_core, r.placement, r.poll, r.repeat, r.repeats,
       r.repeat == 0 ? absl::StrFormat(
                           ",\"tx_per_s_min\":%.1f,\"tx_per_s_max\":%.1f,"
                           "\"p50_us_min\":%.3f,\"p50_us_max\":%.3f,"
@@ -902,15 +922,22 @@ void PrintTableHeader() {
               "commit99", "remote50", "txn50", "abort%", "rounds", "FaRM", "found%", "cpuus/tx");
 }
 
+// The table's "rounds": msg_rounds, or "writing/read-only" where they differ (farm's tatp: "2/0").
+std::string RoundsText(const Row& r) {
+  return r.msg_rounds == r.msg_rounds_read_only
+             ? absl::StrCat(r.msg_rounds)
+             : absl::StrCat(r.msg_rounds, "/", r.msg_rounds_read_only);
+}
+
 void PrintTableRow(const Row& r) {
   const std::string remote = r.target == "farm" && r.kind != Kind::kReadOnly
                                  ? absl::StrFormat("%.2f", r.remote_p50)
                                  : std::string("-");
   std::printf(
-      "%-11s %1d %-11s %-9s %-9s %3d %4d %10.0f %9.2f %9.2f %9s %9.2f %7.2f %6d %9s %6.1f %8.1f\n",
+      "%-11s %1d %-11s %-9s %-9s %3d %4d %10.0f %9.2f %9.2f %9s %9.2f %7.2f %6s %9s %6.1f %8.1f\n",
       r.target.c_str(), r.f, r.transport.c_str(), KindName(r.kind).c_str(),
       DistributionName(r.dist).c_str(), r.threads, r.clients, r.tx_per_s, r.p50, r.p99,
-      remote.c_str(), r.txn_p50, 100 * r.abort_rate, r.msg_rounds, FarmFormula(r).c_str(),
+      remote.c_str(), r.txn_p50, 100 * r.abort_rate, RoundsText(r).c_str(), FarmFormula(r).c_str(),
       100 * r.success_rate, r.cpu_us_per_tx);
   std::fflush(stdout);
 }
@@ -955,9 +982,10 @@ absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provi
   r.dist = *dist;
   r.abort_rate = commits + aborts == 0 ? 0 : aborts / (commits + aborts);
   SetRates(commits, found, cpu_us, &r);
-  // LOCK + COMMIT-PRIMARY (f = 0); tatp: its writing transactions' (20 % of the mix; the others
-  // are read-only and send none).
+  // LOCK + COMMIT-PRIMARY (f = 0) for a transaction that writes; tatp: 2 for its writing
+  // transactions (at most 20 % of the mix), 0 for its read-only ones, which send none.
   r.msg_rounds = r.kind == Kind::kReadOnly ? 0 : 2;
+  r.msg_rounds_read_only = r.kind == Kind::kTatp ? 0 : r.msg_rounds;
   return r;
 }
 
@@ -1141,7 +1169,10 @@ absl::Status RunFarm(const std::string& provider, int f, int lease_ms, const Opt
   auto print_f = [&](const Row& r) {
     Row with = r;
     with.f = f;
-    if (f > 0 && with.kind != Kind::kReadOnly) ++with.msg_rounds;
+    if (f > 0 && with.kind != Kind::kReadOnly) {
+      ++with.msg_rounds;
+      if (with.kind != Kind::kTatp) with.msg_rounds_read_only = with.msg_rounds;
+    }
     print(with);
   };
   std::vector<std::string> lease_lines;
@@ -1224,7 +1255,7 @@ Row PeerRow(const std::string& target, const std::string& provider, const Point&
   r.dist = p.dist;
   r.threads = p.threads;
   r.clients = clients;
-  r.msg_rounds = msg_rounds;
+  r.msg_rounds = r.msg_rounds_read_only = msg_rounds;
   r.tx_per_s = all.commits / all.seconds;
   r.p50 = all.commit.Percentile(0.5);
   r.p99 = all.commit.Percentile(0.99);
@@ -1406,7 +1437,9 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
         std::printf("; %.2fx postgres (%.1f CPU-us/tx) (target >= 5x: %s)", ratio,
                     pg->cpu_us_per_tx, ratio >= 5 ? "met" : "MISSED");
       }
-      std::printf("\n");
+      std::printf(
+          "\n    (tatp's commit50/99: farm's the commit step; postgres's the whole statement, one "
+          "round trip that runs and commits it; rounds 2/0: writing/read-only transactions)\n");
     }
     if (f.kind == Kind::kWrite1 && f.rpc_rtt > 0 && f.f == 0) {
       // Judged on the commits that sent their 2 rounds (the local ones send none).
@@ -1590,13 +1623,12 @@ int DriverMain() {
     }
     if (!json) {
       std::printf(
-          "\ntxn_bench: provider %s, %d nodes%s, poll %s, %d objects, %d ms per point "
+          "\ntxn_bench: provider %s, %d nodes%s, poll %s, %s, %d ms per point "
           "(+%d ms warm-up), cpus %s, cores %s; msg_bench 64 B RPC p50 %.2f us; 64 B %s socket "
           "round trip p50 %.2f us\n",
           provider.c_str(), o.nodes, o.client_node ? " (+ a client node running every client)" : "",
-          absl::GetFlag(FLAGS_poll).c_str(), static_cast<int>(o.objects), o.duration_ms,
-          o.warmup_ms, AffinityText().c_str(),
-          info.cores_awake ? "kept out of idle" : "left to idle", rtt,
+          absl::GetFlag(FLAGS_poll).c_str(), PopulationText(o).c_str(), o.duration_ms, o.warmup_ms,
+          AffinityText().c_str(), info.cores_awake ? "kept out of idle" : "left to idle", rtt,
           TransportName(TransportFor(provider)).c_str(), socket_rtt);
       PrintTableHeader();
     }

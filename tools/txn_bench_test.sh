@@ -47,7 +47,7 @@ grep -qE '^\{"target":"farm","kind":"lease",.*"lease_ms":3000,"nodes":3,"nodes_r
   fail "no lease line with 3 nodes' heartbeats, no eviction and the probe's record:"$'\n'"$out"
 for key in target provider kind threads tx_per_s p50_us p99_us abort_rate msg_rounds schema tool \
            commit host seed duration_ms warmup_ms cores_awake load_avg success_rate cpu_us_per_tx \
-           tx_per_s_per_core; do
+           tx_per_s_per_core msg_rounds_read_only placement poll; do
   n=$(grep '"tx_per_s":' <<<"$out" | grep -c "\"$key\":")
   [ "$n" = 8 ] || fail "key $key is in $n of 8 points:"$'\n'"$out"
 done
@@ -171,6 +171,11 @@ if [ $targets = farm,postgres ]; then
   grep -qE 'postgres: AUDIT tatp subscribers=300 misnumbered=0 orphans=0 call_forwardings=([0-9]+) expected=\1 .* ok' \
     "$TMP/tatp.err" || fail "no successful postgres TATP audit: $(grep -i audit "$TMP/tatp.err")"
 fi
+# Farm's writing transactions send 2 rounds, its read-only ones none; no objects were audited
+# (no point of their kinds ran).
+grep -qE '"target":"farm",.*"kind":"tatp",.*"msg_rounds":2,"msg_rounds_read_only":0,' <<<"$out" ||
+  fail "farm's tatp rounds: $out"
+if grep -q 'AUDIT sum' "$TMP/tatp.err"; then fail "a tatp-only run audited objects: $(grep AUDIT "$TMP/tatp.err")"; fi
 echo "ok: tatp on $targets"
 
 echo "== bad flags exit 2"
