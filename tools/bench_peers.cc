@@ -143,13 +143,22 @@ absl::StatusOr<std::pair<int, int>> ConnectedPair(Transport t) {
 }  // namespace
 
 absl::StatusOr<uint64_t> ScriptedServer::ResidentBytes() const {
-  const std::string path = absl::StrCat(dir_, "/", server_, ".pid");
-  FILE* f = std::fopen(path.c_str(), "r");
-  int pid = 0;
-  const bool read = f != nullptr && std::fscanf(f, "%d", &pid) == 1;
-  if (f != nullptr) std::fclose(f);
-  if (!read) return absl::NotFoundError(absl::StrCat("no pid in ", path));
-  return ResidentBytesOf(pid);
+  absl::StatusOr<int> pid = Pid();
+  if (!pid.ok()) return pid.status();
+  return ResidentBytesOf(*pid);
+}
+
+absl::StatusOr<int> ScriptedServer::Pid() const {
+  // PostgreSQL's postmaster.pid starts with the postmaster's pid.
+  for (const std::string& path :
+       {absl::StrCat(dir_, "/", server_, ".pid"), absl::StrCat(dir_, "/data/postmaster.pid")}) {
+    FILE* f = std::fopen(path.c_str(), "r");
+    int pid = 0;
+    const bool read = f != nullptr && std::fscanf(f, "%d", &pid) == 1;
+    if (f != nullptr) std::fclose(f);
+    if (read) return pid;
+  }
+  return absl::NotFoundError(absl::StrCat("no pid file of ", server_, " in ", dir_));
 }
 
 absl::StatusOr<double> SocketRoundTripP50(Transport t, int bytes, int iters,

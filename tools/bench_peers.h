@@ -51,6 +51,9 @@ class ScriptedServer {
   std::string UnixSocket(const std::string& name) const { return dir_ + "/" + name; }
   // The server's resident memory (VmRSS of the process in its pid file, `<server>.pid`).
   absl::StatusOr<uint64_t> ResidentBytes() const;
+  // The server's main process: from `<server>.pid`, or PostgreSQL's postmaster.pid. NotFound
+  // when neither names one.
+  absl::StatusOr<int> Pid() const;
 
  private:
   ScriptedServer(std::string script, std::string server, int port)

@@ -1,7 +1,17 @@
 #include "tools/bench_util.h"
 
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -85,16 +95,19 @@ std::string DistributionName(Distribution d) {
       return "zipf";
     case Distribution::kYcsbZipf:
       return "ycsb-zipf";
+    case Distribution::kNurand:
+      return "nurand";
   }
   return "?";
 }
 
 absl::StatusOr<Distribution> ParseDistribution(absl::string_view name) {
-  for (Distribution d : {Distribution::kUniform, Distribution::kZipf, Distribution::kYcsbZipf}) {
+  for (Distribution d : {Distribution::kUniform, Distribution::kZipf, Distribution::kYcsbZipf,
+                         Distribution::kNurand}) {
     if (name == DistributionName(d)) return d;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown distribution '", name, "' (known: uniform, zipf, ycsb-zipf)"));
+      absl::StrCat("unknown distribution '", name, "' (known: uniform, zipf, ycsb-zipf, nurand)"));
 }
 
 absl::StatusOr<std::vector<Distribution>> ParseDistributions(absl::string_view text) {
@@ -153,13 +166,21 @@ uint64_t ZipfRanks::Next(Rng& rng) const {
 KeyChooser::KeyChooser(Distribution d, uint64_t n, double theta)
     : dist_(d),
       n_(n),
-      ranks_(d == Distribution::kUniform ? 0
-             : d == Distribution::kZipf  ? n
-                                         : kYcsbItems,
+      ranks_(d == Distribution::kUniform || d == Distribution::kNurand ? 0
+             : d == Distribution::kZipf                                ? n
+                                                                       : kYcsbItems,
              theta) {}
+
+uint64_t KeyChooser::NurandA(uint64_t n) {
+  return n <= 1000000 ? 65535 : n <= 10000000 ? 1048575 : 2097151;
+}
 
 uint64_t KeyChooser::Next(Rng& rng) const {
   if (dist_ == Distribution::kUniform) return rng.Next() % n_;
+  if (dist_ == Distribution::kNurand) {
+    const uint64_t a = rng.Next() % (NurandA(n_) + 1);
+    return (a | (1 + rng.Next() % n_)) % n_;
+  }
   return Fnv1a64(ranks_.Next(rng)) % n_;
 }
 
@@ -202,6 +223,57 @@ Window Window::After(int warmup_ms, int duration_ms) {
   w.start = Clock::now() + std::chrono::milliseconds(warmup_ms);
   w.end = w.start + std::chrono::milliseconds(duration_ms);
   return w;
+}
+
+double SelfCpuMicros() {
+  struct rusage u;
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  auto us = [](const timeval& t) { return 1e6 * t.tv_sec + t.tv_usec; };
+  return us(u.ru_utime) + us(u.ru_stime);
+}
+
+absl::StatusOr<double> TreeCpuMicros(const std::vector<int>& roots) {
+  // Every process's parent and CPU ticks (/proc/N/stat: "pid (comm) state ppid ... utime stime
+  // cutime cstime" as fields 4 and 14-17; comm may hold spaces, so the fields are counted after
+  // its ')').
+  std::map<int, std::vector<int>> children;
+  std::map<int, double> ticks;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return absl::InternalError(absl::StrCat("/proc: ", strerror(errno)));
+  while (dirent* e = readdir(proc)) {
+    int p = 0;
+    if (!absl::SimpleAtoi(e->d_name, &p)) continue;
+    std::ifstream in(absl::StrCat("/proc/", p, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || paren + 2 > stat.size()) continue;
+    std::vector<std::string> f = absl::StrSplit(stat.substr(paren + 2), ' ');
+    int ppid = 0;
+    double t[4] = {};  // utime stime cutime cstime: fields 14-17, f[11..14]
+    bool read = f.size() >= 15 && absl::SimpleAtoi(f[1], &ppid);
+    for (int i = 0; read && i < 4; ++i) read = absl::SimpleAtod(f[11 + i], &t[i]);
+    if (!read) continue;
+    children[ppid].push_back(p);
+    ticks[p] = t[0] + t[1] + t[2] + t[3];
+  }
+  closedir(proc);
+  double sum = 0;
+  std::set<int> seen;
+  std::vector<int> todo;
+  for (int root : roots) {
+    if (ticks.count(root) == 0) {
+      return absl::NotFoundError(absl::StrCat("process ", root, " is not running"));
+    }
+    todo.push_back(root);
+  }
+  while (!todo.empty()) {
+    const int p = todo.back();
+    todo.pop_back();
+    if (!seen.insert(p).second) continue;
+    if (auto t = ticks.find(p); t != ticks.end()) sum += t->second;
+    for (int c : children[p]) todo.push_back(c);
+  }
+  return sum * 1e6 / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 }  // namespace farm

@@ -68,9 +68,11 @@ class Rng {
 //  - ycsb-zipf: YCSB's ScrambledZipfianGenerator as YCSB draws it: the rank over YCSB's item space
 //    of 10^10 items, FNV-1a-64(rank) mod n. The ranks past n spread almost uniformly, so the hot
 //    keys take a smaller share than with zipf (at theta 0.99 the hottest takes 1/26.47 of the
-//    draws, against 1/9.79 for zipf over 10^4 keys).
-enum class Distribution { kUniform, kZipf, kYcsbZipf };
-// "uniform", "zipf", "ycsb-zipf".
+//    draws, against 1/9.79 for zipf over 10^4 keys);
+//  - nurand: TATP's non-uniform subscriber choice, (rand(0, A) | rand(1, n)) % n, with A = 65535
+//    up to 10^6 keys, 1048575 up to 10^7 and 2097151 beyond (the spec's constants per population).
+enum class Distribution { kUniform, kZipf, kYcsbZipf, kNurand };
+// "uniform", "zipf", "ycsb-zipf", "nurand".
 std::string DistributionName(Distribution d);
 absl::StatusOr<Distribution> ParseDistribution(absl::string_view name);
 // A comma-separated list ("uniform,zipf"); InvalidArgument names the entry at fault.
@@ -107,6 +109,8 @@ class KeyChooser {
   void NextDistinct(Rng& rng, int count, std::vector<uint64_t>* out) const;
   uint64_t n() const { return n_; }
   Distribution distribution() const { return dist_; }
+  // nurand's A for n keys.
+  static uint64_t NurandA(uint64_t n);
 
  private:
   Distribution dist_;
@@ -145,6 +149,16 @@ struct Window {
 inline double MicrosBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
+
+// CPU time (user + system, every thread) this process has used, in microseconds.
+double SelfCpuMicros();
+// CPU time (user + system) of the processes `roots` and their descendants alive now, each
+// counted once, in microseconds, from /proc/N/stat: a process's threads, live and exited (utime,
+// stime), and its children that ended and were reaped (cutime, cstime), so that a process that
+// ended between two calls still counts, in its parent's. In clock ticks (10 ms on most kernels)
+// per process and field. NotFound when a root is not running. The benches measure every side of
+// a comparison with it, over a window (the difference of two calls).
+absl::StatusOr<double> TreeCpuMicros(const std::vector<int>& roots);
 
 }  // namespace farm
 

@@ -1,5 +1,9 @@
 #include "tools/bench_util.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -155,6 +159,69 @@ TEST_CASE("histogram percentiles are within the bucket width, and merge") {
   REQUIRE(n.total == 100);
   REQUIRE(std::abs(n.Percentile(0.99) - 10) / 10 < 0.02);
   REQUIRE(std::abs(n.Percentile(1.0) - 1000) / 1000 < 0.02);
+}
+
+TEST_CASE("CPU time of this process and of a process tree", "[bench]") {
+  // Spins until this process has used `us` more CPU time (false after 20 s of wall time).
+  auto spin = [](double us) {
+    const double until = SelfCpuMicros() + us;
+    const Clock::time_point give_up = Clock::now() + std::chrono::seconds(20);
+    volatile uint64_t x = 0;
+    while (SelfCpuMicros() < until) {
+      if (Clock::now() > give_up) return false;
+      x = x + 1;
+    }
+    return true;
+  };
+  REQUIRE(spin(50000));
+  // A child that used 0.2 s of CPU is counted in its parent's tree (clock ticks: a coarse bound),
+  // still once it ended and was reaped (its parent's cutime), and is no root once it is gone.
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  const double tree_before = TreeCpuMicros({getpid()}).value();
+  const pid_t child = fork();
+  if (child == 0) {
+    spin(200000);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) _exit(1);
+    pause();
+    _exit(0);
+  }
+  // However this scope is left (a failed REQUIRE throws), the paused child is killed and reaped,
+  // and the pipe closed.
+  struct ChildGuard {
+    pid_t pid;
+    int fds[2];
+    void KillAndReap() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        pid = 0;
+      }
+    }
+    ~ChildGuard() {
+      KillAndReap();
+      close(fds[0]);
+      close(fds[1]);
+    }
+  } guard{child, {ready[0], ready[1]}};
+  REQUIRE(child > 0);
+  char c = 0;
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  const double tree = TreeCpuMicros({getpid()}).value() - tree_before;
+  // The child's tree alone, and the parent's counted once though the child is in it too.
+  REQUIRE(TreeCpuMicros({child}).value() >= 150000);
+  REQUIRE(TreeCpuMicros({getpid(), child}).value() - tree_before < tree + 50000);
+  guard.KillAndReap();
+  REQUIRE(tree >= 150000);
+  REQUIRE(TreeCpuMicros({getpid()}).value() - tree_before >= 150000);
+  REQUIRE(TreeCpuMicros({child}).status().code() == absl::StatusCode::kNotFound);
+  Rng rng(1);
+  const KeyChooser nurand(Distribution::kNurand, 10, 0.99);
+  REQUIRE(DistributionName(Distribution::kNurand) == "nurand");
+  REQUIRE(ParseDistribution("nurand").value() == Distribution::kNurand);
+  for (int i = 0; i < 1000; ++i) REQUIRE(nurand.Next(rng) < 10);
 }
 
 }  // namespace farm

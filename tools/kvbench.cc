@@ -77,7 +77,8 @@ ABSL_FLAG(std::string, workloads, "a,b,c,w",
           "YCSB workloads: a (50% reads, 50% updates), b (95/5), c (reads only), w (updates only)");
 ABSL_FLAG(std::string, dists, "uniform,zipf",
           "key choice: uniform, zipf (Zipf over the keys, scrambled onto them), ycsb-zipf (YCSB's "
-          "ScrambledZipfianGenerator: Zipf over 10^10 items, hashed onto the keys)");
+          "ScrambledZipfianGenerator: Zipf over 10^10 items, hashed onto the keys), nurand "
+          "(TATP's non-uniform choice, (rand(0, A) | rand(1, n)) % n)");
 ABSL_FLAG(double, zipf_theta, 0.99, "Zipf skew (0 < theta < 1)");
 ABSL_FLAG(int64_t, keys, 1000000, "keys preloaded into every store (and chosen from)");
 ABSL_FLAG(int, key_size, 16, "bytes per key (\"user\" + zero-padded number)");

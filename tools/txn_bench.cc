@@ -13,11 +13,18 @@
 //  - for every point (distribution x kind x threads per node): the nodes meet at a barrier
 //    (kArrive on node 0), each runs `threads` client threads, each with its own Worker, for
 //    --warmup_ms + --duration_ms, and sends what it measured to node 0 (kResult), which merges
-//    the histograms and prints one RESULT line;
+//    the histograms and prints one RESULT line (node 0 prints the window first, WINDOW, for
+//    the driver to measure the node processes' CPU time over it);
 //  - at the end node 0 reads every object and checks that the sum is what the committed
-//    increments (write_1: +1, write_4: +1 each, bank: moves 1) make it.
+//    increments (write_1: +1, write_4: +1 each, bank: moves 1) make it (when points of those
+//    kinds ran), and audits TATP's tables (when tatp points ran).
 // The transactions (tools/txn_workload.h): read_only reads 4 objects; write_1 reads one and writes
-// it + 1; write_4 the same on 4; bank reads 2 accounts and moves 1 from the first to the second.
+// it + 1; write_4 the same on 4; bank reads 2 accounts and moves 1 from the first to the second;
+// tatp runs TATP's mix of 7 transactions (tools/tatp_workload.h) on its 4 tables, which node 0
+// loads with --subscribers subscribers (tools/tatp_farm.h: a subscriber's rows on one node, the
+// sub_nbr index spread over all), and audits at the end (the index, no call forwarding without
+// its special facility, the rows added and removed). A tatp point's "found%" is TATP's success
+// rate: committed transactions that found what they looked for.
 // Objects are chosen uniformly or by scrambled Zipf(--zipf_theta) (tools/bench_util.h), the
 // same generator and the same seeds for every target: a peer's client i draws what farm's thread
 // i % threads of node i / threads draws.
@@ -25,8 +32,9 @@
 //
 // Peers (--targets redis, redis-lua, postgres, postgres-fn: each store used in its usual ways,
 // tools/txn_peers.h; the targets in words compare farm with each store's best): the bank
-// transfer only, with as many client threads and connections as the farm cluster has client
-// threads (nodes x threads), on servers that
+// transfer, and TATP on postgres (one prepared statement per transaction at SERIALIZABLE; the
+// other peers skip tatp points with a line), with as many client threads and connections as the
+// farm cluster has client threads (nodes x threads), on servers that
 // tools/bench_peers.sh starts on private sockets and stops afterwards: Unix sockets against
 // shm, TCP on 127.0.0.1 against every other provider. --cpus pins this process before anything
 // starts, so the nodes, the servers and the peers' client threads all run on the same cores.
@@ -37,17 +45,30 @@
 // FaRM's count for f = 0, Pw*(f+3) one-sided writes + Pr READs (Pw: primaries written, Pr:
 // objects only read).
 //
+// CPU time per transaction (cpu_us_per_tx, and tx_per_s_per_core = 10^6 / it), measured the same
+// way on every side, by this process over the window node 0 announces or its own (from /proc:
+// every thread, and children that ended within it; bench_util.h's TreeCpuMicros): farm's is its
+// node processes' (clients, pollers, serving); a peer's its server's process tree's plus this
+// process's (the clients). A server whose process cannot be found fails its target.
 // Output: a table, or with --json one object per point:
-//   {"target":"farm","provider":"shm","transport":"shm","kind":"bank","dist":"uniform",
+//   {"target":"farm","provider":"shm","transport":"shm","kind":"tatp","dist":"nurand",
 //    "threads":1,"clients":3,"f":0,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
-//    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"remote_p50_us":..,"rpc_rtt_p50_us":..,
-//    "socket_rtt_p50_us":..,"repeat":1,"repeats":1,"schema":2,"tool":"txn_bench","commit":..,"host":..,"seed":1,"duration_ms":..,
-//    "warmup_ms":..,"cores_awake":true,"load_avg":..}
+//    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"msg_rounds_read_only":0,
+//    "remote_p50_us":..,"rpc_rtt_p50_us":..,"socket_rtt_p50_us":..,"success_rate":..,
+//    "cpu_us_per_tx":..,"tx_per_s_per_core":..,"placement":"data_nodes","poll":"adaptive",
+//    "repeat":1,"repeats":1,"schema":2,"tool":"txn_bench","commit":..,"host":..,"seed":1,
+//    "duration_ms":..,"warmup_ms":..,"cores_awake":true,"load_avg":..}
+// (msg_rounds: per writing transaction, msg_rounds_read_only: per read-only one; success_rate:
+// TATP's, 1 for the other kinds; placement: data_nodes, client_node or client_process; poll:
+// farm's --poll, "none" for a peer; p50_us/p99_us: farm's commit step, a peer's commit step or,
+// for postgres's tatp, its whole statement, which runs and commits in one round trip)
 // (tools/bench_driver.h's RunInfoJson; --cores_awake keeps every core out of idle for the whole
 // run, so that no target pays an idle core's wake-up per request). With --repeat N every target
-// runs N times, taking turns, and a summary line per point follows (repeat 0: the runs' medians,
-// with tx_per_s_min/max and p50_us_min/max).
+// runs N times, taking turns, and a summary line per point follows (repeat 0: the runs' medians
+// of every measured field, with tx_per_s_min/max, p50_us_min/max and
+// tx_per_s_per_core_min/max).
 // Exit status: 0 success, 1 runtime failure (or an audit that does not add up), 2 bad flags.
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +80,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -88,6 +110,8 @@
 #include "tools/bench_peers.h"
 #include "tools/child_process.h"
 #include "tools/sched_probe.h"
+#include "tools/tatp_farm.h"
+#include "tools/tatp_workload.h"
 #include "tools/txn_peers.h"
 #include "tools/txn_workload.h"
 
@@ -98,10 +122,18 @@ ABSL_DECLARE_FLAG(std::string, poll);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_FLAG(std::string, threads, "1,2,4", "client threads per node, a comma-separated list");
 ABSL_FLAG(std::string, kinds, "read_only,write_1,write_4,bank",
-          "transactions to measure: read_only, write_1, write_4, bank");
+          "transactions to measure: read_only, write_1, write_4, bank, tatp (TATP's mix of 7 "
+          "transactions on its 4 tables, --subscribers; farm and postgres only)");
 ABSL_FLAG(std::string, dists, "uniform,zipf",
-          "object choice: uniform, zipf (Zipf over the objects, scrambled), ycsb-zipf (YCSB's "
-          "scrambled Zipf over 10^10 items, hashed onto the objects)");
+          "object choice (tatp: subscriber choice): uniform, zipf (Zipf over the objects, "
+          "scrambled), ycsb-zipf (YCSB's scrambled Zipf over 10^10 items, hashed onto the "
+          "objects), nurand (TATP's standard non-uniform choice)");
+// Farm's node 0 loaded 100,000 subscribers in 38 s (2,700 a second) on a loaded 2-core VM, shm;
+// --subscribers is held to a third of that rate over --timeout_s, which the other nodes wait.
+constexpr int64_t kSubscribersPerTimeoutSecond = 1000;
+ABSL_FLAG(int64_t, subscribers, 10000,
+          "TATP's population (--kinds=tatp): subscribers in the farm cluster and in PostgreSQL; "
+          "at most 1000 per second of --timeout_s (what farm's node 0 loads in time)");
 ABSL_FLAG(double, zipf_theta, 0.99, "Zipf skew (0 < theta < 1)");
 ABSL_FLAG(int64_t, objects, 10000, "objects (accounts) in the cluster and in each peer");
 ABSL_FLAG(int, nodes, 3, "node processes in the farm cluster (2..8)");
@@ -126,8 +158,9 @@ ABSL_FLAG(int, duration_ms, 2000, "measured milliseconds per point");
 ABSL_FLAG(int, warmup_ms, 300, "milliseconds run before each point's measurement");
 ABSL_FLAG(std::string, targets, "farm,redis,redis-lua,postgres,postgres-fn",
           "what to measure: farm, redis (WATCH/MULTI/EXEC), redis-lua (one script call), postgres "
-          "(an interactive transaction of prepared statements), postgres-fn (one call of a "
-          "PL/pgSQL function)");
+          "(an interactive transaction of prepared statements; tatp: one prepared statement per "
+          "transaction), postgres-fn (one call of a PL/pgSQL function); tatp runs on farm and "
+          "postgres only");
 ABSL_FLAG(bool, json, false, "print one JSON object per point instead of a table");
 ABSL_FLAG(int, repeat, 1,
           "runs of every target, taking turns (farm, redis, ..., farm, redis, ...: each run starts "
@@ -181,6 +214,9 @@ struct Options {
   std::vector<Distribution> dists;
   double theta = 0.99;
   uint64_t objects = 0;
+  uint32_t subscribers = 0;  // TATP's population
+  bool tatp = false;         // a tatp point: the cluster holds TATP's tables
+  bool objects_kinds = false;  // a point of another kind: the cluster holds --objects objects
   int nodes = 3;
   int active_nodes = 3;      // nodes 0 .. active_nodes-1 run clients (without client_node)
   bool client_node = false;  // node `nodes` (late, no objects) runs every client
@@ -237,6 +273,11 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.warmup_ms = absl::GetFlag(FLAGS_warmup_ms);
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   o.seed = absl::GetFlag(FLAGS_seed);
+  for (Kind k : o.kinds) (k == Kind::kTatp ? o.tatp : o.objects_kinds) = true;
+  const int64_t subscribers = absl::GetFlag(FLAGS_subscribers);
+  if (subscribers < 1 || subscribers > 10000000)
+    return absl::InvalidArgumentError("--subscribers must be 1..10000000");
+  o.subscribers = static_cast<uint32_t>(subscribers);
   const int64_t objects = absl::GetFlag(FLAGS_objects);
   if (!(o.theta > 0 && o.theta < 1))
     return absl::InvalidArgumentError("--zipf_theta must be in (0, 1)");
@@ -251,8 +292,56 @@ absl::StatusOr<Options> OptionsFromFlags() {
   if (o.warmup_ms < 0 || o.warmup_ms > 600000)
     return absl::InvalidArgumentError("--warmup_ms must be 0..600000");
   if (o.timeout_s < 1) return absl::InvalidArgumentError("--timeout_s must be at least 1");
+  if (o.tatp && subscribers > kSubscribersPerTimeoutSecond * o.timeout_s) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--subscribers=", subscribers,
+        ": farm's node 0 loads about 2,700 subscribers a second "
+        "(100,000 in 38 s on a loaded 2-core machine) while the other nodes wait --timeout_s=",
+        o.timeout_s, " s for it: at most ", kSubscribersPerTimeoutSecond * o.timeout_s,
+        " subscribers (", kSubscribersPerTimeoutSecond,
+        " per second of --timeout_s); raise --timeout_s to load more"));
+  }
   o.objects = static_cast<uint64_t>(objects);
   return o;
+}
+
+// What the points run on: "10000 objects", "10000 TATP subscribers", or both.
+std::string PopulationText(const Options& o) {
+  std::vector<std::string> parts;
+  if (o.objects_kinds) parts.push_back(absl::StrCat(o.objects, " objects"));
+  if (o.tatp) parts.push_back(absl::StrCat(o.subscribers, " TATP subscribers"));
+  return absl::StrJoin(parts, " and ");
+}
+
+// Bytes of farm regions each node process holds: objects take 64-byte slots, TATP's rows
+// TatpFarm::Bytes; room for twice an even share, in whole 4 MiB regions.
+constexpr uint64_t kRegionBytes = 4 << 20;
+uint64_t RegionBytesPerNode(const Options& o) {
+  const uint64_t bytes =
+      (o.objects_kinds ? 64 * o.objects : 0) + (o.tatp ? TatpFarm::Bytes(o.subscribers) : 0);
+  const uint64_t per_node = 2 * bytes / o.nodes + kRegionBytes;
+  return (per_node + kRegionBytes - 1) / kRegionBytes * kRegionBytes;
+}
+
+// OK when the farm cluster's regions fit in the memory this machine has available now
+// (/proc/meminfo's MemAvailable; not checked where it cannot be read).
+absl::Status CheckClusterMemory(const Options& o) {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return absl::OkStatus();
+  char line[256];
+  uint64_t available_kib = 0;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    unsigned long long kib = 0;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) available_kib = kib;
+  }
+  std::fclose(f);
+  const uint64_t need = RegionBytesPerNode(o) * o.processes();
+  if (available_kib == 0 || need <= available_kib * 1024) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--subscribers=%d --objects=%d: the farm cluster's regions take %d MiB (%d node processes "
+      "x %d MiB), more than the %d MiB this machine has available",
+      o.subscribers, o.objects, need >> 20, o.processes(), RegionBytesPerNode(o) >> 20,
+      available_kib >> 10));
 }
 
 // The seed of client thread `thread` of node `node` (farm) or of the peers' client playing it:
@@ -388,8 +477,16 @@ struct Cluster {
   Options options;
   std::vector<GlobalAddress> objects;
   std::vector<uint32_t> owner;  // per object
+  std::map<uint32_t, uint32_t> region_owner;  // region id -> its primary's node
+  std::unique_ptr<TatpFarm> tatp;             // with a tatp point: TATP's tables
   std::vector<std::unique_ptr<Worker>> workers;
 };
+
+// The objects node 0 allocates and publishes: the --objects ones (for the kinds other than
+// tatp), then TATP's (tools/tatp_farm.h).
+uint64_t AddressCount(const Options& o) {
+  return (o.objects_kinds ? o.objects : 0) + (o.tatp ? TatpFarm::Objects(o.subscribers) : 0);
+}
 
 // Node 0 allocates the objects: spread over every member by rendezvous hashing, or with a
 // client node round-robin over the data nodes 0 .. data_nodes-1 only.
@@ -416,10 +513,32 @@ absl::StatusOr<std::vector<uint64_t>> AllocateObjects(Worker& w, uint64_t n, con
   return packed;
 }
 
+// Node 0: every object of AddressCount, in its order. TATP's rows of a subscriber go where its
+// s_id's hint says (the client node holds none), the rest near them (TatpFarm::Load).
+absl::StatusOr<std::vector<uint64_t>> AllocateAll(Worker& w, const Options& o) {
+  std::vector<uint64_t> packed;
+  if (o.objects_kinds) {
+    absl::StatusOr<std::vector<uint64_t>> b = AllocateObjects(w, o.objects, o);
+    if (!b.ok()) return b.status();
+    packed = std::move(*b);
+  }
+  if (o.tatp) {
+    auto place = [&o](uint64_t key) {
+      return o.client_node ? AllocHint::OnNode(static_cast<uint32_t>(key % o.nodes))
+                           : AllocHint::Anywhere(key);
+    };
+    absl::StatusOr<std::vector<uint64_t>> t = TatpFarm::Load(w, o.subscribers, o.seed, place);
+    if (!t.ok()) return t.status();
+    packed.insert(packed.end(), t->begin(), t->end());
+  }
+  return packed;
+}
+
 absl::StatusOr<std::vector<uint64_t>> FetchObjects(Worker& w, const Options& o) {
   std::vector<uint64_t> packed;
   const absl::Time deadline = absl::Now() + absl::Seconds(o.timeout_s);
-  while (packed.size() < o.objects) {
+  const uint64_t total = AddressCount(o);
+  while (packed.size() < total) {
     absl::StatusOr<AddressChunk> c = kAddresses.Call(w, 0, AddressRequest{packed.size()});
     if (absl::IsFailedPrecondition(c.status()) && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(5));
@@ -429,9 +548,9 @@ absl::StatusOr<std::vector<uint64_t>> FetchObjects(Worker& w, const Options& o) 
       return absl::Status(
           c.status().code(),
           absl::StrCat("fetching the objects' addresses from node 0: ", c.status().message()));
-    if (c->total != o.objects || c->count == 0) {
+    if (c->total != total || c->count == 0) {
       return absl::FailedPreconditionError(
-          absl::StrCat("node 0 has ", c->total, " objects, not ", o.objects));
+          absl::StrCat("node 0 has ", c->total, " objects, not ", total));
     }
     packed.insert(packed.end(), c->packed, c->packed + c->count);
   }
@@ -443,21 +562,29 @@ absl::Status PrepareCluster(Runtime& rt, Cluster* c) {
   if (!w.ok()) return w.status();
   const absl::Time t0 = absl::Now();
   absl::StatusOr<std::vector<uint64_t>> packed =
-      rt.node_id() == 0 ? AllocateObjects(**w, c->options.objects, c->options)
-                        : FetchObjects(**w, c->options);
+      rt.node_id() == 0 ? AllocateAll(**w, c->options) : FetchObjects(**w, c->options);
   if (!packed.ok()) return packed.status();
   if (rt.node_id() == 0) {
     TheConductor().Publish(*packed);
     Emit(absl::StrFormat("SETUP objects=%d seconds=%.2f", packed->size(),
                          absl::ToDoubleSeconds(absl::Now() - t0)));
   }
-  std::map<uint32_t, uint32_t> region_owner;
+  std::map<uint32_t, uint32_t>& region_owner = c->region_owner;
   for (uint32_t n : rt.members()) {
     for (const RegionRef& r : rt.Regions(n)) region_owner[r.id] = r.node;
   }
-  for (uint64_t p : *packed) {
-    c->objects.push_back(GlobalAddress::Unpack(p));
+  const uint64_t objects = c->options.objects_kinds ? c->options.objects : 0;
+  for (uint64_t i = 0; i < objects; ++i) {
+    c->objects.push_back(GlobalAddress::Unpack((*packed)[i]));
     c->owner.push_back(region_owner[c->objects.back().region]);
+  }
+  if (c->options.tatp) {
+    std::vector<GlobalAddress> rows;
+    for (uint64_t i = objects; i < packed->size(); ++i)
+      rows.push_back(GlobalAddress::Unpack((*packed)[i]));
+    absl::StatusOr<TatpFarm> t = TatpFarm::Make(c->options.subscribers, std::move(rows));
+    if (!t.ok()) return t.status();
+    c->tatp = std::make_unique<TatpFarm>(std::move(*t));
   }
   c->workers.push_back(std::move(*w));
   const int most = *std::max_element(c->options.threads.begin(), c->options.threads.end());
@@ -489,8 +616,29 @@ absl::Status FarmAttempt(Worker& w, Kind kind, const Cluster& c,
   return s;
 }
 
-// Runs one point on this node: `threads` clients, each on its own Worker.
-NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser& keys) {
+// CPU time (microseconds) of the process trees of `pids` (TreeCpuMicros: the same count for farm's
+// node processes and a peer's server and clients) over `window`, sampled from this thread at its
+// start and end; returns after its end. Sampled later than the window's start (the caller learnt
+// of it late), it is the CPU time of the span sampled scaled to the window's length.
+absl::StatusOr<double> CpuOverWindow(const Window& window, const std::vector<int>& pids) {
+  std::this_thread::sleep_until(window.start);
+  const Clock::time_point t0 = Clock::now();
+  absl::StatusOr<double> before = TreeCpuMicros(pids);
+  if (!before.ok()) return before.status();
+  std::this_thread::sleep_until(window.end);
+  const Clock::time_point t1 = Clock::now();
+  absl::StatusOr<double> after = TreeCpuMicros(pids);
+  if (!after.ok()) return after.status();
+  const double sampled = std::chrono::duration<double>(t1 - t0).count();
+  return sampled > 0 ? (*after - *before) * window.seconds() / sampled : 0.0;
+}
+
+// Runs one point on this node: `threads` clients, each on its own Worker (tatp: `tatp`'s mix on
+// TATP's tables, else `keys`' objects). Node 0 prints the window (WINDOW start_ns end_ns on the
+// steady clock, which every process of the host shares), for the driver to measure the node
+// processes' CPU time over it.
+NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser& keys,
+                        const TatpGenerator& tatp) {
   NodeResult r;
   r.point = index;
   r.node = c.rt->node_id();
@@ -498,31 +646,52 @@ NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser&
   std::vector<NodeResult> per(clients);
   std::vector<absl::Status> status(clients);
   const Window window = Window::After(c.options.warmup_ms, c.options.duration_ms);
+  if (r.node == 0) {
+    auto ns = [](Clock::time_point t) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+    };
+    Emit(absl::StrFormat("WINDOW %d %d", ns(window.start), ns(window.end)));
+  }
   std::vector<std::thread> threads;
   for (int i = 0; i < clients; ++i) {
     threads.emplace_back([&, i] {
       NodeResult& mine = per[i];
       Worker& w = *c.workers[i];
       const uint32_t self = c.rt->node_id();
+      const uint64_t seed = ClientSeed(c.options, index, uint64_t{self} * kMaxThreads + i);
+      // A committed transaction that wrote objects of `owners`: whether it sent messages.
+      auto record_writes = [&](const std::set<uint32_t>& owners, double commit_us) {
+        ++mine.all_commits;
+        mine.owners_written += owners.size();
+        const bool remote = owners.size() > 1 || *owners.begin() != self;
+        mine.remote_commits += remote;
+        const Clock::time_point now = Clock::now();
+        if (remote && now >= window.start && now < window.end) mine.remote_commit.Add(commit_us);
+      };
+      if (p.kind == Kind::kTatp) {
+        std::vector<GlobalAddress> written;
+        TatpAttempt attempt = [&](const TatpTxn& t, TatpOutcome* out, double* commit_us) {
+          absl::Status s = c.tatp->Attempt(w, t, out, commit_us, &written);
+          if (s.ok() && !written.empty()) {
+            std::set<uint32_t> owners;
+            for (const GlobalAddress& a : written) owners.insert(c.region_owner.at(a.region));
+            record_writes(owners, *commit_us);
+          }
+          return s;
+        };
+        status[i] = RunTatpClient(tatp, window, seed, attempt, &mine.stats);
+        return;
+      }
       Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
         absl::Status s = FarmAttempt(w, p.kind, c, objects, commit_us);
         if (s.ok() && p.kind != Kind::kReadOnly) {
           std::set<uint32_t> owners;
           for (uint64_t o : objects) owners.insert(c.owner[o]);
-          ++mine.all_commits;
-          mine.owners_written += owners.size();
-          const bool remote = owners.size() > 1 || *owners.begin() != self;
-          mine.remote_commits += remote;
-          const Clock::time_point now = Clock::now();
-          if (remote && now >= window.start && now < window.end) {
-            mine.remote_commit.Add(*commit_us);
-          }
+          record_writes(owners, *commit_us);
         }
         return s;
       };
-      status[i] = RunClient(keys, p.kind, window,
-                            ClientSeed(c.options, index, uint64_t{self} * kMaxThreads + i), attempt,
-                            &mine.stats);
+      status[i] = RunClient(keys, p.kind, window, seed, attempt, &mine.stats);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -561,7 +730,7 @@ absl::Status Barrier(Cluster& c, int point) {
 
 // Node 0: the merged result of one point, as a RESULT line:
 //   RESULT kind dist threads commits aborts seconds tx_per_s p50 p99 txn_p50 txn_p99 pw remote
-//          remote_p50
+//          remote_p50 found
 absl::Status Report(const Point& p, const std::vector<NodeResult>& results) {
   ClientStats all;
   double tx_per_s = 0;
@@ -578,24 +747,23 @@ absl::Status Report(const Point& p, const std::vector<NodeResult>& results) {
   }
   const double pw = commits == 0 ? 0 : static_cast<double>(owners) / commits;
   const double remote_share = commits == 0 ? 0 : static_cast<double>(remote) / commits;
-  Emit(absl::StrFormat("RESULT %s %s %d %d %d %.3f %.1f %.3f %.3f %.3f %.3f %.3f %.3f %.3f",
-                       KindName(p.kind), DistributionName(p.dist), p.threads, all.commits,
-                       all.aborts, all.seconds, tx_per_s, all.commit.Percentile(0.5),
-                       all.commit.Percentile(0.99), all.txn.Percentile(0.5),
-                       all.txn.Percentile(0.99), pw, remote_share, remote_commit.Percentile(0.5)));
+  Emit(absl::StrFormat(
+      "RESULT %s %s %d %d %d %.3f %.1f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %d", KindName(p.kind),
+      DistributionName(p.dist), p.threads, all.commits, all.aborts, all.seconds, tx_per_s,
+      all.commit.Percentile(0.5), all.commit.Percentile(0.99), all.txn.Percentile(0.5),
+      all.txn.Percentile(0.99), pw, remote_share, remote_commit.Percentile(0.5), all.found));
   return absl::OkStatus();
 }
 
 // Node 0, after every point: the objects' sum must be what the committed increments made it.
-absl::Status Audit(Cluster& c, uint64_t increments) {
+absl::Status Audit(Cluster& c, int64_t increments) {
   int64_t sum = 0;
   for (const GlobalAddress& a : c.objects) {
     absl::StatusOr<int64_t> v = c.workers[0]->LockFreeGet<int64_t>(a);
     if (!v.ok()) return v.status();
     sum += *v;
   }
-  const int64_t want =
-      static_cast<int64_t>(c.objects.size()) * kInitialValue + static_cast<int64_t>(increments);
+  const int64_t want = static_cast<int64_t>(c.objects.size()) * kInitialValue + increments;
   Emit(absl::StrFormat("AUDIT sum=%d expected=%d %s", sum, want, sum == want ? "ok" : "MISMATCH"));
   if (sum != want) {
     return absl::DataLossError(absl::StrCat("the objects sum to ", sum, ", not ", want));
@@ -606,14 +774,17 @@ absl::Status Audit(Cluster& c, uint64_t increments) {
 absl::Status RunPoints(Cluster& c) {
   const std::vector<Point> points = c.options.Points();
   std::map<Distribution, std::unique_ptr<KeyChooser>> choosers;
+  std::map<Distribution, std::unique_ptr<TatpGenerator>> tatp;
   for (Distribution d : c.options.dists) {
     choosers[d] = std::make_unique<KeyChooser>(d, c.options.objects, c.options.theta);
+    tatp[d] = std::make_unique<TatpGenerator>(d, c.options.subscribers, c.options.theta);
   }
-  uint64_t increments = 0;
+  int64_t increments = 0, cf_delta = 0;
   const bool leader = c.rt->node_id() == 0;
   for (size_t i = 0; i < points.size(); ++i) {
     if (absl::Status s = Barrier(c, static_cast<int>(i)); !s.ok()) return s;
-    NodeResult mine = RunNodePoint(c, static_cast<int>(i), points[i], *choosers[points[i].dist]);
+    NodeResult mine = RunNodePoint(c, static_cast<int>(i), points[i], *choosers[points[i].dist],
+                                   *tatp[points[i].dist]);
     if (!leader) {
       absl::StatusOr<Ack> a = kResult.Call(*c.workers[0], 0, mine);
       if (!a.ok()) return a.status();
@@ -628,9 +799,20 @@ absl::Status RunPoints(Cluster& c) {
       return absl::DeadlineExceededError("not every node sent its result");
     }
     if (absl::Status s = Report(points[i], all); !s.ok()) return s;
-    for (const NodeResult& r : all) increments += r.stats.increments;
+    for (const NodeResult& r : all) {
+      (points[i].kind == Kind::kTatp ? cf_delta : increments) += r.stats.increments;
+    }
   }
-  return leader ? Audit(c, increments) : absl::OkStatus();
+  if (!leader) return absl::OkStatus();
+  if (c.tatp != nullptr) {
+    absl::StatusOr<std::string> line = c.tatp->Audit(*c.workers[0], c.options.seed, cf_delta);
+    if (!line.ok()) {
+      Emit(absl::StrCat("AUDIT tatp MISMATCH ", line.status().message()));
+      return line.status();
+    }
+    Emit(absl::StrCat("AUDIT tatp ", *line, " ok"));
+  }
+  return c.options.objects_kinds ? Audit(c, increments) : absl::OkStatus();
 }
 
 absl::Status NodeRun(Runtime& rt) {
@@ -671,13 +853,24 @@ struct Row {
   int threads = 0, clients = 0;
   int f = 0;  // backups per region (farm; 0 for the peers, which keep one copy)
   double tx_per_s = 0, p50 = 0, p99 = 0, txn_p50 = 0, txn_p99 = 0, abort_rate = 0;
-  int msg_rounds = 0;
+  int msg_rounds = 0;  // per writing transaction (every transaction, for the peers)
+  // Per read-only transaction: farm's read_only, and farm's tatp transactions that write nothing
+  // (0: they validate by one-sided READs); msg_rounds where every transaction is alike.
+  int msg_rounds_read_only = 0;
   double pw = 0, remote_share = 0;  // farm only
   double remote_p50 = 0;            // farm only: commits that sent messages
+  // The committed transactions that found what they looked for (TATP's successful ones; every
+  // transaction of the other kinds does).
+  double success_rate = 1;
+  // CPU time per committed transaction over the window: farm, every node process (clients and
+  // serving); a peer, its server's process tree and this process (the clients).
+  double cpu_us_per_tx = 0;
+  double per_core = 0;              // tx_per_s_per_core: 10^6 / cpu_us_per_tx (0: not measured)
   double rpc_rtt = 0;               // msg_bench's, same provider (0: not measured)
   double socket_rtt = 0;            // a 64 B round trip on the peers' transport (0: not measured)
   int repeat = 1, repeats = 1;      // the run (1..repeats); 0: the summary of every run
-  double tx_min = 0, tx_max = 0, p50_min = 0, p50_max = 0;  // the summary's spread
+  // The summary's spread.
+  double tx_min = 0, tx_max = 0, p50_min = 0, p50_max = 0, per_core_min = 0, per_core_max = 0;
   // Where the clients ran: "data_nodes" (farm's clients beside the objects), "client_node"
   // (farm's clients on a node of their own), "client_process" (a peer's clients).
   std::string placement = "client_process";
@@ -690,40 +883,62 @@ std::string JsonRow(const Row& r, const RunInfo& info) {
       "\"dist\":\"%s\",\"threads\":%d,\"clients\":%d,\"f\":%d,\"tx_per_s\":%.1f,"
       "\"p50_us\":%.3f,"
       "\"p99_us\":%.3f,\"txn_p50_us\":%.3f,\"txn_p99_us\":%.3f,\"abort_rate\":%.5f,"
-      "\"msg_rounds\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%.3f,"
-      "\"socket_rtt_p50_us\":%.3f,\"placement\":\"%s\",\"poll\":\"%s\",\"repeat\":%d,\"repeats\":%"
-      "d%s%s}",
+      "\"msg_rounds\":%d,\"msg_rounds_read_only\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%."
+      "3f,"
+      "\"socket_rtt_p50_us\":%.3f,\"success_rate\":%.4f,\"cpu_us_per_tx\":%.2f,"
+      "\"tx_per_s_per_core\":%.1f,\"placement\":\"%s\",\"poll\":\"%s\",\"repeat\":%d,"
+      "\"repeats\":%d%s%s}",
       r.target, r.provider, r.transport, KindName(r.kind), DistributionName(r.dist), r.threads,
       r.clients, r.f, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
-      r.remote_p50, r.rpc_rtt, r.socket_rtt, r.placement, r.poll, r.repeat, r.repeats,
-      r.repeat == 0 ? absl::StrFormat(",\"tx_per_s_min\":%.1f,\"tx_per_s_max\":%.1f,"
-                                      "\"p50_us_min\":%.3f,\"p50_us_max\":%.3f",
-                                      r.tx_min, r.tx_max, r.p50_min, r.p50_max)
+      r.msg_rounds_read_only, r.remote_p50, r.rpc_rtt, r.socket_rtt, r.success_rate,
+      r.cpu_us_per_tx, r.per_core, r.placement, r.poll, r.repeat, r.repeats,
+      r.repeat == 0 ? absl::StrFormat(
+                          ",\"tx_per_s_min\":%.1f,\"tx_per_s_max\":%.1f,"
+                          "\"p50_us_min\":%.3f,\"p50_us_max\":%.3f,"
+                          "\"tx_per_s_per_core_min\":%.1f,\"tx_per_s_per_core_max\":%.1f",
+                          r.tx_min, r.tx_max, r.p50_min, r.p50_max, r.per_core_min, r.per_core_max)
                     : std::string(),
       RunInfoJson(info));
 }
 
+// success_rate, cpu_us_per_tx and per_core of `r` from its committed transactions, those that
+// found what they looked for, and the CPU time over the window.
+void SetRates(double commits, double found, double cpu_us, Row* r) {
+  r->success_rate = commits == 0 ? 0 : found / commits;
+  r->cpu_us_per_tx = commits == 0 ? 0 : cpu_us / commits;
+  r->per_core = r->cpu_us_per_tx > 0 ? 1e6 / r->cpu_us_per_tx : 0;
+}
+
 // FaRM's message count: Pw*(f+3) one-sided writes + Pr one-sided READs.
 std::string FarmFormula(const Row& r) {
-  if (r.target != "farm") return "";
+  if (r.target != "farm" || r.kind == Kind::kTatp) return "";
   const int pr = ObjectsOf(r.kind) - WritesOf(r.kind);
   return absl::StrFormat("%.1fw+%dr", (3 + r.f) * r.pw, pr);
 }
 
 void PrintTableHeader() {
-  std::printf("%-11s %1s %-11s %-9s %-9s %3s %4s %10s %9s %9s %9s %9s %7s %6s %9s\n", "target", "f",
-              "transport", "kind", "dist", "thr", "cli", "tx/s", "commit50", "commit99", "remote50",
-              "txn50", "abort%", "rounds", "FaRM");
+  std::printf("%-11s %1s %-11s %-9s %-9s %3s %4s %10s %9s %9s %9s %9s %7s %6s %9s %6s %8s\n",
+              "target", "f", "transport", "kind", "dist", "thr", "cli", "tx/s", "commit50",
+              "commit99", "remote50", "txn50", "abort%", "rounds", "FaRM", "found%", "cpuus/tx");
+}
+
+// The table's "rounds": msg_rounds, or "writing/read-only" where they differ (farm's tatp: "2/0").
+std::string RoundsText(const Row& r) {
+  return r.msg_rounds == r.msg_rounds_read_only
+             ? absl::StrCat(r.msg_rounds)
+             : absl::StrCat(r.msg_rounds, "/", r.msg_rounds_read_only);
 }
 
 void PrintTableRow(const Row& r) {
   const std::string remote = r.target == "farm" && r.kind != Kind::kReadOnly
                                  ? absl::StrFormat("%.2f", r.remote_p50)
                                  : std::string("-");
-  std::printf("%-11s %1d %-11s %-9s %-9s %3d %4d %10.0f %9.2f %9.2f %9s %9.2f %7.2f %6d %9s\n",
-              r.target.c_str(), r.f, r.transport.c_str(), KindName(r.kind).c_str(),
-              DistributionName(r.dist).c_str(), r.threads, r.clients, r.tx_per_s, r.p50, r.p99,
-              remote.c_str(), r.txn_p50, 100 * r.abort_rate, r.msg_rounds, FarmFormula(r).c_str());
+  std::printf(
+      "%-11s %1d %-11s %-9s %-9s %3d %4d %10.0f %9.2f %9.2f %9s %9.2f %7.2f %6s %9s %6.1f %8.1f\n",
+      r.target.c_str(), r.f, r.transport.c_str(), KindName(r.kind).c_str(),
+      DistributionName(r.dist).c_str(), r.threads, r.clients, r.tx_per_s, r.p50, r.p99,
+      remote.c_str(), r.txn_p50, 100 * r.abort_rate, RoundsText(r).c_str(), FarmFormula(r).c_str(),
+      100 * r.success_rate, r.cpu_us_per_tx);
   std::fflush(stdout);
 }
 
@@ -739,31 +954,38 @@ absl::StatusOr<double> MeasureRpcRoundTrip(const std::string& provider, int iter
   return absl::InternalError("msg_bench printed no rtt_p50_us");
 }
 
-// Parses a RESULT line of node 0 (see Report) into a row.
-absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provider) {
+// Parses a RESULT line of node 0 (see Report) into a row; `cpu_us`: the node processes' CPU time
+// over the point's window.
+absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provider,
+                                double cpu_us) {
   std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
   Row r;
   r.target = "farm";
   r.provider = r.transport = provider;
   // RESULT kind dist threads commits aborts seconds tx_per_s p50 p99 txn_p50 txn_p99 pw remote
-  //        remote_p50
-  const bool sized = f.size() == 15;
+  //        remote_p50 found
+  const bool sized = f.size() == 16;
   absl::StatusOr<Kind> kind = sized ? ParseKind(f[1]) : absl::InvalidArgumentError("");
   absl::StatusOr<Distribution> dist =
       sized ? ParseDistribution(f[2]) : absl::InvalidArgumentError("");
-  double commits = 0, aborts = 0;
+  double commits = 0, aborts = 0, found = 0;
   if (!kind.ok() || !dist.ok() || !absl::SimpleAtoi(f[3], &r.threads) ||
       !absl::SimpleAtod(f[4], &commits) || !absl::SimpleAtod(f[5], &aborts) ||
       !absl::SimpleAtod(f[7], &r.tx_per_s) || !absl::SimpleAtod(f[8], &r.p50) ||
       !absl::SimpleAtod(f[9], &r.p99) || !absl::SimpleAtod(f[10], &r.txn_p50) ||
       !absl::SimpleAtod(f[11], &r.txn_p99) || !absl::SimpleAtod(f[12], &r.pw) ||
-      !absl::SimpleAtod(f[13], &r.remote_share) || !absl::SimpleAtod(f[14], &r.remote_p50)) {
+      !absl::SimpleAtod(f[13], &r.remote_share) || !absl::SimpleAtod(f[14], &r.remote_p50) ||
+      !absl::SimpleAtod(f[15], &found)) {
     return absl::InternalError(absl::StrCat("cannot read node 0's line: ", line));
   }
   r.kind = *kind;
   r.dist = *dist;
   r.abort_rate = commits + aborts == 0 ? 0 : aborts / (commits + aborts);
-  r.msg_rounds = r.kind == Kind::kReadOnly ? 0 : 2;  // LOCK + COMMIT-PRIMARY (f = 0)
+  SetRates(commits, found, cpu_us, &r);
+  // LOCK + COMMIT-PRIMARY (f = 0) for a transaction that writes; tatp: 2 for its writing
+  // transactions (at most 20 % of the mix), 0 for its read-only ones, which send none.
+  r.msg_rounds = r.kind == Kind::kReadOnly ? 0 : 2;
+  r.msg_rounds_read_only = r.kind == Kind::kTatp ? 0 : r.msg_rounds;
   return r;
 }
 
@@ -786,10 +1008,8 @@ absl::StatusOr<std::string> WriteClusterConfig(const std::string& provider, int 
     return absl::InvalidArgumentError(
         absl::StrCat("--f=", f, " --lease_ms=", lease_ms, ": ", s.message()));
   }
-  // Objects take 64-byte slots; room for twice an even share, in 4 MiB regions.
-  const uint64_t per_node = 2 * 64 * o.objects / o.nodes + (4 << 20);
-  cfg->set_region_size(4 << 20);
-  cfg->set_region_count(static_cast<uint32_t>((per_node + (4 << 20) - 1) / (4 << 20)));
+  cfg->set_region_size(kRegionBytes);
+  cfg->set_region_count(static_cast<uint32_t>(RegionBytesPerNode(o) / kRegionBytes));
   cfg->set_join_timeout_s(static_cast<uint32_t>(o.timeout_s));
   return dir.Write("cluster.textproto", ToText(*cfg));
 }
@@ -807,18 +1027,35 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnNode(int i, const std::string
       absl::StrCat("--log_level=", log_level == "info" ? "warn" : log_level),
       absl::StrCat("--workers=", kMaxThreads + 2)};
   for (const char* flag :
-       {"threads", "kinds", "dists", "zipf_theta", "objects", "nodes", "active_nodes",
-        "client_node", "duration_ms", "warmup_ms", "timeout_s", "seed"}) {
+       {"threads", "kinds", "dists", "zipf_theta", "objects", "subscribers", "nodes",
+        "active_nodes", "client_node", "duration_ms", "warmup_ms", "timeout_s", "seed"}) {
     args.push_back(absl::StrCat("--", flag, "=", absl::FindCommandLineFlag(flag)->CurrentValue()));
   }
   return ChildProcess::SpawnSelf(args);
 }
 
-// Reads node 0's TXNBENCH lines until DONE (OK) or FAILED; prints a row per RESULT.
-absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, const Options& o,
+// A "WINDOW start_ns end_ns" line of node 0 (see RunNodePoint).
+absl::StatusOr<Window> ParseWindow(absl::string_view line) {
+  std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  int64_t start = 0, end = 0;
+  if (f.size() != 3 || !absl::SimpleAtoi(f[1], &start) || !absl::SimpleAtoi(f[2], &end) ||
+      end < start) {
+    return absl::InternalError(absl::StrCat("cannot read node 0's line: ", line));
+  }
+  Window w;
+  w.start = Clock::time_point(std::chrono::nanoseconds(start));
+  w.end = Clock::time_point(std::chrono::nanoseconds(end));
+  return w;
+}
+
+// Reads node 0's TXNBENCH lines until DONE (OK) or FAILED; prints a row per RESULT, with the
+// CPU time of the processes `nodes` over the window of the WINDOW line before it.
+absl::Status ReadNodeZero(ChildProcess& node0, const std::vector<int>& nodes,
+                          const std::string& provider, const Options& o,
                           const std::function<void(const Row&)>& print,
                           std::vector<std::string>* lease_lines) {
   const absl::Duration step = o.PointTime() + absl::Seconds(o.timeout_s);
+  std::optional<double> cpu_us;  // over the last WINDOW
   for (;;) {
     absl::StatusOr<std::string> line = node0.WaitForLine("TXNBENCH", absl::Now() + step);
     if (!line.ok()) {
@@ -826,8 +1063,20 @@ absl::Status ReadNodeZero(ChildProcess& node0, const std::string& provider, cons
     }
     absl::string_view rest = *line;
     absl::ConsumePrefix(&rest, "TXNBENCH ");
-    if (absl::StartsWith(rest, "RESULT ")) {
-      absl::StatusOr<Row> r = ParseResult(rest, provider);
+    if (absl::StartsWith(rest, "WINDOW ")) {
+      absl::StatusOr<Window> w = ParseWindow(rest);
+      if (!w.ok()) return w.status();
+      absl::StatusOr<double> cpu = CpuOverWindow(*w, nodes);
+      if (!cpu.ok()) {
+        return absl::Status(
+            cpu.status().code(),
+            absl::StrCat("the CPU time of the node processes: ", cpu.status().message()));
+      }
+      cpu_us = *cpu;
+    } else if (absl::StartsWith(rest, "RESULT ")) {
+      if (!cpu_us.has_value()) return absl::InternalError("node 0 sent a RESULT without a WINDOW");
+      absl::StatusOr<Row> r = ParseResult(rest, provider, *cpu_us);
+      cpu_us.reset();
       if (!r.ok()) return r.status();
       r->clients = o.Clients(r->threads);
       r->placement = o.client_node ? "client_node" : "data_nodes";
@@ -920,11 +1169,16 @@ absl::Status RunFarm(const std::string& provider, int f, int lease_ms, const Opt
   auto print_f = [&](const Row& r) {
     Row with = r;
     with.f = f;
-    if (f > 0 && with.kind != Kind::kReadOnly) ++with.msg_rounds;
+    if (f > 0 && with.kind != Kind::kReadOnly) {
+      ++with.msg_rounds;
+      if (with.kind != Kind::kTatp) with.msg_rounds_read_only = with.msg_rounds;
+    }
     print(with);
   };
   std::vector<std::string> lease_lines;
-  absl::Status status = ReadNodeZero(*nodes[0], provider, o, print_f, &lease_lines);
+  std::vector<int> pids;
+  for (const auto& n : nodes) pids.push_back(n->pid());
+  absl::Status status = ReadNodeZero(*nodes[0], pids, provider, o, print_f, &lease_lines);
   for (size_t i = 1; i < nodes.size() && status.ok(); ++i) {
     absl::StatusOr<std::string> line =
         nodes[i]->WaitForLine("TXNBENCH LEASE", absl::Now() + absl::Seconds(o.timeout_s));
@@ -950,33 +1204,36 @@ absl::Status RunFarm(const std::string& provider, int f, int lease_ms, const Opt
   return status;
 }
 
-// One bank point against a peer: `clients` threads, each on its own connection.
-absl::StatusOr<ClientStats> RunPeerPoint(PeerStore& store, const Point& p, size_t index,
-                                         int clients, const Options& o) {
-  const KeyChooser keys(p.dist, o.objects, o.theta);
-  std::vector<std::unique_ptr<BankConnection>> conns;
-  for (int i = 0; i < clients; ++i) {
-    absl::StatusOr<std::unique_ptr<BankConnection>> c = store.Connect();
-    if (!c.ok()) return c.status();
-    conns.push_back(std::move(*c));
-  }
+// What one peer client thread runs: its transactions until the window's end.
+using PeerClient =
+    std::function<absl::Status(int i, uint64_t seed, const Window& window, ClientStats* stats)>;
+
+// One point against a peer: `clients` threads running `client`, the CPU time of the server's
+// process tree (`server_pid`) and of this process (the clients) over the window in *cpu_us.
+absl::StatusOr<ClientStats> RunPeerClients(const Point& p, size_t index, int clients,
+                                           const Options& o, int server_pid,
+                                           const PeerClient& client, double* cpu_us) {
   std::vector<ClientStats> stats(clients);
   std::vector<absl::Status> status(clients);
   const Window window = Window::After(o.warmup_ms, o.duration_ms);
   std::vector<std::thread> threads;
   for (int i = 0; i < clients; ++i) {
     threads.emplace_back([&, i] {
-      Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
-        return conns[i]->Transfer(objects[0], objects[1], commit_us);
-      };
       // Client i plays farm's thread i % threads of node i / threads (of the client node with
-      // --client_node): the same seed, so the same transfers in the same order.
+      // --client_node): the same seed, so the same transactions in the same order.
       const uint64_t seed = ClientSeed(
           o, index, uint64_t{o.NodeOfClient(i, p.threads)} * kMaxThreads + i % p.threads);
-      status[i] = RunClient(keys, Kind::kBank, window, seed, attempt, &stats[i]);
+      status[i] = client(i, seed, window, &stats[i]);
     });
   }
+  absl::StatusOr<double> cpu = CpuOverWindow(window, {getpid(), server_pid});
   for (std::thread& t : threads) t.join();
+  if (!cpu.ok()) {
+    return absl::Status(
+        cpu.status().code(),
+        absl::StrCat("the CPU time of the server and the clients: ", cpu.status().message()));
+  }
+  *cpu_us = *cpu;
   ClientStats all;
   for (int i = 0; i < clients; ++i) {
     if (!status[i].ok()) return status[i];
@@ -987,37 +1244,73 @@ absl::StatusOr<ClientStats> RunPeerPoint(PeerStore& store, const Point& p, size_
   return all;
 }
 
+// A peer's row for point `p` from what its clients measured.
+Row PeerRow(const std::string& target, const std::string& provider, const Point& p, int clients,
+            int msg_rounds, const ClientStats& all, double cpu_us) {
+  Row r;
+  r.target = target;
+  r.provider = provider;
+  r.transport = TransportName(TransportFor(provider));
+  r.kind = p.kind;
+  r.dist = p.dist;
+  r.threads = p.threads;
+  r.clients = clients;
+  r.msg_rounds = r.msg_rounds_read_only = msg_rounds;
+  r.tx_per_s = all.commits / all.seconds;
+  r.p50 = all.commit.Percentile(0.5);
+  r.p99 = all.commit.Percentile(0.99);
+  r.txn_p50 = all.txn.Percentile(0.5);
+  r.txn_p99 = all.txn.Percentile(0.99);
+  r.abort_rate = all.abort_rate();
+  SetRates(all.commits, all.found, cpu_us, &r);
+  return r;
+}
+
+// The server's pid, whose process tree's CPU time counts: without it, no point can be measured.
+absl::StatusOr<int> ServerPid(const absl::StatusOr<int>& pid, const std::string& target) {
+  if (pid.ok()) return *pid;
+  return absl::Status(pid.status().code(),
+                      absl::StrCat(target, ": no server process to measure the CPU time of: ",
+                                   pid.status().message()));
+}
+
 // The bank transfer against one peer: every distribution and thread count of the farm points.
 absl::Status RunPeer(Peer peer, const std::string& provider, const Options& o,
                      const std::function<void(const Row&)>& print) {
+  const std::vector<Point> points = o.Points();
+  if (std::none_of(points.begin(), points.end(),
+                   [](const Point& p) { return p.kind == Kind::kBank; })) {
+    return absl::OkStatus();
+  }
   const Transport transport = TransportFor(provider);
   absl::StatusOr<std::string> script = PeersScript(absl::GetFlag(FLAGS_peers_script));
   if (!script.ok()) return script.status();
   absl::StatusOr<std::unique_ptr<PeerStore>> store =
       PeerStore::Start(peer, transport, *script, o.objects, kInitialValue);
   if (!store.ok()) return store.status();
-  const std::vector<Point> points = o.Points();
+  absl::StatusOr<int> pid = ServerPid((*store)->server_pid(), PeerName(peer));
+  if (!pid.ok()) return pid.status();
   for (size_t index = 0; index < points.size(); ++index) {
     const Point& p = points[index];
     if (p.kind != Kind::kBank) continue;
-    Row r;
-    r.clients = o.Clients(p.threads);
-    absl::StatusOr<ClientStats> all = RunPeerPoint(**store, p, index, r.clients, o);
+    const int clients = o.Clients(p.threads);
+    const KeyChooser keys(p.dist, o.objects, o.theta);
+    std::vector<std::unique_ptr<BankConnection>> conns;
+    for (int i = 0; i < clients; ++i) {
+      absl::StatusOr<std::unique_ptr<BankConnection>> c = (*store)->Connect();
+      if (!c.ok()) return c.status();
+      conns.push_back(std::move(*c));
+    }
+    PeerClient client = [&](int i, uint64_t seed, const Window& window, ClientStats* stats) {
+      Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
+        return conns[i]->Transfer(objects[0], objects[1], commit_us);
+      };
+      return RunClient(keys, Kind::kBank, window, seed, attempt, stats);
+    };
+    double cpu_us = 0;
+    absl::StatusOr<ClientStats> all = RunPeerClients(p, index, clients, o, *pid, client, &cpu_us);
     if (!all.ok()) return all.status();
-    r.target = PeerName(peer);
-    r.provider = provider;
-    r.transport = TransportName(transport);
-    r.kind = Kind::kBank;
-    r.dist = p.dist;
-    r.threads = p.threads;
-    r.msg_rounds = (*store)->msg_rounds();
-    r.tx_per_s = all->commits / all->seconds;
-    r.p50 = all->commit.Percentile(0.5);
-    r.p99 = all->commit.Percentile(0.99);
-    r.txn_p50 = all->txn.Percentile(0.5);
-    r.txn_p99 = all->txn.Percentile(0.99);
-    r.abort_rate = all->abort_rate();
-    print(r);
+    print(PeerRow(PeerName(peer), provider, p, clients, (*store)->msg_rounds(), *all, cpu_us));
   }
   absl::StatusOr<int64_t> sum = (*store)->Sum();
   if (!sum.ok()) return sum.status();
@@ -1026,6 +1319,57 @@ absl::Status RunPeer(Peer peer, const std::string& provider, const Options& o,
     return absl::DataLossError(
         absl::StrCat(PeerName(peer), "'s accounts sum to ", *sum, ", not ", want));
   }
+  return absl::OkStatus();
+}
+
+// TATP against PostgreSQL (the postgres target; the others say they skip it): every tatp point,
+// then the audit.
+absl::Status RunTatpPeer(Peer peer, const std::string& provider, const Options& o,
+                         const std::function<void(const Row&)>& print) {
+  const std::vector<Point> points = o.Points();
+  if (!o.tatp) return absl::OkStatus();
+  if (peer != Peer::kPostgres) {
+    spdlog::info("{}: no TATP there (postgres runs it): its tatp points are skipped",
+                 PeerName(peer));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> script = PeersScript(absl::GetFlag(FLAGS_peers_script));
+  if (!script.ok()) return script.status();
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<std::unique_ptr<TatpStore>> store =
+      TatpStore::Start(TransportFor(provider), *script, o.subscribers, o.seed);
+  if (!store.ok()) return store.status();
+  spdlog::info("{}: TATP loaded: {} subscribers in {:.2f} s", PeerName(peer), o.subscribers,
+               absl::ToDoubleSeconds(absl::Now() - t0));
+  absl::StatusOr<int> pid = ServerPid((*store)->server_pid(), PeerName(peer));
+  if (!pid.ok()) return pid.status();
+  int64_t cf_delta = 0;
+  for (size_t index = 0; index < points.size(); ++index) {
+    const Point& p = points[index];
+    if (p.kind != Kind::kTatp) continue;
+    const int clients = o.Clients(p.threads);
+    const TatpGenerator gen(p.dist, o.subscribers, o.theta);
+    std::vector<std::unique_ptr<TatpConnection>> conns;
+    for (int i = 0; i < clients; ++i) {
+      absl::StatusOr<std::unique_ptr<TatpConnection>> c = (*store)->Connect();
+      if (!c.ok()) return c.status();
+      conns.push_back(std::move(*c));
+    }
+    PeerClient client = [&](int i, uint64_t seed, const Window& window, ClientStats* stats) {
+      TatpAttempt attempt = [&](const TatpTxn& t, TatpOutcome* out, double* commit_us) {
+        return conns[i]->Run(t, out, commit_us);
+      };
+      return RunTatpClient(gen, window, seed, attempt, stats);
+    };
+    double cpu_us = 0;
+    absl::StatusOr<ClientStats> all = RunPeerClients(p, index, clients, o, *pid, client, &cpu_us);
+    if (!all.ok()) return all.status();
+    cf_delta += all->increments;
+    print(PeerRow(PeerName(peer), provider, p, clients, (*store)->msg_rounds(), *all, cpu_us));
+  }
+  absl::StatusOr<std::string> audit = (*store)->Audit(cf_delta);
+  if (!audit.ok()) return audit.status();
+  spdlog::info("{}: AUDIT tatp {} ok", PeerName(peer), *audit);
   return absl::OkStatus();
 }
 
@@ -1079,6 +1423,24 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
             server, best->transport.c_str(), want, ratio >= want ? "met" : "MISSED");
       }
     }
+    if (f.kind == Kind::kTatp && f.f == 0) {
+      // FaRM (SOSP 2015): 140 M TATP tx/s on 90 machines of 16 cores each.
+      constexpr double kFarmPerCore = 140e6 / (90 * 16);
+      const Row* pg = find("postgres", Kind::kTatp, f.dist, f.threads);
+      std::printf(
+          "  tatp %-9s %d thr: farm %.0f tx/s, %.1f CPU-us/tx = %.0f tx/s per core (FaRM's "
+          "published %.0f tx/s per core: 140 M tx/s on 90 x 16 cores)",
+          DistributionName(f.dist).c_str(), f.threads, f.tx_per_s, f.cpu_us_per_tx, f.per_core,
+          kFarmPerCore);
+      if (pg != nullptr && pg->tx_per_s > 0) {
+        const double ratio = f.tx_per_s / pg->tx_per_s;
+        std::printf("; %.2fx postgres (%.1f CPU-us/tx) (target >= 5x: %s)", ratio,
+                    pg->cpu_us_per_tx, ratio >= 5 ? "met" : "MISSED");
+      }
+      std::printf(
+          "\n    (tatp's commit50/99: farm's the commit step; postgres's the whole statement, one "
+          "round trip that runs and commits it; rounds 2/0: writing/read-only transactions)\n");
+    }
     if (f.kind == Kind::kWrite1 && f.rpc_rtt > 0 && f.f == 0) {
       // Judged on the commits that sent their 2 rounds (the local ones send none).
       const double bound = f.msg_rounds * f.rpc_rtt;
@@ -1092,12 +1454,15 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
   }
 }
 
-// One summary row (repeat 0) per target, f and point of `provider`'s runs: the medians.
+// One summary row (repeat 0) per target, f and point of `provider`'s runs: the runs' medians of
+// every measured field (throughput, latency, abort, remote, success and CPU rates), with the spread
+// of tx/s, commit p50 and tx/s per core; the rest (the point, msg_rounds, placement) is run 1's,
+// which every run shares.
 std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& provider) {
   std::vector<Row> out;
   for (const Row& first : rows) {
     if (first.provider != provider || first.repeat != 1) continue;
-    std::vector<double> tx, p50, p99, txn50, txn99, aborts, remote;
+    std::vector<double> tx, p50, p99, txn50, txn99, aborts, remote, share, pw, found, cpu, per_core;
     for (const Row& r : rows) {
       if (r.provider != provider || r.repeat == 0 || r.target != first.target || r.f != first.f ||
           r.kind != first.kind || r.dist != first.dist || r.threads != first.threads) {
@@ -1110,6 +1475,11 @@ std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& prov
       txn99.push_back(r.txn_p99);
       aborts.push_back(r.abort_rate);
       remote.push_back(r.remote_p50);
+      share.push_back(r.remote_share);
+      pw.push_back(r.pw);
+      found.push_back(r.success_rate);
+      cpu.push_back(r.cpu_us_per_tx);
+      per_core.push_back(r.per_core);
     }
     Row s = first;
     s.repeat = 0;
@@ -1125,6 +1495,14 @@ std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& prov
     s.txn_p99 = SpreadOf(txn99).median;
     s.abort_rate = SpreadOf(aborts).median;
     s.remote_p50 = SpreadOf(remote).median;
+    s.remote_share = SpreadOf(share).median;
+    s.pw = SpreadOf(pw).median;
+    s.success_rate = SpreadOf(found).median;
+    s.cpu_us_per_tx = SpreadOf(cpu).median;
+    const Spread k = SpreadOf(per_core);
+    s.per_core = k.median;
+    s.per_core_min = k.min;
+    s.per_core_max = k.max;
     out.push_back(s);
   }
   return out;
@@ -1164,6 +1542,9 @@ absl::StatusOr<DriverOptions> DriverOptionsFromFlags() {
       return absl::InvalidArgumentError(absl::StrCat(
           "--targets: unknown target '", t, "' (farm, redis, redis-lua, postgres, postgres-fn)"));
     }
+  }
+  if (d.farm) {
+    if (absl::Status s = CheckClusterMemory(d.bench); !s.ok()) return s;
   }
   if (!absl::GetFlag(FLAGS_cpus).empty()) {
     if (absl::Status s = PinTo(absl::GetFlag(FLAGS_cpus)); !s.ok()) {
@@ -1242,13 +1623,12 @@ int DriverMain() {
     }
     if (!json) {
       std::printf(
-          "\ntxn_bench: provider %s, %d nodes%s, poll %s, %d objects, %d ms per point "
+          "\ntxn_bench: provider %s, %d nodes%s, poll %s, %s, %d ms per point "
           "(+%d ms warm-up), cpus %s, cores %s; msg_bench 64 B RPC p50 %.2f us; 64 B %s socket "
           "round trip p50 %.2f us\n",
           provider.c_str(), o.nodes, o.client_node ? " (+ a client node running every client)" : "",
-          absl::GetFlag(FLAGS_poll).c_str(), static_cast<int>(o.objects), o.duration_ms,
-          o.warmup_ms, AffinityText().c_str(),
-          info.cores_awake ? "kept out of idle" : "left to idle", rtt,
+          absl::GetFlag(FLAGS_poll).c_str(), PopulationText(o).c_str(), o.duration_ms, o.warmup_ms,
+          AffinityText().c_str(), info.cores_awake ? "kept out of idle" : "left to idle", rtt,
           TransportName(TransportFor(provider)).c_str(), socket_rtt);
       PrintTableHeader();
     }
@@ -1286,7 +1666,10 @@ int DriverMain() {
       }
     }
     for (Peer peer : d->peers) {
-      runs.emplace_back(PeerName(peer), [&, peer] { return RunPeer(peer, provider, o, print); });
+      runs.emplace_back(PeerName(peer), [&, peer] {
+        absl::Status s = RunPeer(peer, provider, o, print);
+        return s.ok() ? RunTatpPeer(peer, provider, o, print) : s;
+      });
     }
     // Every target once per run, so that the targets take turns.
     for (run = 1; run <= repeats; ++run) {
@@ -1350,7 +1733,8 @@ int main(int argc, char** argv) {
       "rate) on a cluster of node processes it starts, and the same bank transfer on Redis and "
       "PostgreSQL servers it starts on private sockets.\n"
       "  txn_bench [--provider=shm,tcp;ofi_rxm] [--threads=1,2,4] [--kinds=read_only,write_1,"
-      "write_4,bank] [--dists=uniform,zipf] [--targets=farm,redis,redis-lua,postgres,postgres-fn] "
+      "write_4,bank,tatp] [--subscribers=10000] [--dists=uniform,zipf,nurand] "
+      "[--targets=farm,redis,redis-lua,postgres,postgres-fn] "
       "[--f=0,1] "
       "[--cpus=0-1] [--json]\n"
       "--provider takes a comma-separated list here (default shm). Exit status: 0 ok, 1 runtime "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # txn_bench end to end with tiny durations: a 3-node farm cluster on shm (every kind, both
 # distributions) with JSON output, the same once against Redis when redis-server is installed,
-# the human-readable table, and bad flags (exit 2). Never asserts on timings. Every process the
+# the human-readable table, TATP on farm (and PostgreSQL when installed) with its audits, and bad
+# flags (exit 2). Never asserts on timings. Every process the
 # bench starts (nodes, redis-server) is its own to stop; the test checks that none is left.
 set -u
 BENCH=${1:-bazel-bin/tools/txn_bench}
@@ -45,7 +46,8 @@ lines=$(grep -c '"tx_per_s":' <<<"$out")
 grep -qE '^\{"target":"farm","kind":"lease",.*"lease_ms":3000,"nodes":3,"nodes_reported":3,"heartbeats":[1-9][0-9]*,.*"evictions":0,"probe_realtime":(true|false),"probe_s":[0-9.]+,"probe_gap_max_ms":([1-9][0-9]*)\.[0-9]+,"probe_gaps_over_5ms":[0-9]+,"probe_gaps_over_10ms":[0-9]+,"steal_ms":-?[0-9]+,"schema":2,"tool":"txn_bench",.*"cores_awake":(true|false),"load_avg":[0-9.]+\}$' <<<"$out" ||
   fail "no lease line with 3 nodes' heartbeats, no eviction and the probe's record:"$'\n'"$out"
 for key in target provider kind threads tx_per_s p50_us p99_us abort_rate msg_rounds schema tool \
-           commit host seed duration_ms warmup_ms cores_awake load_avg; do
+           commit host seed duration_ms warmup_ms cores_awake load_avg success_rate cpu_us_per_tx \
+           tx_per_s_per_core msg_rounds_read_only placement poll; do
   n=$(grep '"tx_per_s":' <<<"$out" | grep -c "\"$key\":")
   [ "$n" = 8 ] || fail "key $key is in $n of 8 points:"$'\n'"$out"
 done
@@ -145,11 +147,43 @@ else
   echo "PostgreSQL is not installed: skipped that part"
 fi
 
+echo "== TATP on farm$(ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && echo ' and postgres')"
+targets=farm
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && targets=farm,postgres
+out=$(timeout 180 "$BENCH" "${tiny[@]}" --targets=$targets --kinds=tatp --dists=nurand \
+      --subscribers=300 --duration_ms=300 --json 2>"$TMP/tatp.err")
+rc=$?
+[ $rc = 0 ] || fail "txn_bench --kinds=tatp exited $rc: $(tail -20 "$TMP/tatp.err")"
+for target in ${targets//,/ }; do
+  line=$(grep "\"target\":\"$target\",.*\"kind\":\"tatp\",\"dist\":\"nurand\"" <<<"$out")
+  [ -n "$line" ] || fail "no $target tatp line: $out"
+  # It committed transactions, some of which found nothing (TATP's success rate is about 75 %),
+  # and its CPU time per transaction was measured.
+  grep -qE '"tx_per_s":[1-9]' <<<"$line" || fail "$target committed no TATP transaction: $line"
+  grep -qE '"success_rate":0\.[5-9]' <<<"$line" || fail "$target's TATP success rate: $line"
+  grep -qE '"cpu_us_per_tx":[1-9]' <<<"$line" || fail "$target's CPU per transaction: $line"
+done
+# The audits: every subscriber's index entry, no call forwarding without its special facility,
+# the rows the committed transactions added and removed.
+grep -qE 'AUDIT tatp subscribers=300 index=ok orphans=0 call_forwardings=([0-9]+) expected=\1 .* ok' \
+  "$TMP/tatp.err" || fail "no successful farm TATP audit: $(grep -i audit "$TMP/tatp.err")"
+if [ $targets = farm,postgres ]; then
+  grep -qE 'postgres: AUDIT tatp subscribers=300 misnumbered=0 orphans=0 call_forwardings=([0-9]+) expected=\1 .* ok' \
+    "$TMP/tatp.err" || fail "no successful postgres TATP audit: $(grep -i audit "$TMP/tatp.err")"
+fi
+# Farm's writing transactions send 2 rounds, its read-only ones none; no objects were audited
+# (no point of their kinds ran).
+grep -qE '"target":"farm",.*"kind":"tatp",.*"msg_rounds":2,"msg_rounds_read_only":0,' <<<"$out" ||
+  fail "farm's tatp rounds: $out"
+if grep -q 'AUDIT sum' "$TMP/tatp.err"; then fail "a tatp-only run audited objects: $(grep AUDIT "$TMP/tatp.err")"; fi
+echo "ok: tatp on $targets"
+
 echo "== bad flags exit 2"
 for bad in --threads=0 --kinds=write_3 --dists=normal --provider=nope --no_such_flag \
            --duration_ms=abc --targets=mysql --cpus=x --f=3 --f=x --lease_ms=5 --repeat=0 \
-           "--client_node --active_nodes=1"; do
-  # shellcheck disable=SC2086  # "--client_node --active_nodes=1" is two flags
+           "--client_node --active_nodes=1" --subscribers=0 \
+           "--kinds=tatp --subscribers=121000" "--kinds=tatp --timeout_s=2 --subscribers=2001"; do
+  # shellcheck disable=SC2086  # "--client_node --active_nodes=1" (and the like) is two flags
   timeout 30 "$BENCH" $bad >"$TMP/bad.out" 2>&1
   rc=$?
   [ $rc = 2 ] || fail "$bad: exit $rc, not 2: $(cat "$TMP/bad.out")"

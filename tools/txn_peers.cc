@@ -114,6 +114,7 @@ class RedisStore : public PeerStore {
     return RedisConnection::Open(*server_, transport_, lua_);
   }
   int msg_rounds() const override { return lua_ ? 1 : 2; }
+  absl::StatusOr<int> server_pid() const override { return server_->Pid(); }
 
   absl::Status Load(int64_t balance) {
     return ForEachChunk(
@@ -177,6 +178,30 @@ using Result = std::unique_ptr<PGresult, ResultDeleter>;
 
 void IgnoreNotice(void*, const char*) {}
 
+// A connection to the server of `dir` / `port` as the bench's user.
+absl::StatusOr<PGconn*> ConnectPostgres(Transport t, const std::string& dir, int port) {
+  const std::string info =
+      absl::StrCat("host=", t == Transport::kUnix ? dir : "127.0.0.1", " port=", port,
+                   " user=bench dbname=postgres connect_timeout=10");
+  PGconn* c = PQconnectdb(info.c_str());
+  if (PQstatus(c) != CONNECTION_OK) {
+    std::string why = PQerrorMessage(c);
+    PQfinish(c);
+    return absl::UnavailableError(absl::StrCat("cannot connect to postgres: ", why));
+  }
+  PQsetNoticeProcessor(c, IgnoreNotice, nullptr);
+  return c;
+}
+
+// Aborted for a serialization failure or deadlock, Internal for any other error.
+absl::Status PostgresFailure(const PGresult* r) {
+  const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+  const std::string code = state == nullptr ? "" : state;
+  const std::string why = absl::StrCat("postgres: ", PQresultErrorMessage(r));
+  if (code == "40001" || code == "40P01") return absl::AbortedError(why);
+  return absl::InternalError(why);
+}
+
 // A statement of a pipeline: a prepared one (by name) or a text one, with its parameters.
 struct Statement {
   const char* prepared = nullptr;
@@ -208,17 +233,9 @@ class PostgresConnection : public BankConnection {
   static absl::StatusOr<std::unique_ptr<PostgresConnection>> Open(Transport t,
                                                                   const std::string& dir, int port,
                                                                   bool function) {
-    const std::string info =
-        absl::StrCat("host=", t == Transport::kUnix ? dir : "127.0.0.1", " port=", port,
-                     " user=bench dbname=postgres connect_timeout=10");
-    PGconn* c = PQconnectdb(info.c_str());
-    if (PQstatus(c) != CONNECTION_OK) {
-      std::string why = PQerrorMessage(c);
-      PQfinish(c);
-      return absl::UnavailableError(absl::StrCat("cannot connect to postgres: ", why));
-    }
-    PQsetNoticeProcessor(c, IgnoreNotice, nullptr);
-    return std::unique_ptr<PostgresConnection>(new PostgresConnection(c, function));
+    absl::StatusOr<PGconn*> c = ConnectPostgres(t, dir, port);
+    if (!c.ok()) return c.status();
+    return std::unique_ptr<PostgresConnection>(new PostgresConnection(*c, function));
   }
   ~PostgresConnection() override { PQfinish(c_); }
 
@@ -228,6 +245,21 @@ class PostgresConnection : public BankConnection {
     const ExecStatusType st = PQresultStatus(r.get());
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
     return Failure(r.get());
+  }
+
+  // Copies `rows` (COPY's text format) into `table`.
+  absl::Status CopyIn(const std::string& table, const std::string& rows) {
+    Result r(PQexec(c_, absl::StrCat("COPY ", table, " FROM STDIN").c_str()));
+    if (PQresultStatus(r.get()) != PGRES_COPY_IN) return Failure(r.get());
+    if (PQputCopyData(c_, rows.data(), static_cast<int>(rows.size())) != 1 ||
+        PQputCopyEnd(c_, nullptr) != 1) {
+      return absl::InternalError(absl::StrCat("postgres: COPY ", table, ": ", PQerrorMessage(c_)));
+    }
+    absl::Status status;
+    while (Result end{PQgetResult(c_)}) {
+      if (status.ok() && PQresultStatus(end.get()) != PGRES_COMMAND_OK) status = Failure(end.get());
+    }
+    return status;
   }
 
   // Prepares the transfer's statements and enters the pipeline mode: every later call is a
@@ -297,14 +329,7 @@ class PostgresConnection : public BankConnection {
  private:
   PostgresConnection(PGconn* c, bool function) : c_(c), function_(function) {}
 
-  // Aborted for a serialization failure or deadlock, Internal for any other error.
-  static absl::Status Failure(const PGresult* r) {
-    const char* state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-    const std::string code = state == nullptr ? "" : state;
-    const std::string why = absl::StrCat("postgres: ", PQresultErrorMessage(r));
-    if (code == "40001" || code == "40P01") return absl::AbortedError(why);
-    return absl::InternalError(why);
-  }
+  static absl::Status Failure(const PGresult* r) { return PostgresFailure(r); }
 
   // Sends `statements` and a sync in one write, then reads their results: one per statement (in
   // order), or the first statement's error (the server skips the rest up to the sync).
@@ -375,6 +400,7 @@ class PostgresStore : public PeerStore {
     return std::unique_ptr<BankConnection>(std::move(*c));
   }
   int msg_rounds() const override { return function_ ? 1 : 2; }
+  absl::StatusOr<int> server_pid() const override { return server_->Pid(); }
 
   absl::Status Load(int64_t balance) {
     absl::StatusOr<std::unique_ptr<PostgresConnection>> c = Open();
@@ -410,6 +436,237 @@ class PostgresStore : public PeerStore {
   Transport transport_;
   uint64_t accounts_;
   bool function_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// TATP on PostgreSQL
+
+// The spec's tables: its primary keys, foreign keys, and the unique index on sub_nbr.
+std::string TatpSchema() {
+  std::string columns;
+  for (const char* name : {"bit", "hex", "byte2"}) {
+    for (int i = 1; i <= 10; ++i) absl::StrAppend(&columns, name, "_", i, " smallint NOT NULL, ");
+  }
+  return absl::StrCat(
+      "DROP TABLE IF EXISTS call_forwarding, special_facility, access_info, subscriber;"
+      "CREATE TABLE subscriber (s_id integer PRIMARY KEY, sub_nbr varchar(15) NOT NULL UNIQUE, ",
+      columns,
+      "msc_location bigint NOT NULL, vlr_location bigint NOT NULL);"
+      "CREATE TABLE access_info (s_id integer NOT NULL REFERENCES subscriber, ai_type smallint "
+      "NOT NULL, data1 smallint, data2 smallint, data3 char(3), data4 char(5), "
+      "PRIMARY KEY (s_id, ai_type));"
+      "CREATE TABLE special_facility (s_id integer NOT NULL REFERENCES subscriber, sf_type "
+      "smallint NOT NULL, is_active smallint NOT NULL, error_cntrl smallint, data_a smallint, "
+      "data_b char(5), PRIMARY KEY (s_id, sf_type));"
+      "CREATE TABLE call_forwarding (s_id integer NOT NULL, sf_type smallint NOT NULL, "
+      "start_time smallint NOT NULL, end_time smallint, numberx char(15), "
+      "PRIMARY KEY (s_id, sf_type, start_time), "
+      "FOREIGN KEY (s_id, sf_type) REFERENCES special_facility);");
+}
+
+// The 7 transactions, in TatpTxnType's order (see the file comment).
+struct TatpStatement {
+  TatpTxnType type;
+  const char* sql;
+};
+constexpr TatpStatement kTatpStatements[] = {
+    {TatpTxnType::kGetSubscriberData, "SELECT * FROM subscriber WHERE s_id = $1"},
+    {TatpTxnType::kGetNewDestination,
+     "SELECT cf.numberx FROM special_facility sf JOIN call_forwarding cf ON cf.s_id = sf.s_id AND "
+     "cf.sf_type = sf.sf_type WHERE sf.s_id = $1 AND sf.sf_type = $2 AND sf.is_active = 1 AND "
+     "cf.start_time <= $3 AND $4 < cf.end_time"},
+    {TatpTxnType::kGetAccessData,
+     "SELECT data1, data2, data3, data4 FROM access_info WHERE s_id = $1 AND ai_type = $2"},
+    {TatpTxnType::kUpdateSubscriberData,
+     "WITH sf AS (UPDATE special_facility SET data_a = $3 WHERE s_id = $1 AND sf_type = $4 "
+     "RETURNING s_id) UPDATE subscriber SET bit_1 = $2 WHERE s_id = (SELECT s_id FROM sf)"},
+    {TatpTxnType::kUpdateLocation, "UPDATE subscriber SET vlr_location = $2 WHERE sub_nbr = $1"},
+    // The spec's SELECT sf_type FROM special_facility WHERE s_id = ? (all the subscriber's
+    // facilities, as farm reads them; MATERIALIZED keeps PostgreSQL from pushing the named type
+    // into it), then the insert under the facility named, if it is among them.
+    {TatpTxnType::kInsertCallForwarding,
+     "WITH s AS (SELECT s_id FROM subscriber WHERE sub_nbr = $1), "
+     "sf AS MATERIALIZED (SELECT sf_type FROM special_facility WHERE s_id = (SELECT s_id FROM s)) "
+     "INSERT INTO call_forwarding (s_id, sf_type, start_time, end_time, numberx) SELECT s.s_id, "
+     "sf.sf_type, $3, $4, $5 FROM s, sf WHERE sf.sf_type = $2 ON CONFLICT DO NOTHING"},
+    {TatpTxnType::kDeleteCallForwarding,
+     "DELETE FROM call_forwarding WHERE s_id = (SELECT s_id FROM subscriber WHERE sub_nbr = $1) "
+     "AND sf_type = $2 AND start_time = $3"},
+};
+
+// kTatpStatements[i] is the statement of TatpTxnType i (Run prepares and picks them by index).
+constexpr bool TatpStatementsInOrder() {
+  for (int i = 0; i < kTatpTxnTypes; ++i) {
+    if (static_cast<int>(kTatpStatements[i].type) != i) return false;
+  }
+  return true;
+}
+static_assert(sizeof(kTatpStatements) / sizeof(kTatpStatements[0]) == kTatpTxnTypes &&
+                  TatpStatementsInOrder(),
+              "kTatpStatements must hold one statement per TatpTxnType, in the enum's order");
+
+// A statement's parameters for `t`.
+std::vector<std::string> TatpParams(const TatpTxn& t) {
+  using absl::StrCat;
+  switch (t.type) {
+    case TatpTxnType::kGetSubscriberData:
+      return {StrCat(t.s_id)};
+    case TatpTxnType::kGetNewDestination:
+      return {StrCat(t.s_id), StrCat(t.sf_type), StrCat(t.start_time), StrCat(t.end_time)};
+    case TatpTxnType::kGetAccessData:
+      return {StrCat(t.s_id), StrCat(t.ai_type)};
+    case TatpTxnType::kUpdateSubscriberData:
+      return {StrCat(t.s_id), StrCat(t.bit_1), StrCat(t.data_a), StrCat(t.sf_type)};
+    case TatpTxnType::kUpdateLocation:
+      return {t.sub_nbr, StrCat(t.vlr_location)};
+    case TatpTxnType::kInsertCallForwarding:
+      return {t.sub_nbr, StrCat(t.sf_type), StrCat(t.start_time), StrCat(t.end_time), t.numberx};
+    case TatpTxnType::kDeleteCallForwarding:
+      return {t.sub_nbr, StrCat(t.sf_type), StrCat(t.start_time)};
+  }
+  return {};
+}
+
+class PostgresTatpConnection : public TatpConnection {
+ public:
+  static absl::StatusOr<std::unique_ptr<TatpConnection>> Open(Transport t, const std::string& dir,
+                                                              int port) {
+    absl::StatusOr<PGconn*> c = ConnectPostgres(t, dir, port);
+    if (!c.ok()) return c.status();
+    std::unique_ptr<PostgresTatpConnection> conn(new PostgresTatpConnection(*c));
+    Result set(PQexec(*c, "SET default_transaction_isolation TO 'serializable'"));
+    if (PQresultStatus(set.get()) != PGRES_COMMAND_OK) return PostgresFailure(set.get());
+    for (int i = 0; i < kTatpTxnTypes; ++i) {
+      Result r(PQprepare(*c, absl::StrCat("tatp", i).c_str(), kTatpStatements[i].sql, 0, nullptr));
+      if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) return PostgresFailure(r.get());
+    }
+    return std::unique_ptr<TatpConnection>(std::move(conn));
+  }
+  ~PostgresTatpConnection() override { PQfinish(c_); }
+
+  absl::Status Run(const TatpTxn& t, TatpOutcome* out, double* commit_us) override {
+    const std::vector<std::string> params = TatpParams(t);
+    std::vector<const char*> values;
+    for (const std::string& p : params) values.push_back(p.c_str());
+    const std::string name = absl::StrCat("tatp", static_cast<int>(t.type));
+    const Clock::time_point t0 = Clock::now();
+    Result r(PQexecPrepared(c_, name.c_str(), static_cast<int>(values.size()), values.data(),
+                            nullptr, nullptr, 0));
+    *commit_us = MicrosSince(t0);
+    const ExecStatusType st = PQresultStatus(r.get());
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return PostgresFailure(r.get());
+    int rows = 0;
+    if (st == PGRES_TUPLES_OK) {
+      rows = PQntuples(r.get());
+    } else if (!absl::SimpleAtoi(PQcmdTuples(r.get()), &rows)) {
+      return absl::InternalError(absl::StrCat("postgres: ", TatpTxnName(t.type),
+                                              " answered no row count: ", PQcmdStatus(r.get())));
+    }
+    *out = TatpOutcome{};
+    out->found = rows > 0;
+    if (out->found && t.type == TatpTxnType::kInsertCallForwarding) out->cf_delta = 1;
+    if (out->found && t.type == TatpTxnType::kDeleteCallForwarding) out->cf_delta = -1;
+    return absl::OkStatus();
+  }
+
+ private:
+  explicit PostgresTatpConnection(PGconn* c) : c_(c) {}
+  PGconn* c_;
+};
+
+class PostgresTatpStore : public TatpStore {
+ public:
+  PostgresTatpStore(std::unique_ptr<ScriptedServer> server, Transport t, uint32_t subscribers,
+                    uint64_t seed)
+      : server_(std::move(server)), transport_(t), subscribers_(subscribers), seed_(seed) {}
+
+  absl::StatusOr<std::unique_ptr<TatpConnection>> Connect() override {
+    return PostgresTatpConnection::Open(transport_, server_->dir(), server_->port());
+  }
+  absl::StatusOr<int> server_pid() const override { return server_->Pid(); }
+
+  // Creates the tables and copies the population in, a slice of subscribers at a time.
+  absl::Status Load() {
+    absl::StatusOr<std::unique_ptr<PostgresConnection>> c = Open();
+    if (!c.ok()) return c.status();
+    if (auto r = (*c)->Exec(TatpSchema()); !r.ok()) return r.status();
+    constexpr uint32_t kSlice = 20000;
+    constexpr const char* kTables[] = {"subscriber", "access_info", "special_facility",
+                                       "call_forwarding"};
+    for (uint32_t first = 1; first <= subscribers_; first += kSlice) {
+      std::string rows[4];  // in kTables' order
+      for (uint32_t s = first; s <= subscribers_ && s - first < kSlice; ++s) AddRows(s, rows);
+      for (int i = 0; i < 4; ++i) {
+        if (absl::Status st = (*c)->CopyIn(kTables[i], rows[i]); !st.ok()) return st;
+      }
+    }
+    if (auto r = (*c)->Exec("VACUUM ANALYZE"); !r.ok()) return r.status();
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> Audit(int64_t cf_delta) override {
+    absl::StatusOr<std::unique_ptr<PostgresConnection>> c = Open();
+    if (!c.ok()) return c.status();
+    absl::StatusOr<Result> r = (*c)->Exec(
+        "SELECT (SELECT count(*) FROM subscriber), "
+        "(SELECT count(*) FROM subscriber WHERE sub_nbr <> lpad(s_id::text, 15, '0')), "
+        "(SELECT count(*) FROM call_forwarding cf WHERE NOT EXISTS (SELECT 1 FROM "
+        "special_facility sf WHERE sf.s_id = cf.s_id AND sf.sf_type = cf.sf_type)), "
+        "(SELECT count(*) FROM call_forwarding)");
+    if (!r.ok()) return r.status();
+    int64_t v[4] = {};
+    for (int i = 0; i < 4; ++i) {
+      if (PQntuples(r->get()) != 1 || !absl::SimpleAtoi(PQgetvalue(r->get(), 0, i), &v[i]))
+        return absl::DataLossError("postgres: the TATP audit query answered no counts");
+    }
+    const int64_t initial = static_cast<int64_t>(InitialCallForwardings(seed_, subscribers_));
+    const std::string line = absl::StrCat(
+        "subscribers=", v[0], " misnumbered=", v[1], " orphans=", v[2], " call_forwardings=", v[3],
+        " expected=", initial + cf_delta, " (", initial, cf_delta < 0 ? " " : " +", cf_delta, ")");
+    if (v[0] != subscribers_ || v[1] != 0 || v[2] != 0 || v[3] != initial + cf_delta) {
+      return absl::DataLossError(absl::StrCat("postgres TATP audit: ", line));
+    }
+    return line;
+  }
+
+ private:
+  absl::StatusOr<std::unique_ptr<PostgresConnection>> Open() {
+    return PostgresConnection::Open(transport_, server_->dir(), server_->port(), false);
+  }
+
+  // Subscriber s's rows as COPY text lines (tab-separated), one string per table.
+  void AddRows(uint32_t s, std::string rows[4]) const {
+    const SubscriberData d = Populate(seed_, s);
+    const SubscriberRow& r = d.subscriber;
+    absl::StrAppend(&rows[0], s, "\t", r.sub_nbr);
+    for (int i = 0; i < 10; ++i) absl::StrAppend(&rows[0], "\t", (r.bits >> i) & 1);
+    for (uint8_t h : r.hex) absl::StrAppend(&rows[0], "\t", h);
+    for (uint8_t b : r.byte2) absl::StrAppend(&rows[0], "\t", b);
+    absl::StrAppend(&rows[0], "\t", r.msc_location, "\t", r.vlr_location, "\n");
+    auto text = [](const char* p, size_t n) { return absl::string_view(p, n); };
+    for (int t = 0; t < kTatpTypes; ++t) {
+      const AccessInfoRow& a = d.access_info[t];
+      if (a.present) {
+        absl::StrAppend(&rows[1], s, "\t", t + 1, "\t", a.data1, "\t", a.data2, "\t",
+                        text(a.data3, sizeof(a.data3)), "\t", text(a.data4, sizeof(a.data4)), "\n");
+      }
+      const SpecialFacilityRow& f = d.special_facility[t];
+      if (!f.present) continue;
+      absl::StrAppend(&rows[2], s, "\t", t + 1, "\t", f.is_active, "\t", f.error_cntrl, "\t",
+                      f.data_a, "\t", text(f.data_b, sizeof(f.data_b)), "\n");
+      for (int i = 0; i < kTatpStartTimes; ++i) {
+        const CallForwardingRow& cf = d.call_forwarding[t][i];
+        if (!cf.present) continue;
+        absl::StrAppend(&rows[3], s, "\t", t + 1, "\t", 8 * i, "\t", cf.end_time, "\t",
+                        text(cf.numberx, sizeof(cf.numberx)), "\n");
+      }
+    }
+  }
+
+  std::unique_ptr<ScriptedServer> server_;
+  Transport transport_;
+  uint32_t subscribers_;
+  uint64_t seed_;
 };
 
 }  // namespace
@@ -448,6 +705,18 @@ absl::StatusOr<std::unique_ptr<PeerStore>> PeerStore::Start(Peer peer, Transport
                                                peer == Peer::kPostgresFn);
   if (absl::Status s = store->Load(balance); !s.ok()) return s;
   return std::unique_ptr<PeerStore>(std::move(store));
+}
+
+absl::StatusOr<std::unique_ptr<TatpStore>> TatpStore::Start(Transport transport,
+                                                            const std::string& script,
+                                                            uint32_t subscribers, uint64_t seed) {
+  absl::StatusOr<std::unique_ptr<ScriptedServer>> server =
+      ScriptedServer::Start(script, "postgres", transport);
+  if (!server.ok()) return server.status();
+  auto store =
+      std::make_unique<PostgresTatpStore>(std::move(*server), transport, subscribers, seed);
+  if (absl::Status s = store->Load(); !s.ok()) return s;
+  return std::unique_ptr<TatpStore>(std::move(store));
 }
 
 }  // namespace txnbench

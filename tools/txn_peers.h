@@ -30,6 +30,18 @@
 //    trip, the commit.
 // All read both balances and write a - 1 and b + 1, as farm's bank transfer does.
 //
+// TATP (TatpStore, PostgreSQL only; tools/tatp_workload.h): the spec's 4 tables with its primary
+// keys, foreign keys and a unique index on subscriber.sub_nbr, loaded by COPY with the rows farm
+// loads (the same generator and seed). Each of the 7 transactions is one prepared statement in
+// autocommit, the connection's default isolation SERIALIZABLE (farm's transactions are strictly
+// serializable: the same guarantee; 40001/40P01 are Aborted and retried as farm's aborts are):
+// the lookups by sub_nbr are subqueries on the index, UPDATE_SUBSCRIBER_DATA's two updates one
+// statement (a CTE: both or neither, as farm's), INSERT_CALL_FORWARDING a CTE that reads all
+// the subscriber's special facilities (the spec's SELECT sf_type, as farm's reads them) and
+// inserts under the one named if it is among them, nothing on a duplicate key. 1 round trip
+// each, the commit. A statement that changes or returns no row is a committed transaction that
+// found nothing (TATP's unsuccessful one).
+//
 // Thread safety: a PeerStore is used by one thread (start, load, audit, stop); each BankConnection
 // by one client thread.
 #ifndef FARM_TOOLS_TXN_PEERS_H_
@@ -42,6 +54,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tools/bench_peers.h"
+#include "tools/tatp_workload.h"
 
 namespace farm {
 namespace txnbench {
@@ -77,6 +90,35 @@ class PeerStore {
   virtual absl::StatusOr<int64_t> Sum() = 0;
   // Message rounds of one transfer attempt (see the file comment).
   virtual int msg_rounds() const = 0;
+  // The server's main process (its CPU time is counted with its children's).
+  virtual absl::StatusOr<int> server_pid() const = 0;
+};
+
+// One TATP client connection.
+class TatpConnection {
+ public:
+  virtual ~TatpConnection() = default;
+  // Runs `t` as one transaction: OK once committed (with what it found and changed, and the
+  // commit step's duration), Aborted (a serialization failure: nothing changed), or an error.
+  virtual absl::Status Run(const TatpTxn& t, TatpOutcome* out, double* commit_us) = 0;
+};
+
+// PostgreSQL loaded with TATP's population (see the file comment).
+class TatpStore {
+ public:
+  // Starts PostgreSQL with `script` and loads `subscribers` subscribers made from `seed`.
+  // FailedPrecondition when PostgreSQL is not installed.
+  static absl::StatusOr<std::unique_ptr<TatpStore>> Start(Transport transport,
+                                                          const std::string& script,
+                                                          uint32_t subscribers, uint64_t seed);
+  virtual ~TatpStore() = default;
+  virtual absl::StatusOr<std::unique_ptr<TatpConnection>> Connect() = 0;
+  // After the run: every call_forwarding row has its special_facility row, every subscriber's
+  // sub_nbr is its s_id's, and the call_forwarding rows number the population's plus `cf_delta`.
+  // A one-line summary, or DataLoss naming what does not hold.
+  virtual absl::StatusOr<std::string> Audit(int64_t cf_delta) = 0;
+  int msg_rounds() const { return 1; }
+  virtual absl::StatusOr<int> server_pid() const = 0;
 };
 
 }  // namespace txnbench

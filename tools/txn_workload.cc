@@ -11,7 +11,7 @@ namespace farm {
 namespace txnbench {
 namespace {
 
-constexpr Kind kKinds[] = {Kind::kReadOnly, Kind::kWrite1, Kind::kWrite4, Kind::kBank};
+constexpr Kind kKinds[] = {Kind::kReadOnly, Kind::kWrite1, Kind::kWrite4, Kind::kBank, Kind::kTatp};
 constexpr auto kGiveUp = std::chrono::seconds(10);
 
 }  // namespace
@@ -26,6 +26,8 @@ std::string KindName(Kind k) {
       return "write_4";
     case Kind::kBank:
       return "bank";
+    case Kind::kTatp:
+      return "tatp";
   }
   return "?";
 }
@@ -49,11 +51,13 @@ int ObjectsOf(Kind k) {
       return 1;
     case Kind::kBank:
       return 2;
+    case Kind::kTatp:
+      return 0;
   }
   return 0;
 }
 
-int WritesOf(Kind k) { return k == Kind::kReadOnly ? 0 : ObjectsOf(k); }
+int WritesOf(Kind k) { return k == Kind::kReadOnly || k == Kind::kTatp ? 0 : ObjectsOf(k); }
 
 int IncrementOf(Kind k) { return k == Kind::kWrite1 ? 1 : k == Kind::kWrite4 ? 4 : 0; }
 
@@ -69,6 +73,7 @@ absl::StatusOr<std::vector<Kind>> ParseKinds(absl::string_view text) {
 
 void ClientStats::Merge(const ClientStats& o) {
   commits += o.commits;
+  found += o.found;
   aborts += o.aborts;
   increments += o.increments;
   seconds = std::max(seconds, o.seconds);
@@ -83,18 +88,37 @@ void RetryBackoff::Pause(Rng& rng) {
 
 absl::Status RunClient(const KeyChooser& keys, Kind kind, const Window& window, uint64_t seed,
                        const Attempt& attempt, ClientStats* stats) {
-  Rng rng(seed);
   std::vector<uint64_t> objects;
+  return RunTransactions(
+      KindName(kind), window, seed,
+      [&](Rng& rng) { keys.NextDistinct(rng, ObjectsOf(kind), &objects); },
+      [&](double* commit_us, int64_t* increment, bool* found) {
+        *increment = IncrementOf(kind);
+        *found = true;
+        return attempt(objects, commit_us);
+      },
+      stats);
+}
+
+absl::Status RunTransactions(const std::string& name, const Window& window, uint64_t seed,
+                             const DrawFn& draw, const AttemptFn& attempt, ClientStats* stats) {
+  // The transactions' inputs from `seed` alone, so that the same seed gives the same stream of
+  // transactions on every target however many attempts abort; the retry pauses from a generator
+  // of their own (seeded from it deterministically).
+  Rng rng(seed);
+  Rng pauses(seed ^ 0xa0761d6478bd642full);
   stats->seconds =
       std::max(stats->seconds, std::chrono::duration<double>(window.end - window.start).count());
   while (true) {
     const Clock::time_point t0 = Clock::now();
     if (t0 >= window.end && stats->commits > 0) return absl::OkStatus();
-    keys.NextDistinct(rng, ObjectsOf(kind), &objects);
+    draw(rng);
     RetryBackoff backoff;
     for (;;) {
       double commit_us = 0;
-      const absl::Status s = attempt(objects, &commit_us);
+      int64_t increment = 0;
+      bool found = false;
+      const absl::Status s = attempt(&commit_us, &increment, &found);
       const Clock::time_point t1 = Clock::now();
       // Nothing committed by the window's end (a transaction longer than the window, on a loaded
       // machine): the window of this client runs on to its first commit, so a point never
@@ -106,9 +130,10 @@ absl::Status RunClient(const KeyChooser& keys, Kind kind, const Window& window, 
             std::max(stats->seconds, std::chrono::duration<double>(t1 - window.start).count());
       }
       if (s.ok()) {
-        stats->increments += IncrementOf(kind);
+        stats->increments += increment;
         if (counted) {
           ++stats->commits;
+          stats->found += found ? 1 : 0;
           stats->commit.Add(commit_us);
           stats->txn.Add(std::chrono::duration<double, std::micro>(t1 - t0).count());
         }
@@ -117,10 +142,10 @@ absl::Status RunClient(const KeyChooser& keys, Kind kind, const Window& window, 
       if (!absl::IsAborted(s)) return s;
       if (counted) ++stats->aborts;
       if (t1 - t0 > kGiveUp) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "a ", KindName(kind), " transaction kept aborting for 10 s: ", s.message()));
+        return absl::DeadlineExceededError(
+            absl::StrCat("a ", name, " transaction kept aborting for 10 s: ", s.message()));
       }
-      backoff.Pause(rng);
+      backoff.Pause(pauses);
     }
   }
 }

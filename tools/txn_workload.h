@@ -37,13 +37,15 @@ enum class Kind {
   kWrite1,    // read-modify-write 1 object (+1)
   kWrite4,    // read-modify-write 4 objects (+1 each)
   kBank,      // read 2 accounts, move 1 from the first to the second
+  kTatp,      // TATP's mix of 7 transactions on its 4 tables (tools/tatp_workload.h)
 };
-// "read_only", "write_1", "write_4", "bank".
+// "read_only", "write_1", "write_4", "bank", "tatp".
 std::string KindName(Kind k);
 absl::StatusOr<Kind> ParseKind(absl::string_view name);
 // A comma-separated list ("bank,write_1"); InvalidArgument names the entry at fault.
 absl::StatusOr<std::vector<Kind>> ParseKinds(absl::string_view text);
-// How many distinct objects a transaction of this kind touches, and how many it writes.
+// How many distinct objects a transaction of this kind touches, and how many it writes (tatp: 0,
+// it varies with the transaction).
 int ObjectsOf(Kind k);
 int WritesOf(Kind k);
 // What one committed transaction adds to the sum of all objects (bank transfers add nothing).
@@ -52,8 +54,10 @@ int IncrementOf(Kind k);
 // What one client (or a whole run, merged) measured.
 struct ClientStats {
   uint64_t commits = 0;     // inside the window
+  uint64_t found = 0;       // of those, the ones that found what they looked for (TATP's success)
   uint64_t aborts = 0;      // aborted attempts inside the window
-  uint64_t increments = 0;  // sum of IncrementOf over every commit, warm-up included (audit)
+  int64_t increments = 0;   // sum of IncrementOf over every commit, warm-up included (audit;
+                            // tatp: CALL_FORWARDING rows added minus rows removed)
   double seconds = 0;       // the window's length (merged: the longest)
   LatencyHistogram commit;  // the commit step of committed attempts
   LatencyHistogram txn;     // first attempt's start to commit, retries included
@@ -74,6 +78,17 @@ using Attempt =
 // transaction kept aborting for 10 s.
 absl::Status RunClient(const KeyChooser& keys, Kind kind, const Window& window, uint64_t seed,
                        const Attempt& attempt, ClientStats* stats);
+
+// RunClient's loop for any workload: `draw` picks the next transaction's input, `attempt` runs
+// it once (OK with the commit step's duration, what it adds to ClientStats::increments and
+// whether it found what it looked for; Aborted to be retried with the same input). `name` names
+// the transaction in the DeadlineExceeded message. `draw` gets a generator seeded with `seed`
+// that nothing else draws from (the retry pauses have their own): the same seed, the same
+// transactions, whatever aborts.
+using DrawFn = std::function<void(Rng& rng)>;
+using AttemptFn = std::function<absl::Status(double* commit_us, int64_t* increment, bool* found)>;
+absl::Status RunTransactions(const std::string& name, const Window& window, uint64_t seed,
+                             const DrawFn& draw, const AttemptFn& attempt, ClientStats* stats);
 
 // The pause before retrying an aborted transaction: uniformly random up to a cap that starts at
 // 2 µs and doubles up to 1 ms (farm::Worker::Run's policy, used here for every target).

@@ -58,6 +58,37 @@ TEST_CASE("RunClient retries aborts with the same objects and counts the window"
       RunClient(keys, Kind::kWrite1, Window::After(0, 1000), 1, broken, &stats)));
 }
 
+TEST_CASE("The same seed draws the same transactions whatever aborts (retry pauses apart)") {
+  // The first kTransactions inputs drawn with `seed` when every `abort_every`-th attempt aborts
+  // (0: none), by count: the window (an hour) ends once they are drawn.
+  static constexpr size_t kTransactions = 200;
+  auto drawn = [](uint64_t seed, int abort_every) {
+    std::vector<uint64_t> inputs;
+    Window window = Window::After(0, 3600 * 1000);
+    int attempts = 0;
+    DrawFn draw = [&](Rng& rng) {
+      inputs.push_back(rng.Next());
+      if (inputs.size() == kTransactions) window.end = Clock::now();
+    };
+    AttemptFn attempt = [&](double* commit_us, int64_t* increment, bool* found) {
+      *commit_us = 1;
+      *increment = 0;
+      *found = true;
+      ++attempts;
+      return abort_every > 0 && attempts % abort_every == 0 ? absl::AbortedError("conflict")
+                                                            : absl::OkStatus();
+    };
+    ClientStats stats;
+    REQUIRE(RunTransactions("test", window, seed, draw, attempt, &stats).ok());
+    REQUIRE(inputs.size() == kTransactions);
+    return inputs;
+  };
+  const std::vector<uint64_t> calm = drawn(7, 0);
+  REQUIRE(drawn(7, 2) == calm);
+  REQUIRE(drawn(7, 3) == calm);
+  REQUIRE(drawn(8, 0) != calm);
+}
+
 }  // namespace
 }  // namespace txnbench
 }  // namespace farm
