@@ -45,6 +45,7 @@
 #include "platform/clock.h"
 #include "platform/doorbell.h"
 #include "platform/fault_injection_hook.h"
+#include "platform/libsiw_post_send.h"
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 
@@ -842,6 +843,9 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::OpenOnce(const FabricOptions& op
   if ((ret = fi_domain(h.fabric, info, &h.domain, nullptr)) != 0) {
     return absl::UnavailableError(FiError("fi_domain", ret));
   }
+  // Before any request is posted: SoftiWARP's libsiw reports a request it queued as refused when
+  // the kernel's doorbell fails, and verbs then reuses the request's context (libsiw_post_send.h).
+  if (absl::StartsWith(f->provider_, "verbs")) RepairLibsiwPostSend();
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_CONTEXT;
   cq_attr.size = kCqSize;
