@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -223,6 +224,35 @@ Window Window::After(int warmup_ms, int duration_ms) {
   w.start = Clock::now() + std::chrono::milliseconds(warmup_ms);
   w.end = w.start + std::chrono::milliseconds(duration_ms);
   return w;
+}
+
+void WaitUntil(Clock::time_point t) {
+  const Clock::time_point now = Clock::now();
+  if (t - now > std::chrono::microseconds(100)) {
+    std::this_thread::sleep_for(t - now - std::chrono::microseconds(50));
+  }
+  while (Clock::now() < t) {
+  }
+}
+
+OpenLoopSchedule::OpenLoopSchedule(const Window& window, double per_second, Clock::time_point first)
+    : window_(window),
+      period_(std::max(Clock::duration(1), std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(1.0 / per_second)))),
+      next_(first) {}
+
+std::optional<Clock::time_point> OpenLoopSchedule::Next(Clock::time_point now) {
+  const Clock::time_point due = next_;
+  if (due >= window_.end) return std::nullopt;
+  if (now >= window_.end + (window_.end - window_.start)) {
+    // A whole window behind: every request still due inside the window is missed.
+    const auto span = (window_.end - std::max(due, window_.start)).count();
+    missed_ += static_cast<uint64_t>((span + period_.count() - 1) / period_.count());
+    next_ = window_.end;
+    return std::nullopt;
+  }
+  next_ += period_;
+  return due;
 }
 
 double SelfCpuMicros() {

@@ -1,6 +1,6 @@
 // Small helpers shared by the benchmark tools (fabric_bench, msg_bench, txn_bench, kvbench):
 // flag lists, a fast seeded generator, uniform and (scrambled) Zipf choice, a mergeable latency
-// histogram and a measurement window.
+// histogram, a measurement window and an open loop's schedule.
 //
 //   KeyChooser keys(Distribution::kZipf, 100000, 0.99);   // immutable: share it between threads
 //   Rng rng(seed);                                         // one per thread
@@ -10,12 +10,13 @@
 //   double p99 = h.Percentile(0.99);
 //
 // Thread safety: KeyChooser and Window are immutable after construction (safe for concurrent
-// use); Rng and LatencyHistogram belong to one thread at a time.
+// use); Rng, LatencyHistogram and OpenLoopSchedule belong to one thread at a time.
 #ifndef FARM_TOOLS_BENCH_UTIL_H_
 #define FARM_TOOLS_BENCH_UTIL_H_
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,42 @@ struct Window {
 inline double MicrosBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
+
+// Returns at `t` (at once when it has passed): sleeps most of the wait and spins its last 50 µs,
+// since a sleeping thread wakes up tens of microseconds late.
+void WaitUntil(Clock::time_point t);
+
+// The open loop of kvbench's and txn_bench's --rate (no coordinated omission): request k of a
+// client is due at first + k / per_second, whenever the ones before it completed. The client
+// issues each at its due time, or at once when it is behind, and times it from its due time, so
+// a slow request delays the ones after it and shows in their latency as it would in a population
+// of clients that do not wait. The schedule runs until the first request due at or after the
+// window's end (the client goes on past the end until it has issued the ones due inside), or
+// until the client is a whole window behind (at window.end + its length): every request still
+// due inside the window then is missed().
+//
+//   OpenLoopSchedule schedule(window, per_second, Clock::now());
+//   while (const std::optional<Clock::time_point> due = schedule.Next(Clock::now())) {
+//     WaitUntil(*due);
+//     Issue();
+//     if (*due >= window.start) h.Add(MicrosBetween(*due, Clock::now()));   // counted
+//   }
+//   missed += schedule.missed();
+class OpenLoopSchedule {
+ public:
+  // per_second > 0 (a request at least every tick of the clock: faster rates are that one).
+  OpenLoopSchedule(const Window& window, double per_second, Clock::time_point first);
+  // The next request's due time, or nullopt when the schedule has ended, asked at `now`.
+  std::optional<Clock::time_point> Next(Clock::time_point now);
+  // The requests due inside the window that were never issued (final once Next said nullopt).
+  uint64_t missed() const { return missed_; }
+
+ private:
+  const Window window_;
+  const Clock::duration period_;
+  Clock::time_point next_;
+  uint64_t missed_ = 0;
+};
 
 // CPU time (user + system, every thread) this process has used, in microseconds.
 double SelfCpuMicros();

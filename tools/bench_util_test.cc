@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 namespace farm {
@@ -159,6 +161,43 @@ TEST_CASE("histogram percentiles are within the bucket width, and merge") {
   REQUIRE(n.total == 100);
   REQUIRE(std::abs(n.Percentile(0.99) - 10) / 10 < 0.02);
   REQUIRE(std::abs(n.Percentile(1.0) - 1000) / 1000 < 0.02);
+}
+
+TEST_CASE("the open loop's schedule: due times from the first, then the misses", "[bench]") {
+  const Clock::time_point t0{std::chrono::hours(1)};
+  const auto ms = [t0](int n) { return t0 + std::chrono::milliseconds(n); };
+  const Window window{ms(10), ms(20)};  // from ms(30) a client is a whole window behind
+
+  // On time: every request due before the window's end, 1 ms apart from the first.
+  OpenLoopSchedule on_time(window, 1000, t0);
+  for (int k = 0; k < 20; ++k) REQUIRE(on_time.Next(ms(k)) == ms(k));
+  REQUIRE(on_time.Next(ms(20)) == std::nullopt);
+  REQUIRE(on_time.missed() == 0);
+
+  // Late, but less than a window behind: the same due times, asked later.
+  OpenLoopSchedule late(window, 1000, t0);
+  for (int k = 0; k < 20; ++k) REQUIRE(late.Next(ms(29)) == ms(k));
+  REQUIRE(late.Next(ms(29)) == std::nullopt);
+  REQUIRE(late.missed() == 0);
+
+  // A whole window behind after request 12: 13..19 are missed, and the schedule stays ended.
+  OpenLoopSchedule behind(window, 1000, t0);
+  for (int k = 0; k <= 12; ++k) REQUIRE(behind.Next(ms(k)) == ms(k));
+  REQUIRE(behind.Next(ms(30)) == std::nullopt);
+  REQUIRE(behind.missed() == 7);
+  REQUIRE(behind.Next(ms(31)) == std::nullopt);
+  REQUIRE(behind.missed() == 7);
+
+  // Behind from the warm-up on: only the window's requests are missed.
+  OpenLoopSchedule stuck(window, 1000, t0);
+  REQUIRE(stuck.Next(t0) == t0);
+  REQUIRE(stuck.Next(ms(40)) == std::nullopt);
+  REQUIRE(stuck.missed() == 10);
+
+  // A rate beyond the clock's resolution is a request every tick.
+  OpenLoopSchedule fastest(window, 1e12, t0);
+  REQUIRE(fastest.Next(t0) == t0);
+  REQUIRE(fastest.Next(t0) == t0 + Clock::duration(1));
 }
 
 TEST_CASE("CPU time of this process and of a process tree", "[bench]") {

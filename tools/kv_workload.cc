@@ -242,37 +242,22 @@ absl::Status RunClient(OpGenerator& gen, int in_flight, const Window& window, co
 
 absl::Status RunClientOpenLoop(OpGenerator& gen, int in_flight, const Window& window,
                                double rounds_per_s, const RoundFn& round, ClientResult* result) {
-  const auto period = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(1.0 / rounds_per_s));
-  const Clock::time_point give_up = window.end + (window.end - window.start);
   result->measured_seconds = std::max(result->measured_seconds, window.seconds());
   std::vector<Op> ops;
   ops.reserve(static_cast<size_t>(in_flight));
-  Clock::time_point due = Clock::now();
-  for (;; due += period) {
-    if (due >= window.end) return absl::OkStatus();
-    Clock::time_point now = Clock::now();
-    if (now >= give_up) {
-      // Every round still due inside the window is missed.
-      const auto span = (window.end - std::max(due, window.start)).count();
-      const uint64_t left = static_cast<uint64_t>((span + period.count() - 1) / period.count());
-      result->missed_ops += left * static_cast<uint64_t>(in_flight);
-      return absl::OkStatus();
-    }
+  OpenLoopSchedule schedule(window, rounds_per_s, Clock::now());
+  while (const std::optional<Clock::time_point> due = schedule.Next(Clock::now())) {
     gen.NextRound(in_flight, &ops);
-    // Wait for the due time: sleep most of it, spin the last 50 µs.
-    if (due - now > std::chrono::microseconds(100)) {
-      std::this_thread::sleep_for(due - now - std::chrono::microseconds(50));
-    }
-    while (Clock::now() < due) {
-    }
+    WaitUntil(*due);
     if (absl::Status s = round(ops); !s.ok()) return s;
-    if (due < window.start) continue;
-    result->latency.AddN(MicrosBetween(due, Clock::now()), static_cast<uint32_t>(ops.size()));
+    if (*due < window.start) continue;
+    result->latency.AddN(MicrosBetween(*due, Clock::now()), static_cast<uint32_t>(ops.size()));
     result->ops += ops.size();
     ++result->rounds;
     for (const Op& op : ops) ++(op.read ? result->reads : result->updates);
   }
+  result->missed_ops += schedule.missed() * static_cast<uint64_t>(in_flight);
+  return absl::OkStatus();
 }
 
 absl::Status Preload(uint64_t keys, int threads, uint64_t chunk, const LoadFn& load,

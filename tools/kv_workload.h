@@ -176,12 +176,12 @@ using RoundFn = std::function<absl::Status(absl::Span<const Op> ops)>;
 absl::Status RunClient(OpGenerator& gen, int in_flight, const Window& window, const RoundFn& round,
                        ClientResult* result);
 
-// The open loop (no coordinated omission): round k is due at start + k / rounds_per_s (start:
-// the call), issued at its due time or at once when the client is behind, and its latency runs
-// from its due time, so a slow round delays the ones after it and shows in their latency as it
-// would in a client population that does not wait. Counted: the rounds due inside the window
-// (the client goes on past the window's end until it has issued them, or until it is a whole
-// window behind: the rest are missed_ops). measured_seconds is the window's.
+// The open loop (no coordinated omission; tools/bench_util.h's OpenLoopSchedule): round k is due
+// at start + k / rounds_per_s (start: the call), issued at its due time or at once when the client
+// is behind, and its latency runs from its due time, so a slow round delays the ones after it and
+// shows in their latency as it would in a client population that does not wait. Counted: the rounds
+// due inside the window (the client goes on past the window's end until it has issued them, or
+// until it is a whole window behind: the rest are missed_ops). measured_seconds is the window's.
 absl::Status RunClientOpenLoop(OpGenerator& gen, int in_flight, const Window& window,
                                double rounds_per_s, const RoundFn& round, ClientResult* result);
 

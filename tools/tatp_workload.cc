@@ -203,11 +203,11 @@ TatpTxn TatpGenerator::Next(Rng& rng) const {
   return t;
 }
 
-absl::Status RunTatpClient(const TatpGenerator& gen, const Window& window, uint64_t seed,
-                           const TatpAttempt& attempt, ClientStats* stats) {
+absl::Status RunTatpClient(const TatpGenerator& gen, const Window& window, double rate,
+                           uint64_t seed, const TatpAttempt& attempt, ClientStats* stats) {
   TatpTxn txn;
   return RunTransactions(
-      "tatp", window, seed, [&](Rng& rng) { txn = gen.Next(rng); },
+      "tatp", window, rate, seed, [&](Rng& rng) { txn = gen.Next(rng); },
       [&](double* commit_us, int64_t* increment, bool* found) {
         TatpOutcome out;
         absl::Status s = attempt(txn, &out, commit_us);

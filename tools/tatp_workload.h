@@ -7,7 +7,7 @@
 //   SubscriberData d = Populate(seed, s_id);                    // the rows of s_id at the start
 //   Rng rng(client_seed);
 //   TatpTxn t = gen.Next(rng);                                  // one transaction's input
-//   RunTatpClient(gen, window, client_seed, attempt, &stats);   // the mix, back to back
+//   RunTatpClient(gen, window, 0, client_seed, attempt, &stats);   // the mix, back to back
 //
 // From the TATP specification (v1.0):
 //  - SUBSCRIBER (s_id 1..P, sub_nbr = s_id as 15 digits with leading zeros, bit_1..10 in 0..1,
@@ -150,11 +150,12 @@ class TatpGenerator {
 using TatpAttempt =
     std::function<absl::Status(const TatpTxn& t, TatpOutcome* out, double* commit_us)>;
 
-// RunClient for TATP: transactions of the mix back to back until the window's end. Adds to
-// *stats: commits, found (those that found what they looked for) and, as increments, the
-// CALL_FORWARDING rows added minus those removed (warm-up included, for the audit).
-absl::Status RunTatpClient(const TatpGenerator& gen, const Window& window, uint64_t seed,
-                           const TatpAttempt& attempt, ClientStats* stats);
+// RunClient for TATP: transactions of the mix until the window's end, back to back (`rate` 0)
+// or `rate` a second (the open loop; tools/txn_workload.h). Adds to *stats: commits, found
+// (those that found what they looked for) and, as increments, the CALL_FORWARDING rows added
+// minus those removed (warm-up included, for the audit).
+absl::Status RunTatpClient(const TatpGenerator& gen, const Window& window, double rate,
+                           uint64_t seed, const TatpAttempt& attempt, ClientStats* stats);
 
 }  // namespace txnbench
 }  // namespace farm

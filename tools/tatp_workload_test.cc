@@ -220,7 +220,7 @@ TEST_CASE("RunTatpClient counts what was found and the rows added and removed") 
     return absl::OkStatus();
   };
   ClientStats stats;
-  REQUIRE(RunTatpClient(gen, window, 1, attempt, &stats).ok());
+  REQUIRE(RunTatpClient(gen, window, 0, 1, attempt, &stats).ok());
   REQUIRE(stats.commits == 400);
   REQUIRE(stats.aborts == 199);
   REQUIRE(stats.found < stats.commits);

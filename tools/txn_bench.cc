@@ -28,7 +28,17 @@
 // Objects are chosen uniformly or by scrambled Zipf(--zipf_theta) (tools/bench_util.h), the
 // same generator and the same seeds for every target: a peer's client i draws what farm's thread
 // i % threads of node i / threads draws.
-// Commit latency is the Commit() call of the attempt that committed.
+// Commit latency is the Commit() call of the attempt that committed; a transaction's latency
+// (txn_p50/p99) runs from its start to its commit, retries included.
+// The loop (tools/txn_workload.h, the same for every target and kind): closed by default, each
+// client's next transaction as soon as the last one committed; with --rate R open (no
+// coordinated omission, as kvbench's --rate): R transactions a second offered at every point by
+// all client threads of the target together, each thread R / clients, every transaction due at
+// its time on a fixed schedule from the start of the point (warm-up included), started then or
+// at once when the thread is behind, and its latency counted from its due time. Counted: the
+// transactions due inside the window; those due inside it that a thread never started, because
+// it fell a whole window behind, are missed_tx (and a warning: the rate is beyond what the
+// target serves at that point).
 //
 // Peers (--targets redis, redis-lua, postgres, postgres-fn: each store used in its usual ways,
 // tools/txn_peers.h; the targets in words compare farm with each store's best): the bank
@@ -53,15 +63,18 @@
 // Output: a table, or with --json one object per point:
 //   {"target":"farm","provider":"shm","transport":"shm","kind":"tatp","dist":"nurand",
 //    "threads":1,"clients":3,"f":0,"tx_per_s":..,"p50_us":..,"p99_us":..,"txn_p50_us":..,
-//    "txn_p99_us":..,"abort_rate":..,"msg_rounds":2,"msg_rounds_read_only":0,
-//    "remote_p50_us":..,"rpc_rtt_p50_us":..,"socket_rtt_p50_us":..,"success_rate":..,
-//    "cpu_us_per_tx":..,"tx_per_s_per_core":..,"placement":"data_nodes","poll":"adaptive",
-//    "repeat":1,"repeats":1,"schema":2,"tool":"txn_bench","commit":..,"host":..,"seed":1,
-//    "duration_ms":..,"warmup_ms":..,"cores_awake":true,"load_avg":..}
+//    "txn_p99_us":..,"loop":"open","rate":20000.0,"missed_tx":0,"abort_rate":..,"msg_rounds":2,
+//    "msg_rounds_read_only":0,"remote_p50_us":..,"rpc_rtt_p50_us":..,"socket_rtt_p50_us":..,
+//    "success_rate":..,"cpu_us_per_tx":..,"tx_per_s_per_core":..,"placement":"data_nodes",
+//    "poll":"adaptive","repeat":1,"repeats":1,"schema":2,"tool":"txn_bench","commit":..,
+//    "host":..,"seed":1,"duration_ms":..,"warmup_ms":..,"cores_awake":true,"load_avg":..}
 // (msg_rounds: per writing transaction, msg_rounds_read_only: per read-only one; success_rate:
 // TATP's, 1 for the other kinds; placement: data_nodes, client_node or client_process; poll:
 // farm's --poll, "none" for a peer; p50_us/p99_us: farm's commit step, a peer's commit step or,
-// for postgres's tatp, its whole statement, which runs and commits in one round trip)
+// for postgres's tatp, its whole statement, which runs and commits in one round trip;
+// txn_p50_us/txn_p99_us: the whole transaction's, from its due time in the open loop; loop:
+// "closed", or "open" at --rate tx/s (rate 0.0 when closed); missed_tx: open loop, the
+// transactions due inside the window but never started)
 // (tools/bench_driver.h's RunInfoJson; --cores_awake keeps every core out of idle for the whole
 // run, so that no target pays an idle core's wake-up per request). With --repeat N every target
 // runs N times, taking turns, and a summary line per point follows (repeat 0: the runs' medians
@@ -162,6 +175,12 @@ ABSL_FLAG(std::string, targets, "farm,redis,redis-lua,postgres,postgres-fn",
           "transaction), postgres-fn (one call of a PL/pgSQL function); tatp runs on farm and "
           "postgres only");
 ABSL_FLAG(bool, json, false, "print one JSON object per point instead of a table");
+ABSL_FLAG(double, rate, 0,
+          "open loop: transactions per second offered at every point (all client threads of the "
+          "target together, each thread its share), each transaction due at its time and its "
+          "latency (txn_p50/p99) counted from then, retries included (no coordinated "
+          "omission); 0: closed loop, each client's next transaction as soon as the last "
+          "committed");
 ABSL_FLAG(int, repeat, 1,
           "runs of every target, taking turns (farm, redis, ..., farm, redis, ...: each run starts "
           "its cluster or server afresh); above 1, a summary per point: the median and the spread "
@@ -222,6 +241,7 @@ struct Options {
   bool client_node = false;  // node `nodes` (late, no objects) runs every client
   int duration_ms = 0, warmup_ms = 0, timeout_s = 0;
   uint64_t seed = 0;
+  double rate = 0;  // --rate: transactions a second of all clients together (0: closed loop)
 
   std::vector<Point> Points() const {
     std::vector<Point> out;
@@ -240,6 +260,8 @@ struct Options {
   }
   // Client threads in all at `threads` per client-running node.
   int Clients(int threads) const { return threads * (client_node ? 1 : active_nodes); }
+  // One client's share of --rate at `threads` per node (0: the closed loop).
+  double ClientRate(int threads) const { return rate / Clients(threads); }
   // The node whose clients a peer's client `i` plays (at `threads` per node).
   uint32_t NodeOfClient(int i, int threads) const {
     return static_cast<uint32_t>(client_node ? nodes : i / threads);
@@ -273,6 +295,12 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.warmup_ms = absl::GetFlag(FLAGS_warmup_ms);
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.rate = absl::GetFlag(FLAGS_rate);
+  if (!(o.rate == 0 || (o.rate >= 1 && o.rate <= 1e9))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rate must be 0 (the closed loop) or 1..1e9 transactions a second, not ",
+                     absl::GetFlag(FLAGS_rate)));
+  }
   for (Kind k : o.kinds) (k == Kind::kTatp ? o.tatp : o.objects_kinds) = true;
   const int64_t subscribers = absl::GetFlag(FLAGS_subscribers);
   if (subscribers < 1 || subscribers > 10000000)
@@ -303,6 +331,11 @@ absl::StatusOr<Options> OptionsFromFlags() {
   }
   o.objects = static_cast<uint64_t>(objects);
   return o;
+}
+
+// The open loop in words, for the table's header and the targets (empty for the closed loop).
+std::string OpenLoopText(const Options& o) {
+  return o.rate > 0 ? absl::StrFormat("open loop at %.0f tx/s offered", o.rate) : "";
 }
 
 // What the points run on: "10000 objects", "10000 TATP subscribers", or both.
@@ -375,8 +408,10 @@ struct NodeResult {
   uint64_t all_commits = 0;     // warm-up included
   uint64_t owners_written = 0;  // over all_commits: distinct nodes owning the written objects
   uint64_t remote_commits = 0;  // over all_commits: some written object on another node
-  // Commit latency of the counted commits that sent messages (a written object on another node;
-  // the others commit locally, without a message round).
+  // Commit latency of the commits that sent messages (a written object on another node; the
+  // others commit locally, without a message round) and ended inside the window (the open loop
+  // counts transactions by their due time instead; a commit step's duration is the same sample
+  // either way).
   LatencyHistogram remote_commit;
   char error[256] = {};
 };
@@ -659,6 +694,7 @@ NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser&
       Worker& w = *c.workers[i];
       const uint32_t self = c.rt->node_id();
       const uint64_t seed = ClientSeed(c.options, index, uint64_t{self} * kMaxThreads + i);
+      const double rate = c.options.ClientRate(p.threads);
       // A committed transaction that wrote objects of `owners`: whether it sent messages.
       auto record_writes = [&](const std::set<uint32_t>& owners, double commit_us) {
         ++mine.all_commits;
@@ -679,7 +715,7 @@ NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser&
           }
           return s;
         };
-        status[i] = RunTatpClient(tatp, window, seed, attempt, &mine.stats);
+        status[i] = RunTatpClient(tatp, window, rate, seed, attempt, &mine.stats);
         return;
       }
       Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
@@ -691,7 +727,7 @@ NodeResult RunNodePoint(Cluster& c, int index, const Point& p, const KeyChooser&
         }
         return s;
       };
-      status[i] = RunClient(keys, p.kind, window, seed, attempt, &mine.stats);
+      status[i] = RunClient(keys, p.kind, window, rate, seed, attempt, &mine.stats);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -730,7 +766,7 @@ absl::Status Barrier(Cluster& c, int point) {
 
 // Node 0: the merged result of one point, as a RESULT line:
 //   RESULT kind dist threads commits aborts seconds tx_per_s p50 p99 txn_p50 txn_p99 pw remote
-//          remote_p50 found
+//          remote_p50 found missed_tx
 absl::Status Report(const Point& p, const std::vector<NodeResult>& results) {
   ClientStats all;
   double tx_per_s = 0;
@@ -747,11 +783,12 @@ absl::Status Report(const Point& p, const std::vector<NodeResult>& results) {
   }
   const double pw = commits == 0 ? 0 : static_cast<double>(owners) / commits;
   const double remote_share = commits == 0 ? 0 : static_cast<double>(remote) / commits;
-  Emit(absl::StrFormat(
-      "RESULT %s %s %d %d %d %.3f %.1f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %d", KindName(p.kind),
-      DistributionName(p.dist), p.threads, all.commits, all.aborts, all.seconds, tx_per_s,
-      all.commit.Percentile(0.5), all.commit.Percentile(0.99), all.txn.Percentile(0.5),
-      all.txn.Percentile(0.99), pw, remote_share, remote_commit.Percentile(0.5), all.found));
+  Emit(absl::StrFormat("RESULT %s %s %d %d %d %.3f %.1f %.3f %.3f %.3f %.3f %.3f %.3f %.3f %d %d",
+                       KindName(p.kind), DistributionName(p.dist), p.threads, all.commits,
+                       all.aborts, all.seconds, tx_per_s, all.commit.Percentile(0.5),
+                       all.commit.Percentile(0.99), all.txn.Percentile(0.5),
+                       all.txn.Percentile(0.99), pw, remote_share, remote_commit.Percentile(0.5),
+                       all.found, all.missed_tx));
   return absl::OkStatus();
 }
 
@@ -853,6 +890,7 @@ struct Row {
   int threads = 0, clients = 0;
   int f = 0;  // backups per region (farm; 0 for the peers, which keep one copy)
   double tx_per_s = 0, p50 = 0, p99 = 0, txn_p50 = 0, txn_p99 = 0, abort_rate = 0;
+  uint64_t missed_tx = 0;  // open loop: due inside the window, never started
   int msg_rounds = 0;  // per writing transaction (every transaction, for the peers)
   // Per read-only transaction: farm's read_only, and farm's tatp transactions that write nothing
   // (0: they validate by one-sided READs); msg_rounds where every transaction is alike.
@@ -877,19 +915,21 @@ struct Row {
   std::string poll = "none";  // farm: its nodes' poll mode (--poll)
 };
 
-std::string JsonRow(const Row& r, const RunInfo& info) {
+std::string JsonRow(const Row& r, const Options& o, const RunInfo& info) {
   return absl::StrFormat(
       "{\"target\":\"%s\",\"provider\":\"%s\",\"transport\":\"%s\",\"kind\":\"%s\","
       "\"dist\":\"%s\",\"threads\":%d,\"clients\":%d,\"f\":%d,\"tx_per_s\":%.1f,"
       "\"p50_us\":%.3f,"
-      "\"p99_us\":%.3f,\"txn_p50_us\":%.3f,\"txn_p99_us\":%.3f,\"abort_rate\":%.5f,"
+      "\"p99_us\":%.3f,\"txn_p50_us\":%.3f,\"txn_p99_us\":%.3f,\"loop\":\"%s\",\"rate\":%.1f,"
+      "\"missed_tx\":%d,\"abort_rate\":%.5f,"
       "\"msg_rounds\":%d,\"msg_rounds_read_only\":%d,\"remote_p50_us\":%.3f,\"rpc_rtt_p50_us\":%."
       "3f,"
       "\"socket_rtt_p50_us\":%.3f,\"success_rate\":%.4f,\"cpu_us_per_tx\":%.2f,"
       "\"tx_per_s_per_core\":%.1f,\"placement\":\"%s\",\"poll\":\"%s\",\"repeat\":%d,"
       "\"repeats\":%d%s%s}",
       r.target, r.provider, r.transport, KindName(r.kind), DistributionName(r.dist), r.threads,
-      r.clients, r.f, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99, r.abort_rate, r.msg_rounds,
+      r.clients, r.f, r.tx_per_s, r.p50, r.p99, r.txn_p50, r.txn_p99,
+      o.rate > 0 ? "open" : "closed", o.rate, r.missed_tx, r.abort_rate, r.msg_rounds,
       r.msg_rounds_read_only, r.remote_p50, r.rpc_rtt, r.socket_rtt, r.success_rate,
       r.cpu_us_per_tx, r.per_core, r.placement, r.poll, r.repeat, r.repeats,
       r.repeat == 0 ? absl::StrFormat(
@@ -963,8 +1003,8 @@ absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provi
   r.target = "farm";
   r.provider = r.transport = provider;
   // RESULT kind dist threads commits aborts seconds tx_per_s p50 p99 txn_p50 txn_p99 pw remote
-  //        remote_p50 found
-  const bool sized = f.size() == 16;
+  //        remote_p50 found missed_tx
+  const bool sized = f.size() == 17;
   absl::StatusOr<Kind> kind = sized ? ParseKind(f[1]) : absl::InvalidArgumentError("");
   absl::StatusOr<Distribution> dist =
       sized ? ParseDistribution(f[2]) : absl::InvalidArgumentError("");
@@ -975,7 +1015,7 @@ absl::StatusOr<Row> ParseResult(absl::string_view line, const std::string& provi
       !absl::SimpleAtod(f[9], &r.p99) || !absl::SimpleAtod(f[10], &r.txn_p50) ||
       !absl::SimpleAtod(f[11], &r.txn_p99) || !absl::SimpleAtod(f[12], &r.pw) ||
       !absl::SimpleAtod(f[13], &r.remote_share) || !absl::SimpleAtod(f[14], &r.remote_p50) ||
-      !absl::SimpleAtod(f[15], &found)) {
+      !absl::SimpleAtod(f[15], &found) || !absl::SimpleAtoi(f[16], &r.missed_tx)) {
     return absl::InternalError(absl::StrCat("cannot read node 0's line: ", line));
   }
   r.kind = *kind;
@@ -1028,7 +1068,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnNode(int i, const std::string
       absl::StrCat("--workers=", kMaxThreads + 2)};
   for (const char* flag :
        {"threads", "kinds", "dists", "zipf_theta", "objects", "subscribers", "nodes",
-        "active_nodes", "client_node", "duration_ms", "warmup_ms", "timeout_s", "seed"}) {
+        "active_nodes", "client_node", "duration_ms", "warmup_ms", "timeout_s", "seed", "rate"}) {
     args.push_back(absl::StrCat("--", flag, "=", absl::FindCommandLineFlag(flag)->CurrentValue()));
   }
   return ChildProcess::SpawnSelf(args);
@@ -1262,6 +1302,7 @@ Row PeerRow(const std::string& target, const std::string& provider, const Point&
   r.txn_p50 = all.txn.Percentile(0.5);
   r.txn_p99 = all.txn.Percentile(0.99);
   r.abort_rate = all.abort_rate();
+  r.missed_tx = all.missed_tx;
   SetRates(all.commits, all.found, cpu_us, &r);
   return r;
 }
@@ -1305,7 +1346,7 @@ absl::Status RunPeer(Peer peer, const std::string& provider, const Options& o,
       Attempt attempt = [&](const std::vector<uint64_t>& objects, double* commit_us) {
         return conns[i]->Transfer(objects[0], objects[1], commit_us);
       };
-      return RunClient(keys, Kind::kBank, window, seed, attempt, stats);
+      return RunClient(keys, Kind::kBank, window, o.ClientRate(p.threads), seed, attempt, stats);
     };
     double cpu_us = 0;
     absl::StatusOr<ClientStats> all = RunPeerClients(p, index, clients, o, *pid, client, &cpu_us);
@@ -1359,7 +1400,7 @@ absl::Status RunTatpPeer(Peer peer, const std::string& provider, const Options& 
       TatpAttempt attempt = [&](const TatpTxn& t, TatpOutcome* out, double* commit_us) {
         return conns[i]->Run(t, out, commit_us);
       };
-      return RunTatpClient(gen, window, seed, attempt, stats);
+      return RunTatpClient(gen, window, o.ClientRate(p.threads), seed, attempt, stats);
     };
     double cpu_us = 0;
     absl::StatusOr<ClientStats> all = RunPeerClients(p, index, clients, o, *pid, client, &cpu_us);
@@ -1455,14 +1496,15 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
 }
 
 // One summary row (repeat 0) per target, f and point of `provider`'s runs: the runs' medians of
-// every measured field (throughput, latency, abort, remote, success and CPU rates), with the spread
-// of tx/s, commit p50 and tx/s per core; the rest (the point, msg_rounds, placement) is run 1's,
-// which every run shares.
+// every measured field (throughput, latency, abort, remote, success and CPU rates, missed_tx), with
+// the spread of tx/s, commit p50 and tx/s per core; the rest (the point, msg_rounds, placement) is
+// run 1's, which every run shares.
 std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& provider) {
   std::vector<Row> out;
   for (const Row& first : rows) {
     if (first.provider != provider || first.repeat != 1) continue;
-    std::vector<double> tx, p50, p99, txn50, txn99, aborts, remote, share, pw, found, cpu, per_core;
+    std::vector<double> tx, p50, p99, txn50, txn99, aborts, remote, share, pw, found, cpu, per_core,
+        missed;
     for (const Row& r : rows) {
       if (r.provider != provider || r.repeat == 0 || r.target != first.target || r.f != first.f ||
           r.kind != first.kind || r.dist != first.dist || r.threads != first.threads) {
@@ -1480,6 +1522,7 @@ std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& prov
       found.push_back(r.success_rate);
       cpu.push_back(r.cpu_us_per_tx);
       per_core.push_back(r.per_core);
+      missed.push_back(static_cast<double>(r.missed_tx));
     }
     Row s = first;
     s.repeat = 0;
@@ -1494,6 +1537,7 @@ std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& prov
     s.txn_p50 = SpreadOf(txn50).median;
     s.txn_p99 = SpreadOf(txn99).median;
     s.abort_rate = SpreadOf(aborts).median;
+    s.missed_tx = static_cast<uint64_t>(SpreadOf(missed).median);
     s.remote_p50 = SpreadOf(remote).median;
     s.remote_share = SpreadOf(share).median;
     s.pw = SpreadOf(pw).median;
@@ -1624,10 +1668,15 @@ int DriverMain() {
     if (!json) {
       std::printf(
           "\ntxn_bench: provider %s, %d nodes%s, poll %s, %s, %d ms per point "
-          "(+%d ms warm-up), cpus %s, cores %s; msg_bench 64 B RPC p50 %.2f us; 64 B %s socket "
+          "(+%d ms warm-up)%s, cpus %s, cores %s; msg_bench 64 B RPC p50 %.2f us; 64 B %s socket "
           "round trip p50 %.2f us\n",
           provider.c_str(), o.nodes, o.client_node ? " (+ a client node running every client)" : "",
           absl::GetFlag(FLAGS_poll).c_str(), PopulationText(o).c_str(), o.duration_ms, o.warmup_ms,
+          o.rate > 0 ? absl::StrCat(", ", OpenLoopText(o),
+                                    " (all clients together; txn50: from each transaction's due "
+                                    "time)")
+                           .c_str()
+                     : "",
           AffinityText().c_str(), info.cores_awake ? "kept out of idle" : "left to idle", rtt,
           TransportName(TransportFor(provider)).c_str(), socket_rtt);
       PrintTableHeader();
@@ -1639,9 +1688,16 @@ int DriverMain() {
       with.socket_rtt = socket_rtt;
       with.repeat = run;
       with.repeats = repeats;
+      if (with.missed_tx > 0) {
+        spdlog::warn(
+            "{} ({}), {} {} {} thr: {} transactions due at --rate={} were never started: "
+            "the rate is beyond what it serves at this point",
+            with.target, with.transport, KindName(with.kind), DistributionName(with.dist),
+            with.threads, with.missed_tx, o.rate);
+      }
       rows.push_back(with);
       if (json) {
-        std::printf("%s\n", JsonRow(with, info).c_str());
+        std::printf("%s\n", JsonRow(with, o, info).c_str());
         std::fflush(stdout);
       } else {
         PrintTableRow(with);
@@ -1696,7 +1752,7 @@ int DriverMain() {
       for (const Row& r : judged) {
         rows.push_back(r);
         if (json) {
-          std::printf("%s\n", JsonRow(r, info).c_str());
+          std::printf("%s\n", JsonRow(r, o, info).c_str());
         } else {
           std::printf("%-11s %1d %-11s %-9s %-9s %3d %10.0f %19s %9.2f %17s %9.2f\n",
                       r.target.c_str(), r.f, r.transport.c_str(), KindName(r.kind).c_str(),
@@ -1707,7 +1763,8 @@ int DriverMain() {
       }
     }
     if (!json) {
-      std::printf("targets (issue 9%s):\n", repeats > 1 ? ", on the runs' medians" : "");
+      std::printf("targets (issue 9%s%s):\n", repeats > 1 ? ", on the runs' medians" : "",
+                  o.rate > 0 ? absl::StrCat(", ", OpenLoopText(o)).c_str() : "");
       PrintTargets(judged, provider);
     }
   }
@@ -1736,9 +1793,9 @@ int main(int argc, char** argv) {
       "write_4,bank,tatp] [--subscribers=10000] [--dists=uniform,zipf,nurand] "
       "[--targets=farm,redis,redis-lua,postgres,postgres-fn] "
       "[--f=0,1] "
-      "[--cpus=0-1] [--json]\n"
-      "--provider takes a comma-separated list here (default shm). Exit status: 0 ok, 1 runtime "
-      "failure, 2 bad flags.");
+      "[--cpus=0-1] [--rate=20000] [--json]\n"
+      "--provider takes a comma-separated list here (default shm); --rate runs an open loop (0, "
+      "the default: closed). Exit status: 0 ok, 1 runtime failure, 2 bad flags.");
   if (!farm::FlagsAreValid("txn_bench", argc, argv)) return farm::txnbench::kExitUsage;
   absl::ParseCommandLine(argc, argv);
   if (!absl::GetFlag(FLAGS_role).empty()) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # txn_bench end to end with tiny durations: a 3-node farm cluster on shm (every kind, both
 # distributions) with JSON output, the same once against Redis when redis-server is installed,
-# the human-readable table, TATP on farm (and PostgreSQL when installed) with its audits, and bad
-# flags (exit 2). Never asserts on timings. Every process the
+# the human-readable table, the open loop (--rate) on farm, TATP on farm (and PostgreSQL when
+# installed) with its audits, and bad flags (exit 2). Never asserts on timings. Every process the
 # bench starts (nodes, redis-server) is its own to stop; the test checks that none is left.
 set -u
 BENCH=${1:-bazel-bin/tools/txn_bench}
@@ -47,7 +47,7 @@ grep -qE '^\{"target":"farm","kind":"lease",.*"lease_ms":3000,"nodes":3,"nodes_r
   fail "no lease line with 3 nodes' heartbeats, no eviction and the probe's record:"$'\n'"$out"
 for key in target provider kind threads tx_per_s p50_us p99_us abort_rate msg_rounds schema tool \
            commit host seed duration_ms warmup_ms cores_awake load_avg success_rate cpu_us_per_tx \
-           tx_per_s_per_core msg_rounds_read_only placement poll; do
+           tx_per_s_per_core msg_rounds_read_only placement poll loop rate missed_tx; do
   n=$(grep '"tx_per_s":' <<<"$out" | grep -c "\"$key\":")
   [ "$n" = 8 ] || fail "key $key is in $n of 8 points:"$'\n'"$out"
 done
@@ -55,6 +55,8 @@ grep -q '"target":"farm","provider":"shm"' <<<"$out" || fail "no farm/shm line"
 grep -q '"kind":"read_only".*"msg_rounds":0' <<<"$out" || fail "read_only should have 0 rounds"
 grep -q '"kind":"bank".*"msg_rounds":2' <<<"$out" || fail "bank should have 2 rounds"
 grep -q 'AUDIT .* ok' "$TMP/farm.err" || fail "no successful audit: $(tail -5 "$TMP/farm.err")"
+n=$(grep -c '"txn_p99_us":[0-9.]*,"loop":"closed","rate":0\.0,"missed_tx":0,' <<<"$out")
+[ "$n" = 8 ] || fail "$n of 8 points say the closed loop:"$'\n'"$out"
 # The run's description: schema 2, this tool, the seed and window asked for; cores kept awake
 # when the test may write /dev/cpu_dma_latency (root), else said to be left to idle.
 awake=false
@@ -70,6 +72,21 @@ rc=$?
 grep -qE '^target +f +transport +kind' <<<"$out" || fail "no table header: $out"
 grep -qE '^farm +0 +shm +write_1 +ycsb-zipf ' <<<"$out" || fail "no write_1 row: $out"
 echo "ok: table"
+
+echo "== open loop (--rate) on farm: 1500 tx/s offered by the 3 clients together"
+out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=farm --kinds=write_1 --dists=uniform \
+      --duration_ms=200 --rate=1500 --json 2>"$TMP/rate.err")
+rc=$?
+[ $rc = 0 ] || fail "txn_bench --rate exited $rc: $(tail -20 "$TMP/rate.err")"
+line=$(grep '"target":"farm",.*"kind":"write_1"' <<<"$out")
+[ -n "$line" ] || fail "no write_1 line: $out"
+# Every transaction due in the window is counted or missed (missed_tx: how many a loaded machine
+# could not start, with a warning); some committed, and the audit adds up their increments.
+grep -qE '"txn_p99_us":[0-9.]+,"loop":"open","rate":1500\.0,"missed_tx":[0-9]+,' <<<"$line" ||
+  fail "no open-loop keys: $line"
+grep -qE '"tx_per_s":[1-9]' <<<"$line" || fail "nothing committed in the open loop: $line"
+grep -q 'AUDIT .* ok' "$TMP/rate.err" || fail "no successful audit: $(tail -5 "$TMP/rate.err")"
+echo "ok: open loop"
 
 echo "== farm with backups (f = 1): COMMIT-BACKUP's round, and the audit still adds up"
 out=$(timeout 120 "$BENCH" "${tiny[@]}" --targets=farm --f=1 --kinds=bank --dists=uniform --json \
@@ -182,7 +199,8 @@ echo "== bad flags exit 2"
 for bad in --threads=0 --kinds=write_3 --dists=normal --provider=nope --no_such_flag \
            --duration_ms=abc --targets=mysql --cpus=x --f=3 --f=x --lease_ms=5 --repeat=0 \
            "--client_node --active_nodes=1" --subscribers=0 \
-           "--kinds=tatp --subscribers=121000" "--kinds=tatp --timeout_s=2 --subscribers=2001"; do
+           "--kinds=tatp --subscribers=121000" "--kinds=tatp --timeout_s=2 --subscribers=2001" \
+           --rate=-1 --rate=nan --rate=inf --rate=1e10 --rate=0.5 --rate=x; do
   # shellcheck disable=SC2086  # "--client_node --active_nodes=1" (and the like) is two flags
   timeout 30 "$BENCH" $bad >"$TMP/bad.out" 2>&1
   rc=$?
@@ -193,6 +211,7 @@ echo "ok: bad flags"
 
 timeout 30 "$BENCH" --help >"$TMP/help.out" 2>&1
 grep -q -- "--threads" "$TMP/help.out" || fail "--help does not list --threads"
+grep -q -- "--rate" "$TMP/help.out" || fail "--help does not list --rate"
 
 sleep 0.5
 left=$(pgrep -f -- "$BENCH --role=node" || true)
