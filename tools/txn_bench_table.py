@@ -9,7 +9,8 @@ column per farm poll mode and placement found in the files) and each peer's (Red
 PostgreSQL, PostgreSQL fn), then farm over each store's best variant. With --repeat the summary
 lines (repeat 0: the runs' medians) stand for their points and the cells show the spread (min-max).
 Farm's columns are compared with the peers measured beside them (same clients per point); a farm
-column with no peers in its files is shown without ratios. Also prints the 1-write commit lines:
+column with no peers in its files is shown without ratios. Open-loop lines (--rate: their tx/s is
+the offered rate's, not the target's capacity) are left out, with a note on stderr. Also prints the 1-write commit lines:
 the remote commits' p50 against two RPC round trips of the same run.
 """
 
@@ -26,6 +27,7 @@ BEST = {"redis": ["redis", "redis-lua"], "postgres": ["postgres", "postgres-fn"]
 
 def read_rows(paths):
     rows = []
+    skipped_open = [0]
     for path in paths:
         mine = []
         with open(path) as stream:
@@ -36,11 +38,17 @@ def read_rows(paths):
                 row = json.loads(line)
                 if row.get("kind") == "lease" or "tx_per_s" not in row:
                     continue
+                if row.get("loop") == "open":
+                    skipped_open[0] += 1
+                    continue
                 row["file"] = path
                 mine.append(row)
         if any(r.get("repeat") == 0 for r in mine):
             mine = [r for r in mine if r.get("repeat") == 0]
         rows += mine
+    if skipped_open[0]:
+        print(f"txn_bench_table: left out {skipped_open[0]} open-loop line(s) (--rate): a closed "
+              "loop's tx/s is a capacity, an open loop's the offered rate", file=sys.stderr)
     return rows
 
 
