@@ -74,9 +74,9 @@ grep "^cluster ready" "$work/cluster.log" || { cat "$work/cluster.log" >&2; exit
 echo "== a short kvbench: this machine's cores shared by 3 busy-polling nodes, kvbench and the"
 echo "   peers, nothing pinned (the pinned comparison is README.md, 'Key-value store: performance')"
 bazel-bin/tools/kvbench --cluster_config="$work/cluster.textproto" --poll=busy \
-  --keys=$keys --progress \
-  --targets=farm,farm-rpc,memcached,redis --workloads=b,c --dists=uniform,zipf --threads=1 \
-  --in_flight=1,8 --warmup_ms=200 --duration_ms=1000
+  --keys=$keys --progress --targets=farm,farm-rpc,memcached,memcached-buf,redis \
+  --workloads=b,c --dists=uniform,zipf --threads=1 --in_flight=1,8 --warmup_ms=200 \
+  --duration_ms=1000
 [ "$no_shell" = 1 ] && exit 0
 echo
 echo "== kvsh on that cluster ($keys keys loaded: try 'get user000000000042', 'stats', 'help')"

@@ -57,22 +57,32 @@ class MemcachedConnection : public KvConnection {
  public:
   static absl::StatusOr<std::unique_ptr<MemcachedConnection>> Open(const ScriptedServer& server,
                                                                    Transport t,
-                                                                   const KeySpace& space) {
+                                                                   const KeySpace& space,
+                                                                   MemcachedSets sets) {
     memcached_st* m = memcached_create(nullptr);
     if (m == nullptr) return absl::ResourceExhaustedError("memcached_create failed");
-    std::unique_ptr<MemcachedConnection> c(new MemcachedConnection(m, space));
-    const memcached_return_t rc =
+    std::unique_ptr<MemcachedConnection> c(new MemcachedConnection(m, space, sets));
+    memcached_return_t rc =
         t == Transport::kUnix
             ? memcached_server_add_unix_socket(m, server.UnixSocket("memcached.sock").c_str())
             : memcached_server_add(m, "127.0.0.1", static_cast<in_port_t>(server.port()));
     if (rc != MEMCACHED_SUCCESS) return MemcachedError(m, rc, "server_add");
     if (t == Transport::kTcp) memcached_behavior_set(m, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
+    // Set once, before connecting: libmemcached closes a connection whenever this changes.
+    if (sets == MemcachedSets::kBufferedNoReply &&
+        (rc = memcached_behavior_set(m, MEMCACHED_BEHAVIOR_BUFFER_REQUESTS, 1)) !=
+            MEMCACHED_SUCCESS) {
+      return MemcachedError(m, rc, "BUFFER_REQUESTS");
+    }
     return c;
   }
   ~MemcachedConnection() override { memcached_free(m_); }
 
   absl::Status Round(absl::Span<const Op> ops, const ReadCheck& check) override {
-    if (ops.size() == 1) return ops[0].read ? GetOne(ops[0].key, check) : SetOne(ops[0]);
+    // Buffered, every set is noreply and confirmed by a get, even alone (see kv_peers.h).
+    if (ops.size() == 1 && sets_ == MemcachedSets::kNoReply) {
+      return ops[0].read ? GetOne(ops[0].key, check) : SetOne(ops[0]);
+    }
     reads_.clear();
     const Op* last_update = nullptr;
     if (absl::Status s = SendSetsNoReply(ops, &last_update); !s.ok()) return s;
@@ -95,7 +105,8 @@ class MemcachedConnection : public KvConnection {
   memcached_st* handle() { return m_; }
 
  private:
-  MemcachedConnection(memcached_st* m, const KeySpace& space) : m_(m), space_(space) {}
+  MemcachedConnection(memcached_st* m, const KeySpace& space, MemcachedSets sets)
+      : m_(m), space_(space), sets_(sets) {}
 
   absl::Status GetOne(uint64_t key, const ReadCheck& check) {
     space_.KeyInto(key, &key_);
@@ -122,7 +133,8 @@ class MemcachedConnection : public KvConnection {
     return rc == MEMCACHED_SUCCESS ? absl::OkStatus() : MemcachedError(m_, rc, "set");
   }
 
-  // The updates among `ops` as "set ... noreply" (written at once, no reply awaited).
+  // The updates among `ops` as "set ... noreply" (no reply awaited): written at once, or, buffered,
+  // left in libmemcached's buffer for the next get to write with its own request.
   absl::Status SendSetsNoReply(absl::Span<const Op> ops, const Op** last) {
     bool any = false;
     for (const Op& op : ops) any |= !op.read;
@@ -184,6 +196,7 @@ class MemcachedConnection : public KvConnection {
 
   memcached_st* m_;
   const KeySpace& space_;
+  const MemcachedSets sets_;
   std::string key_, value_;
   std::vector<uint64_t> reads_;
   std::vector<std::string> names_;
@@ -201,11 +214,20 @@ memcached_return_t CollectStat(const memcached_instance_st*, const char* key, si
 
 class MemcachedTarget : public PeerTarget {
  public:
-  using PeerTarget::PeerTarget;
-  std::string name() const override { return "memcached"; }
+  MemcachedTarget(std::unique_ptr<ScriptedServer> server, Transport t, const KeySpace& space,
+                  MemcachedSets sets)
+      : PeerTarget(std::move(server), t, space), sets_(sets) {}
+  std::string name() const override {
+    return sets_ == MemcachedSets::kBufferedNoReply ? "memcached-buf" : "memcached";
+  }
+  std::string WhyNotMeasured(int in_flight) const override {
+    if (sets_ != MemcachedSets::kBufferedNoReply || in_flight > 1) return "";
+    return "a round of one operation has nothing to buffer: it is the one command that "
+           "memcached's own row measures";
+  }
   absl::StatusOr<std::unique_ptr<KvConnection>> Connect() override {
     absl::StatusOr<std::unique_ptr<MemcachedConnection>> c =
-        MemcachedConnection::Open(*server_, transport_, space_);
+        MemcachedConnection::Open(*server_, transport_, space_, sets_);
     if (!c.ok()) return c.status();
     return std::unique_ptr<KvConnection>(std::move(*c));
   }
@@ -214,7 +236,7 @@ class MemcachedTarget : public PeerTarget {
   // items (curr_items); the items' own bytes (stats: bytes) are named in the method.
   absl::StatusOr<MemoryReport> Memory() override {
     absl::StatusOr<std::unique_ptr<MemcachedConnection>> c =
-        MemcachedConnection::Open(*server_, transport_, space_);
+        MemcachedConnection::Open(*server_, transport_, space_, MemcachedSets::kNoReply);
     if (!c.ok()) return c.status();
     std::map<std::string, std::string> general, slabs;
     for (auto [args, into] :
@@ -249,6 +271,9 @@ class MemcachedTarget : public PeerTarget {
     r.resident_bytes = *rss;
     return r;
   }
+
+ private:
+  const MemcachedSets sets_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -366,13 +391,13 @@ uint64_t MemcachedMegabytes(const KeySpace& space) {
 }
 
 absl::StatusOr<std::unique_ptr<KvTarget>> StartMemcached(const KeySpace& space,
-                                                         const PeerOptions& o) {
+                                                         const PeerOptions& o, MemcachedSets sets) {
   absl::StatusOr<std::unique_ptr<ScriptedServer>> server =
       ScriptedServer::Start(o.script, "memcached", o.transport, o.cpus,
                             {absl::StrCat(o.memcached_threads), absl::StrCat(o.memcached_mb)});
   if (!server.ok()) return server.status();
   return std::unique_ptr<KvTarget>(
-      std::make_unique<MemcachedTarget>(std::move(*server), o.transport, space));
+      std::make_unique<MemcachedTarget>(std::move(*server), o.transport, space, sets));
 }
 
 absl::StatusOr<std::unique_ptr<KvTarget>> StartRedis(const KeySpace& space, const PeerOptions& o) {

@@ -8,7 +8,8 @@
 //   ASSIGN_OR_RETURN(MemoryReport m, t->Memory());
 //
 // Implementations: tools/kv_farm.h (farm: one-sided GETs; farm-rpc: GETs by RPC) and
-// tools/kv_peers.h (memcached through libmemcached, Redis through hiredis).
+// tools/kv_peers.h (memcached through libmemcached, plain and with buffered requests; Redis
+// through hiredis).
 //
 // Thread safety: a KvTarget is safe for concurrent Connect calls; a KvConnection belongs to one
 // thread.
@@ -59,8 +60,11 @@ struct MemoryReport {
 class KvTarget {
  public:
   virtual ~KvTarget() = default;
-  // "farm", "farm-rpc", "memcached", "redis".
+  // "farm", "farm-rpc", "memcached", "memcached-buf", "redis".
   virtual std::string name() const = 0;
+  // Why the target does not measure rounds of `in_flight` operations (a sentence for the run's
+  // log), or empty when it does.
+  virtual std::string WhyNotMeasured(int in_flight) const { return ""; }
   // How clients reach it: farm's provider ("shm", "tcp;ofi_rxm"), or "unix" / "tcp".
   virtual std::string transport() const = 0;
   virtual absl::StatusOr<std::unique_ptr<KvConnection>> Connect() = 0;

@@ -24,9 +24,12 @@ import matplotlib
 matplotlib.use("Agg")  # no display: write the file only
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
-TARGETS = ["farm", "farm-rpc", "farm/adaptive", "farm-rpc/adaptive", "memcached", "redis"]
+TARGETS = ["farm", "farm-rpc", "farm/adaptive", "farm-rpc/adaptive", "memcached", "memcached-buf",
+           "redis"]
+PEERS = ("memcached", "memcached-buf", "redis")
 COLOURS = {"farm": "#1f77b4", "farm-rpc": "#9ecae1", "farm/adaptive": "#2ca02c",
-           "farm-rpc/adaptive": "#98df8a", "memcached": "#ff7f0e", "redis": "#d62728"}
+           "farm-rpc/adaptive": "#98df8a", "memcached": "#ff7f0e", "memcached-buf": "#ffbb78",
+           "redis": "#d62728"}
 REQUIRED = ["target", "provider", "transport", "workload", "distribution", "threads", "in_flight",
             "ops_per_s", "p50_us", "p99_us"]
 
@@ -108,10 +111,10 @@ def fmt_ops(v):
 
 
 def markdown(rows):
-    """One table of every point: the four targets' ops/s, farm's ratios, p50 / p99."""
+    """One table of every point: the targets' ops/s, farm's ratios, p50 / p99."""
     providers = sorted({r["provider"] for r in rows}, key=lambda p: (p != "shm", p))
     names = [t for t in TARGETS if any(r["target"] == t for r in rows)]
-    peers = [t for t in ("memcached", "redis") if t in names and "farm" in names]
+    peers = [t for t in PEERS if t in names and "farm" in names]
     head = ["farm on (peers over)", "workload", "distribution", "threads", "in flight"]
     head += ["%s ops/s" % t for t in names]
     head += ["farm / %s" % t for t in peers]
@@ -120,7 +123,7 @@ def markdown(rows):
     print("|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|")
     for provider in providers:
         mine = [r for r in rows if r["provider"] == provider]
-        transport = next((r["transport"] for r in mine if r["target"] in ("memcached", "redis")),
+        transport = next((r["transport"] for r in mine if r["target"] in PEERS),
                          "unix" if provider == "shm" else "tcp")
         points = sorted({(r["workload"], r["distribution"], r["threads"], r["in_flight"])
                          for r in mine})
