@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "platform/idle_yield.h"
 #include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 
@@ -188,12 +189,17 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
                         ? FastClock::duration::max()
                         : std::chrono::duration_cast<FastClock::duration>(
                               absl::ToChronoNanoseconds(options_.spin));
+  WaitYield yield;
+  // A yield came back late since the last work: another thread wants the core.
+  bool crowded = false;
   for (uint32_t spins = 1; !p.done_.load(std::memory_order_acquire); ++spins) {
     // Drive progress and the scan ourselves: the response may be waiting for exactly that.
     if (messenger_->Poll() > 0) {
       worked = true;
-    } else if (spins % 64 == 63) {
-      sched_yield();  // see OpBatch::Wait: let the thread we wait for run on a busy machine
+      crowded = false;
+      yield.Worked();
+    } else if (yield.Idle()) {  // see OpBatch::Wait: let the thread we wait for run
+      crowded = true;           // and it came back late: sleep rather than spin (below)
     }
     if (spins % 32 != 0) continue;
     const FastClock::time_point now = FastClock::now();
@@ -206,7 +212,10 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
       if (Take(p.id_) != nullptr) return DeadlineError(p);
       continue;  // completed just now (or swept: then its result is DeadlineError too)
     }
-    if (now - last_work < spin) continue;
+    // Sleep after the spin window, or sooner when the core is crowded; never when the spin is
+    // unbounded (busy polling).
+    if (spin == FastClock::duration::max() || (now - last_work < spin && !crowded)) continue;
+    crowded = false;
     // Seq_cst: see Pending (Complete either sees sleeping_ or we see done_).
     p.sleeping_.store(true, std::memory_order_seq_cst);
     farm::MutexLock l(&p.mu_);

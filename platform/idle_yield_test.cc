@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <time.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -49,6 +50,38 @@ TEST_CASE("a yield that ran another thread makes the next come after one idle ro
   spinner.join();
   pthread_setaffinity_np(pthread_self(), sizeof(before), &before);
   CHECK(contended);
+}
+
+TEST_CASE("a wait yields after kSpanNanos of idle rounds, however many rounds that is",
+          "[idle_yield]") {
+  // Measured from the clock the class reads: no yield before kSpanNanos of idleness (a lower
+  // bound, which no load can break), one after it, and work starts the span afresh.
+  auto now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  };
+  WaitYield y;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t start = now();
+    const uint64_t yields = y.yields();
+    uint64_t rounds = 0;
+    while (y.yields() == yields) {
+      y.Idle();
+      ++rounds;
+    }
+    CHECK(now() - start >= WaitYield::kSpanNanos);
+    CHECK(rounds >= 16);  // the first clock read starts the span, the next may end it
+    y.Worked();
+  }
+  // Work in every 8th round (the rounds that read the clock) never lets the span run out.
+  WaitYield busy;
+  const int64_t start = now();
+  while (now() - start < 20 * WaitYield::kSpanNanos) {
+    for (int i = 0; i < 7; ++i) busy.Idle();
+    busy.Worked();
+  }
+  CHECK(busy.yields() == 0);
 }
 
 }  // namespace farm

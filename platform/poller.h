@@ -21,7 +21,10 @@
 //    The spin window yields (IdleYield): a poller woken by a peer tends to be placed on the
 //    waker's core, and one that spun there without yielding kept the waker, waiting for its
 //    operation's completion on that core, off the CPU until the window ended (every WRITE to an
-//    idle shm node then took the whole window, ~220 us).
+//    idle shm node then took the whole window, ~220 us). A yield that comes back late (another
+//    thread ran: the core is crowded) ends the window at once and the poller waits as when
+//    idle, so that on a machine with more threads than cores only the threads with work run;
+//    its own work wakes it. Rpc::Await's callers do the same (messaging/rpc.h).
 //    What it costs, measured with tools/fabric_bench (8-byte operations to the target, 2 cores,
 //    loopback; "idle" = 2 ms between operations, so every one finds the target waiting):
 //                         busy p50/p99 us   adaptive p50/p99 us   adaptive, idle p50/p99 us
@@ -31,13 +34,9 @@
 //    served a WRITE after 943 / 1105 us, sleeping out max_sleep. An 8-byte shm READ needs no
 //    progress of the target: 4.6 us idle either way.) An idle adaptive node uses about 2% of a
 //    core (3-node cluster, tcp;ofi_rxm or shm).
-//    Re-measured on 2026-11-23: on tcp;ofi_rxm the wait object does not reliably wake for a
-//    peer's READ. The same binary (built from the commit that measured 113 us above) gives an
-//    idle p50 of 0.08-0.23 ms in some runs and 1.9 ms in others; strace of the target shows
-//    ppoll on the queue's descriptor running into its 1 ms timeout while the request sits on the
-//    socket, and the request served right after. The provider's wait set (rxm over tcp) is where
-//    this lies; until it is understood, an adaptive tcp;ofi_rxm node may answer an idle peer's
-//    first operation up to ~2 ms late. Busy nodes are unaffected.
+//    On 2026-11-23 an idle tcp;ofi_rxm target answered a READ up to ~2 ms late in some runs;
+//    re-measured on a quiet VM on 2026-11-29 (README, Polling) the idle p50 was 87-90 us in
+//    every run, the ppoll waking within tens of microseconds of the peer's send.
 //
 // Thread safety: AddTask and Stop may be called from any thread.
 #ifndef FARM_PLATFORM_POLLER_H_
