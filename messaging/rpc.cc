@@ -190,16 +190,13 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
                         : std::chrono::duration_cast<FastClock::duration>(
                               absl::ToChronoNanoseconds(options_.spin));
   WaitYield yield;
-  // A yield came back late since the last work: another thread wants the core.
-  bool crowded = false;
   for (uint32_t spins = 1; !p.done_.load(std::memory_order_acquire); ++spins) {
     // Drive progress and the scan ourselves: the response may be waiting for exactly that.
     if (messenger_->Poll() > 0) {
       worked = true;
-      crowded = false;
       yield.Worked();
-    } else if (yield.Idle()) {  // see OpBatch::Wait: let the thread we wait for run
-      crowded = true;           // and it came back late: sleep rather than spin (below)
+    } else {
+      yield.Idle();  // see OpBatch::Wait: let the thread we wait for run on a busy machine
     }
     if (spins % 32 != 0) continue;
     const FastClock::time_point now = FastClock::now();
@@ -212,10 +209,7 @@ absl::StatusOr<std::string> Rpc::Await(Messenger::Lane& lane, Pending& p) {
       if (Take(p.id_) != nullptr) return DeadlineError(p);
       continue;  // completed just now (or swept: then its result is DeadlineError too)
     }
-    // Sleep after the spin window, or sooner when the core is crowded; never when the spin is
-    // unbounded (busy polling).
-    if (spin == FastClock::duration::max() || (now - last_work < spin && !crowded)) continue;
-    crowded = false;
+    if (now - last_work < spin) continue;
     // Seq_cst: see Pending (Complete either sees sleeping_ or we see done_).
     p.sleeping_.store(true, std::memory_order_seq_cst);
     farm::MutexLock l(&p.mu_);

@@ -146,9 +146,8 @@ using RpcShippedHandler = std::function<absl::StatusOr<std::string>(
 
 struct RpcOptions {
   // How long a waiting caller spins (driving progress and the response scan itself) after the last
-  // sign of activity before it sleeps in short steps until the poller delivers its response; it
-  // sleeps sooner when a yield of its spin came back late (the core is crowded: another thread
-  // wanted it). InfiniteDuration for benchmarks (always spin), as PollMode::kBusy.
+  // sign of activity before it sleeps in short steps until the poller delivers its response.
+  // InfiniteDuration for benchmarks (always spin), as PollMode::kBusy.
   absl::Duration spin = absl::Microseconds(200);
   // Serve requests from construction on. False: requests wait in their rings until Serve(), so
   // that every handler can be registered before the first request is looked at (otherwise a

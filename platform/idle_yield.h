@@ -36,16 +36,15 @@ class IdleYield {
 
   // A round that found work.
   void Worked() { rounds_ = 0; }
-  // A round that found nothing: gives the core away when due. True when it did and the yield
-  // came back late: another thread wanted the core (a waiter that may sleep should, now).
-  bool Idle() {
-    if (++rounds_ < yield_after_) return false;
+  // A round that found nothing: gives the core away when due.
+  void Idle() {
+    if (++rounds_ < yield_after_) return;
     rounds_ = 0;
     const int64_t before = absl::GetCurrentTimeNanos();
     sched_yield();
-    const bool late = absl::GetCurrentTimeNanos() - before > kLateNanos;
-    yield_after_ = late ? 1 : std::min(2 * yield_after_, kMaxRounds);
-    return late;
+    yield_after_ = absl::GetCurrentTimeNanos() - before > kLateNanos
+                       ? 1
+                       : std::min(2 * yield_after_, kMaxRounds);
   }
   // Idle rounds before the next yield.
   int yield_after() const { return yield_after_; }
@@ -55,32 +54,41 @@ class IdleYield {
   int yield_after_ = kMaxRounds;
 };
 
-// WaitYield: when a thread waiting for a completion or a response gives its core away: after it
-// found nothing for kSpan of its own time, whatever one round costs (a round of a software
-// provider's progress is a system call of a few microseconds on tcp;ofi_rxm, well under one on
-// shm, so a count of rounds yields 30x later on tcp than on shm).
+// WaitYield: when a thread waiting for a completion or a response gives its core away: after
+// kRounds rounds without work or kSpanNanos of them, whichever comes first. A round of a software
+// provider's progress costs well under a microsecond on shm but is a poll(2) of the provider's
+// sockets on tcp;ofi_rxm, a few microseconds, so a count of rounds alone (64, as before) spun
+// ~150 us between yields on tcp while the thread waited for sat behind it, and a span alone
+// yields later than the count on shm, where 64 rounds take less than 4 us (txn_bench on shm,
+// adaptive, 3 nodes on 2 cores: a 4 us span alone gave 0.8-0.9x the transactions of the count,
+// 16 us about 0.5x; README, Performance).
 //
 //   WaitYield y;
 //   while (!done()) { if (Poll() > 0) y.Worked(); else y.Idle(); }
 class WaitYield {
  public:
+  static constexpr uint32_t kRounds = 64;
   static constexpr int64_t kSpanNanos = 4000;
 
-  void Worked() { idle_since_ = 0; }
-  // True when it yielded and the yield came back late (IdleYield::kLateNanos): another thread
-  // wanted the core.
-  bool Idle() {
-    if ((++rounds_ & 7) != 0) return false;  // a clock read costs ~40 ns: one in 8 rounds
-    const int64_t now = Now();
-    if (idle_since_ == 0) {
-      idle_since_ = now;
-      return false;
+  void Worked() {
+    rounds_ = 0;
+    idle_since_ = 0;
+  }
+  void Idle() {
+    ++rounds_;
+    if (rounds_ < kRounds) {
+      if ((rounds_ & 7) != 0) return;  // a clock read costs ~40 ns: one in 8 rounds
+      const int64_t now = Now();
+      if (idle_since_ == 0) {
+        idle_since_ = now;
+        return;
+      }
+      if (now - idle_since_ < kSpanNanos) return;
     }
-    if (now - idle_since_ < kSpanNanos) return false;
     sched_yield();
     ++yields_;
-    idle_since_ = Now();
-    return idle_since_ - now > IdleYield::kLateNanos;
+    rounds_ = 0;
+    idle_since_ = 0;
   }
   // Yields so far.
   uint64_t yields() const { return yields_; }

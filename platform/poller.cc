@@ -72,9 +72,10 @@ void Poller::Run() {
       idle.Worked();
       continue;
     }
-    // Spin for a while after activity, unless the core is wanted by another thread (a yield
-    // came back late): then the wait below lets it run until our own work arrives.
-    if (now - last_activity < options_.spin && !idle.Idle()) continue;
+    if (now - last_activity < options_.spin) {
+      idle.Idle();
+      continue;
+    }
     if (fabric_->can_wait()) {
       // Block on the completion queue's wait object: a peer's READ or WRITE wakes us at once,
       // and we spin again for a while in case more follow.

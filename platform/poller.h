@@ -21,10 +21,10 @@
 //    The spin window yields (IdleYield): a poller woken by a peer tends to be placed on the
 //    waker's core, and one that spun there without yielding kept the waker, waiting for its
 //    operation's completion on that core, off the CPU until the window ended (every WRITE to an
-//    idle shm node then took the whole window, ~220 us). A yield that comes back late (another
-//    thread ran: the core is crowded) ends the window at once and the poller waits as when
-//    idle, so that on a machine with more threads than cores only the threads with work run;
-//    its own work wakes it. Rpc::Await's callers do the same (messaging/rpc.h).
+//    idle shm node then took the whole window, ~220 us). Ending the window at a yield that came
+//    back late (another thread wanted the core), so that only threads with work would run, was
+//    tried: with the RPC callers doing the same it gave 0.5-0.9x the transactions at 1 thread
+//    per node (txn_bench, 3 nodes on 2 cores): each hop then paid a wake-up.
 //    What it costs, measured with tools/fabric_bench (8-byte operations to the target, 2 cores,
 //    loopback; "idle" = 2 ms between operations, so every one finds the target waiting):
 //                         busy p50/p99 us   adaptive p50/p99 us   adaptive, idle p50/p99 us
