@@ -169,18 +169,23 @@ enum RpcGetOutcome : char {
 // The batched GET (Client::MultiGet by RPC, Store::Impl::ServeMultiGet). A request: the number
 // of shards it names (32 bits), their bucket arrays' packed addresses (64 bits each), then per
 // key the index of its shard in that list and its length (16 bits each) and its bytes. Built
-// up to `limit` bytes (a message's).
+// up to `limit` bytes (a message's) and kMaxKeys keys: the handler holds up the node's other
+// requests (and the commits it applies) while it runs, so it looks up a bounded number of keys
+// at a time; a MultiGet of more keys sends more requests, in flight together.
 class MultiGetRequest {
  public:
+  static constexpr size_t kMaxKeys = 64;
+
   explicit MultiGetRequest(uint64_t limit) : limit_(limit) {}
 
   // Adds `key` of the shard whose bucket array starts at `first`; false, adding nothing, when
-  // the request would exceed its limit.
+  // the request would exceed its limits.
   bool Add(GlobalAddress first, absl::string_view key) {
     const uint64_t packed = first.Pack();
     const size_t index = std::find(shards_.begin(), shards_.end(), packed) - shards_.begin();
     const uint64_t grows = (index == shards_.size() ? 8 : 0) + 4 + key.size();
-    if (size() + grows > limit_ || key.size() > UINT16_MAX || index >= UINT16_MAX) return false;
+    if (size() + grows > limit_ || keys_ == kMaxKeys || key.size() > UINT16_MAX) return false;
+    ++keys_;
     if (index == shards_.size()) shards_.push_back(packed);
     const uint16_t head[2] = {static_cast<uint16_t>(index), static_cast<uint16_t>(key.size())};
     entries_.append(reinterpret_cast<const char*>(head), sizeof(head));
@@ -197,6 +202,7 @@ class MultiGetRequest {
  private:
   uint64_t size() const { return 4 + 8 * shards_.size() + entries_.size(); }
   const uint64_t limit_;
+  size_t keys_ = 0;
   std::vector<uint64_t> shards_;  // packed
   std::string entries_;
 };
@@ -211,8 +217,12 @@ class MultiGetAnswer {
  public:
   explicit MultiGetAnswer(uint64_t limit) : limit_(limit) {}
   bool full() const { return out_.size() >= limit_; }
+  size_t deferred() const { return deferred_; }  // kRpcDeferred outcomes
   // Each adds the next key's outcome; not when full().
-  void Outcome(RpcGetOutcome o) { out_.push_back(o); }
+  void Outcome(RpcGetOutcome o) {
+    if (o == kRpcDeferred) ++deferred_;
+    out_.push_back(o);
+  }
   void Found(absl::string_view value) {
     if (5 + value.size() > limit_) return Outcome(kRpcTooLarge);
     if (out_.size() + 5 + value.size() > limit_) return Outcome(kRpcDeferred);
@@ -275,6 +285,7 @@ class MultiGetAnswer {
   void AppendWord(uint32_t w) { out_.append(reinterpret_cast<const char*>(&w), 4); }
   const uint64_t limit_;
   std::string out_;
+  size_t deferred_ = 0;
 };
 
 // The shard node of a key: rendezvous hashing over the shard nodes (the configuration's nodes
@@ -1233,9 +1244,10 @@ struct Store::Impl {
         answer.Outcome(*l == Lookup::kMissing ? kRpcMissing : kRpcRetry);
       }
     }
+    // Tests count the requests, the keys looked at (whose outcome the answer carries), and the
+    // deferrals: values that did not fit, plus one if the answer filled before the last key.
+    size_t carried[2] = {looked_at, answer.deferred() + (rest.empty() ? 0 : 1)};
     std::string out = answer.Take();
-    // Tests count the requests and the keys whose outcome an answer carries, and its bytes.
-    size_t carried[2] = {looked_at, out.size()};
     FARM_SYNC_POINT_CALLBACK("kv::Store::ServeMultiGet:Answer", carried);
     return out;
   }
@@ -1803,7 +1815,7 @@ struct Client::Impl {
   };
 
   // Rounds of batched GETs (MultiGetRequest), each with one request per node that serves keys'
-  // shards (more when its keys do not fit one message), all in flight together
+  // shards (more when its keys do not fit one request), all in flight together
   // (Worker::CallAll). A key answered "retry" (its buckets were being written), deferred (no
   // room left in the answer) or refused (sent just before a configuration change, or to a node
   // that no longer serves its shard) is asked again in the next round, as GetRpc asks again,

@@ -99,11 +99,12 @@ enum class MultiGetPath {
   kAuto,
   // One one-sided READ of each key's neighbourhood, all posted together.
   kOneSided,
-  // One request per node serving the keys' shards (more when its keys do not fit one message),
-  // all in flight together, each answered with every key's value (HERD's design): k GETs to one
-  // node cost it one exchange instead of k READs. Keys of shards that this node serves itself
-  // are read from its memory, and those that an answer cannot carry (a value larger than one
-  // message) or that the serving node could not look up are read one-sided.
+  // One request per node serving the keys' shards (more for over 64 keys, or keys that do not
+  // fit one message), all in flight together, each answered with every key's value (HERD's
+  // design): k GETs to one node cost it one exchange instead of k READs. Keys of shards that
+  // this node serves itself are read from its memory, and those that an answer cannot carry (a
+  // value larger than one message) or that the serving node could not look up are read
+  // one-sided.
   kRpc,
 };
 

@@ -245,12 +245,12 @@ TEST_CASE("MultiGet by batched RPCs answers what MultiGet by READs does", "[kv]"
   std::shuffle(keys.begin() + 8, keys.end() - 1, std::mt19937(1));
 
   SyncPoint* sp = SyncPoint::GetInstance();
-  std::atomic<int> requests{0}, carried{0}, full{0};
+  std::atomic<int> requests{0}, looked_at{0}, deferring{0};
   sp->SetCallBack("kv::Store::ServeMultiGet:Answer", [&](void* arg) {
     const size_t* n = static_cast<const size_t*>(arg);
     requests++;
-    carried += static_cast<int>(n[0]);
-    if (n[1] > 12000) full++;  // near the answer's limit (about 16 KiB with 64 KiB rings)
+    looked_at += static_cast<int>(n[0]);
+    if (n[1] > 0) deferring++;
   });
   sp->EnableProcessing();
   const std::vector<absl::StatusOr<std::string>> by_rpc = rpcs.MultiGet(keys);
@@ -272,11 +272,12 @@ TEST_CASE("MultiGet by batched RPCs answers what MultiGet by READs does", "[kv]"
     }
   }
   // The batches went out: more requests than the two other nodes (split requests, deferred
-  // keys), some answers nearly full, and the other nodes' keys (about two thirds) looked up there.
+  // keys), some answers full (keys deferred), and the other nodes' keys (about two thirds of
+  // them) looked up there.
   CHECK(requests.load() > 2);
-  CHECK(full.load() > 0);
+  CHECK(deferring.load() > 0);
   const int valid = static_cast<int>(keys.size()) - 2;
-  CHECK(carried.load() >= valid / 2);  // about two thirds of the keys are not node 0's
+  CHECK(looked_at.load() >= valid / 2);
   // Single keys and an empty list.
   CHECK(rpcs.MultiGet({}).empty());
   const std::vector<absl::StatusOr<std::string>> one = rpcs.MultiGet({Key(3)});
