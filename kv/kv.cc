@@ -1053,12 +1053,14 @@ absl::Status GetIn(TableTxn& table, bool* found, std::string* value) {
 
 }  // namespace
 
-// Batches by RPC where the target's CPU serves a one-sided READ anyway (ofi_rxm's emulation over
-// TCP, libfabric's tcp provider); see MultiGetPath::kAuto.
+// Batches by RPC where a one-sided READ is a system call or the target's work (ofi_rxm's
+// emulation over TCP, libfabric's tcp provider, shm's cross-memory attach); see
+// MultiGetPath::kAuto.
 MultiGetPath ResolveMultiGet(MultiGetPath path, absl::string_view provider) {
   if (path != MultiGetPath::kAuto) return path;
-  return provider == "tcp;ofi_rxm" || provider == "tcp" ? MultiGetPath::kRpc
-                                                        : MultiGetPath::kOneSided;
+  return provider == "tcp;ofi_rxm" || provider == "tcp" || provider == "shm"
+             ? MultiGetPath::kRpc
+             : MultiGetPath::kOneSided;
 }
 
 struct Store::Impl {
@@ -1673,6 +1675,9 @@ struct Client::Impl {
   uint64_t shards_epoch = 0;
   std::vector<std::string> scratch;  // GET's copies (their memory is reused)
   MultiGetPath multi_get = MultiGetPath::kOneSided;  // resolved: never kAuto
+  // Of a MultiGet by RPC, a node's keys travel in one request only when it serves at least this
+  // many of them (kAutoMinBatch when kAuto chose kRpc, else 1); the others are read one-sided.
+  size_t min_batch = 1;
 
   absl::Status CheckKey(absl::string_view key) const {
     if (key.empty()) return absl::InvalidArgumentError("kv: a key has at least 1 byte");
@@ -1839,7 +1844,7 @@ struct Client::Impl {
     }
     const absl::Time deadline = absl::Now() + ctx->timeout;
     for (int round = 0; !m.todo.empty(); ++round) {
-      std::vector<NodeBatch> batches = Batches(m);
+      std::vector<NodeBatch> batches = Batches(m, round == 0);
       std::vector<std::string> requests;
       std::vector<CallRequest> calls;
       for (const NodeBatch& b : batches) requests.push_back(b.request.Encode());
@@ -1867,16 +1872,30 @@ struct Client::Impl {
 
   // The keys of m.todo in requests to the nodes that serve their shards now; the keys of shards
   // this node serves (or whose serving node it cannot tell) go to m.one_sided.
-  std::vector<NodeBatch> Batches(RpcMultiGet& m) {
+  std::vector<NodeBatch> Batches(RpcMultiGet& m, bool first_round) {
     std::vector<NodeBatch> batches;
     absl::flat_hash_map<uint32_t, size_t> filling;                       // node -> its last batch
     std::vector<std::pair<GlobalAddress, absl::StatusOr<uint32_t>>> at;  // shard -> node
-    for (size_t i : m.todo) {
+    auto node_of = [&](size_t i) {
       const GlobalAddress first = m.shard[i]->first;
       auto node =
           std::find_if(at.begin(), at.end(), [&](const auto& a) { return a.first == first; });
       if (node == at.end()) node = at.emplace(at.end(), first, store->ServingNode(first));
-      if (!node->second.ok() || *node->second == worker->node_id()) {
+      return node;
+    };
+    // In the first round, nodes with fewer than min_batch of the keys are read one-sided.
+    absl::flat_hash_map<uint32_t, size_t> per_node;
+    if (first_round && min_batch > 1) {
+      for (size_t i : m.todo) {
+        auto node = node_of(i);
+        if (node->second.ok()) ++per_node[*node->second];
+      }
+    }
+    for (size_t i : m.todo) {
+      const GlobalAddress first = m.shard[i]->first;
+      auto node = node_of(i);
+      if (!node->second.ok() || *node->second == worker->node_id() ||
+          (!per_node.empty() && per_node[*node->second] < min_batch)) {
         m.one_sided.push_back(i);
         continue;
       }
@@ -2047,6 +2066,8 @@ MultiGetPath Client::multi_get() const { return impl_->multi_get; }
 
 void Client::set_multi_get(MultiGetPath path) {
   impl_->multi_get = ResolveMultiGet(path, impl_->store->rt->provider());
+  impl_->min_batch =
+      path == MultiGetPath::kAuto && impl_->multi_get == MultiGetPath::kRpc ? kAutoMinBatch : 1;
 }
 
 absl::Status Client::Put(absl::string_view key, absl::string_view value) {

@@ -206,13 +206,52 @@ TEST_CASE("kAuto picks batched GETs by RPC on the providers whose READs cost the
           "[kv]") {
   CHECK(ResolveMultiGet(MultiGetPath::kAuto, "tcp;ofi_rxm") == MultiGetPath::kRpc);
   CHECK(ResolveMultiGet(MultiGetPath::kAuto, "tcp") == MultiGetPath::kRpc);
-  CHECK(ResolveMultiGet(MultiGetPath::kAuto, "shm") == MultiGetPath::kOneSided);
+  CHECK(ResolveMultiGet(MultiGetPath::kAuto, "shm") == MultiGetPath::kRpc);
   CHECK(ResolveMultiGet(MultiGetPath::kAuto, "verbs") == MultiGetPath::kOneSided);
   CHECK(ResolveMultiGet(MultiGetPath::kAuto, "verbs;ofi_rxm") == MultiGetPath::kOneSided);
   for (MultiGetPath p : {MultiGetPath::kOneSided, MultiGetPath::kRpc}) {
     CHECK(ResolveMultiGet(p, "tcp;ofi_rxm") == p);
     CHECK(ResolveMultiGet(p, "shm") == p);
   }
+}
+
+TEST_CASE("kAuto batches only the keys of nodes that serve kAutoMinBatch of them", "[kv]") {
+  Cluster c = Start(3, Options{}, 8 << 20);
+  std::unique_ptr<Worker> w0 = NewWorker(*c.rts[0]);
+  Client kv(*c.stores[0], *w0);
+  kv.set_multi_get(MultiGetPath::kAuto);
+  REQUIRE(kv.multi_get() == ResolveMultiGet(MultiGetPath::kAuto, c.rts[0]->provider()));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 120; ++i) {
+    keys.push_back(Key(i));
+    REQUIRE(kv.Put(keys.back(), absl::StrCat("v", i)).ok());
+  }
+  SyncPoint* sp = SyncPoint::GetInstance();
+  std::atomic<int> requests{0}, small{0};
+  sp->SetCallBack("kv::Store::ServeMultiGet:Answer", [&](void* arg) {
+    requests++;
+    if (static_cast<const size_t*>(arg)[0] < kAutoMinBatch) small++;
+  });
+  sp->EnableProcessing();
+  auto check = [&](absl::Span<const std::string> some) {
+    const std::vector<absl::StatusOr<std::string>> got = kv.MultiGet(some);
+    REQUIRE(got.size() == some.size());
+    for (size_t i = 0; i < some.size(); ++i) {
+      REQUIRE(got[i].ok());
+      CHECK(*got[i] ==
+            absl::StrCat("v", std::stoi(some[i].substr(some[i].find_first_of("0123456789")))));
+    }
+  };
+  // Fewer keys than kAutoMinBatch: no node serves enough of them, all are read one-sided.
+  check(absl::MakeConstSpan(keys).subspan(0, kAutoMinBatch - 1));
+  CHECK(requests.load() == 0);
+  // 120 keys on 3 shard nodes: the two other nodes' keys in batches, none smaller than the
+  // threshold (or no batches at all where kAuto means READs).
+  check(keys);
+  sp->Reset();
+  if (kv.multi_get() == MultiGetPath::kRpc) CHECK(requests.load() >= 2);
+  if (kv.multi_get() == MultiGetPath::kOneSided) CHECK(requests.load() == 0);
+  CHECK(small.load() == 0);
 }
 
 TEST_CASE("MultiGet by batched RPCs answers what MultiGet by READs does", "[kv]") {

@@ -84,8 +84,9 @@ check_json "$out" $((16 * ${#want_targets[@]})) "${want_targets[@]}"
 grep -q '"resident_per_item":0\.0,' <<<"$out" && fail "a target reports no resident memory:"$'\n'"$out"
 grep -q '"target":"farm","provider":"shm","transport":"shm","workload":"ycsb-b"' <<<"$out" ||
   fail "no farm/shm ycsb-b line"
-# farm's lines say how its MultiGet read (kAuto on shm: one-sided READs); no other target's do.
-n=$(grep -c '"target":"farm",.*"multi_get":"read","multi_get_asked":"auto"' <<<"$out")
+# farm's lines say how its MultiGet read (kAuto on shm: batches by RPC to the nodes with
+# kv::kAutoMinBatch keys or more); no other target's do.
+n=$(grep -c '"target":"farm",.*"multi_get":"rpc","multi_get_asked":"auto"' <<<"$out")
 [ "$n" = 16 ] || fail "$n farm lines with MultiGet's path:"$'\n'"$out"
 grep -q '"target":"farm-rpc",.*"multi_get"' <<<"$out" && fail "farm-rpc lines name a MultiGet path"
 # Every target's reads were judged for read-your-writes (ycsb-b and w update, so some reads follow
