@@ -173,6 +173,13 @@ struct Request {
   absl::string_view payload;  // valid during the handler only
 };
 using Handler = std::function<absl::StatusOr<std::string>(const Request& request)>;
+// One call of Worker::CallAll: `method` on `node` with `request` (which must stay valid until
+// CallAll returns).
+struct CallRequest {
+  uint32_t node = 0;
+  uint16_t method = 0;
+  absl::string_view request;
+};
 // A shipped function (Worker::Ship): runs on the node that owns `addr`, with the bytes from
 // `addr` to the end of its region in this node's memory.
 using ShippedHandler = std::function<absl::StatusOr<std::string>(
@@ -302,6 +309,14 @@ class Worker {
   // Calls `method` on `node` (this node included) and waits for the response.
   absl::StatusOr<std::string> Call(uint32_t node, uint16_t method, absl::string_view request,
                                    absl::Duration timeout = absl::Seconds(10));
+  // Several calls in flight together: every request is sent (those to one node in one WRITE)
+  // before any response is awaited, so calls to k nodes take about one round trip, not k. One
+  // result per call, in order: its response, or its own error, as Call would give it; a call
+  // that cannot be sent (a node that is not a member or not configured, a WRITE to it that
+  // failed) fails alone, and the others go out and are answered. Each call's deadline is
+  // `timeout` from the start of CallAll. Requests to one node are served in order.
+  std::vector<absl::StatusOr<std::string>> CallAll(absl::Span<const CallRequest> calls,
+                                                   absl::Duration timeout = absl::Seconds(10));
   // Runs the ShippedHandler of `method` on the node that owns `addr`.
   absl::StatusOr<std::string> Ship(GlobalAddress addr, uint16_t method, absl::string_view request,
                                    absl::Duration timeout = absl::Seconds(10));

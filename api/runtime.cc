@@ -303,6 +303,44 @@ absl::StatusOr<std::string> Worker::Call(uint32_t node, uint16_t method, absl::s
   return impl_->rt->rpc->Call(*impl_->lane, node, method, request, timeout);
 }
 
+std::vector<absl::StatusOr<std::string>> Worker::CallAll(absl::Span<const CallRequest> calls,
+                                                         absl::Duration timeout) {
+  Rpc& rpc = *impl_->rt->rpc;
+  Messenger::Lane& lane = *impl_->lane;
+  std::vector<absl::StatusOr<std::string>> out(calls.size(), absl::UnknownError("not called"));
+  std::vector<std::shared_ptr<Rpc::Pending>> started(calls.size());
+  bool failed = false;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
+        rpc.Start(lane, calls[i].node, calls[i].method, calls[i].request, timeout);
+    if (p.ok()) {
+      started[i] = std::move(*p);
+    } else {
+      out[i] = p.status();
+      failed = true;  // perhaps a flush for ring space that failed another node's requests
+    }
+  }
+  // One flush for every destination here rather than in the first Await, which would hand a
+  // failed WRITE's error to whichever call it awaits, of any node: a destination whose WRITE
+  // failed fails its own calls only (their requests were lost; the table's sweep drops them
+  // after their deadline, rpc.h). A stalled one (DeadlineExceeded) may still deliver them.
+  if (!lane.Flush().ok() || failed) {
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (started[i] == nullptr) continue;
+      if (absl::Status s = lane.SendStatus(calls[i].node); !s.ok()) {
+        out[i] =
+            absl::Status(s.code(), absl::StrCat("request for method ", calls[i].method, " to node ",
+                                                calls[i].node, ": ", s.message()));
+        started[i].reset();
+      }
+    }
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (started[i] != nullptr) out[i] = rpc.Await(lane, *started[i]);
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> Worker::Ship(GlobalAddress addr, uint16_t method,
                                          absl::string_view request, absl::Duration timeout) {
   return impl_->rt->rpc->Ship(*impl_->lane, addr, method, request, timeout);

@@ -155,8 +155,138 @@ struct StatsReply {
            out_of_line_bytes = 0, memory_bytes = 0;
 };
 
-// GetRpc's answer: a status byte, then the value.
-enum RpcGetOutcome : char { kRpcFound = 'F', kRpcMissing = 'M', kRpcRetry = 'R' };
+// GetRpc's answer: a status byte, then the value. A batched GET's answer (MultiGetAnswer) uses
+// the others too.
+enum RpcGetOutcome : char {
+  kRpcFound = 'F',
+  kRpcMissing = 'M',
+  kRpcRetry = 'R',     // locked or torn: the handler must not wait for a commit; ask again
+  kRpcDeferred = 'D',  // no room left in this answer: ask again
+  kRpcTooLarge = 'L',  // the value does not fit any answer: read it one-sided
+  kRpcError = 'E',     // the lookup failed (the status follows)
+};
+
+// The batched GET (Client::MultiGet by RPC, Store::Impl::ServeMultiGet). A request: the number
+// of shards it names (32 bits), their bucket arrays' packed addresses (64 bits each), then per
+// key the index of its shard in that list and its length (16 bits each) and its bytes. Built
+// up to `limit` bytes (a message's) and kMaxKeys keys: the handler holds up the node's other
+// requests (and the commits it applies) while it runs, so it looks up a bounded number of keys
+// at a time; a MultiGet of more keys sends more requests, in flight together.
+class MultiGetRequest {
+ public:
+  static constexpr size_t kMaxKeys = 64;
+
+  explicit MultiGetRequest(uint64_t limit) : limit_(limit) {}
+
+  // Adds `key` of the shard whose bucket array starts at `first`; false, adding nothing, when
+  // the request would exceed its limits.
+  bool Add(GlobalAddress first, absl::string_view key) {
+    const uint64_t packed = first.Pack();
+    const size_t index = std::find(shards_.begin(), shards_.end(), packed) - shards_.begin();
+    const uint64_t grows = (index == shards_.size() ? 8 : 0) + 4 + key.size();
+    if (size() + grows > limit_ || keys_ == kMaxKeys || key.size() > UINT16_MAX) return false;
+    ++keys_;
+    if (index == shards_.size()) shards_.push_back(packed);
+    const uint16_t head[2] = {static_cast<uint16_t>(index), static_cast<uint16_t>(key.size())};
+    entries_.append(reinterpret_cast<const char*>(head), sizeof(head));
+    entries_.append(key.data(), key.size());
+    return true;
+  }
+  std::string Encode() const {
+    const uint32_t n = static_cast<uint32_t>(shards_.size());
+    std::string out(reinterpret_cast<const char*>(&n), 4);
+    out.append(reinterpret_cast<const char*>(shards_.data()), 8 * shards_.size());
+    return out + entries_;
+  }
+
+ private:
+  uint64_t size() const { return 4 + 8 * shards_.size() + entries_.size(); }
+  const uint64_t limit_;
+  size_t keys_ = 0;
+  std::vector<uint64_t> shards_;  // packed
+  std::string entries_;
+};
+
+// A batched GET's answer: per key, in order, one RpcGetOutcome byte; kRpcFound is followed by
+// the value's length (32 bits) and the value, kRpcError by the status code and the message's
+// length (32 bits each) and the message. At most `limit` bytes (a message's): a value that does
+// not fit what is left is kRpcDeferred, and a full answer ends before the last key (the keys
+// after its end are deferred too). The first key's value always fits unless it is kRpcTooLarge,
+// so every answer settles at least one key.
+class MultiGetAnswer {
+ public:
+  explicit MultiGetAnswer(uint64_t limit) : limit_(limit) {}
+  bool full() const { return out_.size() >= limit_; }
+  size_t deferred() const { return deferred_; }  // kRpcDeferred outcomes
+  // Each adds the next key's outcome; not when full().
+  void Outcome(RpcGetOutcome o) {
+    if (o == kRpcDeferred) ++deferred_;
+    out_.push_back(o);
+  }
+  void Found(absl::string_view value) {
+    if (5 + value.size() > limit_) return Outcome(kRpcTooLarge);
+    if (out_.size() + 5 + value.size() > limit_) return Outcome(kRpcDeferred);
+    Outcome(kRpcFound);
+    AppendWord(static_cast<uint32_t>(value.size()));
+    out_.append(value.data(), value.size());
+  }
+  void Error(const absl::Status& st) {
+    if (out_.size() + 9 > limit_) return Outcome(kRpcDeferred);
+    const absl::string_view m = st.message().substr(0, limit_ - out_.size() - 9);
+    Outcome(kRpcError);
+    AppendWord(static_cast<uint32_t>(st.code()));
+    AppendWord(static_cast<uint32_t>(m.size()));
+    out_.append(m.data(), m.size());
+  }
+  std::string Take() { return std::move(out_); }
+
+  // Reads the next key's outcome of `answer` (consumed from its front) into `outcome` and, for
+  // kRpcFound, `value`, or, for kRpcError, `error`. False at its end (the remaining keys are
+  // deferred); DataLoss for an answer that is not one.
+  static absl::StatusOr<bool> Next(absl::string_view* answer, RpcGetOutcome* outcome,
+                                   absl::string_view* value, absl::Status* error) {
+    if (answer->empty()) return false;
+    *outcome = static_cast<RpcGetOutcome>(answer->front());
+    answer->remove_prefix(1);
+    uint32_t code = 0;
+    switch (*outcome) {
+      case kRpcMissing:
+      case kRpcRetry:
+      case kRpcDeferred:
+      case kRpcTooLarge:
+        return true;
+      case kRpcFound:
+        if (!Counted(answer, value)) break;
+        return true;
+      case kRpcError:
+        if (!Word(answer, &code) || !Counted(answer, value)) break;
+        if (code == 0 || code > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)) break;
+        *error = absl::Status(static_cast<absl::StatusCode>(code), *value);
+        return true;
+    }
+    return absl::DataLossError("kv: a batched GET answer that is not one (truncated or unknown)");
+  }
+
+ private:
+  static bool Word(absl::string_view* a, uint32_t* w) {
+    if (a->size() < 4) return false;
+    std::memcpy(w, a->data(), 4);
+    a->remove_prefix(4);
+    return true;
+  }
+  // A length (32 bits), then that many bytes.
+  static bool Counted(absl::string_view* a, absl::string_view* bytes) {
+    uint32_t len = 0;
+    if (!Word(a, &len) || a->size() < len) return false;
+    *bytes = a->substr(0, len);
+    a->remove_prefix(len);
+    return true;
+  }
+  void AppendWord(uint32_t w) { out_.append(reinterpret_cast<const char*>(&w), 4); }
+  const uint64_t limit_;
+  std::string out_;
+  size_t deferred_ = 0;
+};
 
 // The shard node of a key: rendezvous hashing over the shard nodes (the configuration's nodes
 // that form the cluster, the same list on every node).
@@ -923,6 +1053,16 @@ absl::Status GetIn(TableTxn& table, bool* found, std::string* value) {
 
 }  // namespace
 
+// Batches by RPC where a one-sided READ is a system call or the target's work (ofi_rxm's
+// emulation over TCP, libfabric's tcp provider, shm's cross-memory attach); see
+// MultiGetPath::kAuto.
+MultiGetPath ResolveMultiGet(MultiGetPath path, absl::string_view provider) {
+  if (path != MultiGetPath::kAuto) return path;
+  return provider == "tcp;ofi_rxm" || provider == "tcp" || provider == "shm"
+             ? MultiGetPath::kRpc
+             : MultiGetPath::kOneSided;
+}
+
 struct Store::Impl {
   Runtime* rt = nullptr;
   Options options;
@@ -931,7 +1071,7 @@ struct Store::Impl {
   uint64_t inline_max = 0;
   uint64_t max_object = 0;      // every node's (the rings are the same everywhere)
   uint64_t chunk_bytes = 0;     // of a chunked value
-  uint64_t max_rpc_answer = 0;  // GetRpc's answer
+  uint64_t max_rpc_answer = 0;  // GetRpc's answer; a batched GET's request and answer
 
   // The shard nodes: the configuration's nodes that form the cluster (not `late`), the same
   // list on every node, whoever is a member now.
@@ -975,6 +1115,7 @@ struct Store::Impl {
   uint16_t describe_method() const { return options.first_method; }
   uint16_t get_method() const { return static_cast<uint16_t>(options.first_method + 1); }
   uint16_t stats_method() const { return static_cast<uint16_t>(options.first_method + 2); }
+  uint16_t multi_get_method() const { return static_cast<uint16_t>(options.first_method + 3); }
 
   // Copies of this node's own memory (what the RPC handlers read).
   absl::Status LocalCopy(absl::Span<const txn::Range> ranges, std::vector<std::string>* out) {
@@ -999,14 +1140,19 @@ struct Store::Impl {
   }
 
   // The shard whose bucket array starts at the packed address at the front of `request` (the
-  // rest is returned in `rest`), if this node serves its region: its own, or one whose region
-  // was promoted here. FailedPrecondition otherwise (the caller resolved the region anew).
+  // rest is returned in `rest`), as ServedShardAt.
   absl::StatusOr<ShardInfo> ServedShard(absl::string_view request, absl::string_view* rest) {
     if (request.size() < 8) return absl::InvalidArgumentError("kv: a request without its shard");
     uint64_t packed = 0;
     std::memcpy(&packed, request.data(), 8);
     *rest = request.substr(8);
-    const GlobalAddress first = GlobalAddress::Unpack(packed);
+    return ServedShardAt(GlobalAddress::Unpack(packed));
+  }
+
+  // The shard whose bucket array starts at `first`, if this node serves its region: its own, or
+  // one whose region was promoted here. FailedPrecondition otherwise (the caller resolves the
+  // region anew).
+  absl::StatusOr<ShardInfo> ServedShardAt(GlobalAddress first) {
     std::optional<ShardInfo> s;
     {
       std::lock_guard<std::mutex> l(mu);
@@ -1026,20 +1172,28 @@ struct Store::Impl {
     return *s;
   }
 
+  // One lookup of `key` in shard `s`, served by this node, in its own memory: the GET RPCs'. A
+  // handler must not wait for a commit (this thread applies it): kRetry goes back to the caller.
+  // Its value was the key's at the moment its bucket (or item) was copied, during the handler,
+  // which runs between the caller's call and its return.
+  absl::StatusOr<Lookup> LookupServed(const ShardInfo& s, absl::string_view key,
+                                      std::vector<std::string>* scratch, std::string* value) {
+    return LookupOnce(
+        s, key, KeyHash(s.seed, key),
+        [this](absl::Span<const txn::Range> r, std::vector<std::string>* o) {
+          return LocalCopy(r, o);
+        },
+        nullptr, scratch, value);
+  }
+
   absl::StatusOr<std::string> ServeGet(absl::string_view request) {
     absl::string_view key;
     absl::StatusOr<ShardInfo> shard = ServedShard(request, &key);
     if (!shard.ok()) return shard.status();
     std::string value;
     std::vector<std::string> scratch;
-    absl::StatusOr<Lookup> l = LookupOnce(
-        *shard, key, KeyHash(shard->seed, key),
-        [this](absl::Span<const txn::Range> r, std::vector<std::string>* o) {
-          return LocalCopy(r, o);
-        },
-        nullptr, &scratch, &value);
+    absl::StatusOr<Lookup> l = LookupServed(*shard, key, &scratch, &value);
     if (!l.ok()) return l.status();
-    // The handler must not wait for a commit (this thread applies it): the caller retries.
     if (*l == Lookup::kRetry) return std::string(1, kRpcRetry);
     if (*l == Lookup::kMissing) return std::string(1, kRpcMissing);
     if (value.size() + 1 > max_rpc_answer) {
@@ -1048,6 +1202,56 @@ struct Store::Impl {
           " bytes); read it with a one-sided GET"));
     }
     return absl::StrCat(std::string(1, kRpcFound), value);
+  }
+
+  // The batched GET (MultiGetRequest, MultiGetAnswer): each key exactly as ServeGet, its
+  // shard's errors (not served here, lost) and its lookup's for that key alone.
+  absl::StatusOr<std::string> ServeMultiGet(absl::string_view request) {
+    uint32_t n = 0;
+    if (request.size() >= 4) std::memcpy(&n, request.data(), 4);
+    if (request.size() < 4 + 8 * uint64_t{n}) {
+      return absl::InvalidArgumentError("kv: a batched GET without its shards");
+    }
+    std::vector<std::optional<absl::StatusOr<ShardInfo>>> shards(n);
+    absl::string_view rest = request.substr(4 + 8 * uint64_t{n});
+    MultiGetAnswer answer(max_rpc_answer);
+    std::string value;
+    std::vector<std::string> scratch;
+    size_t looked_at = 0;
+    for (; !rest.empty() && !answer.full(); ++looked_at) {
+      uint16_t head[2];
+      if (rest.size() < sizeof(head)) return absl::InvalidArgumentError("kv: a truncated batch");
+      std::memcpy(head, rest.data(), sizeof(head));
+      if (head[0] >= n || rest.size() < sizeof(head) + head[1]) {
+        return absl::InvalidArgumentError("kv: a batched GET's key is not one");
+      }
+      const absl::string_view key = rest.substr(sizeof(head), head[1]);
+      rest.remove_prefix(sizeof(head) + head[1]);
+      std::optional<absl::StatusOr<ShardInfo>>& shard = shards[head[0]];
+      if (!shard.has_value()) {
+        uint64_t packed;
+        std::memcpy(&packed, request.data() + 4 + 8 * head[0], 8);
+        shard = ServedShardAt(GlobalAddress::Unpack(packed));
+      }
+      if (!shard->ok()) {
+        answer.Error(shard->status());
+        continue;
+      }
+      absl::StatusOr<Lookup> l = LookupServed(**shard, key, &scratch, &value);
+      if (!l.ok()) {
+        answer.Error(l.status());
+      } else if (*l == Lookup::kFound) {
+        answer.Found(value);
+      } else {
+        answer.Outcome(*l == Lookup::kMissing ? kRpcMissing : kRpcRetry);
+      }
+    }
+    // Tests count the requests, the keys looked at (whose outcome the answer carries), and the
+    // deferrals: values that did not fit, plus one if the answer filled before the last key.
+    size_t carried[2] = {looked_at, answer.deferred() + (rest.empty() ? 0 : 1)};
+    std::string out = answer.Take();
+    FARM_SYNC_POINT_CALLBACK("kv::Store::ServeMultiGet:Answer", carried);
+    return out;
   }
 
   absl::StatusOr<StatsReply> ServeStats(absl::string_view request) {
@@ -1329,9 +1533,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Opt
   if (options.hold_shard && options.buckets == 0) {
     return absl::InvalidArgumentError("kv: a shard needs at least one bucket");
   }
-  if (options.first_method + 2 >= kFirstReservedMethod) {
+  if (options.first_method + 3 >= kFirstReservedMethod) {
     return absl::InvalidArgumentError(absl::StrCat("kv: method ids ", options.first_method,
-                                                   "..+2 reach the platform's own (from ",
+                                                   "..+3 reach the platform's own (from ",
                                                    kFirstReservedMethod, ")"));
   }
   auto impl = std::make_unique<Impl>();
@@ -1430,6 +1634,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Create(Runtime& runtime, const Opt
     });
   }
   if (st.ok()) {
+    st =
+        runtime.Handle(p->multi_get_method(), [p](const Request& r) -> absl::StatusOr<std::string> {
+          return p->ServeMultiGet(r.payload);
+        });
+  }
+  if (st.ok()) {
     st = runtime.Handle(p->stats_method(), [p](const Request& r) -> absl::StatusOr<std::string> {
       absl::StatusOr<StatsReply> s = p->ServeStats(r.payload);
       if (!s.ok()) return s.status();
@@ -1464,6 +1674,10 @@ struct Client::Impl {
   std::vector<std::optional<ShardInfo>> shards;
   uint64_t shards_epoch = 0;
   std::vector<std::string> scratch;  // GET's copies (their memory is reused)
+  MultiGetPath multi_get = MultiGetPath::kOneSided;  // resolved: never kAuto
+  // Of a MultiGet by RPC, a node's keys travel in one request only when it serves at least this
+  // many of them (kAutoMinBatch when kAuto chose kRpc, else 1); the others are read one-sided.
+  size_t min_batch = 1;
 
   absl::Status CheckKey(absl::string_view key) const {
     if (key.empty()) return absl::InvalidArgumentError("kv: a key has at least 1 byte");
@@ -1509,6 +1723,11 @@ struct Client::Impl {
     if (s.ok()) *h = KeyHash((*s)->seed, key);
     return s;
   }
+  // The same for a key that may be malformed (InvalidArgument).
+  absl::StatusOr<const ShardInfo*> CheckedShard(absl::string_view key, uint64_t* h) {
+    if (absl::Status st = CheckKey(key); !st.ok()) return st;
+    return Shard(key, h);
+  }
 
   // An error of an operation on shard `s`, said in the store's terms.
   absl::Status Annotate(const absl::Status& st, const ShardInfo& s) const {
@@ -1553,6 +1772,214 @@ struct Client::Impl {
     }
   }
 
+  // MultiGet by one-sided READs (MultiGetPath::kOneSided) of keys `which` of `keys`: every
+  // neighbourhood's READ posted together, then each key as Get does it, from its copy.
+  void MultiGetOneSided(absl::Span<const std::string> keys, absl::Span<const size_t> which,
+                        std::vector<absl::StatusOr<std::string>>* out) {
+    std::vector<txn::Range> ranges;
+    std::vector<size_t> read;
+    for (size_t i : which) {
+      uint64_t h = 0;
+      absl::StatusOr<const ShardInfo*> s = CheckedShard(keys[i], &h);
+      if (!s.ok()) {
+        (*out)[i] = s.status();
+        continue;
+      }
+      const ShardInfo& shard = **s;
+      ranges.push_back(txn::Range{shard.Bucket(shard.Home(h)),
+                                  uint64_t{shard.neighbourhood} * shard.bucket_bytes});
+      read.push_back(i);
+    }
+    std::vector<std::string> copies;
+    const absl::Status batch = Copy(ranges, &copies);
+    for (size_t k = 0; k < read.size(); ++k) {
+      (*out)[read[k]] = Get(keys[read[k]], batch.ok() ? &copies[k] : nullptr);
+    }
+  }
+
+  // A node's part of one round of a MultiGet by RPC: one request, and the keys it carries
+  // (indices into the MultiGet's keys, in the request's order).
+  struct NodeBatch {
+    uint32_t node = 0;
+    MultiGetRequest request;
+    std::vector<size_t> keys;
+  };
+
+  // One MultiGet by RPC (MultiGetPath::kRpc): the keys that are not settled yet.
+  struct RpcMultiGet {
+    absl::Span<const std::string> keys;
+    std::vector<absl::StatusOr<std::string>>* out;
+    std::vector<std::optional<ShardInfo>> shard;  // by key; a copy: Shard's may be re-described
+    std::vector<size_t> todo;                     // to ask in the next round
+    std::vector<size_t> one_sided;                // to read one-sided at the end
+    // Why a key in `todo` is there, for when the time is up: Aborted (kept changing) or the
+    // refusal; OK for a deferred key (read one-sided then).
+    std::vector<absl::Status> why;
+    bool refused = false;   // in this round: pause before the next
+    bool changing = false;  // a key's buckets were being written: pause after 16 rounds
+  };
+
+  // Rounds of batched GETs (MultiGetRequest), each with one request per node that serves keys'
+  // shards (more when its keys do not fit one request), all in flight together
+  // (Worker::CallAll). A key answered "retry" (its buckets were being written), deferred (no
+  // room left in the answer) or refused (sent just before a configuration change, or to a node
+  // that no longer serves its shard) is asked again in the next round, as GetRpc asks again,
+  // until the client's timeout. The one-sided path reads what no answer can carry: the keys of
+  // shards this node serves itself (a copy of its own memory), values larger than a message, and
+  // keys whose lookup or request failed otherwise, which it answers as MultiGet by READs would
+  // (e.g. Unavailable, or the value from a promoted backup).
+  void MultiGetByRpc(absl::Span<const std::string> keys,
+                     std::vector<absl::StatusOr<std::string>>* out) {
+    RpcMultiGet m{keys, out, std::vector<std::optional<ShardInfo>>(keys.size())};
+    m.why.resize(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      uint64_t h = 0;
+      absl::StatusOr<const ShardInfo*> s = CheckedShard(keys[i], &h);
+      if (!s.ok()) {
+        (*out)[i] = s.status();
+        continue;
+      }
+      m.shard[i] = **s;
+      m.todo.push_back(i);
+    }
+    const absl::Time deadline = absl::Now() + ctx->timeout;
+    for (int round = 0; !m.todo.empty(); ++round) {
+      std::vector<NodeBatch> batches = Batches(m, round == 0);
+      std::vector<std::string> requests;
+      std::vector<CallRequest> calls;
+      for (const NodeBatch& b : batches) requests.push_back(b.request.Encode());
+      for (size_t b = 0; b < batches.size(); ++b) {
+        calls.push_back(CallRequest{batches[b].node, store->multi_get_method(), requests[b]});
+      }
+      const std::vector<absl::StatusOr<std::string>> answers = worker->CallAll(calls, ctx->timeout);
+      m.refused = m.changing = false;
+      for (size_t b = 0; b < batches.size(); ++b) TakeAnswer(batches[b], answers[b], &m);
+      if (m.todo.empty()) break;
+      if (absl::Now() > deadline) {
+        for (size_t i : m.todo) {
+          if (m.why[i].ok()) {
+            m.one_sided.push_back(i);
+          } else {
+            (*out)[i] = m.why[i];
+          }
+        }
+        break;
+      }
+      if (m.refused || (m.changing && round >= 16)) absl::SleepFor(absl::Microseconds(20));
+    }
+    MultiGetOneSided(keys, m.one_sided, out);
+  }
+
+  // The keys of m.todo in requests to the nodes that serve their shards now; the keys of shards
+  // this node serves (or whose serving node it cannot tell) go to m.one_sided.
+  std::vector<NodeBatch> Batches(RpcMultiGet& m, bool first_round) {
+    std::vector<NodeBatch> batches;
+    absl::flat_hash_map<uint32_t, size_t> filling;                       // node -> its last batch
+    std::vector<std::pair<GlobalAddress, absl::StatusOr<uint32_t>>> at;  // shard -> node
+    auto node_of = [&](size_t i) {
+      const GlobalAddress first = m.shard[i]->first;
+      auto node =
+          std::find_if(at.begin(), at.end(), [&](const auto& a) { return a.first == first; });
+      if (node == at.end()) node = at.emplace(at.end(), first, store->ServingNode(first));
+      return node;
+    };
+    // In the first round, nodes with fewer than min_batch of the keys are read one-sided.
+    absl::flat_hash_map<uint32_t, size_t> per_node;
+    if (first_round && min_batch > 1) {
+      for (size_t i : m.todo) {
+        auto node = node_of(i);
+        if (node->second.ok()) ++per_node[*node->second];
+      }
+    }
+    for (size_t i : m.todo) {
+      const GlobalAddress first = m.shard[i]->first;
+      auto node = node_of(i);
+      if (!node->second.ok() || *node->second == worker->node_id() ||
+          (!per_node.empty() && per_node[*node->second] < min_batch)) {
+        m.one_sided.push_back(i);
+        continue;
+      }
+      auto b = filling.find(*node->second);
+      if (b == filling.end() || !batches[b->second].request.Add(first, m.keys[i])) {
+        batches.push_back(NodeBatch{*node->second, MultiGetRequest(store->max_rpc_answer), {}});
+        b = filling.insert_or_assign(*node->second, batches.size() - 1).first;
+        if (!batches.back().request.Add(first, m.keys[i])) {  // a key is far below a message
+          m.one_sided.push_back(i);
+          continue;
+        }
+      }
+      batches[b->second].keys.push_back(i);
+    }
+    m.todo.clear();
+    return batches;
+  }
+
+  // Settles the keys of `b` by its answer, or puts them back in m.todo or m.one_sided.
+  void TakeAnswer(const NodeBatch& b, const absl::StatusOr<std::string>& answer, RpcMultiGet* m) {
+    std::vector<absl::StatusOr<std::string>>& out = *m->out;
+    if (!answer.ok()) {
+      const absl::Status& st = answer.status();
+      for (size_t i : b.keys) {
+        if (absl::IsAborted(st) || absl::IsFailedPrecondition(st)) {
+          Refused(i, Annotate(st, *m->shard[i]), m);  // unexecuted: ask again
+        } else if (absl::IsDeadlineExceeded(st)) {
+          out[i] = Annotate(st, *m->shard[i]);  // as GetRpc's; not another timeout one-sided
+        } else {
+          m->one_sided.push_back(i);
+        }
+      }
+      return;
+    }
+    absl::string_view rest = *answer;
+    absl::Status unreadable;  // the answer's, for this key and every key after it
+    for (size_t i : b.keys) {
+      RpcGetOutcome o = kRpcDeferred;
+      absl::string_view value;
+      absl::Status error;
+      if (unreadable.ok()) unreadable = MultiGetAnswer::Next(&rest, &o, &value, &error).status();
+      if (!unreadable.ok()) {
+        out[i] = unreadable;
+        continue;
+      }
+      switch (o) {
+        case kRpcFound:
+          out[i] = std::string(value);
+          break;
+        case kRpcMissing:
+          out[i] = absl::NotFoundError("kv: no such key");
+          break;
+        case kRpcRetry:
+          m->changing = true;
+          Again(i,
+                absl::AbortedError(absl::StrCat("kv: the key's buckets on node ", m->shard[i]->node,
+                                                " kept changing")),
+                m);
+          break;
+        case kRpcDeferred:  // also the keys after the answer's end
+          Again(i, absl::OkStatus(), m);
+          break;
+        case kRpcError:
+          if (absl::IsAborted(error) || absl::IsFailedPrecondition(error)) {
+            Refused(i, Annotate(error, *m->shard[i]), m);  // e.g. the shard moved meanwhile
+            break;
+          }
+          [[fallthrough]];
+        case kRpcTooLarge:
+          m->one_sided.push_back(i);
+          break;
+      }
+    }
+  }
+
+  static void Again(size_t i, absl::Status why, RpcMultiGet* m) {
+    m->why[i] = std::move(why);
+    m->todo.push_back(i);
+  }
+  static void Refused(size_t i, absl::Status why, RpcMultiGet* m) {
+    m->refused = true;
+    Again(i, std::move(why), m);
+  }
+
   // Runs `fn` on the key's part of the table in transaction `t`.
   absl::Status WithTable(txn::Transaction& t, absl::string_view key,
                          const std::function<absl::Status(TableTxn&)>& fn) {
@@ -1580,6 +2007,7 @@ Client::Client(Store& store, Worker& worker) : impl_(std::make_unique<Impl>()) {
   impl_->store = store.impl_.get();
   impl_->worker = &worker;
   impl_->ctx = &RuntimeAccess::Of(worker).txn_context;
+  set_multi_get(store.options().multi_get);
 }
 
 Client::~Client() = default;
@@ -1624,31 +2052,22 @@ absl::StatusOr<std::string> Client::GetRpc(absl::string_view key) {
 
 std::vector<absl::StatusOr<std::string>> Client::MultiGet(absl::Span<const std::string> keys) {
   std::vector<absl::StatusOr<std::string>> out(keys.size(), absl::UnknownError("not read"));
-  std::vector<txn::Range> ranges;
-  std::vector<size_t> which;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (absl::Status st = impl_->CheckKey(keys[i]); !st.ok()) {
-      out[i] = st;
-      continue;
-    }
-    uint64_t h = 0;
-    absl::StatusOr<const ShardInfo*> s = impl_->Shard(keys[i], &h);
-    if (!s.ok()) {
-      out[i] = s.status();
-      continue;
-    }
-    const uint64_t home = (*s)->Home(h);
-    ranges.push_back(txn::Range{(*s)->Bucket(home), uint64_t{(*s)->neighbourhood} * (*s)->bucket_bytes});
-    which.push_back(i);
-  }
-  std::vector<std::string> copies;
-  // All neighbourhoods with READs posted together; then each key as Get does it, from its copy.
-  const absl::Status batch = impl_->Copy(ranges, &copies);
-  for (size_t k = 0; k < which.size(); ++k) {
-    const size_t i = which[k];
-    out[i] = impl_->Get(keys[i], batch.ok() ? &copies[k] : nullptr);
+  if (impl_->multi_get == MultiGetPath::kRpc) {
+    impl_->MultiGetByRpc(keys, &out);
+  } else {
+    std::vector<size_t> all(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) all[i] = i;
+    impl_->MultiGetOneSided(keys, all, &out);
   }
   return out;
+}
+
+MultiGetPath Client::multi_get() const { return impl_->multi_get; }
+
+void Client::set_multi_get(MultiGetPath path) {
+  impl_->multi_get = ResolveMultiGet(path, impl_->store->rt->provider());
+  impl_->min_batch =
+      path == MultiGetPath::kAuto && impl_->multi_get == MultiGetPath::kRpc ? kAutoMinBatch : 1;
 }
 
 absl::Status Client::Put(absl::string_view key, absl::string_view value) {

@@ -45,15 +45,19 @@
 // (hopscotch displacement); when that fails too, the key goes to a chain of overflow objects
 // hanging off its home bucket; each block names its chain (a word derived from the seed and the
 // home bucket), so a reader that followed a link to a block freed and reused meanwhile, e.g. by
-// an item of the same size, notices and starts again rather than reading user bytes as entries. Small items are stored inline in the bucket; a larger one lives in
-// an object of its own (a second READ); a value too large for one object is split into chunk
-// objects behind an index object (their READs posted together). Every change is a transaction (txn/), so it composes with
-// other transactional work (the Txn& overloads).
+// an item of the same size, notices and starts again rather than reading user bytes as entries.
+// Small items are stored inline in the bucket; a larger one lives in an object of its own (a second
+// READ); a value too large for one object is split into chunk objects behind an index object (their
+// READs posted together). Every change is a transaction (txn/), so it composes with other
+// transactional work (the Txn& overloads).
 //
 // Consistency: operations are linearizable. A GET that finds its key in a bucket that is neither
 // locked nor torn returns that bucket's value, which was the key's value when the bucket was
 // read; a GET that does not find it reads the neighbourhood's lock words (and its chain's
 // blocks') again and answers NotFound only if none changed in between (otherwise it retries).
+// A GET by RPC runs the same lookup on the serving node, in its own memory. MultiGet is one
+// such GET per key: each key's result is linearizable on its own, but the set is not a snapshot
+// (see Client::MultiGet).
 // Clients keep the shard descriptions they learnt for as long as each shard's bucket array's
 // region exists (a shard's description never changes while it does).
 //
@@ -86,6 +90,28 @@ inline constexpr uint64_t kMaxKeySize = 1024;
 // Largest value (less with very small messaging rings: Store::max_value_size()).
 inline constexpr uint64_t kMaxValueSize = 1 << 20;
 
+// How Client::MultiGet reads its keys (Options::multi_get, Client::set_multi_get).
+enum class MultiGetPath {
+  // By the provider (Runtime::provider()) and the keys: where a one-sided READ costs a system
+  // call or the target's CPU ("tcp;ofi_rxm", whose ofi_rxm emulates READs over TCP through the
+  // target's progress; "tcp", the same in libfabric's tcp provider; "shm", whose READ is the
+  // reader's process_vm_readv), kRpc for the nodes that serve at least kAutoMinBatch of the keys
+  // and one-sided READs for the others; kOneSided elsewhere ("verbs": the NIC reads). Measured
+  // (kvbench YCSB-C, 8 GETs in flight, 1 client thread): with one shard node (8 keys a node)
+  // batches gave 2.3x the GETs of READs on tcp;ofi_rxm and 3x on shm; with three (2.7 keys a
+  // node) READs gave 1.1-1.4x the batches' on both.
+  kAuto,
+  // One one-sided READ of each key's neighbourhood, all posted together.
+  kOneSided,
+  // One request per node serving the keys' shards (more for over 64 keys, or keys that do not
+  // fit one message), all in flight together, each answered with every key's value (HERD's
+  // design): k GETs to one node cost it one exchange instead of k READs. Keys of shards that
+  // this node serves itself are read from its memory, and those that an answer cannot carry (a
+  // value larger than one message) or that the serving node could not look up are read
+  // one-sided.
+  kRpc,
+};
+
 struct Options {
   // Buckets in this node's shard (the table's capacity grows with the number of nodes). The
   // shard needs buckets * bucket_bytes contiguous bytes in one of the node's regions.
@@ -97,10 +123,21 @@ struct Options {
   uint32_t neighbourhood = 8;
   // False on a node that only uses the store (a late node, e.g. a shell joining a cluster).
   bool hold_shard = true;
-  // Method ids of the store's RPCs (shard descriptions, GET by RPC, statistics): three ids from
-  // this one up. Change them only if the application uses these ids itself.
+  // Method ids of the store's RPCs (shard descriptions, GET by RPC, statistics, batched GET):
+  // four ids from this one up. Change them only if the application uses these ids itself.
   uint16_t first_method = 0xfe00;
+  // How this node's clients' MultiGet reads (MultiGetPath). Only this node's reads depend on it:
+  // nodes may differ.
+  MultiGetPath multi_get = MultiGetPath::kAuto;
 };
+
+// kAuto's batches: a node's keys go in one request when it serves at least this many of them.
+inline constexpr size_t kAutoMinBatch = 4;
+
+// The path kAuto stands for on `provider` (Runtime::provider()): kRpc where it batches (then only
+// to the nodes with kAutoMinBatch keys or more), else kOneSided; other paths are returned as they
+// are.
+MultiGetPath ResolveMultiGet(MultiGetPath path, absl::string_view provider);
 
 // One shard's statistics (Client::Stats).
 struct ShardStats {
@@ -156,8 +193,17 @@ class Client {
   // The same answered by the node that serves the shard (its shard node, or the promoted backup
   // after that failed): one RPC (HERD's single round trip), for comparison.
   absl::StatusOr<std::string> GetRpc(absl::string_view key);
-  // Several keys; their READs are posted together. One result per key, in order.
+  // Several keys, read together by the path of multi_get(): one result per key, in order, each
+  // what Get would answer (an error for one key, e.g. an empty key, leaves the others alone).
+  // Each key's value is linearizable on its own: it was the key's value at some moment between
+  // the call and the return, on either path. The set is NOT a snapshot: two keys may be read at
+  // different moments, so a transaction that changed both between them may show in one and not
+  // the other (use Get(Txn&, ...) in one transaction for a consistent set).
   std::vector<absl::StatusOr<std::string>> MultiGet(absl::Span<const std::string> keys);
+  // The path MultiGet takes (kOneSided or kRpc: kAuto resolved for this node's provider), and a
+  // choice for this client that overrides the store's Options::multi_get (kAuto: by provider).
+  MultiGetPath multi_get() const;
+  void set_multi_get(MultiGetPath path);
   // Sets `key` to `value` (inserts or replaces).
   absl::Status Put(absl::string_view key, absl::string_view value);
   // Removes `key`: true if it was there.

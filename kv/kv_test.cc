@@ -1,14 +1,16 @@
 // The KV store (kv/kv.h) on in-process clusters of Runtimes: operations on every shard, the
 // table's hopscotch displacement and overflow chains, deletes that unlink empty blocks, GETs that
-// never see a torn value or miss a key while other keys are moved around it, a full table, keys
-// in larger transactions, and bad input.
+// never see a torn value or miss a key while other keys are moved around it, MultiGet by batched
+// RPCs against MultiGet by READs (and under concurrent writers), a full table, keys in larger
+// transactions, and bad input.
 #include "kv/kv.h"
 
+#include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <functional>
 #include <future>
-#include <catch2/catch.hpp>
 #include <map>
 #include <random>
 #include <set>
@@ -198,6 +200,150 @@ TEST_CASE("values too large for one object are chunked", "[kv]") {
   CHECK(t.items == 0);
   CHECK(t.memory_bytes == baseline);
   for (const std::string& k : keys) CHECK(absl::IsNotFound(b.Get(k).status()));
+}
+
+TEST_CASE("kAuto picks batched GETs by RPC on the providers whose READs cost the target's CPU",
+          "[kv]") {
+  CHECK(ResolveMultiGet(MultiGetPath::kAuto, "tcp;ofi_rxm") == MultiGetPath::kRpc);
+  CHECK(ResolveMultiGet(MultiGetPath::kAuto, "tcp") == MultiGetPath::kRpc);
+  CHECK(ResolveMultiGet(MultiGetPath::kAuto, "shm") == MultiGetPath::kRpc);
+  CHECK(ResolveMultiGet(MultiGetPath::kAuto, "verbs") == MultiGetPath::kOneSided);
+  CHECK(ResolveMultiGet(MultiGetPath::kAuto, "verbs;ofi_rxm") == MultiGetPath::kOneSided);
+  for (MultiGetPath p : {MultiGetPath::kOneSided, MultiGetPath::kRpc}) {
+    CHECK(ResolveMultiGet(p, "tcp;ofi_rxm") == p);
+    CHECK(ResolveMultiGet(p, "shm") == p);
+  }
+}
+
+TEST_CASE("kAuto batches only the keys of nodes that serve kAutoMinBatch of them", "[kv]") {
+  Cluster c = Start(3, Options{}, 8 << 20);
+  std::unique_ptr<Worker> w0 = NewWorker(*c.rts[0]);
+  Client kv(*c.stores[0], *w0);
+  kv.set_multi_get(MultiGetPath::kAuto);
+  REQUIRE(kv.multi_get() == ResolveMultiGet(MultiGetPath::kAuto, c.rts[0]->provider()));
+  std::vector<std::string> keys;
+  for (int i = 0; i < 120; ++i) {
+    keys.push_back(Key(i));
+    REQUIRE(kv.Put(keys.back(), absl::StrCat("v", i)).ok());
+  }
+  SyncPoint* sp = SyncPoint::GetInstance();
+  std::atomic<int> requests{0}, small{0};
+  sp->SetCallBack("kv::Store::ServeMultiGet:Answer", [&](void* arg) {
+    requests++;
+    if (static_cast<const size_t*>(arg)[0] < kAutoMinBatch) small++;
+  });
+  sp->EnableProcessing();
+  auto check = [&](absl::Span<const std::string> some) {
+    const std::vector<absl::StatusOr<std::string>> got = kv.MultiGet(some);
+    REQUIRE(got.size() == some.size());
+    for (size_t i = 0; i < some.size(); ++i) {
+      REQUIRE(got[i].ok());
+      CHECK(*got[i] ==
+            absl::StrCat("v", std::stoi(some[i].substr(some[i].find_first_of("0123456789")))));
+    }
+  };
+  // Fewer keys than kAutoMinBatch: no node serves enough of them, all are read one-sided.
+  check(absl::MakeConstSpan(keys).subspan(0, kAutoMinBatch - 1));
+  CHECK(requests.load() == 0);
+  // 120 keys on 3 shard nodes: the two other nodes' keys in batches, none smaller than the
+  // threshold (or no batches at all where kAuto means READs).
+  check(keys);
+  sp->Reset();
+  if (kv.multi_get() == MultiGetPath::kRpc) CHECK(requests.load() >= 2);
+  if (kv.multi_get() == MultiGetPath::kOneSided) CHECK(requests.load() == 0);
+  CHECK(small.load() == 0);
+}
+
+TEST_CASE("MultiGet by batched RPCs answers what MultiGet by READs does", "[kv]") {
+  Cluster c = Start(3, Options{}, 8 << 20);
+  std::unique_ptr<Worker> w0 = NewWorker(*c.rts[0]);
+  Client reads(*c.stores[0], *w0);
+  Client rpcs(*c.stores[0], *w0);
+  reads.set_multi_get(MultiGetPath::kOneSided);
+  rpcs.set_multi_get(MultiGetPath::kRpc);
+  CHECK(reads.multi_get() == MultiGetPath::kOneSided);
+  CHECK(rpcs.multi_get() == MultiGetPath::kRpc);
+  // Keys on all three shards (node 0's own read from its memory, the others' by RPC): inline
+  // values; 900-byte keys, so that one node's keys need several requests; 3000-byte values (out
+  // of line), so that one node's answers need several rounds; chunked values, larger than any
+  // answer (read one-sided); missing keys; and malformed keys, refused per entry.
+  std::vector<std::string> keys;
+  std::map<std::string, std::string> want;
+  auto put = [&](const std::string& k, const std::string& v) {
+    REQUIRE(reads.Put(k, v).ok());
+    want[k] = v;
+    keys.push_back(k);
+  };
+  for (int i = 0; i < 150; ++i) put(Key(i), absl::StrCat("value-", i));
+  for (int i = 0; i < 60; ++i) put(absl::StrCat(std::string(900, 'k'), i), absl::StrCat("l", i));
+  for (int i = 0; i < 30; ++i) put(absl::StrCat("out-", i), std::string(3000, 'a' + i % 26));
+  for (int i = 0; i < 4; ++i) put(absl::StrCat("chunked-", i), std::string(20000, 'A' + i));
+  for (int i = 0; i < 20; ++i) keys.push_back(absl::StrCat("missing-", i));
+  keys.insert(keys.begin() + 7, "");
+  keys.push_back(std::string(kMaxKeySize + 1, 'x'));
+  std::shuffle(keys.begin() + 8, keys.end() - 1, std::mt19937(1));
+
+  SyncPoint* sp = SyncPoint::GetInstance();
+  std::atomic<int> requests{0}, looked_at{0}, deferring{0};
+  sp->SetCallBack("kv::Store::ServeMultiGet:Answer", [&](void* arg) {
+    const size_t* n = static_cast<const size_t*>(arg);
+    requests++;
+    looked_at += static_cast<int>(n[0]);
+    if (n[1] > 0) deferring++;
+  });
+  sp->EnableProcessing();
+  const std::vector<absl::StatusOr<std::string>> by_rpc = rpcs.MultiGet(keys);
+  sp->Reset();
+  const std::vector<absl::StatusOr<std::string>> by_reads = reads.MultiGet(keys);
+  REQUIRE(by_rpc.size() == keys.size());
+  REQUIRE(by_reads.size() == keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    INFO("key " << i << " of " << keys[i].size() << " bytes: " << by_rpc[i].status().ToString());
+    CHECK(by_rpc[i].status().code() == by_reads[i].status().code());
+    if (keys[i].empty() || keys[i].size() > kMaxKeySize) {
+      CHECK(absl::IsInvalidArgument(by_rpc[i].status()));
+    } else if (want.count(keys[i]) == 0) {
+      CHECK(absl::IsNotFound(by_rpc[i].status()));
+    } else {
+      REQUIRE(by_rpc[i].ok());
+      CHECK(*by_rpc[i] == want[keys[i]]);
+      CHECK(*by_reads[i] == want[keys[i]]);
+    }
+  }
+  // The batches went out: more requests than the two other nodes (split requests, deferred
+  // keys), some answers full (keys deferred), and the other nodes' keys (about two thirds of
+  // them) looked up there.
+  CHECK(requests.load() > 2);
+  CHECK(deferring.load() > 0);
+  const int valid = static_cast<int>(keys.size()) - 2;
+  CHECK(looked_at.load() >= valid / 2);
+  // Single keys and an empty list.
+  CHECK(rpcs.MultiGet({}).empty());
+  const std::vector<absl::StatusOr<std::string>> one = rpcs.MultiGet({Key(3)});
+  REQUIRE(one.size() == 1);
+  CHECK(*one[0] == "value-3");
+
+  // A shard node gone (f = 0: its keys with it): its keys fail alike on both paths, the
+  // others are read.
+  c.rts[2].reset();
+  for (int spin = 0; spin < 500 && c.rts[0]->members().size() != 2; ++spin) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  REQUIRE(c.rts[0]->members().size() == 2);
+  const std::vector<absl::StatusOr<std::string>> rpc_after = rpcs.MultiGet(keys);
+  const std::vector<absl::StatusOr<std::string>> reads_after = reads.MultiGet(keys);
+  int unavailable = 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    INFO("key " << i << ": " << rpc_after[i].status().ToString());
+    CHECK(rpc_after[i].status().code() == reads_after[i].status().code());
+    if (absl::IsUnavailable(rpc_after[i].status())) {
+      unavailable++;
+    } else if (rpc_after[i].ok()) {
+      CHECK(*rpc_after[i] == want[keys[i]]);
+    }
+  }
+  CHECK(unavailable > 0);
+  CHECK(unavailable < static_cast<int>(keys.size()) / 2);
 }
 
 TEST_CASE("a small table displaces entries and chains overflow blocks", "[kv]") {
@@ -457,25 +603,40 @@ TEST_CASE("each cluster hashes keys with a seed of its own", "[kv]") {
   CHECK(shapes.size() > 1);
 }
 
-TEST_CASE("concurrent GETs never see a torn value nor miss a key that moves", "[kv]") {
-  // Two nodes, a small table: writers on both nodes keep rewriting a set of stable keys (inline
-  // and out-of-line values made of one repeated byte) and insert and delete other keys, which
-  // moves entries between buckets and blocks. Readers on both nodes must always find every
-  // stable key with a whole value.
+namespace {
+
+// Two nodes, a small table: writers on both nodes keep rewriting kStable keys (inline, out-of-line
+// and chunked values of one repeated byte, each key's length fixed: StableValue) and insert and
+// delete other keys, which moves entries between buckets and blocks; for 3 seconds, readers on
+// both nodes call `read` (with their own Client and generator), which returns what was wrong,
+// or an empty string. Every reader and writer error fails the test.
+constexpr int kStable = 24;
+
+std::string StableValue(int i, char fill) {
+  // inline / out of line / chunked (3 chunks)
+  return std::string(i % 3 == 0 ? 40 : i % 3 == 1 ? 300 : 20000, fill);
+}
+
+// Empty if `v` is a whole value of stable key i, else what is wrong with it.
+std::string NotWhole(int i, const absl::StatusOr<std::string>& v) {
+  if (!v.ok()) return absl::StrCat(Key(i), ": ", v.status().ToString());
+  if (v->size() != StableValue(i, 'a').size() ||
+      v->find_first_not_of((*v)[0]) != std::string::npos) {
+    return absl::StrCat(Key(i), ": torn value of ", v->size(), " bytes");
+  }
+  return "";
+}
+
+void ReadUnderChurn(const std::function<std::string(Client&, std::mt19937&)>& read) {
   Options o;
   o.buckets = 8;
   o.bucket_bytes = 256;
   o.neighbourhood = 4;
   Cluster c = Start(2, o);
-  constexpr int kStable = 24;
-  auto stable_value = [](int i, char fill) {
-    // inline / out of line / chunked (3 chunks)
-    return std::string(i % 3 == 0 ? 40 : i % 3 == 1 ? 300 : 20000, fill);
-  };
   {
     std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
     Client kv(*c.stores[0], *w);
-    for (int i = 0; i < kStable; ++i) REQUIRE(kv.Put(Key(i), stable_value(i, 'a')).ok());
+    for (int i = 0; i < kStable; ++i) REQUIRE(kv.Put(Key(i), StableValue(i, 'a')).ok());
   }
   std::vector<std::unique_ptr<Worker>> workers;
   for (int i = 0; i < 4; ++i) workers.push_back(NewWorker(*c.rts[i % 2]));
@@ -491,7 +652,7 @@ TEST_CASE("concurrent GETs never see a torn value nor miss a key that moves", "[
       while (!stop.load()) {
         const int i = rng() % kStable;
         const char fill = static_cast<char>('a' + rng() % 26);
-        absl::Status s = kv.Put(Key(i), stable_value(i, fill));
+        absl::Status s = kv.Put(Key(i), StableValue(i, fill));
         // Churn: other keys come and go next to the stable ones.
         const std::string other = absl::StrCat("churn-", t, "-", rng() % 40);
         if (s.ok()) s = rng() % 2 ? kv.Put(other, std::string(rng() % 60, 'z')) : kv.Delete(other).status();
@@ -509,19 +670,8 @@ TEST_CASE("concurrent GETs never see a torn value nor miss a key that moves", "[
       Client kv(*c.stores[t % 2], *workers[t]);
       std::mt19937 rng(t);
       while (!stop.load()) {
-        const int i = rng() % kStable;
-        // (GET by RPC answers values that fit one message: not the chunked ones.)
-        absl::StatusOr<std::string> v =
-            (rng() % 4 == 0 && i % 3 != 2) ? kv.GetRpc(Key(i)) : kv.Get(Key(i));
-        std::string why;
-        if (!v.ok()) {
-          why = v.status().ToString();
-        } else if (v->size() != stable_value(i, 'a').size() ||
-                   v->find_first_not_of((*v)[0]) != std::string::npos) {
-          why = absl::StrCat("torn value of ", v->size(), " bytes");
-        }
-        if (!why.empty()) {
-          errors[t] = absl::StrCat(Key(i), ": ", why);
+        errors[t] = read(kv, rng);
+        if (!errors[t].empty()) {
           bad++;
           return;
         }
@@ -541,6 +691,37 @@ TEST_CASE("concurrent GETs never see a torn value nor miss a key that moves", "[
   CHECK(reads.load() > 0);
   CHECK(writes.load() > 0);
   workers.clear();
+}
+
+}  // namespace
+
+TEST_CASE("concurrent GETs never see a torn value nor miss a key that moves", "[kv]") {
+  ReadUnderChurn([](Client& kv, std::mt19937& rng) {
+    const int i = rng() % kStable;
+    // (GET by RPC answers values that fit one message: not the chunked ones.)
+    return NotWhole(i, (rng() % 4 == 0 && i % 3 != 2) ? kv.GetRpc(Key(i)) : kv.Get(Key(i)));
+  });
+}
+
+TEST_CASE("MultiGet by RPC under concurrent writers reads only whole values that were written",
+          "[kv]") {
+  // Sets of stable keys read with MultiGet by RPC: the other node's keys in one batch, the
+  // reader's own node's from its memory, the chunked ones one-sided. Every value must be whole
+  // and of its key's length: one that some PUT wrote, never a mix of two.
+  ReadUnderChurn([](Client& kv, std::mt19937& rng) {
+    kv.set_multi_get(MultiGetPath::kRpc);
+    std::vector<int> picked;
+    std::vector<std::string> names;
+    for (int n = 0; n < 8; ++n) {
+      picked.push_back(rng() % kStable);
+      names.push_back(Key(picked.back()));
+    }
+    const std::vector<absl::StatusOr<std::string>> got = kv.MultiGet(names);
+    for (size_t n = 0; n < names.size(); ++n) {
+      if (std::string why = NotWhole(picked[n], got[n]); !why.empty()) return why;
+    }
+    return std::string();
+  });
 }
 
 TEST_CASE("a full node's memory is ResourceExhausted and loses nothing", "[kv]") {

@@ -689,6 +689,8 @@ Messenger::Lane::~Lane() = default;
 
 bool Messenger::Lane::has_unflushed() const { return !unflushed_.empty(); }
 
+absl::Status Messenger::Lane::SendStatus(uint32_t node) { return Destination(node).status(); }
+
 void Messenger::Lane::NoteUnflushed(PeerSend& p) {
   if (p.listed) return;
   p.listed = true;

@@ -348,6 +348,10 @@ class Messenger::Lane {
   // is marked failed (later sends to it fail with Unavailable) and reported to the CM.
   absl::Status Flush();
   bool has_unflushed() const;
+  // OK while messages to `node` can be sent on this lane; otherwise the error Send would give:
+  // after a Flush that failed, tells which destinations failed (their messages were lost) from
+  // those whose messages went out.
+  absl::Status SendStatus(uint32_t node);
 
   // Posts this lane's WRITEs on `channel` (a thread's own endpoint and completion queue, see
   // FabricChannel) instead of the node's shared endpoint, so that the thread that holds the

@@ -7,10 +7,11 @@
 // The workload reaches every path of the table (kv/kv.cc): a tiny table (--buckets home buckets
 // of --bucket_bytes per shard, neighbourhood --neighbourhood) under --keys keys that are put and
 // deleted all the time, so that entries are displaced (hopscotch), overflow chains grow and
-// shrink, and blocks and items are freed and their slots reused; unique values of every size class: inline,
-// out of line (a third of them exactly an overflow block's size, so that a freed block's slot is
-// reused by an item), and chunked (larger than one object); reads by one-sided GET, by GetRpc and
-// by MultiGet (recorded as one get per key over the MultiGet's interval), put, del and cas. With
+// shrink, and blocks and items are freed and their slots reused; unique values of every size class:
+// inline, out of line (a third of them exactly an overflow block's size, so that a freed block's
+// slot is reused by an item), and chunked (larger than one object); reads by one-sided GET, by
+// GetRpc and by MultiGet on either of its paths, one-sided READs or batched GETs by RPC (recorded
+// as one get per key over the MultiGet's interval), put, del and cas. With
 // --delay_block_reads a GET or a write that follows a link to an overflow block, or a GET that
 // follows an entry to its item, sleeps a little first, now and then (sync points
 // kv::*:BeforeBlockRead, kv::LookupOnce:BeforeItemRead), which widens the windows in which the
@@ -190,6 +191,9 @@ class Thread {
       names.push_back(Key(ks[i]));
       hs.push_back(history_.Call(client_ + static_cast<uint32_t>(i), HistoryOp::Get(names[i])));
     }
+    // Both paths on every provider (kAuto would take one: batches on tcp, READs on shm).
+    kv_.set_multi_get(rng_() % 2 ? farm::kv::MultiGetPath::kRpc
+                                 : farm::kv::MultiGetPath::kOneSided);
     std::vector<absl::StatusOr<std::string>> got = kv_.MultiGet(names);
     for (size_t i = 0; i < ks.size(); ++i) {
       (void)history_.ReturnGet(hs[i], got[i]);

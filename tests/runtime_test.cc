@@ -1,7 +1,7 @@
 // The public API (farm.h) on an in-process cluster of three Runtimes: workers reading and writing
 // every node's memory (one thread each, concurrently), bounds, worker limits, RPC through typed
-// methods and function shipping, serving only after setup, and the barrier at an application's
-// end.
+// methods and function shipping, calls in flight together (Worker::CallAll), serving only after
+// setup, and the barrier at an application's end.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -183,6 +183,63 @@ TEST_CASE("RPC through the public API", "[runtime]") {
     REQUIRE(absl::IsInvalidArgument(
         rts[0]->Handle(kFirstReservedMethod, [](const Request&) { return std::string(); })));
   }
+}
+
+TEST_CASE("calls in flight together each get their own answer or error", "[runtime]") {
+  constexpr uint16_t kRefuse = 14;
+  std::vector<std::unique_ptr<Runtime>> rts = StartCluster(3);
+  for (auto& rt : rts) {
+    const uint32_t self = rt->node_id();
+    REQUIRE(rt->Handle(kEcho, [self](const Request& r) -> absl::StatusOr<std::string> {
+                return absl::StrCat(self, " got ", r.payload, " from ", r.from);
+              }).ok());
+    REQUIRE(rt->Handle(kRefuse, [](const Request& r) -> absl::StatusOr<std::string> {
+                return absl::PermissionDeniedError(absl::StrCat("no ", r.payload));
+              }).ok());
+    rt->Serve();
+  }
+  absl::StatusOr<std::unique_ptr<Worker>> w = rts[1]->NewWorker();
+  REQUIRE(w.ok());
+  CHECK((*w)->CallAll({}).empty());
+
+  // Every node (this one included), twice to node 2 (answered in order), a method nobody
+  // handles, a handler's own error and a node that is not configured, in one batch.
+  const std::vector<std::string> payloads = {"a", "b", "c", "d", "e", "f", "g"};
+  std::vector<CallRequest> calls = {{0, kEcho, payloads[0]},   {1, kEcho, payloads[1]},
+                                    {2, kEcho, payloads[2]},   {2, 99, payloads[3]},
+                                    {0, kRefuse, payloads[4]}, {7, kEcho, payloads[5]},
+                                    {2, kEcho, payloads[6]}};
+  for (int round = 0; round < 3; ++round) {  // the lane is reusable after failures
+    INFO("round " << round);
+    std::vector<absl::StatusOr<std::string>> got = (*w)->CallAll(calls, absl::Seconds(5));
+    REQUIRE(got.size() == calls.size());
+    for (int i : {0, 1, 2, 6}) {
+      INFO("call " << i << ": " << got[i].status().ToString());
+      REQUIRE(got[i].ok());
+      CHECK(*got[i] == absl::StrCat(calls[i].node, " got ", payloads[i], " from 1"));
+    }
+    CHECK(absl::IsUnimplemented(got[3].status()));
+    CHECK(absl::IsPermissionDenied(got[4].status()));
+    CHECK(got[4].status().message().find("no e") != absl::string_view::npos);
+    CHECK(absl::IsInvalidArgument(got[5].status()));
+  }
+
+  // A node that left: its calls fail at once, the others' are answered.
+  rts[2].reset();
+  for (int spin = 0; spin < 500 && rts[1]->members().size() != 2; ++spin) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  REQUIRE(rts[1]->members().size() == 2);
+  const absl::Time start = absl::Now();
+  std::vector<absl::StatusOr<std::string>> got =
+      (*w)->CallAll({{2, kEcho, "x"}, {0, kEcho, "y"}, {1, kEcho, "z"}}, absl::Seconds(5));
+  CHECK(absl::Now() - start < absl::Seconds(4));  // not the departed node's deadline
+  CHECK(absl::IsUnavailable(got[0].status()));
+  REQUIRE(got[1].ok());
+  CHECK(*got[1] == "0 got y from 1");
+  REQUIRE(got[2].ok());
+  CHECK(*got[2] == "1 got z from 1");
+  w->reset();
 }
 
 // Before Rpc could defer serving, a runtime served requests from its construction on: a request

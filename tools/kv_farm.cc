@@ -22,12 +22,14 @@ absl::Status Missing(const absl::Status& s, const std::string& key) {
 class FarmConnection : public KvConnection {
  public:
   FarmConnection(std::unique_ptr<Worker> worker, kv::Store& store, const KeySpace& space, bool rpc,
-                 int load_batch)
+                 kv::MultiGetPath multi_get, int load_batch)
       : worker_(std::move(worker)),
         client_(store, *worker_),
         space_(space),
         rpc_(rpc),
-        load_batch_(load_batch) {}
+        load_batch_(load_batch) {
+    client_.set_multi_get(multi_get);
+  }
 
   absl::Status Round(absl::Span<const Op> ops, const ReadCheck& check) override {
     names_.clear();
@@ -107,7 +109,8 @@ std::string NodeHow(ChildProcess& node) {
 
 class FarmTarget : public KvTarget {
  public:
-  FarmTarget(FarmCluster& cluster, bool rpc) : cluster_(cluster), rpc_(rpc) {}
+  FarmTarget(FarmCluster& cluster, bool rpc, kv::MultiGetPath multi_get)
+      : cluster_(cluster), rpc_(rpc), multi_get_(multi_get) {}
   std::string name() const override { return rpc_ ? "farm-rpc" : "farm"; }
   std::string transport() const override { return cluster_.runtime_->provider(); }
 
@@ -149,11 +152,12 @@ class FarmTarget : public KvTarget {
     absl::StatusOr<std::unique_ptr<Worker>> w = cluster_.runtime_->NewWorker();
     if (!w.ok()) return w.status();
     return std::make_unique<FarmConnection>(std::move(*w), *cluster_.store_, *cluster_.space_, rpc_,
-                                            cluster_.options_.load_batch);
+                                            multi_get_, cluster_.options_.load_batch);
   }
 
   FarmCluster& cluster_;
   const bool rpc_;
+  const kv::MultiGetPath multi_get_;
 };
 
 absl::Status FarmCluster::Join(std::unique_ptr<Runtime> rt, const kv::Options& kv) {
@@ -275,8 +279,12 @@ FarmCluster::~FarmCluster() {
   }
 }
 
-std::unique_ptr<KvTarget> FarmCluster::Target(bool rpc) {
-  return std::make_unique<FarmTarget>(*this, rpc);
+std::unique_ptr<KvTarget> FarmCluster::Target(bool rpc, kv::MultiGetPath multi_get) {
+  return std::make_unique<FarmTarget>(*this, rpc, multi_get);
+}
+
+kv::MultiGetPath FarmCluster::MultiGetPathFor(kv::MultiGetPath multi_get) const {
+  return kv::ResolveMultiGet(multi_get, runtime_->provider());
 }
 
 }  // namespace kvbench

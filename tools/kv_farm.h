@@ -7,11 +7,14 @@
 //   ASSIGN_OR_RETURN(std::unique_ptr<FarmCluster> cluster, FarmCluster::Start(o, space));
 //   std::unique_ptr<KvTarget> gets = cluster->Target(/*rpc=*/false);   // "farm"
 //   std::unique_ptr<KvTarget> rpcs = cluster->Target(/*rpc=*/true);    // "farm-rpc"
+//   std::unique_ptr<KvTarget> batched = cluster->Target(false, kv::MultiGetPath::kRpc);
 //
 // A round (KvConnection::Round), with one Worker and one kv::Client per connection:
-//  - farm: the round's reads with kv::Client::MultiGet (their neighbourhood READs are posted
-//    together; one read: Client::Get, one one-sided READ), then its updates with Client::Put, one
-//    transaction each, one after the other (the store has no multi-key put);
+//  - farm: the round's reads with kv::Client::MultiGet on the target's kv::MultiGetPath
+//    (kOneSided: their neighbourhood READs posted together; kRpc: one batched GET per shard
+//    node, all in flight together; kAuto: the provider's choice; one read: Client::Get, one
+//    one-sided READ), then its updates with Client::Put, one transaction each, one after the
+//    other (the store has no multi-key put);
 //  - farm-rpc: the same, with each read a Client::GetRpc, one after the other (the public API
 //    has no asynchronous call).
 // Preloading puts `load_batch` keys per transaction (Client::Put(Txn&, ...) in Worker::Run).
@@ -63,8 +66,11 @@ class FarmCluster {
   FarmCluster& operator=(const FarmCluster&) = delete;
   ~FarmCluster();
 
-  // "farm" (one-sided GETs) or "farm-rpc" (GETs by RPC) on this cluster.
-  std::unique_ptr<KvTarget> Target(bool rpc);
+  // "farm" (one-sided GETs, MultiGet by `multi_get`) or "farm-rpc" (GETs by RPC) on this
+  // cluster.
+  std::unique_ptr<KvTarget> Target(bool rpc, kv::MultiGetPath multi_get = kv::MultiGetPath::kAuto);
+  // The path "farm"'s MultiGet takes for `multi_get` here (kAuto resolved for the provider).
+  kv::MultiGetPath MultiGetPathFor(kv::MultiGetPath multi_get) const;
   // The shard size every node's region holds, in bytes.
   static uint64_t ShardBytes(const kv::Options& kv);
 

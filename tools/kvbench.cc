@@ -30,6 +30,8 @@
 //    "client_cpus":"0","nodes":1,"poll":"busy",
 //    "schema":2,"tool":"kvbench","commit":..,"host":..,"seed":1,"duration_ms":..,"warmup_ms":..,
 //    "cores_awake":true,"load_avg":..}
+// and on "farm"'s lines "multi_get":"read"|"rpc" (the path its MultiGet took: one-sided READs or
+// batched GETs by RPC, kv::MultiGetPath) and "multi_get_asked" (--multi_get: auto, read, rpc)
 // (tools/bench_driver.h's RunInfoJson: load_avg is the 1-minute load average after the point,
 // cores_awake says whether every core was kept out of idle for the whole run, --cores_awake).
 // tools/kvbench_plot.py draws throughput and latency per target from these lines.
@@ -42,6 +44,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,11 +78,17 @@ ABSL_DECLARE_FLAG(std::string, provider);
 ABSL_DECLARE_FLAG(std::string, poll);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_FLAG(std::string, targets, "farm,farm-rpc,memcached,memcached-buf,redis",
-          "stores to measure: farm (GETs by one-sided READ), farm-rpc (GETs by RPC to the shard's "
+          "stores to measure: farm (GETs by one-sided READ, a round's reads by MultiGet: see "
+          "--multi_get), farm-rpc (GETs by RPC to the shard's "
           "node), memcached (a round's noreply sets each written at once, then one multi-key get), "
           "memcached-buf (libmemcached's BUFFER_REQUESTS: the round's noreply sets and its get in "
           "one write; not measured at 1 in flight), redis; farm's targets in words compare with "
           "memcached's better variant");
+ABSL_FLAG(std::string, multi_get, "auto",
+          "how farm's MultiGet reads a round's reads (kv::MultiGetPath), a comma-separated list "
+          "measured in turn on the same cluster: read (one-sided READs posted together), rpc (one "
+          "batched GET per shard node, in flight together), auto (the provider's choice: rpc on "
+          "tcp;ofi_rxm and tcp, read on verbs and shm)");
 ABSL_FLAG(std::string, workloads, "a,b,c,w",
           "YCSB workloads: a (50% reads, 50% updates), b (95/5), c (reads only), w (updates only)");
 ABSL_FLAG(std::string, dists, "uniform,zipf",
@@ -194,6 +203,7 @@ struct Options {
   double rate = 0;                 // --rate (0: closed loop)
   int repeat = 1;                  // --repeat
   std::vector<std::string> polls;  // farm's poll modes (--poll), each a cluster of its own
+  std::vector<kv::MultiGetPath> multi_gets;  // --multi_get, each a run of "farm"
   RunInfo info;                    // set by DriverMain
 
   bool Wants(const std::string& target) const {
@@ -215,6 +225,18 @@ struct Options {
 
 absl::Status Prefixed(const std::string& flag, const absl::Status& s) {
   return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", s.message()));
+}
+
+// --multi_get's names of kv::MultiGetPath.
+std::string MultiGetName(kv::MultiGetPath p) {
+  return p == kv::MultiGetPath::kAuto ? "auto" : p == kv::MultiGetPath::kRpc ? "rpc" : "read";
+}
+absl::StatusOr<kv::MultiGetPath> ParseMultiGet(const std::string& name) {
+  for (kv::MultiGetPath p :
+       {kv::MultiGetPath::kAuto, kv::MultiGetPath::kOneSided, kv::MultiGetPath::kRpc}) {
+    if (name == MultiGetName(p)) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown path '", name, "' (auto, read, rpc)"));
 }
 
 // The farm shard size for `space`: buckets enough that the entries (8 bytes of header, key and
@@ -331,6 +353,12 @@ absl::StatusOr<Options> OptionsFromFlags() {
     }
   }
   if (o.polls.empty()) return absl::InvalidArgumentError("--poll: no mode");
+  for (const std::string& m : SplitList(absl::GetFlag(FLAGS_multi_get))) {
+    absl::StatusOr<kv::MultiGetPath> path = ParseMultiGet(m);
+    if (!path.ok()) return Prefixed("multi_get", path.status());
+    o.multi_gets.push_back(*path);
+  }
+  if (o.multi_gets.empty()) return absl::InvalidArgumentError("--multi_get: no path");
   f.poll = o.polls[0];
   f.host = absl::GetFlag(FLAGS_host);
   f.store_cpus = o.store_cpus;
@@ -394,6 +422,8 @@ struct Row {
   double read_ref_p50 = 0;    // fabric_bench READ of a neighbourhood, same provider (0: none)
   double socket_ref_p50 = 0;  // peers: a 64-byte socket round trip on their transport (0: none)
   std::string poll = "none";  // farm: its nodes' and client's poll mode
+  // "farm": MultiGet's path taken ("read", "rpc") and asked (--multi_get); empty for the others.
+  std::string multi_get, multi_get_asked;
   uint64_t missed_ops = 0;    // open loop: due inside the window, never issued
   int repeat = 1;             // the run (1..--repeat); 0: the summary of every run
   // The summary's spread over the runs (ops_per_s, p50, p99 are the runs' medians).
@@ -410,7 +440,7 @@ std::string JsonRow(const Row& r, const Options& o) {
       "\"read_ref_p50_us\":%.3f,"
       "\"socket_ref_p50_us\":%.3f,"
       "\"store_cpus\":\"%s\",\"client_cpus\":\"%s\",\"nodes\":%d,\"poll\":\"%s\","
-      "\"repeat\":%d,\"repeats\":%d%s%s}",
+      "\"repeat\":%d,\"repeats\":%d%s%s%s}",
       r.target, r.provider, r.transport, WorkloadName(r.point.workload),
       DistributionName(r.point.dist), r.point.threads, r.point.in_flight, r.ops_per_s,
       r.point.in_flight > 1 ? "round" : "operation", o.rate > 0 ? "open" : "closed", o.rate,
@@ -421,7 +451,15 @@ std::string JsonRow(const Row& r, const Options& o) {
                                       "\"p50_us_min\":%.3f,\"p50_us_max\":%.3f",
                                       r.ops_min, r.ops_max, r.p50_min, r.p50_max)
                     : std::string(),
+      r.multi_get.empty() ? std::string()
+                          : absl::StrFormat(",\"multi_get\":\"%s\",\"multi_get_asked\":\"%s\"",
+                                            r.multi_get, r.multi_get_asked),
       RunInfoJson(o.info));
+}
+
+// The target column: "farm" with its MultiGet path ("farm/rpc").
+std::string Shown(const Row& r) {
+  return r.multi_get.empty() ? r.target : absl::StrCat(r.target, "/", r.multi_get);
 }
 
 void PrintTableHeader() {
@@ -430,7 +468,7 @@ void PrintTableHeader() {
 }
 
 void PrintTableRow(const Row& r) {
-  std::printf("%-13s %-11s %-8s %-10s %-9s %3d %4d %12.0f %9.2f %9.2f %9.2f\n", r.target.c_str(),
+  std::printf("%-13s %-11s %-8s %-10s %-9s %3d %4d %12.0f %9.2f %9.2f %9.2f\n", Shown(r).c_str(),
               r.transport.c_str(), r.poll == "none" ? "-" : r.poll.c_str(),
               WorkloadName(r.point.workload).c_str(), DistributionName(r.point.dist).c_str(),
               r.point.threads, r.point.in_flight, r.ops_per_s, r.p50, r.p99, r.p999);
@@ -474,11 +512,11 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
       if (best == nullptr) continue;
       const double ratio = f.ops_per_s / best->ops_per_s;
       std::printf(
-          "  %s %-7s %d thr %2d in flight: farm (poll %s) %.0f ops/s = %.2fx %s%s over %s "
-          "(target >= 2x: %s)\n",
+          "  %s %-7s %d thr %2d in flight: farm (poll %s, MultiGet %s) %.0f ops/s = %.2fx %s%s "
+          "over %s (target >= 2x: %s)\n",
           WorkloadName(p.workload).c_str(), DistributionName(p.dist).c_str(), p.threads,
-          p.in_flight, f.poll.c_str(), f.ops_per_s, ratio, best->target.c_str(),
-          measured > 1 ? absl::StrCat(" (", server, "'s best)").c_str() : "",
+          p.in_flight, f.poll.c_str(), f.multi_get.c_str(), f.ops_per_s, ratio,
+          best->target.c_str(), measured > 1 ? absl::StrCat(" (", server, "'s best)").c_str() : "",
           best->transport.c_str(), ratio >= 2 ? "met" : "MISSED");
     }
   }
@@ -727,13 +765,24 @@ bool RunProvider(const std::string& provider, const Options& o,
       continue;
     }
     bool loaded = false;
-    for (bool rpc : {false, true}) {
-      std::unique_ptr<KvTarget> t = (*cluster)->Target(rpc);
-      if (!o.Wants(t->name())) continue;
-      absl::Status s = RunTarget(*t, !loaded, provider, poll, read_ref, 0, o, choosers, print);
+    // "farm" once per --multi_get path, its rows saying which; then "farm-rpc".
+    auto run = [&](bool rpc, std::optional<kv::MultiGetPath> multi_get) {
+      std::unique_ptr<KvTarget> t =
+          (*cluster)->Target(rpc, multi_get.value_or(kv::MultiGetPath::kAuto));
+      if (!o.Wants(t->name())) return;
+      const std::function<void(const Row&)> labelled = [&](const Row& r) {
+        Row with = r;
+        with.multi_get = MultiGetName((*cluster)->MultiGetPathFor(*multi_get));
+        with.multi_get_asked = MultiGetName(*multi_get);
+        print(with);
+      };
+      absl::Status s = RunTarget(*t, !loaded, provider, poll, read_ref, 0, o, choosers,
+                                 multi_get.has_value() ? labelled : print);
       loaded = true;
       if (!s.ok()) fail(absl::StrCat(t->name(), " (poll ", poll, ")"), s);
-    }
+    };
+    for (kv::MultiGetPath m : o.multi_gets) run(false, m);
+    run(true, std::nullopt);
   }
   absl::StatusOr<std::string> script = PeersScript(absl::GetFlag(FLAGS_peers_script));
   PeerOptions po;
@@ -783,9 +832,9 @@ std::vector<Row> Summaries(const std::vector<Row>& rows, const std::string& prov
     std::vector<double> ops, p50, p99, p999;
     for (const Row& r : rows) {
       if (r.provider != provider || r.repeat == 0 || r.target != first.target ||
-          r.poll != first.poll || r.point.workload != first.point.workload ||
-          r.point.dist != first.point.dist || r.point.threads != first.point.threads ||
-          r.point.in_flight != first.point.in_flight) {
+          r.multi_get_asked != first.multi_get_asked || r.poll != first.poll ||
+          r.point.workload != first.point.workload || r.point.dist != first.point.dist ||
+          r.point.threads != first.point.threads || r.point.in_flight != first.point.in_flight) {
         continue;
       }
       ops.push_back(r.ops_per_s);
@@ -816,7 +865,7 @@ void PrintSummaryTable(const std::vector<Row>& summaries, int repeats) {
               "(min - max)", "p99 us");
   for (const Row& r : summaries) {
     std::printf("%-13s %-11s %-8s %-10s %-9s %3d %4d %12.0f %21s %9.2f %17s %9.2f\n",
-                r.target.c_str(), r.transport.c_str(), r.poll == "none" ? "-" : r.poll.c_str(),
+                Shown(r).c_str(), r.transport.c_str(), r.poll == "none" ? "-" : r.poll.c_str(),
                 WorkloadName(r.point.workload).c_str(), DistributionName(r.point.dist).c_str(),
                 r.point.threads, r.point.in_flight, r.ops_per_s,
                 absl::StrFormat("(%.0f - %.0f)", r.ops_min, r.ops_max).c_str(), r.p50,

@@ -3,10 +3,10 @@
 # 3-node cluster on shm, memcached and Redis on Unix sockets (when installed), with JSON output
 # checked for its keys and sanity (every point measured something, memory per item known);
 # memcached-buf (buffered requests) alone, not measured at 1 in flight; one point on tcp;ofi_rxm
-# against the peers over TCP, farm judged against memcached's better variant; the table; bad
-# flags (exit 2) and a peer that cannot be reached (exit 1), each with a message. Never asserts on
-# timings. Every process the bench starts (nodes, memcached, redis-server) is its own to stop; the
-# test checks that none is left.
+# against the peers over TCP, farm judged against memcached's better variant, farm's MultiGet by
+# READs and by batched RPCs (--multi_get); the table; bad flags (exit 2) and a peer that cannot
+# be reached (exit 1), each with a message. Never asserts on timings. Every process the bench
+# starts (nodes, memcached, redis-server) is its own to stop; the test checks that none is left.
 set -u
 BENCH=${1:-bazel-bin/tools/kvbench}
 CLUSTER=${2:-}  # //tools:cluster, for the attached run
@@ -84,6 +84,11 @@ check_json "$out" $((16 * ${#want_targets[@]})) "${want_targets[@]}"
 grep -q '"resident_per_item":0\.0,' <<<"$out" && fail "a target reports no resident memory:"$'\n'"$out"
 grep -q '"target":"farm","provider":"shm","transport":"shm","workload":"ycsb-b"' <<<"$out" ||
   fail "no farm/shm ycsb-b line"
+# farm's lines say how its MultiGet read (kAuto on shm: batches by RPC to the nodes with
+# kv::kAutoMinBatch keys or more); no other target's do.
+n=$(grep -c '"target":"farm",.*"multi_get":"rpc","multi_get_asked":"auto"' <<<"$out")
+[ "$n" = 16 ] || fail "$n farm lines with MultiGet's path:"$'\n'"$out"
+grep -q '"target":"farm-rpc",.*"multi_get"' <<<"$out" && fail "farm-rpc lines name a MultiGet path"
 # Every target's reads were judged for read-your-writes (ycsb-b and w update, so some reads follow
 # the reading thread's own update of the key).
 for t in "${want_targets[@]}"; do
@@ -131,14 +136,17 @@ echo "== tcp;ofi_rxm against TCP, table"
 tcp_targets=$targets
 [ $have_peers = 1 ] && tcp_targets=$targets,memcached-buf
 out=$(timeout 240 "$BENCH" "${tiny[@]}" --provider='tcp;ofi_rxm' --targets=$tcp_targets \
-      --workloads=b --dists=zipf --threads=1 --in_flight=4 --poll=busy,adaptive 2>&1)
+      --workloads=b --dists=zipf --threads=1 --in_flight=4 --poll=busy,adaptive \
+      --multi_get=read,rpc 2>&1)
 rc=$?
 [ $rc = 0 ] || fail "kvbench on tcp;ofi_rxm exited $rc: $out"
 grep -qE '^target +transport +poll +workload' <<<"$out" || fail "no table header: $out"
-# farm once per poll mode (a cluster each), the peers once.
+# farm once per poll mode (a cluster each) and MultiGet path, the peers once.
 for poll in busy adaptive; do
-  grep -qE "^farm +tcp;ofi_rxm +$poll +ycsb-b +zipf +1 +4 " <<<"$out" ||
-    fail "no farm row polling $poll: $out"
+  for path in read rpc; do
+    grep -qE "^farm/$path +tcp;ofi_rxm +$poll +ycsb-b +zipf +1 +4 " <<<"$out" ||
+      fail "no farm row polling $poll with MultiGet by $path: $out"
+  done
 done
 grep -qE '^  farm \(tcp;ofi_rxm\) +[0-9.]+ B, resident +[1-9][0-9.]* B' <<<"$out" ||
   fail "no farm memory per item: $out"
@@ -151,9 +159,11 @@ if [ $have_peers = 1 ]; then
   best=$(tail -1 <<<"$ranked" | cut -d' ' -f2)
   [ "$(cut -d' ' -f1 <<<"$ranked" | uniq | wc -l)" = 1 ] && best='memcached(-buf)?'  # a tie
   for poll in busy adaptive; do
-    line="ycsb-b zipf +1 thr +4 in flight: farm \(poll $poll\) [0-9]+ ops/s = [0-9.]+x"
-    grep -qE "$line $best \(memcached's best\) over tcp" <<<"$out" ||
-      fail "no target line against memcached's best ($best) for poll $poll: $out"
+    for path in read rpc; do
+      line="ycsb-b zipf +1 thr +4 in flight: farm \(poll $poll, MultiGet $path\) [0-9]+ ops/s = [0-9.]+x"
+      grep -qE "$line $best \(memcached's best\) over tcp" <<<"$out" ||
+        fail "no target line against memcached's best ($best) for poll $poll, MultiGet $path: $out"
+    done
   done
 fi
 echo "ok: tcp;ofi_rxm"
@@ -216,7 +226,7 @@ echo "== bad flags exit 2 with a message"
 for bad in --targets=mysql --workloads=d --dists=normal --threads=0 --in_flight=0 \
            --in_flight=65 --keys=0 "--keys=5000 --key_size=3" --value_size=0 --zipf_theta=1.5 \
            --store_cpus=999 --client_cpus=x --provider=nope --no_such_flag --duration_ms=abc \
-           --kv_bucket_bytes=100 --nodes=0 --poll=sleepy --rate=-1 --repeat=0; do
+           --kv_bucket_bytes=100 --nodes=0 --poll=sleepy --rate=-1 --repeat=0 --multi_get=both; do
   # shellcheck disable=SC2086  # "--keys=5000 --key_size=3" is two flags
   timeout 30 "$BENCH" $bad >"$TMP/bad.out" 2>&1
   rc=$?

@@ -56,8 +56,10 @@ const std::vector<Spec>& Specs() {
        "  cas lock (nil) me        take the lock if nobody holds it\n"
        "  cas counter 41 42        increment 41 to 42 unless someone else changed it\n"},
       {Op::kMget, "mget", {}, 1, -1, "mget KEY [KEY ...]",
-       "the values of several keys (their READs posted together)",
-       "Prints a numbered list with the value of each KEY, or (nil) for a missing one.\n"},
+       "the values of several keys, read together",
+       "Prints a numbered list with the value of each KEY, or (nil) for a missing one. The keys\n"
+       "are read together (kv::Client::MultiGet: one-sided READs, or batched GETs by RPC on\n"
+       "tcp), each at some moment during the command: not one snapshot of all of them.\n"},
       {Op::kStats, "stats", {}, 0, 0, "stats", "per shard: items, buckets, memory",
        "Prints one line per shard node: items stored (inline in their bucket, displaced from\n"
        "their home bucket), overflow blocks, buckets, memory used and memory per item, and the\n"
