@@ -1295,8 +1295,10 @@ namespace {
 
 // Moves a reaped completion's context from kPosted to kDone: true if this completion is the
 // operation's, false if the context was not posted (a completion reported twice, or for a
-// request the provider said it had not taken; see InFlightOps), which is then dropped.
-bool Finish(Fabric::OpContext* ctx) {
+// request the provider said it had not taken; see InFlightOps), which is then dropped. `error`:
+// the completion's error, empty for a successful one, named in the warning of a drop (the
+// context's other fields may belong to the request that took it since: not read here).
+bool Finish(Fabric::OpContext* ctx, absl::string_view error = {}) {
   uint32_t posted = Fabric::OpContext::kPosted;
   if (ctx->life.compare_exchange_strong(posted, Fabric::OpContext::kDone,
                                         std::memory_order_acq_rel)) {
@@ -1308,8 +1310,9 @@ bool Finish(Fabric::OpContext* ctx) {
     spdlog::warn(
         "fabric: dropped a completion for an operation that is not in flight ({} so far): the "
         "provider reported it twice, or for a request it had refused (libsiw does while a "
-        "connection closes)",
-        n);
+        "connection closes); this one reported {} (its context {})",
+        n, error.empty() ? std::string("success") : std::string(error),
+        posted == Fabric::OpContext::kDone ? "had completed" : "was free");
   }
   return false;
 }
@@ -1344,7 +1347,8 @@ int Fabric::ReapCompletions(void* cq_ptr) {
           " bytes at remote address 0x", absl::Hex(ctx ? ctx->remote_addr : 0),
           " failed: ", fi_strerror(err.err), detail ? " / " : "", detail ? detail : "");
       spdlog::debug("{}", msg);
-      if (ctx != nullptr && Finish(ctx)) {
+      if (ctx != nullptr && Finish(ctx, absl::StrCat(fi_strerror(err.err), detail ? " / " : "",
+                                                     detail ? detail : ""))) {
         if (ctx->read_gate != nullptr) ctx->read_gate->fetch_sub(1, std::memory_order_release);
         ctx->state->Fail(absl::UnavailableError(msg));
         ctx->state->outstanding.fetch_sub(1, std::memory_order_release);
