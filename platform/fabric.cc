@@ -1625,23 +1625,18 @@ absl::Status OpBatch::Wait(absl::Duration timeout,
   // The coarse clock: this loop is on every operation's path, and a timeout is seconds.
   const CoarseClock::time_point deadline = CoarseDeadline(timeout);
   WaitYield yield;
-  for (uint32_t idle = 0; outstanding() > 0;) {
+  while (outstanding() > 0) {
     const int done = channel_ != nullptr ? channel_->Progress() : fabric_->Progress();
     // Software providers complete an operation only when the target process polls. When this
     // machine has fewer cores than spinning threads, spinning here keeps the target off the CPU
     // for a whole time slice; yielding after a few microseconds of nothing lets it run (a
     // syscall of ~0.2 us when the core has nothing else to run). By time, not by rounds: a
     // round on tcp;ofi_rxm is a poll(2) of the provider's sockets, and 64 rounds were ~150 us.
-    idle = done > 0 ? 0 : idle + 1;
+    // The caller's abandon check runs at each yield: at least every 64 idle rounds.
     if (done > 0) {
       yield.Worked();
-    } else {
-      yield.Idle();
-    }
-    if (idle % 64 == 63) {
-      if (abandon != nullptr) {
-        if (absl::Status s = abandon(); !s.ok()) return s;
-      }
+    } else if (yield.Idle() && abandon != nullptr) {
+      if (absl::Status s = abandon(); !s.ok()) return s;
     }
     if (done == 0 && CoarseClock::now() > deadline) {
       return absl::DeadlineExceededError(

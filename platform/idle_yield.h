@@ -19,12 +19,12 @@
 #define FARM_PLATFORM_IDLE_YIELD_H_
 
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 
-#include "absl/time/clock.h"
+#include "platform/clock.h"
 
 namespace farm {
 
@@ -40,9 +40,9 @@ class IdleYield {
   void Idle() {
     if (++rounds_ < yield_after_) return;
     rounds_ = 0;
-    const int64_t before = absl::GetCurrentTimeNanos();
+    const FastClock::time_point before = FastClock::now();
     sched_yield();
-    yield_after_ = absl::GetCurrentTimeNanos() - before > kLateNanos
+    yield_after_ = FastClock::now() - before > std::chrono::nanoseconds(kLateNanos)
                        ? 1
                        : std::min(2 * yield_after_, kMaxRounds);
   }
@@ -64,43 +64,40 @@ class IdleYield {
 // 16 us about 0.5x; README, Performance).
 //
 //   WaitYield y;
-//   while (!done()) { if (Poll() > 0) y.Worked(); else y.Idle(); }
+//   while (!done()) {
+//     if (Poll() > 0) y.Worked();
+//     else if (y.Idle()) CheckSomethingSlower();  // true: it just yielded
+//   }
 class WaitYield {
  public:
   static constexpr uint32_t kRounds = 64;
   static constexpr int64_t kSpanNanos = 4000;
 
-  void Worked() {
-    rounds_ = 0;
-    idle_since_ = 0;
-  }
-  void Idle() {
+  void Worked() { rounds_ = 0; }
+  // A round that found nothing: true when it gave the core away (at most kRounds idle rounds
+  // apart), a cadence for checks too slow for every round.
+  bool Idle() {
     ++rounds_;
     if (rounds_ < kRounds) {
-      if ((rounds_ & 7) != 0) return;  // a clock read costs ~40 ns: one in 8 rounds
-      const int64_t now = Now();
-      if (idle_since_ == 0) {
+      if ((rounds_ & 7) != 0) return false;  // a clock read costs ~40 ns: one in 8 rounds
+      const FastClock::time_point now = FastClock::now();
+      if (rounds_ == 8) {  // the first look at the clock in this idle spell
         idle_since_ = now;
-        return;
+        return false;
       }
-      if (now - idle_since_ < kSpanNanos) return;
+      if (now - idle_since_ < std::chrono::nanoseconds(kSpanNanos)) return false;
     }
     sched_yield();
     ++yields_;
     rounds_ = 0;
-    idle_since_ = 0;
+    return true;
   }
   // Yields so far.
   uint64_t yields() const { return yields_; }
 
  private:
-  static int64_t Now() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-  }
-  uint32_t rounds_ = 0;
-  int64_t idle_since_ = 0;  // 0: not idle (or not yet looked at the clock)
+  uint32_t rounds_ = 0;               // idle rounds since the last work or yield
+  FastClock::time_point idle_since_;  // the clock at idle round 8 (set when rounds_ >= 8)
   uint64_t yields_ = 0;
 };
 

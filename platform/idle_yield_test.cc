@@ -55,9 +55,8 @@ TEST_CASE("a yield that ran another thread makes the next come after one idle ro
 TEST_CASE("a wait yields after kRounds idle rounds or kSpanNanos of them, whichever is first",
           "[idle_yield]") {
   auto now = [] {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(FastClock::now().time_since_epoch())
+        .count();
   };
   // Cheap rounds: a yield at kRounds at the latest, and before it only once kSpanNanos passed
   // (lower bounds, which no load can break).
@@ -67,7 +66,9 @@ TEST_CASE("a wait yields after kRounds idle rounds or kSpanNanos of them, whiche
     const uint64_t yields = fast.yields();
     uint32_t rounds = 0;
     while (fast.yields() == yields) {
-      fast.Idle();
+      const uint64_t before = fast.yields();
+      const bool yielded = fast.Idle();  // true exactly when it gave the core away
+      CHECK(yielded == (fast.yields() != before));
       ++rounds;
     }
     CHECK(rounds <= WaitYield::kRounds);

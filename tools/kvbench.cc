@@ -457,9 +457,20 @@ std::string JsonRow(const Row& r, const Options& o) {
       RunInfoJson(o.info));
 }
 
-// The target column: "farm" with its MultiGet path ("farm/rpc").
+// The target column: "farm" with its MultiGet path as asked ("farm/rpc", "farm/read", or
+// "farm/auto": kAuto batches only to the nodes that serve kv::kAutoMinBatch of a round's keys and
+// reads the others' keys one-sided, so it is neither path alone).
 std::string Shown(const Row& r) {
-  return r.multi_get.empty() ? r.target : absl::StrCat(r.target, "/", r.multi_get);
+  return r.multi_get.empty() ? r.target : absl::StrCat(r.target, "/", r.multi_get_asked);
+}
+
+// farm's MultiGet path in words, for the targets' lines.
+std::string MultiGetWords(const Row& r) {
+  if (r.multi_get_asked != "auto") return r.multi_get;
+  return r.multi_get == "rpc"
+             ? absl::StrCat("auto: batches to nodes serving >= ", kv::kAutoMinBatch,
+                            " of the keys, READs to the others")
+             : std::string("auto: READs");
 }
 
 void PrintTableHeader() {
@@ -515,7 +526,7 @@ void PrintTargets(const std::vector<Row>& rows, const std::string& provider) {
           "  %s %-7s %d thr %2d in flight: farm (poll %s, MultiGet %s) %.0f ops/s = %.2fx %s%s "
           "over %s (target >= 2x: %s)\n",
           WorkloadName(p.workload).c_str(), DistributionName(p.dist).c_str(), p.threads,
-          p.in_flight, f.poll.c_str(), f.multi_get.c_str(), f.ops_per_s, ratio,
+          p.in_flight, f.poll.c_str(), MultiGetWords(f).c_str(), f.ops_per_s, ratio,
           best->target.c_str(), measured > 1 ? absl::StrCat(" (", server, "'s best)").c_str() : "",
           best->transport.c_str(), ratio >= 2 ? "met" : "MISSED");
     }

@@ -24,12 +24,16 @@ import matplotlib
 matplotlib.use("Agg")  # no display: write the file only
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 
-TARGETS = ["farm", "farm-rpc", "farm/adaptive", "farm-rpc/adaptive", "memcached", "memcached-buf",
-           "redis"]
+# farm's MultiGet paths asked by name (kvbench --multi_get=read,rpc) are targets of their own
+# ("farm/read", "farm/rpc"); --multi_get=auto's lines stay "farm".
+FARMS = ["farm", "farm/read", "farm/rpc"]
+TARGETS = (FARMS + ["farm-rpc"] + [t + "/adaptive" for t in FARMS + ["farm-rpc"]]
+           + ["memcached", "memcached-buf", "redis"])
 PEERS = ("memcached", "memcached-buf", "redis")
-COLOURS = {"farm": "#1f77b4", "farm-rpc": "#9ecae1", "farm/adaptive": "#2ca02c",
-           "farm-rpc/adaptive": "#98df8a", "memcached": "#ff7f0e", "memcached-buf": "#ffbb78",
-           "redis": "#d62728"}
+COLOURS = {"farm": "#1f77b4", "farm/read": "#17becf", "farm/rpc": "#393b79",
+           "farm-rpc": "#9ecae1", "farm/adaptive": "#2ca02c", "farm/read/adaptive": "#bcbd22",
+           "farm/rpc/adaptive": "#637939", "farm-rpc/adaptive": "#98df8a",
+           "memcached": "#ff7f0e", "memcached-buf": "#ffbb78", "redis": "#d62728"}
 REQUIRED = ["target", "provider", "transport", "workload", "distribution", "threads", "in_flight",
             "ops_per_s", "p50_us", "p99_us"]
 
@@ -46,6 +50,8 @@ def read_rows(paths):
             missing = [k for k in REQUIRED if k not in row]
             if missing:
                 raise ValueError("a line lacks %s: %s" % (", ".join(missing), line))
+            if row["target"] == "farm" and row.get("multi_get_asked") in ("read", "rpc"):
+                row["target"] += "/" + row["multi_get_asked"]
             # farm measured with adaptive polling (kvbench --poll=busy,adaptive) is a target of
             # its own here, beside busy polling's.
             if row.get("poll") == "adaptive":
@@ -114,10 +120,11 @@ def markdown(rows):
     """One table of every point: the targets' ops/s, farm's ratios, p50 / p99."""
     providers = sorted({r["provider"] for r in rows}, key=lambda p: (p != "shm", p))
     names = [t for t in TARGETS if any(r["target"] == t for r in rows)]
-    peers = [t for t in PEERS if t in names and "farm" in names]
+    farms = [t for t in FARMS if t in names]
+    peers = [t for t in PEERS if t in names]
     head = ["farm on (peers over)", "workload", "distribution", "threads", "in flight"]
     head += ["%s ops/s" % t for t in names]
-    head += ["farm / %s" % t for t in peers]
+    head += ["%s / %s" % (f, p) for f in farms for p in peers]
     head += ["%s p50 / p99 µs" % t for t in names]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|")
@@ -133,8 +140,8 @@ def markdown(rows):
             got = {t: by.get((t,) + pt) for t in names}
             cells = ["%s (%s)" % (provider, transport), pt[0], pt[1], str(pt[2]), str(pt[3])]
             cells += [fmt_ops(got[t]["ops_per_s"] if got[t] else None) for t in names]
-            for peer in peers:
-                f, p = got["farm"], got[peer]
+            for farm, peer in ((f, p) for f in farms for p in peers):
+                f, p = got[farm], got[peer]
                 cells.append("%.2f" % (f["ops_per_s"] / p["ops_per_s"])
                              if f and p and p["ops_per_s"] > 0 else "-")
             cells += ["%.1f / %.0f" % (got[t]["p50_us"], got[t]["p99_us"]) if got[t] else "-"

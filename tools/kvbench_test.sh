@@ -137,13 +137,14 @@ tcp_targets=$targets
 [ $have_peers = 1 ] && tcp_targets=$targets,memcached-buf
 out=$(timeout 240 "$BENCH" "${tiny[@]}" --provider='tcp;ofi_rxm' --targets=$tcp_targets \
       --workloads=b --dists=zipf --threads=1 --in_flight=4 --poll=busy,adaptive \
-      --multi_get=read,rpc 2>&1)
+      --multi_get=read,rpc,auto 2>&1)
 rc=$?
 [ $rc = 0 ] || fail "kvbench on tcp;ofi_rxm exited $rc: $out"
 grep -qE '^target +transport +poll +workload' <<<"$out" || fail "no table header: $out"
-# farm once per poll mode (a cluster each) and MultiGet path, the peers once.
+# farm once per poll mode (a cluster each) and MultiGet path, the peers once; kAuto's rows say
+# auto (batches only to nodes with kv::kAutoMinBatch of a round's keys: neither path alone).
 for poll in busy adaptive; do
-  for path in read rpc; do
+  for path in read rpc auto; do
     grep -qE "^farm/$path +tcp;ofi_rxm +$poll +ycsb-b +zipf +1 +4 " <<<"$out" ||
       fail "no farm row polling $poll with MultiGet by $path: $out"
   done
@@ -159,7 +160,7 @@ if [ $have_peers = 1 ]; then
   best=$(tail -1 <<<"$ranked" | cut -d' ' -f2)
   [ "$(cut -d' ' -f1 <<<"$ranked" | uniq | wc -l)" = 1 ] && best='memcached(-buf)?'  # a tie
   for poll in busy adaptive; do
-    for path in read rpc; do
+    for path in read rpc 'auto: batches to nodes serving >= 4 of the keys, READs to the others'; do
       line="ycsb-b zipf +1 thr +4 in flight: farm \(poll $poll, MultiGet $path\) [0-9]+ ops/s = [0-9.]+x"
       grep -qE "$line $best \(memcached's best\) over tcp" <<<"$out" ||
         fail "no target line against memcached's best ($best) for poll $poll, MultiGet $path: $out"
