@@ -47,7 +47,7 @@ CPU=${FARM_SIW_CPU:-qemu64}
 KEEP_RUNS=5                                  # run directories (logs) kept under $WORKDIR/runs
 APT_TIMEOUT=1200                             # apt-get update/install/download, seconds
 BUILD_TIMEOUT=900                            # building siw.ko, seconds
-CACHE_RECIPE=1                               # bump to force a rebuild of the kernel cache
+CACHE_RECIPE=2                               # bump to force a rebuild of the kernel cache
 
 usage() {
     cat <<EOF
@@ -281,6 +281,28 @@ cached_kernel_ok() {
     [[ $recipe == "$CACHE_RECIPE" && -f $KCACHE/lib/modules/$k/extra/siw.ko ]]
 }
 
+# A fix of a race in siw (Linux 6.1 as Debian ships it; the same code is in later kernels):
+# siw_try_1seg() copies a payload of at most MAX_HDR_INLINE (32) bytes - a small WRITE's or SEND's
+# data, or a small READ's answer - into the packet with copy_from_user() when the transmit flag
+# in_syscall is set, i.e. when the queue pair's owner is sending from its own post_send system
+# call. But that system call hands the queue pair to siw's transmit kthread whenever its burst
+# budget (SQ_USER_MAXBURST segments) runs out (siw_qp_sq_process: -EINPROGRESS -> siw_sq_start)
+# while in_syscall is still set, and in_syscall is a bitfield that the kthread's own writes to
+# the neighbouring bits (do_crc, pad, use_sendpage) can write back as set. The kthread then calls
+# copy_from_user() without a user address space: -EFAULT, the queue pair sends TERMINATE and its
+# connection ends, and the peer's operations on it end "Work Request Flushed Error". Seen in the
+# chaos_verbs loop with siw's debug messages on: "wqe type 9 processing failed: -14" (a 1-byte
+# fence READ's answer) while the cluster formed, and the healthy node whose fence READ was
+# flushed was evicted. The fix takes the path siw already uses outside system calls: the pages,
+# which the memory registration keeps pinned, mapped with kmap. Stock siw keeps the race, so on
+# a stock kernel a connection may still end so (README, Providers: SoftiWARP).
+patch_siw_try_1seg() {
+    local f=$1
+    perl -0pi -e 's/\} else if \(c_tx->in_syscall\) \{\n\t+if \(copy_from_user\(paddr, u64_to_user_ptr\(sge->laddr\),\n\s+bytes\)\)\n\t+return -EFAULT;\n\t+\} else \{/} else {/' "$f"
+    ! grep -q 'copy_from_user' "$f" ||
+        die "patching siw_try_1seg failed: siw_qp_tx.c differs from the code the fix was written for"
+}
+
 build_kernel_cache() {
     local K V SRC tmp
     apt_update_once
@@ -309,6 +331,7 @@ build_kernel_cache() {
     mkdir -p "$tmp/siw"
     cp "$tmp"/source/linux-source-*/drivers/infiniband/sw/siw/* "$tmp/siw/"
     rm -rf "$tmp/source"   # ~1 GiB unpacked; not needed any more
+    patch_siw_try_1seg "$tmp/siw/siw_qp_tx.c"
 
     log "building siw.ko against linux-headers-$K ($(elapsed))"
     timeout "$BUILD_TIMEOUT" make -C "/usr/src/linux-headers-$K" M="$tmp/siw" CONFIG_RDMA_SIW=m \
