@@ -967,8 +967,10 @@ TEST_CASE("MultiPut of keys that share buckets: displacement, chains and absence
   }
   // One home bucket: every key shares every bucket. A MultiPut that replaces an existing key
   // (whose lookup alone would let go of the other buckets) and inserts a new one still depends on
-  // the new key's absence from all of them: another node's insert of that key aborts it.
-  TwoClients one(2, Small(1));
+  // the new key's absence from all of them: another client that makes room in a bucket the
+  // MultiPut does not write (Key(j)'s: the six keys fill buckets 0 and 1 in order, 3 a bucket,
+  // so Key(i) and Key(j) are in different ones) and inserts the new key there aborts it.
+  TwoClients one(1, Small(1));  // one shard: the layout below
   std::unique_ptr<Worker>& wd = one.w;
   Client& a = one.kv;
   Client& b = one.kv_other;
@@ -979,12 +981,15 @@ TEST_CASE("MultiPut of keys that share buckets: displacement, chains and absence
     INFO(k);
     std::unique_ptr<Txn> t = wd->Begin();
     REQUIRE(a.MultiPut(*t, {{Key(i), vt}, {k, vt}}).ok());
+    const int j = (i + 3) % 6;
+    REQUIRE(*b.Delete(Key(j)));
     REQUIRE(b.Put(k, vo).ok());
     CHECK(absl::IsAborted(t->Commit()));
     CHECK(*a.Get(k) == vo);
     CHECK(*a.Get(Key(i)) == v0);
     REQUIRE(*a.Delete(k));
     CHECK(absl::IsNotFound(a.Get(k).status()));  // no second copy left behind
+    REQUIRE(a.Put(Key(j), v0).ok());
   }
   CHECK(Total(a).items == 6);
 }
