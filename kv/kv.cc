@@ -1,8 +1,9 @@
 #include "kv/kv.h"
 
 #include <algorithm>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <set>
@@ -17,9 +18,9 @@
 #include "api/runtime_impl.h"
 #include "kv/bucket.h"
 #include "messaging/ring.h"
-#include "platform/sync_point.h"
 #include "platform/config.pb.h"
 #include "platform/mutant.h"
+#include "platform/sync_point.h"
 #include "spdlog/spdlog.h"
 #include "txn/object.h"
 #include "txn/transaction.h"
@@ -639,15 +640,25 @@ class TableTxn {
            uint64_t inline_max)
       : t_(t), s_(s), key_(key), h_(h), home_(s.Home(h)), inline_max_(inline_max) {}
 
+  // Reads the key's neighbourhood (one READ, unless ReadNeighbourhoods did) and its overflow
+  // chain (a READ per block).
   absl::Status Load() {
-    for (uint64_t i = 0; i < s_.neighbourhood; ++i) {
-      if (t_.Touched(s_.Bucket(home_ + i))) touched_before_.insert(s_.Bucket(home_ + i).Pack());
-    }
     std::vector<std::string> payloads;
-    if (absl::Status st = Buckets(
-            t_.ReadRun(s_.Bucket(home_), s_.bucket_bytes, s_.payload(), s_.neighbourhood, &payloads));
-        !st.ok()) {
-      return st;
+    if (prefetched_) {
+      payloads = std::move(prefetched_payloads_);
+      prefetched_ = false;
+      // Read with the other keys' neighbourhoods, before their changes: what ReadRun would give
+      // now is the same copy with this transaction's writes since.
+      for (uint64_t i = 0; i < payloads.size(); ++i) {
+        if (const std::string* w = t_.PendingWrite(s_.Bucket(home_ + i))) payloads[i] = *w;
+      }
+    } else {
+      NoteTouched();
+      if (absl::Status st = Buckets(t_.ReadRun(s_.Bucket(home_), s_.bucket_bytes, s_.payload(),
+                                               s_.neighbourhood, &payloads));
+          !st.ok()) {
+        return st;
+      }
     }
     for (uint64_t i = 0; i < payloads.size(); ++i) {
       bufs_.push_back(Buf{s_.Bucket(home_ + i), std::move(payloads[i])});
@@ -674,6 +685,29 @@ class TableTxn {
       bufs_.push_back(std::move(b));
     }
     FARM_SYNC_POINT("kv::TableTxn::Load:Done");
+    return absl::OkStatus();
+  }
+
+  // The neighbourhoods of several keys (tables of one transaction, to be loaded and changed in
+  // this order) with their READs in flight together: each table's Load then takes its copy
+  // instead of reading. The read set is what each key's ReadRun would have recorded. A bucket
+  // that another of the keys may read (its neighbourhood, or the buckets its displacement may
+  // read) counts as read before, so that a key's change keeps validating what another key's
+  // outcome depends on, as when the keys are changed one after another. On an error, `*failed`
+  // is the table it concerns (tables.size(): the batch's READ).
+  static absl::Status ReadNeighbourhoods(txn::Transaction& t, absl::Span<TableTxn* const> tables,
+                                         size_t* failed) {
+    *failed = tables.size();
+    std::vector<txn::Transaction::ObjectRun> runs;
+    for (TableTxn* table : tables) {
+      table->NoteTouched();
+      table->NoteShared(tables);
+      runs.push_back(table->NeighbourhoodRun(&table->prefetched_payloads_));
+    }
+    absl::Status st = t.ReadRuns(runs, failed);
+    if (*failed < tables.size()) st = tables[*failed]->Buckets(st);
+    if (!st.ok()) return st;
+    for (TableTxn* table : tables) table->prefetched_ = true;
     return absl::OkStatus();
   }
 
@@ -838,6 +872,29 @@ class TableTxn {
     bool freed = false;
     std::string identity;  // an overflow block's identity word (BlockIdentity); empty: bucket
   };
+
+  txn::Transaction::ObjectRun NeighbourhoodRun(std::vector<std::string>* out) const {
+    return txn::Transaction::ObjectRun{s_.Bucket(home_), s_.bucket_bytes, s_.payload(),
+                                       s_.neighbourhood, out};
+  }
+  // The neighbourhood's buckets this transaction read or wrote before this key's lookup
+  // (ReleaseLookupReads keeps them).
+  void NoteTouched() {
+    for (uint64_t i = 0; i < s_.neighbourhood; ++i) {
+      if (t_.Touched(s_.Bucket(home_ + i))) touched_before_.insert(s_.Bucket(home_ + i).Pack());
+    }
+  }
+  // The same for the buckets of the neighbourhood that the other tables' lookups or
+  // displacements (Displace: up to 4 H buckets after their neighbourhood) may read.
+  void NoteShared(absl::Span<TableTxn* const> tables) {
+    const uint64_t H = s_.neighbourhood;
+    for (const TableTxn* other : tables) {
+      if (other == this || other->s_.first != s_.first) continue;
+      const uint64_t lo = std::max(home_, other->home_);
+      const uint64_t hi = std::min(home_ + H, other->home_ + 5 * H);
+      for (uint64_t b = lo; b < hi; ++b) touched_before_.insert(s_.Bucket(b).Pack());
+    }
+  }
 
   // NotFound or InvalidArgument from an object an entry or link pointed to: it was freed, or
   // reused with another size, by a commit after this transaction read the pointer, so this
@@ -1019,6 +1076,9 @@ class TableTxn {
   std::vector<Buf> bufs_;
   std::vector<size_t> chain_;  // indices into bufs_, in chain order
   absl::flat_hash_set<uint64_t> touched_before_;  // read or written before Load (packed)
+  // The neighbourhood as ReadNeighbourhoods read it, for Load.
+  bool prefetched_ = false;
+  std::vector<std::string> prefetched_payloads_;
 };
 
 // The operations on a key's part of the table inside one transaction (the standalone calls
@@ -1995,6 +2055,60 @@ struct Client::Impl {
     return Annotate(st, **s);
   }
 
+  // InvalidArgument if any key or value of `items` is malformed; else the index of each key's
+  // last occurrence (its value is the one MultiPut sets), in order.
+  absl::StatusOr<std::vector<size_t>> CheckItems(
+      absl::Span<const std::pair<std::string, std::string>> items) const {
+    absl::flat_hash_map<absl::string_view, size_t> last;
+    for (size_t i = 0; i < items.size(); ++i) {
+      absl::Status st = CheckKey(items[i].first);
+      if (st.ok()) st = CheckValue(items[i].second);
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("item ", i, " of ", items.size(), ": ",
+                                                    st.message(), " (nothing was set)"));
+      }
+      last[items[i].first] = i;
+    }
+    std::vector<size_t> order;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (last[items[i].first] == i) order.push_back(i);
+    }
+    return order;
+  }
+
+  // Sets the keys items[order[k]] to their values in transaction `t`: the neighbourhoods' READs
+  // in flight together, then each key's lookup and change as Put(Txn&, ...) does them.
+  absl::Status PutAll(txn::Transaction& t,
+                      absl::Span<const std::pair<std::string, std::string>> items,
+                      const std::vector<size_t>& order) {
+    if (order.empty()) return absl::OkStatus();
+    // Copies: a shard's entry in `shards` may be described anew while later keys are placed.
+    std::vector<ShardInfo> shard(order.size());
+    std::deque<TableTxn> tables;
+    std::vector<TableTxn*> pointers;
+    for (size_t k = 0; k < order.size(); ++k) {
+      uint64_t h = 0;
+      absl::StatusOr<const ShardInfo*> s = Shard(items[order[k]].first, &h);
+      if (!s.ok()) return s.status();
+      shard[k] = **s;
+      tables.emplace_back(t, shard[k], items[order[k]].first, h, store->inline_max);
+      pointers.push_back(&tables.back());
+    }
+    size_t failed = 0;
+    if (absl::Status st = TableTxn::ReadNeighbourhoods(t, pointers, &failed); !st.ok()) {
+      if (failed < order.size()) return Annotate(st, shard[failed]);
+      if (!absl::IsOutOfRange(st) && !absl::IsUnavailable(st)) return st;
+      return absl::UnavailableError(
+          absl::StrCat("kv: a shard of the keys cannot be reached: ", st.message()));
+    }
+    for (size_t k = 0; k < order.size(); ++k) {
+      absl::Status st = tables[k].Load();
+      if (st.ok()) st = PutIn(tables[k], items[order[k]].second);
+      if (!st.ok()) return Annotate(st, shard[k]);
+    }
+    return absl::OkStatus();
+  }
+
   // Runs `fn` in transactions until one commits (Worker::Run).
   absl::Status Run(absl::string_view key, const std::function<absl::Status(TableTxn&)>& fn) {
     return worker->Run([&](Txn& t) -> absl::Status {
@@ -2075,6 +2189,14 @@ absl::Status Client::Put(absl::string_view key, absl::string_view value) {
   return impl_->Run(key, [&](TableTxn& table) { return PutIn(table, value); });
 }
 
+absl::Status Client::MultiPut(absl::Span<const std::pair<std::string, std::string>> items) {
+  absl::StatusOr<std::vector<size_t>> order = impl_->CheckItems(items);
+  if (!order.ok()) return order.status();
+  if (order->empty()) return absl::OkStatus();
+  return impl_->worker->Run(
+      [&](Txn& t) -> absl::Status { return impl_->PutAll(RuntimeAccess::Of(t).t, items, *order); });
+}
+
 absl::StatusOr<bool> Client::Delete(absl::string_view key) {
   bool deleted = false;
   absl::Status st =
@@ -2122,6 +2244,12 @@ absl::Status Client::Put(Txn& t, absl::string_view key, absl::string_view value)
   if (absl::Status st = impl_->CheckValue(value); !st.ok()) return st;
   return impl_->WithTable(RuntimeAccess::Of(t).t, key,
                           [&](TableTxn& table) { return PutIn(table, value); });
+}
+
+absl::Status Client::MultiPut(Txn& t, absl::Span<const std::pair<std::string, std::string>> items) {
+  absl::StatusOr<std::vector<size_t>> order = impl_->CheckItems(items);
+  if (!order.ok()) return order.status();
+  return impl_->PutAll(RuntimeAccess::Of(t).t, items, *order);
 }
 
 absl::StatusOr<bool> Client::Delete(Txn& t, absl::string_view key) {

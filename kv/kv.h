@@ -75,6 +75,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -206,6 +207,13 @@ class Client {
   void set_multi_get(MultiGetPath path);
   // Sets `key` to `value` (inserts or replaces).
   absl::Status Put(absl::string_view key, absl::string_view value);
+  // Sets every key of `items` to its value in ONE transaction: all of them or none, across
+  // shards, retried on conflicts like Put. The keys' neighbourhoods are read with their READs in
+  // flight together (overflow chains and displacements are read after, key by key), and the
+  // commit is one LOCK, validation and COMMIT round for all the keys, instead of one transaction
+  // per key. Every key and value is checked first: a malformed one (InvalidArgument, naming the
+  // item) sets nothing. A key given twice gets its last value. No items: OK, nothing done.
+  absl::Status MultiPut(absl::Span<const std::pair<std::string, std::string>> items);
   // Removes `key`: true if it was there.
   absl::StatusOr<bool> Delete(absl::string_view key);
   // Sets `key` to `value` if its current value is `expected` (nullopt: if the key is absent).
@@ -217,6 +225,7 @@ class Client {
   // The same inside a caller's transaction (applied when it commits).
   absl::StatusOr<std::string> Get(Txn& txn, absl::string_view key);
   absl::Status Put(Txn& txn, absl::string_view key, absl::string_view value);
+  absl::Status MultiPut(Txn& txn, absl::Span<const std::pair<std::string, std::string>> items);
   absl::StatusOr<bool> Delete(Txn& txn, absl::string_view key);
 
   // Statistics of every shard (one RPC to each shard node).

@@ -2,7 +2,8 @@
 // table's hopscotch displacement and overflow chains, deletes that unlink empty blocks, GETs that
 // never see a torn value or miss a key while other keys are moved around it, MultiGet by batched
 // RPCs against MultiGet by READs (and under concurrent writers), a full table, keys in larger
-// transactions, and bad input.
+// transactions, MultiPut (atomic across shards, under concurrent readers, with keys sharing
+// buckets), and bad input.
 #include "kv/kv.h"
 
 #include <algorithm>
@@ -72,14 +73,35 @@ ShardStats Total(Client& c) {
   return t;
 }
 
+// A small table: `buckets` home buckets of `bucket_bytes` a shard, H = 4.
+Options Small(uint64_t buckets, uint32_t bucket_bytes = 128) {
+  Options o;
+  o.buckets = buckets;
+  o.bucket_bytes = bucket_bytes;
+  o.neighbourhood = 4;
+  return o;
+}
+
+// A cluster of n nodes with a client on its first node (kv) and one on its last (kv_other).
+struct TwoClients {
+  TwoClients(int n, const Options& o)
+      : c(Start(n, o)),
+        w(NewWorker(*c.rts[0])),
+        other(NewWorker(*c.rts[n - 1])),
+        kv(*c.stores[0], *w),
+        kv_other(*c.stores[n - 1], *other) {}
+  Cluster c;
+  std::unique_ptr<Worker> w, other;
+  Client kv, kv_other;
+};
+
 }  // namespace
 
 TEST_CASE("put, get, delete, compare-and-set and multi-get on every shard", "[kv]") {
-  Cluster c = Start(3, Options{});
-  std::unique_ptr<Worker> w0 = NewWorker(*c.rts[0]);
-  std::unique_ptr<Worker> w2 = NewWorker(*c.rts[2]);
-  Client a(*c.stores[0], *w0);
-  Client b(*c.stores[2], *w2);
+  TwoClients three(3, Options{});
+  std::unique_ptr<Worker>& w0 = three.w;
+  Client& a = three.kv;
+  Client& b = three.kv_other;
 
   CHECK(absl::IsNotFound(a.Get("nothing").status()));
   CHECK(absl::IsNotFound(a.GetRpc("nothing").status()));
@@ -348,11 +370,7 @@ TEST_CASE("MultiGet by batched RPCs answers what MultiGet by READs does", "[kv]"
 
 TEST_CASE("a small table displaces entries and chains overflow blocks", "[kv]") {
   // 16 home buckets of 128 bytes (3 entries of a 6-byte key and 16-byte value each), H = 4.
-  Options o;
-  o.buckets = 16;
-  o.bucket_bytes = 128;
-  o.neighbourhood = 4;
-  Cluster c = Start(1, o);
+  Cluster c = Start(1, Small(16));
   std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
   Client kv(*c.stores[0], *w);
   auto value = [](int i, int round) { return absl::StrCat("v", round, "-", std::string(12, 'a' + i % 26)).substr(0, 16); };
@@ -788,15 +806,10 @@ TEST_CASE("an update validates the bucket that holds its key; absence and the ca
           "stay validated",
           "[kv]") {
   // One home bucket, H = 4: every key's neighbourhood is the same 4 buckets of 3 entries each.
-  Options o;
-  o.buckets = 1;
-  o.bucket_bytes = 128;
-  o.neighbourhood = 4;
-  Cluster c = Start(2, o);
-  std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
-  std::unique_ptr<Worker> other = NewWorker(*c.rts[1]);
-  Client kv(*c.stores[0], *w);
-  Client kv_other(*c.stores[1], *other);
+  TwoClients small(2, Small(1));
+  std::unique_ptr<Worker>& w = small.w;
+  Client& kv = small.kv;
+  Client& kv_other = small.kv_other;
   // Values of one length: every update below rewrites its entry in place, in its bucket only.
   const std::string v0(16, '0'), vt(16, 't'), vo(16, 'o');
   constexpr int kKeys = 8;  // 3 entries per bucket: spread over 3 buckets at least
@@ -843,6 +856,217 @@ TEST_CASE("an update validates the bucket that holds its key; absence and the ca
     CHECK(absl::IsNotFound(kv.Get(k).status()));  // no second copy left behind
   }
   CHECK(Total(kv).items == kKeys);
+}
+
+TEST_CASE("MultiPut sets keys of every shard in one transaction", "[kv]") {
+  TwoClients three(3, Options{});
+  std::unique_ptr<Worker>& w0 = three.w;
+  Client& a = three.kv;
+  Client& b = three.kv_other;
+  // Inline, out-of-line and chunked values; some keys exist already (replaced), others are new.
+  auto value = [](int i, char fill) {
+    return std::string(i % 3 == 0 ? 10 : i % 3 == 1 ? 3000 : 20000, fill);
+  };
+  for (int i = 0; i < 30; i += 2) REQUIRE(a.Put(Key(i), "old").ok());
+  std::vector<std::pair<std::string, std::string>> items;
+  for (int i = 0; i < 30; ++i) items.emplace_back(Key(i), value(i, 'm'));
+  REQUIRE(a.MultiPut(items).ok());
+  for (Client* cl : {&a, &b}) {
+    for (int i = 0; i < 30; ++i) {
+      INFO(Key(i));
+      CHECK(*cl->Get(Key(i)) == value(i, 'm'));
+    }
+  }
+  absl::StatusOr<std::vector<ShardStats>> stats = a.Stats();
+  REQUIRE(stats.ok());
+  for (const ShardStats& s : *stats) CHECK(s.items > 0);  // the keys span every shard
+  CHECK(Total(a).items == 30);
+
+  // A key given twice gets its last value; no items is a no-op.
+  REQUIRE(b.MultiPut({{"dup", "first"}, {Key(1), "x"}, {"dup", "last"}}).ok());
+  CHECK(*a.Get("dup") == "last");
+  CHECK(*a.Get(Key(1)) == "x");
+  CHECK(b.MultiPut({}).ok());
+  CHECK(Total(a).items == 31);
+
+  // Inside a caller's transaction: applied at its commit, nothing if it aborts.
+  {
+    std::unique_ptr<Txn> t = w0->Begin();
+    REQUIRE(a.MultiPut(*t, {{Key(0), "aborted"}, {"new-in-txn", "aborted"}}).ok());
+    CHECK(*a.Get(*t, Key(0)) == "aborted");  // its own write
+    t->Abort();
+  }
+  CHECK(*a.Get(Key(0)) == value(0, 'm'));
+  CHECK(absl::IsNotFound(a.Get("new-in-txn").status()));
+  REQUIRE(w0->Run([&](Txn& t) -> absl::Status {
+              absl::StatusOr<std::string> v = a.Get(t, Key(3));
+              if (!v.ok()) return v.status();
+              return a.MultiPut(t, {{Key(0), *v + "!"}, {"new-in-txn", "yes"}});
+            }).ok());
+  CHECK(*b.Get(Key(0)) == value(3, 'm') + "!");
+  CHECK(*b.Get("new-in-txn") == "yes");
+}
+
+TEST_CASE("MultiPut checks every item first: a bad one sets nothing", "[kv]") {
+  Cluster c = Start(2, Options{});
+  std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+  Client kv(*c.stores[0], *w);
+  REQUIRE(kv.Put(Key(0), "before").ok());
+  const std::string too_big(c.stores[0]->max_value_size() + 1, 'v');
+  const std::vector<std::vector<std::pair<std::string, std::string>>> bad = {
+      {{Key(0), "after"}, {Key(1), "after"}, {"", "empty key"}},
+      {{Key(0), "after"}, {std::string(kMaxKeySize + 1, 'k'), "v"}, {Key(1), "after"}},
+      {{Key(0), "after"}, {Key(1), too_big}},
+  };
+  for (const auto& items : bad) {
+    absl::Status s = kv.MultiPut(items);
+    INFO(s.ToString());
+    CHECK(absl::IsInvalidArgument(s));
+    CHECK(s.message().find("item ") != absl::string_view::npos);
+    CHECK(s.message().find("nothing was set") != absl::string_view::npos);
+    std::unique_ptr<Txn> t = w->Begin();
+    CHECK(absl::IsInvalidArgument(kv.MultiPut(*t, items)));
+    REQUIRE(t->Commit().ok());
+    CHECK(*kv.Get(Key(0)) == "before");
+    CHECK(absl::IsNotFound(kv.Get(Key(1)).status()));
+  }
+  CHECK(Total(kv).items == 1);
+}
+
+TEST_CASE("MultiPut of keys that share buckets: displacement, chains and absence validated",
+          "[kv]") {
+  // A small table (as "a small table displaces entries ..."): the keys' neighbourhoods overlap,
+  // so a key's change must be seen by the next key's lookup in the same transaction.
+  TwoClients small(2, Small(16));
+  Client& kv = small.kv;
+  auto value = [](int i, int round) {
+    return absl::StrCat("v", round, "-", i, std::string(10, 'a')).substr(0, 16);
+  };
+  constexpr int kKeys = 200;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (int i = 0; i < kKeys; ++i) {
+      if (round == 2 && i % 2 == 1) continue;  // the last round replaces half of them
+      items.emplace_back(Key(i), value(i, round));
+    }
+    INFO("round " << round);
+    // In batches of 25: each batch inserts (round 0) or replaces keys next to each other's.
+    for (size_t from = 0; from < items.size(); from += 25) {
+      const size_t n = std::min<size_t>(25, items.size() - from);
+      absl::Status s = kv.MultiPut(absl::MakeConstSpan(items).subspan(from, n));
+      INFO(s.ToString());
+      REQUIRE(s.ok());
+    }
+    ShardStats t = Total(kv);
+    CHECK(t.items == kKeys);  // each key once: no copy left behind by a stale lookup
+    if (round == 0) CHECK(t.overflow_blocks > 0);
+    for (int i = 0; i < kKeys; ++i) {
+      INFO(Key(i));
+      CHECK(*kv.Get(Key(i)) == value(i, round == 2 && i % 2 == 1 ? 1 : round));
+    }
+  }
+  // One home bucket: every key shares every bucket. A MultiPut that replaces an existing key
+  // (whose lookup alone would let go of the other buckets) and inserts a new one still depends on
+  // the new key's absence from all of them: another client that makes room in a bucket the
+  // MultiPut does not write (Key(j)'s: the six keys fill buckets 0 and 1 in order, 3 a bucket,
+  // so Key(i) and Key(j) are in different ones) and inserts the new key there aborts it.
+  TwoClients one(1, Small(1));  // one shard: the layout below
+  std::unique_ptr<Worker>& wd = one.w;
+  Client& a = one.kv;
+  Client& b = one.kv_other;
+  const std::string v0(16, '0'), vt(16, 't'), vo(16, 'o');
+  for (int i = 0; i < 6; ++i) REQUIRE(a.Put(Key(i), v0).ok());
+  for (int i = 0; i < 6; ++i) {
+    const std::string k = absl::StrCat("new-", i);
+    INFO(k);
+    std::unique_ptr<Txn> t = wd->Begin();
+    REQUIRE(a.MultiPut(*t, {{Key(i), vt}, {k, vt}}).ok());
+    const int j = (i + 3) % 6;
+    REQUIRE(*b.Delete(Key(j)));
+    REQUIRE(b.Put(k, vo).ok());
+    CHECK(absl::IsAborted(t->Commit()));
+    CHECK(*a.Get(k) == vo);
+    CHECK(*a.Get(Key(i)) == v0);
+    REQUIRE(*a.Delete(k));
+    CHECK(absl::IsNotFound(a.Get(k).status()));  // no second copy left behind
+    REQUIRE(a.Put(Key(j), v0).ok());
+  }
+  CHECK(Total(a).items == 6);
+}
+
+TEST_CASE("a reader of all the keys in one transaction never sees a mix of two MultiPuts", "[kv]") {
+  // Two writers (one per node) each set all kKeys keys (inline and out-of-line values) to values
+  // tagged with the writer and its round; two readers read all of them in one transaction and,
+  // when it commits, must have seen one tag only.
+  Cluster c = Start(2, Small(8, 256));
+  constexpr int kKeys = 8;
+  constexpr int kRounds = 150;
+  auto value = [](int i, const std::string& tag) {
+    return tag + std::string(i % 2 == 0 ? 20 : 400, '.');
+  };
+  {
+    std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+    Client kv(*c.stores[0], *w);
+    std::vector<std::pair<std::string, std::string>> items;
+    for (int i = 0; i < kKeys; ++i) items.emplace_back(Key(i), value(i, "start"));
+    REQUIRE(kv.MultiPut(items).ok());
+  }
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int i = 0; i < 4; ++i) workers.push_back(NewWorker(*c.rts[i % 2]));
+  std::atomic<int> writing{2};
+  std::atomic<uint64_t> consistent_reads{0};
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      Client kv(*c.stores[t], *workers[t]);
+      for (int round = 0; round < kRounds && errors[t].empty(); ++round) {
+        std::vector<std::pair<std::string, std::string>> items;
+        const std::string tag = absl::StrCat("w", t, "r", round);
+        for (int i = 0; i < kKeys; ++i) items.emplace_back(Key(i), value(i, tag));
+        if (absl::Status s = kv.MultiPut(items); !s.ok()) errors[t] = s.ToString();
+      }
+      writing--;
+    });
+  }
+  for (int t = 2; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Client kv(*c.stores[t % 2], *workers[t]);
+      // Until the writers are done, and once after.
+      for (bool last = false; errors[t].empty(); last = writing.load() == 0) {
+        std::vector<std::string> seen(kKeys);
+        absl::Status s = workers[t]->Run([&](Txn& txn) -> absl::Status {
+          for (int i = 0; i < kKeys; ++i) {
+            absl::StatusOr<std::string> v = kv.Get(txn, Key(i));
+            if (!v.ok()) return v.status();
+            seen[i] = *v;
+          }
+          return absl::OkStatus();
+        });
+        if (absl::IsAborted(s) && !last) continue;  // kept conflicting with the writers
+        if (!s.ok()) {
+          errors[t] = s.ToString();
+          break;
+        }
+        const std::string tag = seen[0].substr(0, seen[0].find('.'));
+        for (int i = 0; i < kKeys; ++i) {
+          if (seen[i] != value(i, tag)) {
+            errors[t] = absl::StrCat(Key(i), " is ", seen[i].substr(0, seen[i].find('.')),
+                                     " next to ", Key(0), "'s ", tag);
+          }
+        }
+        consistent_reads++;
+        if (last) break;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const std::string& e : errors) {
+    INFO(e);
+    CHECK(e.empty());
+  }
+  CHECK(consistent_reads.load() >= 2);
+  workers.clear();
 }
 
 TEST_CASE("bad input gets an error, never a crash", "[kv]") {

@@ -1,6 +1,8 @@
 #include "tools/kv_farm.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -41,13 +43,7 @@ class FarmConnection : public KvConnection {
       reads_.push_back(op.key);
     }
     if (absl::Status s = Reads(check); !s.ok()) return s;
-    for (const Op& op : ops) {
-      if (op.read) continue;
-      space_.KeyInto(op.key, &key_);
-      space_.ValueInto(op.key, op.version, &value_);
-      if (absl::Status s = client_.Put(key_, value_); !s.ok()) return s;
-    }
-    return absl::OkStatus();
+    return Updates(ops);
   }
 
   absl::Status Load(uint64_t first, uint64_t count) override {
@@ -74,6 +70,22 @@ class FarmConnection : public KvConnection {
     return check.Value(reads_[i], *v);
   }
 
+  // The round's updates: one Put, or one MultiPut for two or more (one transaction: all of the
+  // round's updates commit together, a key updated twice gets the later value).
+  absl::Status Updates(absl::Span<const Op> ops) {
+    size_t n = 0;
+    for (const Op& op : ops) {
+      if (op.read) continue;
+      if (updates_.size() <= n) updates_.emplace_back();
+      space_.KeyInto(op.key, &updates_[n].first);
+      space_.ValueInto(op.key, op.version, &updates_[n].second);
+      ++n;
+    }
+    if (n == 0) return absl::OkStatus();
+    if (n == 1) return client_.Put(updates_[0].first, updates_[0].second);
+    return client_.MultiPut(absl::MakeConstSpan(updates_).first(n));
+  }
+
   absl::Status Reads(const ReadCheck& check) {
     if (names_.empty()) return absl::OkStatus();
     if (rpc_) {
@@ -98,6 +110,7 @@ class FarmConnection : public KvConnection {
   std::vector<std::string> names_;
   std::vector<uint64_t> reads_;
   std::string key_, value_;
+  std::vector<std::pair<std::string, std::string>> updates_;  // a round's (reused)
 };
 
 std::string NodeHow(ChildProcess& node) {

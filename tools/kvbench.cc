@@ -13,9 +13,13 @@
 // farm with memcached's better one at each point, as txn_bench does with redis and redis-lua.
 // Each store is preloaded with --keys keys (a progress bar on a terminal or with --progress) and
 // then measured at every point: workload x distribution x client threads x operations in flight.
-// One generator drives every target (tools/kv_workload.h). Pinning: this process (the client
-// threads of every target) runs on --client_cpus; the store (the shard nodes, memcached,
-// redis-server) on --store_cpus, with memcached getting one worker thread per store CPU.
+// farm's targets send a round's updates as one kv::Client::MultiPut (one Put when there is
+// one): a batching like the peers' (memcached-buf's buffered noreply sets, Redis's pipelined
+// SETs), with a stronger guarantee than theirs: the round's updates are one transaction, all
+// committed or none. One generator drives every target (tools/kv_workload.h). Pinning: this
+// process (the client threads of every target) runs on --client_cpus; the store (the shard
+// nodes, memcached, redis-server) on --store_cpus, with memcached getting one worker thread per
+// store CPU.
 //
 // References, in the same run: //tools:fabric_bench's one-sided READ of a GET's neighbourhood
 // (--kv_neighbourhood x --kv_bucket_bytes bytes) on the same provider, for the issue's GET
@@ -79,8 +83,9 @@ ABSL_DECLARE_FLAG(std::string, poll);
 ABSL_DECLARE_FLAG(std::string, log_level);
 ABSL_FLAG(std::string, targets, "farm,farm-rpc,memcached,memcached-buf,redis",
           "stores to measure: farm (GETs by one-sided READ, a round's reads by MultiGet: see "
-          "--multi_get), farm-rpc (GETs by RPC to the shard's "
-          "node), memcached (a round's noreply sets each written at once, then one multi-key get), "
+          "--multi_get; a round's updates by one MultiPut, one atomic transaction), farm-rpc "
+          "(GETs by RPC to the shard's node; updates as farm's), memcached (a round's noreply sets "
+          "each written at once, then one multi-key get), "
           "memcached-buf (libmemcached's BUFFER_REQUESTS: the round's noreply sets and its get in "
           "one write; not measured at 1 in flight), redis; farm's targets in words compare with "
           "memcached's better variant");
@@ -104,7 +109,8 @@ ABSL_FLAG(std::string, threads, "1,2",
 ABSL_FLAG(std::string, in_flight, "1,8",
           "operations in flight per client thread, a comma-separated list: a round issues this "
           "many operations together and ends when all have completed (farm: one MultiGet for the "
-          "reads; memcached: noreply sets + one multi-key get, memcached-buf: the same in one "
+          "reads, one MultiPut transaction for the updates; memcached: noreply sets + one "
+          "multi-key get, memcached-buf: the same in one "
           "write; Redis: one pipeline); 1 is no "
           "pipelining. An operation's latency is its round's");
 ABSL_FLAG(int, warmup_ms, 500, "milliseconds run before each point's measurement");

@@ -286,79 +286,120 @@ absl::Status Transaction::Record(GlobalAddress addr, uint64_t word, uint64_t siz
 
 absl::Status Transaction::ReadRun(GlobalAddress first, uint64_t stride, uint64_t size,
                                   uint64_t count, std::vector<std::string>* out) {
+  const ObjectRun run{first, stride, size, count, out};
+  return ReadRuns(absl::MakeConstSpan(&run, 1));
+}
+
+absl::Status Transaction::ReadRuns(absl::Span<const ObjectRun> runs, size_t* failed) {
+  if (failed != nullptr) *failed = runs.size();
+  auto fail = [failed](size_t k, absl::Status s) {
+    if (failed != nullptr) *failed = k;
+    return s;
+  };
   if (absl::Status s = CheckActive(); !s.ok()) return s;
-  if (absl::Status s = CheckSize(size); !s.ok()) return s;
-  const uint64_t span = ObjectSpan(size);
-  if (count == 0 || stride < span || stride % 8 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("a run of ", count, " objects of ", size,
-                                                   " bytes cannot be ", stride, " bytes apart"));
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const ObjectRun& r = runs[k];
+    if (absl::Status s = CheckSize(r.size); !s.ok()) return fail(k, s);
+    if (r.count == 0 || r.stride < ObjectSpan(r.size) || r.stride % 8 != 0) {
+      return fail(k, absl::InvalidArgumentError(absl::StrCat("a run of ", r.count, " objects of ",
+                                                             r.size, " bytes cannot be ", r.stride,
+                                                             " bytes apart")));
+    }
   }
-  const Range whole{first, (count - 1) * stride + span};
-  std::vector<std::string> copies;
-  std::vector<ObjectView> views(count);
+  std::vector<std::string> copies(runs.size());
+  std::vector<std::vector<ObjectView>> views(runs.size());
+  std::vector<size_t> pending(runs.size());  // the runs to copy (again)
+  for (size_t k = 0; k < runs.size(); ++k) pending[k] = k;
+  std::vector<Range> wholes;
+  std::vector<std::string> got;
   absl::Time deadline = absl::InfinitePast();
   absl::Duration pause = absl::Microseconds(1);
   for (int attempt = 0;; ++attempt) {
-    if (absl::Status s = CopyRanges(*ctx_, absl::MakeConstSpan(&whole, 1), &copies); !s.ok()) {
-      return s;
+    // One batch of READs for every run still to copy.
+    wholes.clear();
+    for (size_t k : pending) {
+      const ObjectRun& r = runs[k];
+      wholes.push_back(Range{r.first, (r.count - 1) * r.stride + ObjectSpan(r.size)});
     }
-    bool retry = false;
-    for (uint64_t i = 0; i < count && !retry; ++i) {
-      const GlobalAddress a{first.region, first.offset + i * stride};
-      switch (DecodeObject(copies[0].data() + i * stride, size, &views[i])) {
-        case ObjectState::kOk:
-          break;
-        case ObjectState::kFree:
-          if (absl::Status r = Record(a, MakeLockWord(views[i].version, false, false), 0);
-              !r.ok()) {
-            return r;
+    if (absl::Status s = CopyRanges(*ctx_, wholes, &got); !s.ok()) {
+      return fail(pending.size() == 1 ? pending[0] : runs.size(), s);
+    }
+    std::vector<size_t> again;
+    for (size_t j = 0; j < pending.size(); ++j) {
+      const size_t k = pending[j];
+      const ObjectRun& r = runs[k];
+      copies[k] = std::move(got[j]);
+      views[k].assign(r.count, ObjectView());
+      for (uint64_t i = 0; i < r.count; ++i) {
+        const GlobalAddress a{r.first.region, r.first.offset + i * r.stride};
+        ObjectView& v = views[k][i];
+        const ObjectState state = DecodeObject(copies[k].data() + i * r.stride, r.size, &v);
+        if (state == ObjectState::kFree) {
+          if (absl::Status e = Record(a, MakeLockWord(v.version, false, false), 0); !e.ok()) {
+            return fail(k, e);
           }
-          return absl::NotFoundError(
-              absl::StrCat("no object at ", a.ToString(), " (freed, or never allocated)"));
-        case ObjectState::kWrongSize:
-          if (absl::Status r =
-                  Record(a, MakeLockWord(views[i].version, true, false), views[i].size);
-              !r.ok()) {
-            return r;
+          return fail(k, absl::NotFoundError(absl::StrCat("no object at ", a.ToString(),
+                                                          " (freed, or never allocated)")));
+        }
+        if (state == ObjectState::kWrongSize) {
+          if (absl::Status e = Record(a, MakeLockWord(v.version, true, false), v.size); !e.ok()) {
+            return fail(k, e);
           }
-          return absl::InvalidArgumentError(absl::StrCat("the object at ", a.ToString(), " has ",
-                                                         views[i].size, " bytes, not ", size));
-        case ObjectState::kLocked:
-        case ObjectState::kTorn:
-          retry = true;
+          return fail(
+              k, absl::InvalidArgumentError(absl::StrCat("the object at ", a.ToString(), " has ",
+                                                         v.size, " bytes, not ", r.size)));
+        }
+        if (state == ObjectState::kLocked || state == ObjectState::kTorn) {
+          again.push_back(k);
           break;
+        }
       }
     }
-    if (!retry) break;
+    if (again.empty()) break;
+    pending = std::move(again);
     if (attempt < 16) continue;
     const absl::Time now = absl::Now();
     if (deadline == absl::InfinitePast()) deadline = now + kTxnLockedWait;
     if (now > deadline) {
-      return absl::AbortedError(absl::StrCat("objects from ", first.ToString(),
-                                             " stayed locked or changing for ",
-                                             absl::FormatDuration(kTxnLockedWait)));
+      return fail(pending[0],
+                  absl::AbortedError(absl::StrCat(
+                      "objects from ", runs[pending[0]].first.ToString(),
+                      " stayed locked or changing for ", absl::FormatDuration(kTxnLockedWait))));
     }
     absl::SleepFor(pause);
     pause = std::min(pause * 2, absl::Microseconds(100));
   }
-  out->resize(count);
-  for (uint64_t i = 0; i < count; ++i) {
-    const GlobalAddress a{first.region, first.offset + i * stride};
-    const uint64_t key = a.Pack();
-    if (auto w = writes_.find(key); w != writes_.end()) {
+  for (size_t k = 0; k < runs.size(); ++k) {
+    if (absl::Status s = Take(runs[k], views[k]); !s.ok()) return fail(k, s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transaction::Take(const ObjectRun& r, const std::vector<ObjectView>& views) {
+  std::vector<std::string>& out = *r.out;
+  out.resize(r.count);
+  for (uint64_t i = 0; i < r.count; ++i) {
+    const GlobalAddress a{r.first.region, r.first.offset + i * r.stride};
+    if (auto w = writes_.find(a.Pack()); w != writes_.end()) {
       if (w->second.kind == WriteKind::kFree) {
         return absl::NotFoundError(
             absl::StrCat("object ", a.ToString(), " was freed by this transaction"));
       }
-      (*out)[i] = w->second.data;
+      out[i] = w->second.data;
       continue;
     }
-    if (absl::Status r = Record(a, MakeLockWord(views[i].version, true, false), size); !r.ok()) {
-      return r;
+    if (absl::Status e = Record(a, MakeLockWord(views[i].version, true, false), r.size); !e.ok()) {
+      return e;
     }
-    (*out)[i].assign(views[i].payload.data(), views[i].payload.size());
+    out[i].assign(views[i].payload.data(), views[i].payload.size());
   }
   return absl::OkStatus();
+}
+
+const std::string* Transaction::PendingWrite(GlobalAddress addr) const {
+  auto w = writes_.find(addr.Pack());
+  if (w == writes_.end() || w->second.kind == WriteKind::kFree) return nullptr;
+  return &w->second.data;
 }
 
 absl::Status Transaction::Write(GlobalAddress addr, absl::string_view value) {

@@ -57,6 +57,8 @@
 namespace farm {
 namespace txn {
 
+struct ObjectView;  // txn/object.h
+
 // What a test's callback at the sync points "Transaction::Decide:Send" and
 // "Transaction::SendLocks:Send" gets: the decision (COMMIT-PRIMARY or ABORT) or the LOCK about to
 // be sent to `owner`; setting `drop` makes this send fail as a back-pressured send would. A
@@ -124,6 +126,24 @@ class Transaction {
   // object's version is recorded as by Read.
   absl::Status ReadRun(GlobalAddress first, uint64_t stride, uint64_t size, uint64_t count,
                        std::vector<std::string>* out);
+  // One run of objects for ReadRuns: `count` objects of `size` payload bytes, `stride` bytes
+  // apart from `first` on; `out` gets their values.
+  struct ObjectRun {
+    GlobalAddress first;
+    uint64_t stride = 0;
+    uint64_t size = 0;
+    uint64_t count = 0;
+    std::vector<std::string>* out = nullptr;
+  };
+  // ReadRun of several runs with their READs posted together and waited for once (a run that is
+  // locked or torn is read again, the others are not): each run is read, recorded and overlaid
+  // with this transaction's own writes exactly as ReadRun would. The runs may overlap. On an
+  // error, `*failed` (if given) is the index of the run it concerns, or runs.size() when it is
+  // the batch's (a READ of several runs failed).
+  absl::Status ReadRuns(absl::Span<const ObjectRun> runs, size_t* failed = nullptr);
+  // This transaction's buffered value of `addr` (written or allocated here), or null. For a
+  // caller holding a copy read earlier in the transaction, which a later write made stale.
+  const std::string* PendingWrite(GlobalAddress addr) const;
   // Replaces the object's value (same size as the object). Reads it first if this transaction
   // has not (to learn its version).
   absl::Status Write(GlobalAddress addr, absl::string_view value);
@@ -186,6 +206,9 @@ class Transaction {
   // Records what a read saw (the lock word and size) for validation; Aborted (and aborts) if
   // this transaction saw another state of the object before.
   absl::Status Record(GlobalAddress addr, uint64_t word, uint64_t size);
+  // ReadRuns' last step for one run read consistently (`views`: its objects in the copy): the
+  // values into r.out (this transaction's own writes instead where it wrote), versions recorded.
+  absl::Status Take(const ObjectRun& r, const std::vector<ObjectView>& views);
   // Sends the LOCK payloads to their owners (this node's participant directly), waits for all;
   // returns the first error.
   // payloads[i] is requests[i] encoded; this node's own parts are locked from the requests.
