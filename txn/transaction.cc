@@ -620,8 +620,7 @@ absl::Status Transaction::Validate() {
   return absl::OkStatus();
 }
 
-absl::Status Transaction::SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads,
-                                    const std::vector<const LockRequest*>& requests) {
+absl::Status Transaction::SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads) {
   Node* node = engine_->node();
   Rpc* rpc = engine_->rpc();
   absl::Status first;
@@ -647,10 +646,9 @@ absl::Status Transaction::SendLocks(const std::vector<std::pair<uint32_t, std::s
   // This node's own part while the messages travel. (They leave only when Await flushes the
   // lane: posting them first, without waiting, made a lane's later sends wait for ring space
   // for good on verbs over SoftiWARP, not yet understood; see issue 17's note.)
-  for (size_t i = 0; i < payloads.size(); ++i) {
-    const auto& [owner, payload] = payloads[i];
+  for (const auto& [owner, payload] : payloads) {
     if (owner != node->id()) continue;
-    absl::Status s = engine_->participant().Lock(node->id(), *requests[i], payload);
+    absl::Status s = engine_->participant().Lock(node->id(), payload);
     if (!s.ok() && first.ok()) first = s;
   }
   for (auto& [owner, call] : calls) {
@@ -842,7 +840,9 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   const uint64_t room = engine_->max_message() - Engine::kLockOverhead;
   const uint64_t part_room = written_bytes < room / 2 ? room - written_bytes : room / 2;
   // The writes by backup node, in COMMIT-BACKUP messages of at most max_message bytes each.
-  std::map<uint32_t, std::vector<LockRequest>> parts;
+  // The values are views into writes_ (unchanged until the transaction ends): EncodeLock copies
+  // each one once, into its message.
+  std::map<uint32_t, std::vector<LockView>> parts;
   std::map<uint32_t, uint64_t> part_bytes;
   for (const auto& [key, w] : writes_) {
     if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) continue;  // never created
@@ -850,7 +850,7 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
     RegionCopies& copies = regions[addr.region];
     copies.recorded = true;
     for (uint32_t b : copies.backups) {
-      std::vector<LockRequest>& p = parts[b];
+      std::vector<LockView>& p = parts[b];
       const uint64_t bytes = 64 + w.data.size();
       if (p.empty() || part_bytes[b] + bytes > part_room) {
         p.emplace_back();
@@ -858,7 +858,7 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
         part_bytes[b] = 0;
       }
       part_bytes[b] += bytes;
-      p.back().writes.push_back(WriteRecord{addr, w.kind, w.version, w.data});
+      p.back().writes.push_back(WriteRef{addr, w.kind, w.version, w.data});
     }
   }
   // Mutant: no COMMIT-BACKUP (the backups never learn of the writes).
@@ -869,7 +869,7 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   for (auto& [b, ps] : parts) {
     ps.front().truncate = truncations[b] = engine_->TakeBackupTruncations(b);
     for (size_t i = 0; i < ps.size(); ++i) {
-      LockRequest& r = ps[i];
+      LockView& r = ps[i];
       r.written = written;
       r.part = static_cast<uint32_t>(i);
       r.parts = static_cast<uint32_t>(ps.size());
@@ -881,8 +881,8 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   const uint32_t self = node->id();
   const Delivery d = Deliver(kCommitBackupMethod, "COMMIT-BACKUP", std::move(messages),
                              [&](const std::string& payload) {
-                               absl::StatusOr<LockRequest> r = DecodeLock(payload);
-                               return r.ok() ? local.Append(self, *r) : r.status();
+                               absl::StatusOr<LockView> r = DecodeLockView(payload);
+                               return r.ok() ? local.Append(self, *r, payload) : r.status();
                              });
   // The truncations went with the first part: a backup that acknowledged or refused it
   // applied them first (BackupLog::Append), one that left took its records with it; if this
@@ -940,12 +940,14 @@ absl::Status Transaction::Commit() {
   commit_rounds_ = 0;
   validation_reads_ = 0;
   // Objects allocated and freed by this transaction never existed: not locked, only released.
-  // The writes by owner, in LOCK messages of at most max_message bytes each.
-  std::map<uint32_t, std::vector<LockRequest>> locks;
+  // The writes by owner, in LOCK messages of at most max_message bytes each. The values are views
+  // into writes_ (unchanged until the transaction ends): EncodeLock copies each one once, into its
+  // message.
+  std::map<uint32_t, std::vector<LockView>> locks;
   std::map<uint32_t, uint64_t> part_bytes;
   for (const auto& [key, w] : writes_) {
     if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) continue;
-    std::vector<LockRequest>& parts = locks[w.owner];
+    std::vector<LockView>& parts = locks[w.owner];
     const uint64_t bytes = 64 + w.data.size();
     if (parts.empty() ||
         part_bytes[w.owner] + bytes > engine_->max_message() - Engine::kLockOverhead) {
@@ -954,8 +956,7 @@ absl::Status Transaction::Commit() {
       part_bytes[w.owner] = 0;
     }
     part_bytes[w.owner] += bytes;
-    parts.back().writes.push_back(
-        WriteRecord{GlobalAddress::Unpack(key), w.kind, w.version, w.data});
+    parts.back().writes.push_back(WriteRef{GlobalAddress::Unpack(key), w.kind, w.version, w.data});
   }
   if (locks.empty()) {
     // Read-only: validation alone, no messages.
@@ -975,18 +976,16 @@ absl::Status Transaction::Commit() {
   std::vector<uint32_t> owners;
   for (const auto& [o, r] : locks) owners.push_back(o);
   std::vector<std::pair<uint32_t, std::string>> payloads;
-  std::vector<const LockRequest*> requests;  // payloads[i] encodes *requests[i]
   for (auto& [o, parts] : locks) {
     parts.front().truncate = engine_->TakeTruncations(o);
-    for (LockRequest& r : parts) {
+    for (LockView& r : parts) {
       r.participants = owners;
       payloads.emplace_back(o, EncodeLock(r));
-      requests.push_back(&r);
     }
   }
   // LOCK.
   ++commit_rounds_;
-  if (absl::Status s = SendLocks(payloads, requests); !s.ok()) {
+  if (absl::Status s = SendLocks(payloads); !s.ok()) {
     AbortAt(owners);
     return s.code() == absl::StatusCode::kAborted
                ? s

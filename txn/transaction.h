@@ -188,9 +188,8 @@ class Transaction {
   absl::Status Record(GlobalAddress addr, uint64_t word, uint64_t size);
   // Sends the LOCK payloads to their owners (this node's participant directly), waits for all;
   // returns the first error.
-  // payloads[i] is requests[i] encoded; this node's own parts are locked from the requests.
-  absl::Status SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads,
-                         const std::vector<const LockRequest*>& requests);
+  // This node's own parts are locked from their payloads (decoded in place).
+  absl::Status SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads);
   // Sends the decision `method` (kCommitMethod or kAbortMethod) to `owners` until each one
   // acknowledged it, refused it, or left the cluster, or this node was evicted; retries
   // transient failures (back-pressure, timeouts) with a growing pause, and after the context's

@@ -24,6 +24,7 @@ class WireWriter {
     U64(b.size());
     out_.append(b.data(), b.size());
   }
+  void Reserve(size_t n) { out_.reserve(n); }
   std::string& str() { return out_; }
 
  private:
