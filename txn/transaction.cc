@@ -44,14 +44,31 @@ absl::Status CheckLease(const Node& node) {
       "stale (the cluster may have moved on without it), so it reads and commits nothing"));
 }
 
-// One copy of the object: a local one, or a READ into the thread's buffer.
-absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std::string* copy) {
+// Where a read copies a local object: on the stack when it is small (no allocation per read).
+class LocalCopy {
+ public:
+  char* Get(uint64_t span) {
+    if (span <= sizeof(inline_)) return inline_;
+    heap_.resize(span);
+    return heap_.data();
+  }
+
+ private:
+  alignas(8) char inline_[512];
+  std::string heap_;
+};
+
+// One copy of the object: a local one into `local`, or a READ into the thread's buffer (which
+// the copy is then read from, until the thread's next READ). `*copy` is where it is.
+absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, LocalCopy& local,
+                      const char** copy) {
   Node* node = ctx.engine->node();
   absl::StatusOr<RemoteTarget> t = node->Resolve(addr, span);
   if (!t.ok()) return t.status();
-  copy->resize(span);
   if (t->local != nullptr) {
-    CopyLocalObject(t->local, copy->data(), span);
+    char* dst = local.Get(span);
+    CopyLocalObject(t->local, dst, span);
+    *copy = dst;
     return CheckLease(*node);
   }
   if (span > ctx.staging->size()) {
@@ -67,7 +84,7 @@ absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std
     return absl::Status(s.code(), absl::StrCat("READ of object ", addr.ToString(), " on node ",
                                                t->node_id, ": ", s.message()));
   }
-  std::memcpy(copy->data(), ctx.staging->data(), span);
+  *copy = ctx.staging->data();
   return CheckLease(*node);
 }
 
@@ -90,13 +107,14 @@ absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t siz
                                                    kMaxObjectSize, " bytes)"));
   }
   const uint64_t span = ObjectSpan(size);
-  std::string copy;
+  LocalCopy local;
   absl::Time deadline = absl::InfinitePast();
   absl::Duration pause = absl::Microseconds(1);
   for (int attempt = 0;; ++attempt) {
-    if (absl::Status s = CopyOnce(ctx, addr, span, &copy); !s.ok()) return s;
+    const char* copy = nullptr;
+    if (absl::Status s = CopyOnce(ctx, addr, span, local, &copy); !s.ok()) return s;
     ObjectView v;
-    const ObjectState state = DecodeObject(copy.data(), size, &v);
+    const ObjectState state = DecodeObject(copy, size, &v);
     if (seen != nullptr && (state == ObjectState::kOk || state == ObjectState::kFree ||
                             state == ObjectState::kWrongSize)) {
       *seen = Observed{true, MakeLockWord(v.version, state != ObjectState::kFree, false),
@@ -254,7 +272,8 @@ absl::Status Transaction::Read(GlobalAddress addr, uint64_t size, std::string* o
       return absl::InvalidArgumentError(absl::StrCat("the object at ", addr.ToString(), " has ",
                                                      w->second.size, " bytes, not ", size));
     }
-    *out = w->second.data;
+    const absl::string_view v = Value(w->second);
+    out->assign(v.data(), v.size());
     return absl::OkStatus();
   }
   uint64_t version = 0;
@@ -350,7 +369,8 @@ absl::Status Transaction::ReadRun(GlobalAddress first, uint64_t stride, uint64_t
         return absl::NotFoundError(
             absl::StrCat("object ", a.ToString(), " was freed by this transaction"));
       }
-      (*out)[i] = w->second.data;
+      const absl::string_view v = Value(w->second);
+      (*out)[i].assign(v.data(), v.size());
       continue;
     }
     if (absl::Status r = Record(a, MakeLockWord(views[i].version, true, false), size); !r.ok()) {
@@ -374,7 +394,7 @@ absl::Status Transaction::Write(GlobalAddress addr, absl::string_view value) {
       return absl::InvalidArgumentError(absl::StrCat("the object at ", addr.ToString(), " has ",
                                                      w->second.size, " bytes, not ", value.size()));
     }
-    w->second.data.assign(value.data(), value.size());
+    std::memcpy(values_.data() + w->second.offset, value.data(), value.size());
     return absl::OkStatus();
   }
   auto r = reads_.find(key);
@@ -394,7 +414,8 @@ absl::Status Transaction::Write(GlobalAddress addr, absl::string_view value) {
   absl::StatusOr<uint32_t> owner = OwnerOf(addr);
   if (!owner.ok()) return owner.status();
   writes_[key] = WriteEntry{WriteKind::kWrite, VersionOf(r->second.word), value.size(),
-                            std::string(value), *owner};
+                            values_.size(), *owner};
+  values_.insert(values_.end(), value.begin(), value.end());
   return absl::OkStatus();
 }
 
@@ -468,7 +489,8 @@ absl::StatusOr<GlobalAddress> Transaction::Alloc(uint64_t size, const AllocHint&
                      " was freed after this transaction read it (its slot was "
                      "just reserved for this transaction)"));
   }
-  writes_[key] = WriteEntry{WriteKind::kAlloc, slot_version, size, std::string(size, '\0'), target};
+  writes_[key] = WriteEntry{WriteKind::kAlloc, slot_version, size, values_.size(), target};
+  values_.resize(values_.size() + size);  // zeros
   return *slot;
 }
 
@@ -487,8 +509,7 @@ absl::Status Transaction::Free(GlobalAddress addr) {
       w->second.version = UINT64_MAX;  // marks "never created"
       return absl::OkStatus();
     }
-    w->second.kind = WriteKind::kFree;
-    w->second.data.clear();
+    w->second.kind = WriteKind::kFree;  // its value is no longer sent (Value)
     return absl::OkStatus();
   }
   uint64_t word = 0;
@@ -515,7 +536,7 @@ absl::Status Transaction::Free(GlobalAddress addr) {
   const uint64_t version = VersionOf(word);
   absl::StatusOr<uint32_t> owner = OwnerOf(addr);
   if (!owner.ok()) return owner.status();
-  writes_[key] = WriteEntry{WriteKind::kFree, version, size, std::string(), *owner};
+  writes_[key] = WriteEntry{WriteKind::kFree, version, size, values_.size(), *owner};
   return absl::OkStatus();
 }
 
@@ -851,14 +872,14 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
     copies.recorded = true;
     for (uint32_t b : copies.backups) {
       std::vector<LockView>& p = parts[b];
-      const uint64_t bytes = 64 + w.data.size();
+      const uint64_t bytes = 64 + Value(w).size();
       if (p.empty() || part_bytes[b] + bytes > part_room) {
         p.emplace_back();
         p.back().txn = id_;
         part_bytes[b] = 0;
       }
       part_bytes[b] += bytes;
-      p.back().writes.push_back(WriteRef{addr, w.kind, w.version, w.data});
+      p.back().writes.push_back(WriteRef{addr, w.kind, w.version, Value(w)});
     }
   }
   // Mutant: no COMMIT-BACKUP (the backups never learn of the writes).
@@ -948,7 +969,7 @@ absl::Status Transaction::Commit() {
   for (const auto& [key, w] : writes_) {
     if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) continue;
     std::vector<LockView>& parts = locks[w.owner];
-    const uint64_t bytes = 64 + w.data.size();
+    const uint64_t bytes = 64 + Value(w).size();
     if (parts.empty() ||
         part_bytes[w.owner] + bytes > engine_->max_message() - Engine::kLockOverhead) {
       parts.emplace_back();
@@ -956,7 +977,8 @@ absl::Status Transaction::Commit() {
       part_bytes[w.owner] = 0;
     }
     part_bytes[w.owner] += bytes;
-    parts.back().writes.push_back(WriteRef{GlobalAddress::Unpack(key), w.kind, w.version, w.data});
+    parts.back().writes.push_back(
+        WriteRef{GlobalAddress::Unpack(key), w.kind, w.version, Value(w)});
   }
   if (locks.empty()) {
     // Read-only: validation alone, no messages.

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -175,9 +176,15 @@ class Transaction {
     WriteKind kind = WriteKind::kWrite;
     uint64_t version = 0;
     uint64_t size = 0;
-    std::string data;
+    uint64_t offset = 0;  // of its value in values_ (size bytes; none for kFree)
     uint32_t owner = 0;
   };
+  // The value a write sends: its bytes in values_, nothing for a free. Valid until values_ grows
+  // (the next Write or Alloc of another object).
+  absl::string_view Value(const WriteEntry& w) const {
+    if (w.kind == WriteKind::kFree) return {};
+    return absl::string_view(values_.data() + w.offset, w.size);
+  }
   absl::Status CheckActive() const;
   absl::StatusOr<uint32_t> OwnerOf(GlobalAddress addr) const;
   // Reads the lock word of `addrs` (one batch of one-sided READs for the remote ones).
@@ -223,6 +230,10 @@ class Transaction {
   // two instead of a heap allocation each (std::map). Inserting invalidates their iterators.
   absl::btree_map<uint64_t, ReadEntry> reads_;
   absl::btree_map<uint64_t, WriteEntry> writes_;
+  // The written values back to back, by WriteEntry::offset: one buffer for the transaction
+  // (inline up to its first bytes) rather than an allocation per write. A value rewritten in
+  // place keeps its bytes (same size); one freed after it was written leaves them unused.
+  absl::InlinedVector<char, 128> values_;
   std::set<uint32_t> reserve_owners_;      // nodes asked for a reservation
   int commit_rounds_ = 0;
   // Set by SendBackups: every region written has a backup that acknowledged COMMIT-BACKUP.
