@@ -170,7 +170,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
 
   Participant* p = e->participant_.get();
   rpc->RegisterHandler(kLockMethod, [p](const RpcRequest& r) -> absl::StatusOr<std::string> {
-    absl::Status s = p->Lock(r.from, r.payload);
+    // The copy of the message the participant keeps as the transaction's record.
+    absl::Status s = p->Lock(r.from, std::string(r.payload));
     if (!s.ok()) return s;
     return std::string();
   });

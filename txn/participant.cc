@@ -88,7 +88,7 @@ absl::StatusOr<uint64_t> Participant::SlotVersion(GlobalAddress slot) const {
   return VersionOf(LoadLockWord(*object));
 }
 
-absl::Status Participant::Lock(uint32_t coordinator, absl::string_view encoded) {
+absl::Status Participant::Lock(uint32_t coordinator, std::string encoded) {
   // The values stay where they are: each write's data views into `encoded`.
   absl::StatusOr<LockView> decoded = DecodeLockView(encoded);
   if (!decoded.ok()) return decoded.status();
@@ -206,7 +206,7 @@ absl::Status Participant::Lock(uint32_t coordinator, absl::string_view encoded) 
     r.participants = request.participants;
   }
   const uint32_t lock = static_cast<uint32_t>(r.locks.size());
-  r.locks.emplace_back(encoded);
+  r.locks.push_back(std::move(encoded));  // `request` views into it: not used from here on
   r.objects.reserve(r.objects.size() + locked.size());
   for (Locked& o : locked) {
     o.lock = lock;

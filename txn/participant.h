@@ -68,8 +68,9 @@ class Participant {
   // its slot, or an object that may not be freed (an object array's); Unavailable when the
   // coordinator left (is not a member, or was fenced), and InvalidArgument for a message that does
   // not decode. `encoded` is the LOCK (EncodeLock) as received: decoded here in place (the values
-  // are not copied), and kept as the transaction's record, from which COMMIT-PRIMARY installs them.
-  absl::Status Lock(uint32_t coordinator, absl::string_view encoded);
+  // are not copied), and kept as the transaction's record (moved there), from which COMMIT-PRIMARY
+  // installs them.
+  absl::Status Lock(uint32_t coordinator, std::string encoded);
   // COMMIT-PRIMARY: installs the locked transaction's writes (new versions), unlocks, and releases
   // its unused reservations. OK again for a transaction already committed here (a retry).
   // FailedPrecondition if it is not locked here (aborted, or never locked); Unavailable when the

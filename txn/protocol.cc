@@ -7,7 +7,8 @@ namespace farm {
 namespace txn {
 namespace {
 
-void PutTxn(WireWriter& w, const TxnId& t) {
+template <typename Out>
+void PutTxn(Out& w, const TxnId& t) {
   w.U32(t.node);
   w.U64(t.incarnation);
   w.U64(t.seq);
@@ -22,7 +23,8 @@ bool GetCount(WireReader& r, uint64_t* n, uint64_t entry) {
   return r.U64(n) && *n <= r.remaining() / entry;
 }
 
-void PutIds(WireWriter& w, const std::vector<uint32_t>& ids) {
+template <typename Out>
+void PutIds(Out& w, const std::vector<uint32_t>& ids) {
   w.U64(ids.size());
   for (uint32_t id : ids) w.U32(id);
 }
@@ -36,7 +38,8 @@ bool GetIds(WireReader& r, std::vector<uint32_t>* ids) {
   return true;
 }
 
-void PutWritten(WireWriter& w, const std::vector<WrittenRegion>& written) {
+template <typename Out>
+void PutWritten(Out& w, const std::vector<WrittenRegion>& written) {
   w.U64(written.size());
   for (const WrittenRegion& x : written) {
     w.U32(x.region);
@@ -74,14 +77,17 @@ absl::string_view LogRecordTypeName(LogRecordType type) {
 
 namespace {
 
+// The size of a LOCK's encoding (PutLock).
 template <typename W>
-std::string EncodeLockOf(const BasicLockRequest<W>& r) {
-  // The exact size first: one allocation for the message, whatever its writes.
+size_t LockSizeOf(const BasicLockRequest<W>& r) {
   size_t size = 20 + 8 + 4 * r.participants.size() + 8 + 8 + 8 * r.truncate.size() + 8 + 4 + 4 + 8;
   for (const W& wr : r.writes) size += 25 + wr.data.size();
   for (const WrittenRegion& x : r.written) size += 16 + 4 * x.backups.size();
-  WireWriter w;
-  w.Reserve(size);
+  return size;
+}
+
+template <typename Out, typename W>
+void PutLock(Out& w, const BasicLockRequest<W>& r) {
   PutTxn(w, r.txn);
   w.U64(r.participants.size());
   for (uint32_t p : r.participants) w.U32(p);
@@ -98,6 +104,13 @@ std::string EncodeLockOf(const BasicLockRequest<W>& r) {
   w.U32(r.part);
   w.U32(r.parts);
   w.U64(r.finished_below);
+}
+
+template <typename W>
+std::string EncodeLockOf(const BasicLockRequest<W>& r) {
+  WireWriter w;
+  w.Reserve(LockSizeOf(r));  // one allocation for the message, whatever its writes
+  PutLock(w, r);
   return std::move(w.str());
 }
 
@@ -141,6 +154,11 @@ absl::StatusOr<BasicLockRequest<W>> DecodeLockOf(absl::string_view b) {
 
 std::string EncodeLock(const LockRequest& r) { return EncodeLockOf(r); }
 std::string EncodeLock(const LockView& r) { return EncodeLockOf(r); }
+size_t LockSize(const LockView& r) { return LockSizeOf(r); }
+void EncodeLockTo(const LockView& r, char* dst) {
+  WireBufferWriter w(dst);
+  PutLock(w, r);
+}
 absl::StatusOr<LockRequest> DecodeLock(absl::string_view b) { return DecodeLockOf<WriteRecord>(b); }
 absl::StatusOr<LockView> DecodeLockView(absl::string_view b) { return DecodeLockOf<WriteRef>(b); }
 

@@ -134,6 +134,9 @@ using LockRequest = BasicLockRequest<WriteRecord>;
 using LockView = BasicLockRequest<WriteRef>;
 std::string EncodeLock(const LockRequest& r);
 std::string EncodeLock(const LockView& r);
+// The same written at `dst`, LockSize(r) bytes (a LOCK written in place: Rpc::StartInPlace).
+size_t LockSize(const LockView& r);
+void EncodeLockTo(const LockView& r, char* dst);
 absl::StatusOr<LockRequest> DecodeLock(absl::string_view b);
 // The same without copying the values: each write's data views into `b`, which must outlive the
 // result.

@@ -157,17 +157,23 @@ absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t siz
   }
 }
 
-// rpc.Start, unless a test's callback at the sync point `point` drops this send (DecisionProbe):
-// it then fails as a back-pressured send would.
+// Whether a test's callback at the sync point `point` drops this send (DecisionProbe): it then
+// fails as a back-pressured send would.
+bool DroppedByTest(const char* point, uint32_t owner, uint16_t method) {
+  DecisionProbe probe{method, owner, false};
+  FARM_SYNC_POINT_CALLBACK(point, &probe);
+  (void)point;
+  return probe.drop;
+}
+absl::Status DroppedError() { return absl::ResourceExhaustedError("send dropped by a test"); }
+
+// rpc.Start, unless a test drops this send (DroppedByTest).
 absl::StatusOr<std::shared_ptr<Rpc::Pending>> StartUnlessDropped(const char* point, Rpc& rpc,
                                                                  Messenger::Lane& lane,
                                                                  uint32_t owner, uint16_t method,
                                                                  const std::string& payload,
                                                                  absl::Duration timeout) {
-  DecisionProbe probe{method, owner, false};
-  FARM_SYNC_POINT_CALLBACK(point, &probe);
-  (void)point;
-  if (probe.drop) return absl::ResourceExhaustedError("send dropped by a test");
+  if (DroppedByTest(point, owner, method)) return DroppedError();
   return rpc.Start(lane, owner, method, payload, timeout);
 }
 
@@ -641,36 +647,46 @@ absl::Status Transaction::Validate() {
   return absl::OkStatus();
 }
 
-absl::Status Transaction::SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads) {
+absl::Status Transaction::SendLocks(const std::map<uint32_t, std::vector<LockView>>& locks) {
   Node* node = engine_->node();
   Rpc* rpc = engine_->rpc();
   absl::Status first;
   std::vector<std::pair<uint32_t, std::shared_ptr<Rpc::Pending>>> calls;
-  for (const auto& [owner, payload] : payloads) {
+  for (const auto& [owner, parts] : locks) {
     if (owner == node->id()) continue;
-    absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
-        StartUnlessDropped("Transaction::SendLocks:Send", *rpc, *ctx_->lane, owner, kLockMethod,
-                           payload, ctx_->timeout);
-    if (!p.ok()) {
-      // Back-pressure (the owner's ring stayed full): nothing of this transaction is applied
-      // anywhere, so it is a conflict like any other; the caller runs it again.
-      if (first.ok()) {
-        first = absl::IsResourceExhausted(p.status())
-                    ? absl::AbortedError(absl::StrCat("LOCK to node ", owner,
-                                                      " could not be sent: ", p.status().message()))
-                    : p.status();
+    for (const LockView& r : parts) {
+      // Encoded straight into the lane's buffer: the values go from the write set to the
+      // message in one copy.
+      absl::StatusOr<std::shared_ptr<Rpc::Pending>> p;
+      if (DroppedByTest("Transaction::SendLocks:Send", owner, kLockMethod)) {
+        p = DroppedError();
+      } else {
+        p = rpc->StartInPlace(
+            *ctx_->lane, owner, kLockMethod, LockSize(r), [&r](char* dst) { EncodeLockTo(r, dst); },
+            ctx_->timeout);
       }
-      continue;
+      if (!p.ok()) {
+        // Back-pressure (the owner's ring stayed full): nothing of this transaction is applied
+        // anywhere, so it is a conflict like any other; the caller runs it again.
+        if (first.ok()) {
+          first = absl::IsResourceExhausted(p.status())
+                      ? absl::AbortedError(absl::StrCat(
+                            "LOCK to node ", owner, " could not be sent: ", p.status().message()))
+                      : p.status();
+        }
+        continue;
+      }
+      calls.emplace_back(owner, *p);
     }
-    calls.emplace_back(owner, *p);
   }
   // This node's own part while the messages travel. (They leave only when Await flushes the
   // lane: posting them first, without waiting, made a lane's later sends wait for ring space
   // for good on verbs over SoftiWARP, not yet understood; see issue 17's note.)
-  for (const auto& [owner, payload] : payloads) {
-    if (owner != node->id()) continue;
-    absl::Status s = engine_->participant().Lock(node->id(), payload);
-    if (!s.ok() && first.ok()) first = s;
+  if (auto own = locks.find(node->id()); own != locks.end()) {
+    for (const LockView& r : own->second) {
+      absl::Status s = engine_->participant().Lock(node->id(), EncodeLock(r));
+      if (!s.ok() && first.ok()) first = s;
+    }
   }
   for (auto& [owner, call] : calls) {
     absl::StatusOr<std::string> r = rpc->Await(*ctx_->lane, *call);
@@ -997,17 +1013,13 @@ absl::Status Transaction::Commit() {
   }
   std::vector<uint32_t> owners;
   for (const auto& [o, r] : locks) owners.push_back(o);
-  std::vector<std::pair<uint32_t, std::string>> payloads;
   for (auto& [o, parts] : locks) {
     parts.front().truncate = engine_->TakeTruncations(o);
-    for (LockView& r : parts) {
-      r.participants = owners;
-      payloads.emplace_back(o, EncodeLock(r));
-    }
+    for (LockView& r : parts) r.participants = owners;
   }
   // LOCK.
   ++commit_rounds_;
-  if (absl::Status s = SendLocks(payloads); !s.ok()) {
+  if (absl::Status s = SendLocks(locks); !s.ok()) {
     AbortAt(owners);
     return s.code() == absl::StatusCode::kAborted
                ? s

@@ -195,8 +195,9 @@ class Transaction {
   absl::Status Record(GlobalAddress addr, uint64_t word, uint64_t size);
   // Sends the LOCK payloads to their owners (this node's participant directly), waits for all;
   // returns the first error.
-  // This node's own parts are locked from their payloads (decoded in place).
-  absl::Status SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads);
+  // `locks`: the LOCKs by owner. Each remote one is encoded straight into the lane's buffer
+  // (Rpc::StartInPlace); this node's own ones are encoded and locked here (decoded in place).
+  absl::Status SendLocks(const std::map<uint32_t, std::vector<LockView>>& locks);
   // Sends the decision `method` (kCommitMethod or kAbortMethod) to `owners` until each one
   // acknowledged it, refused it, or left the cluster, or this node was evicted; retries
   // transient failures (back-pressure, timeouts) with a growing pause, and after the context's
