@@ -207,7 +207,7 @@ absl::Status Participant::Lock(uint32_t coordinator, std::string encoded) {
   }
   const uint32_t lock = static_cast<uint32_t>(r.locks.size());
   r.locks.push_back(std::move(encoded));  // `request` views into it: not used from here on
-  r.objects.reserve(r.objects.size() + locked.size());
+  if (r.objects.empty()) r.objects.reserve(locked.size());  // later parts grow it geometrically
   for (Locked& o : locked) {
     o.lock = lock;
     r.objects.push_back(o);
