@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -650,7 +651,9 @@ class TableTxn {
       // Read with the other keys' neighbourhoods, before their changes: what ReadRun would give
       // now is the same copy with this transaction's writes since.
       for (uint64_t i = 0; i < payloads.size(); ++i) {
-        if (const std::string* w = t_.PendingWrite(s_.Bucket(home_ + i))) payloads[i] = *w;
+        if (std::optional<absl::string_view> w = t_.PendingWrite(s_.Bucket(home_ + i))) {
+          payloads[i] = std::string(*w);
+        }
       }
     } else {
       NoteTouched();

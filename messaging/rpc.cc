@@ -150,9 +150,8 @@ absl::StatusOr<std::string> Rpc::Call(Messenger::Lane& lane, uint32_t node, uint
   return Await(lane, **p);
 }
 
-absl::StatusOr<std::shared_ptr<Rpc::Pending>> Rpc::Start(Messenger::Lane& lane, uint32_t node,
-                                                         uint16_t method, absl::string_view request,
-                                                         absl::Duration timeout) {
+absl::StatusOr<std::shared_ptr<Rpc::Pending>> Rpc::NewCall(uint32_t node, uint16_t method,
+                                                           absl::Duration timeout, Envelope* e) {
   if (absl::Status s = messenger_->ReceiveStatus(node); !s.ok()) return s;
   auto p = std::make_shared<Pending>();
   p->id_ = next_id_.fetch_add(1, std::memory_order_relaxed);
@@ -164,13 +163,47 @@ absl::StatusOr<std::shared_ptr<Rpc::Pending>> Rpc::Start(Messenger::Lane& lane, 
   uint32_t epoch = EpochWord(messenger_->membership_epoch());
   // Tests stamp an older epoch here (platform/sync_point.h; compiled out in NDEBUG).
   FARM_SYNC_POINT_CALLBACK("Rpc::Start:Epoch", &epoch);
-  const Envelope e{p->id_, method, 0, epoch};
+  *e = Envelope{p->id_, method, 0, epoch};
+  return p;
+}
+
+absl::Status Rpc::StartFailed(const Pending& p, const absl::Status& s) {
+  Take(p.id_);
+  return absl::Status(s.code(), absl::StrCat("request for method ", p.method_, " to node ", p.node_,
+                                             ": ", s.message()));
+}
+
+absl::StatusOr<std::shared_ptr<Rpc::Pending>> Rpc::Start(Messenger::Lane& lane, uint32_t node,
+                                                         uint16_t method, absl::string_view request,
+                                                         absl::Duration timeout) {
+  Envelope e;
+  absl::StatusOr<std::shared_ptr<Pending>> p = NewCall(node, method, timeout, &e);
+  if (!p.ok()) return p;
   absl::Status s = lane.Send(node, kRequestType, {Bytes(e), request}, timeout);
-  if (!s.ok()) {
-    Take(p->id_);
-    return absl::Status(s.code(), absl::StrCat("request for method ", method, " to node ", node,
-                                               ": ", s.message()));
+  if (!s.ok()) return StartFailed(**p, s);
+  return p;
+}
+
+absl::StatusOr<std::shared_ptr<Rpc::Pending>> Rpc::StartInPlace(
+    Messenger::Lane& lane, uint32_t node, uint16_t method, size_t size,
+    absl::FunctionRef<void(char*)> write, absl::Duration timeout) {
+  Envelope e;
+  absl::StatusOr<std::shared_ptr<Pending>> p = NewCall(node, method, timeout, &e);
+  if (!p.ok()) return p;
+  absl::StatusOr<char*> at = lane.Reserve(node, kRequestType, sizeof(e) + size);
+  if (at.ok()) {
+    std::memcpy(*at, &e, sizeof(e));
+    write(*at + sizeof(e));
+    return p;
   }
+  absl::Status s = at.status();
+  if (absl::IsResourceExhausted(s)) {
+    // No room now: aside, then as Start does (which waits for room, or keeps it in order).
+    std::string request(size, '\0');
+    write(request.data());
+    s = lane.Send(node, kRequestType, {Bytes(e), request}, timeout);
+  }
+  if (!s.ok()) return StartFailed(**p, s);
   return p;
 }
 

@@ -31,6 +31,10 @@
 //     return absl::OkStatus();
 //   });
 //
+// In-place requests: StartInPlace has the caller write its request straight into the lane's
+// staging buffer (the transaction layer encodes its LOCKs there), falling back to a copy sent as
+// Start sends it when the ring has no room now.
+//
 // Errors seen by callers: DeadlineExceeded (no response in time), DataLoss (a ring between us and
 // that node was found corrupt, in either direction: the messages on it are lost), Unimplemented (no
 // handler for the method there), ResourceExhausted (back-pressure: the request could not be queued
@@ -84,6 +88,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -214,6 +219,15 @@ class Rpc {
   absl::StatusOr<std::shared_ptr<Pending>> Start(Messenger::Lane& lane, uint32_t node,
                                                  uint16_t method, absl::string_view request,
                                                  absl::Duration timeout = absl::Seconds(10));
+  // Start with the request written in place: `write` fills its `size` bytes straight in the
+  // lane's registered staging buffer (no request string, no copy into the buffer). When the ring
+  // to `node` has no room now (or messages to it wait for room), the request is built aside and
+  // queued as Start queues it (waiting for room up to `timeout`). `write` runs once, before this
+  // returns.
+  absl::StatusOr<std::shared_ptr<Pending>> StartInPlace(Messenger::Lane& lane, uint32_t node,
+                                                        uint16_t method, size_t size,
+                                                        absl::FunctionRef<void(char*)> write,
+                                                        absl::Duration timeout = absl::Seconds(10));
   // Flushes `lane` if it holds queued requests, then waits for `call`'s response.
   absl::StatusOr<std::string> Await(Messenger::Lane& lane, Pending& call);
 
@@ -262,6 +276,11 @@ class Rpc {
   static absl::string_view Bytes(const Envelope& e) {
     return absl::string_view(reinterpret_cast<const char*>(&e), sizeof(e));
   }
+  // A new call to `node`: in the table, with its request's envelope (Start, StartInPlace).
+  absl::StatusOr<std::shared_ptr<Pending>> NewCall(uint32_t node, uint16_t method,
+                                                   absl::Duration timeout, Envelope* e);
+  // A call whose request could not be queued (`s`): out of the table, and the error to return.
+  absl::Status StartFailed(const Pending& p, const absl::Status& s);
   void OnRequest(uint32_t from, const Envelope& e, absl::string_view body, Messenger::Lane& reply);
   void OnResponse(uint32_t from, const Envelope& e, absl::string_view body);
   void OnClosed(uint32_t node, const absl::Status& why);

@@ -111,6 +111,37 @@ TEST_CASE("RPC between every pair of nodes", "[rpc]") {
       CHECK(*r == absl::StrCat(k % 3, ":", k));
     }
   }
+  SECTION("requests written in place: in the ring, or aside when it is full") {
+    // 3 KiB requests queued without a flush: the first ones are written in the lane's buffer,
+    // the later ones find the ring full and go as Start sends them (which flushes and waits).
+    auto body = [](size_t n) {
+      std::string s(n, '\0');
+      for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>('a' + (i * 7 + n) % 26);
+      return s;
+    };
+    absl::StatusOr<Messenger::LaneLease> lane = c.messenger(0)->AcquireLane();
+    REQUIRE(lane.ok());
+    std::vector<std::shared_ptr<Rpc::Pending>> calls;
+    for (int k = 0; k < 40; ++k) {
+      const std::string want = body(3000 + static_cast<size_t>(k));
+      absl::StatusOr<std::shared_ptr<Rpc::Pending>> p = rpcs[0]->StartInPlace(
+          **lane, 1 + k % 2, kEcho, want.size(),
+          [&](char* dst) { std::memcpy(dst, want.data(), want.size()); }, absl::Seconds(10));
+      REQUIRE(p.ok());
+      calls.push_back(*p);
+    }
+    for (int k = 0; k < 40; ++k) {
+      absl::StatusOr<std::string> r = rpcs[0]->Await(**lane, *calls[k]);
+      REQUIRE(r.ok());
+      CHECK(*r == absl::StrCat(1 + k % 2, ":", body(3000 + static_cast<size_t>(k))));
+    }
+    absl::StatusOr<std::shared_ptr<Rpc::Pending>> empty = rpcs[0]->StartInPlace(
+        **lane, 2, kEcho, 0, [](char*) {}, absl::Seconds(10));
+    REQUIRE(empty.ok());
+    absl::StatusOr<std::string> r = rpcs[0]->Await(**lane, **empty);
+    REQUIRE(r.ok());
+    CHECK(*r == "2:");
+  }
   SECTION("in-place handlers: responses built in the ring, or aside when it is full") {
     constexpr uint16_t kFill = 10, kHalfDone = 11, kTwice = 12, kNothing = 13;
     for (auto& rpc : rpcs) {

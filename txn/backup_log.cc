@@ -287,7 +287,7 @@ uint64_t BackupLog::compactions() const {
   return compactions_;
 }
 
-absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request,
+absl::Status BackupLog::Append(uint32_t coordinator, const LockView& request,
                                absl::string_view encoded) {
   if (request.txn.node != coordinator) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -295,7 +295,8 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request,
   }
   // Resolve every write's copy before taking the lock: copy_of_ takes the node's map lock.
   Kept k;
-  for (const WriteRecord& w : request.writes) {
+  k.copies.reserve(request.writes.size());
+  for (const WriteRef& w : request.writes) {
     std::shared_ptr<Region> copy = copy_of_(w.addr.region);
     if (copy == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -313,7 +314,10 @@ absl::Status BackupLog::Append(uint32_t coordinator, const LockRequest& request,
     }
     k.copies.push_back(std::move(copy));
   }
-  k.writes = request.writes;
+  k.writes.reserve(request.writes.size());
+  for (const WriteRef& w : request.writes) {
+    k.writes.push_back(WriteRecord{w.addr, w.kind, w.version, std::string(w.data)});
+  }
   k.written = request.written;
   k.parts = request.parts;
   std::lock_guard<std::mutex> l(mu_);

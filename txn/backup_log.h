@@ -84,8 +84,13 @@ class BackupLog {
   // node than its transaction's, a write to a region this node keeps no copy of, or one that leaves
   // the copy. `encoded`: the request as it arrived (EncodeLock), journaled as it is (its other
   // fields are ignored at the replay); empty: encoded here if there is a journal.
-  absl::Status Append(uint32_t coordinator, const LockRequest& request,
+  // The values are copied once, into the kept record.
+  absl::Status Append(uint32_t coordinator, const LockView& request,
                       absl::string_view encoded = {});
+  absl::Status Append(uint32_t coordinator, const LockRequest& request,
+                      absl::string_view encoded = {}) {
+    return Append(coordinator, ViewOf(request), encoded);
+  }
 
   // An object array from the primary of its region: installs its objects (version 1, zeros)
   // where the copy holds no newer version, and learns the array's blocks. Unavailable for a

@@ -170,9 +170,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
 
   Participant* p = e->participant_.get();
   rpc->RegisterHandler(kLockMethod, [p](const RpcRequest& r) -> absl::StatusOr<std::string> {
-    absl::StatusOr<LockRequest> req = DecodeLock(r.payload);
-    if (!req.ok()) return req.status();
-    absl::Status s = p->Lock(r.from, *req, r.payload);
+    // The copy of the message the participant keeps as the transaction's record.
+    absl::Status s = p->Lock(r.from, std::string(r.payload));
     if (!s.ok()) return s;
     return std::string();
   });
@@ -203,7 +202,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Start(Node* node, Rpc* rpc) {
   BackupLog* b = e->backup_log_.get();
   rpc->RegisterHandler(kCommitBackupMethod,
                        [b](const RpcRequest& r) -> absl::StatusOr<std::string> {
-                         absl::StatusOr<LockRequest> req = DecodeLock(r.payload);
+                         // Views into the payload: Append copies what it keeps.
+                         absl::StatusOr<LockView> req = DecodeLockView(r.payload);
                          if (!req.ok()) return req.status();
                          absl::Status s = b->Append(r.from, *req, r.payload);
                          if (!s.ok()) return s;

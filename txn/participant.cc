@@ -49,12 +49,13 @@ void Participant::Release(const TxnId& txn) {
 void Participant::Install(const TxnId& txn, Record& r) {
   auto res = reservations_.find(txn);
   for (Locked& o : r.objects) {
+    const char* data = r.locks[o.lock].data() + o.offset;
     switch (o.kind) {
       case WriteKind::kWrite:
-        InstallObject(o.object, o.version + 1, o.data.data(), o.data.size());
+        InstallObject(o.object, o.version + 1, data, o.size);
         break;
       case WriteKind::kAlloc:
-        InstallObject(o.object, o.version + 1, o.data.data(), o.data.size());
+        InstallObject(o.object, o.version + 1, data, o.size);
         allocator_->Installed(o.addr);
         if (res != reservations_.end()) {
           std::vector<uint64_t>& slots = res->second;
@@ -87,8 +88,11 @@ absl::StatusOr<uint64_t> Participant::SlotVersion(GlobalAddress slot) const {
   return VersionOf(LoadLockWord(*object));
 }
 
-absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
-                               absl::string_view encoded) {
+absl::Status Participant::Lock(uint32_t coordinator, std::string encoded) {
+  // The values stay where they are: each write's data views into `encoded`.
+  absl::StatusOr<LockView> decoded = DecodeLockView(encoded);
+  if (!decoded.ok()) return decoded.status();
+  const LockView& request = *decoded;
   std::lock_guard<std::mutex> l(mu_);
   if (request.txn.node != coordinator) {
     return absl::InvalidArgumentError(
@@ -115,6 +119,7 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
   // to what the first locked. (A failed part leaves the earlier parts locked until the
   // coordinator's ABORT, which it always sends after a failed LOCK.)
   std::vector<Locked> locked;
+  locked.reserve(request.writes.size());
   absl::Status failed;
   auto undo = [&] {
     for (Locked& o : locked) {
@@ -122,7 +127,7 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
       --locked_objects_;
     }
   };
-  for (const WriteRecord& w : request.writes) {
+  for (const WriteRef& w : request.writes) {
     const uint64_t size = w.kind == WriteKind::kFree ? 0 : w.data.size();
     if (auto h = handing_off_.find(w.addr.region); h != handing_off_.end()) {
       failed = absl::AbortedError(absl::StrCat("region ", w.addr.region,
@@ -185,7 +190,9 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
       break;
     }
     ++locked_objects_;
-    locked.push_back(Locked{w.addr, *object, w.kind, VersionOf(expected), w.data});
+    // Its lock number is set below, once the record's LOCKs are known.
+    locked.push_back(Locked{w.addr, *object, w.kind, VersionOf(expected), 0,
+                            static_cast<uint64_t>(w.data.data() - encoded.data()), w.data.size()});
   }
   if (!failed.ok()) {
     undo();
@@ -198,8 +205,13 @@ absl::Status Participant::Lock(uint32_t coordinator, const LockRequest& request,
     ++locked_transactions_;
     r.participants = request.participants;
   }
-  r.locks.emplace_back(encoded);
-  for (Locked& o : locked) r.objects.push_back(std::move(o));
+  const uint32_t lock = static_cast<uint32_t>(r.locks.size());
+  r.locks.push_back(std::move(encoded));  // `request` views into it: not used from here on
+  if (r.objects.empty()) r.objects.reserve(locked.size());  // later parts grow it geometrically
+  for (Locked& o : locked) {
+    o.lock = lock;
+    r.objects.push_back(o);
+  }
   return absl::OkStatus();
 }
 

@@ -66,8 +66,11 @@ class Participant {
   // Aborted (naming the object and why) when one is locked by another transaction, changed or
   // freed; InvalidArgument for an address that is not an object here, a value that does not fit
   // its slot, or an object that may not be freed (an object array's); Unavailable when the
-  // coordinator left (is not a member, or was fenced).
-  absl::Status Lock(uint32_t coordinator, const LockRequest& request, absl::string_view encoded);
+  // coordinator left (is not a member, or was fenced), and InvalidArgument for a message that does
+  // not decode. `encoded` is the LOCK (EncodeLock) as received: decoded here in place (the values
+  // are not copied), and kept as the transaction's record (moved there), from which COMMIT-PRIMARY
+  // installs them.
+  absl::Status Lock(uint32_t coordinator, std::string encoded);
   // COMMIT-PRIMARY: installs the locked transaction's writes (new versions), unlocks, and releases
   // its unused reservations. OK again for a transaction already committed here (a retry).
   // FailedPrecondition if it is not locked here (aborted, or never locked); Unavailable when the
@@ -137,7 +140,11 @@ class Participant {
     char* object = nullptr;
     WriteKind kind = WriteKind::kWrite;
     uint64_t version = 0;  // before the transaction
-    std::string data;
+    // The new value: `size` bytes at `offset` in the record's LOCK number `lock` (Record::locks),
+    // by position rather than pointer, so that nothing dangles when the record moves.
+    uint32_t lock = 0;
+    uint64_t offset = 0;
+    uint64_t size = 0;
   };
   struct Record {
     bool committed = false;

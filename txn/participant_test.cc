@@ -47,10 +47,7 @@ TxnId Txn(uint64_t seq) { return TxnId{kCoordinator, kIncarnation, seq}; }
 absl::Status Lock(Heap& h, uint64_t seq, std::vector<WriteRecord> writes,
                   std::vector<uint64_t> truncate = {}) {
   LockRequest r{Txn(seq), {1}, std::move(writes), std::move(truncate)};
-  const std::string encoded = EncodeLock(r);
-  absl::StatusOr<LockRequest> decoded = DecodeLock(encoded);
-  REQUIRE(decoded.ok());
-  return h.participant->Lock(kCoordinator, *decoded, encoded);
+  return h.participant->Lock(kCoordinator, EncodeLock(r));
 }
 absl::Status Commit(Heap& h, uint64_t seq) {
   return h.participant->Commit(kCoordinator, DecisionRequest{Txn(seq)});
@@ -192,7 +189,7 @@ TEST_CASE("a coordinator that left can lock and reserve nothing", "[participant]
   REQUIRE(a.ok());
   member = false;  // the membership without it is applied; the fence follows
   LockRequest late{Txn(1), {1}, {WriteRecord{*a, WriteKind::kAlloc, 0, "12345678"}}, {}};
-  CHECK(absl::IsUnavailable(p.Lock(kCoordinator, late, EncodeLock(late))));
+  CHECK(absl::IsUnavailable(p.Lock(kCoordinator, EncodeLock(late))));
   CHECK(absl::IsUnavailable(p.Reserve(kCoordinator, ReserveRequest{Txn(2), 8}).status()));
   CHECK(p.locked_objects() == 0);
   CoordinatorLeft(p);
@@ -267,12 +264,11 @@ TEST_CASE("a million aborted transactions leave the logs and memory flat", "[par
   const std::string value(100, 'b');
   // The LOCK as it arrives (its body is kept with the record while the transaction is locked).
   LockRequest lock{Txn(2), {1}, {WriteRecord{a, WriteKind::kWrite, 1, value}}, {}};
-  const std::string encoded = EncodeLock(lock);
   int failures = 0;  // counted, not asserted per round: a million Catch assertions are slow
   auto round = [&](uint64_t seq) {
     lock.txn = Txn(seq);
     failures += !h.participant->Reserve(kCoordinator, ReserveRequest{Txn(seq), 8}).ok();
-    failures += !h.participant->Lock(kCoordinator, lock, encoded).ok();
+    failures += !h.participant->Lock(kCoordinator, EncodeLock(lock)).ok();
     failures += !Abort(h, seq).ok();
   };
   for (uint64_t seq = 2; seq < 10002; ++seq) round(seq);  // warm up the maps and the heap
@@ -363,7 +359,7 @@ TEST_CASE("a departed coordinator's transactions are settled as the other owners
                     {1},
                     {WriteRecord{b, WriteKind::kWrite, 1, "cccc"}},
                     {}};
-  CHECK(h.participant->Lock(kCoordinator, fresh, EncodeLock(fresh)).ok());
+  CHECK(h.participant->Lock(kCoordinator, EncodeLock(fresh)).ok());
   // Forgetting drops the departed incarnation's committed records only, and what it aborted.
   h.participant->Forget(kCoordinator, kIncarnation + 1);
   CHECK(h.participant->records() == 1);

@@ -7,7 +7,8 @@ namespace farm {
 namespace txn {
 namespace {
 
-void PutTxn(WireWriter& w, const TxnId& t) {
+template <typename Out>
+void PutTxn(Out& w, const TxnId& t) {
   w.U32(t.node);
   w.U64(t.incarnation);
   w.U64(t.seq);
@@ -22,7 +23,8 @@ bool GetCount(WireReader& r, uint64_t* n, uint64_t entry) {
   return r.U64(n) && *n <= r.remaining() / entry;
 }
 
-void PutIds(WireWriter& w, const std::vector<uint32_t>& ids) {
+template <typename Out>
+void PutIds(Out& w, const std::vector<uint32_t>& ids) {
   w.U64(ids.size());
   for (uint32_t id : ids) w.U32(id);
 }
@@ -36,7 +38,8 @@ bool GetIds(WireReader& r, std::vector<uint32_t>* ids) {
   return true;
 }
 
-void PutWritten(WireWriter& w, const std::vector<WrittenRegion>& written) {
+template <typename Out>
+void PutWritten(Out& w, const std::vector<WrittenRegion>& written) {
   w.U64(written.size());
   for (const WrittenRegion& x : written) {
     w.U32(x.region);
@@ -72,13 +75,24 @@ absl::string_view LogRecordTypeName(LogRecordType type) {
   return "UNKNOWN";
 }
 
-std::string EncodeLock(const LockRequest& r) {
-  WireWriter w;
+namespace {
+
+// The size of a LOCK's encoding (PutLock).
+template <typename W>
+size_t LockSizeOf(const BasicLockRequest<W>& r) {
+  size_t size = 20 + 8 + 4 * r.participants.size() + 8 + 8 + 8 * r.truncate.size() + 8 + 4 + 4 + 8;
+  for (const W& wr : r.writes) size += 25 + wr.data.size();
+  for (const WrittenRegion& x : r.written) size += 16 + 4 * x.backups.size();
+  return size;
+}
+
+template <typename Out, typename W>
+void PutLock(Out& w, const BasicLockRequest<W>& r) {
   PutTxn(w, r.txn);
   w.U64(r.participants.size());
   for (uint32_t p : r.participants) w.U32(p);
   w.U64(r.writes.size());
-  for (const WriteRecord& wr : r.writes) {
+  for (const W& wr : r.writes) {
     w.U64(wr.addr.Pack());
     w.U8(static_cast<uint8_t>(wr.kind));
     w.U64(wr.version);
@@ -90,12 +104,20 @@ std::string EncodeLock(const LockRequest& r) {
   w.U32(r.part);
   w.U32(r.parts);
   w.U64(r.finished_below);
+}
+
+template <typename W>
+std::string EncodeLockOf(const BasicLockRequest<W>& r) {
+  WireWriter w;
+  w.Reserve(LockSizeOf(r));  // one allocation for the message, whatever its writes
+  PutLock(w, r);
   return std::move(w.str());
 }
 
-absl::StatusOr<LockRequest> DecodeLock(absl::string_view b) {
+template <typename W>
+absl::StatusOr<BasicLockRequest<W>> DecodeLockOf(absl::string_view b) {
   WireReader r(b);
-  LockRequest out;
+  BasicLockRequest<W> out;
   uint64_t n = 0;
   if (!GetTxn(r, &out.txn) || !GetCount(r, &n, 4)) return WireReader::Corrupt("LOCK");
   out.participants.resize(n);
@@ -104,7 +126,7 @@ absl::StatusOr<LockRequest> DecodeLock(absl::string_view b) {
   }
   if (!GetCount(r, &n, 25)) return WireReader::Corrupt("LOCK");
   out.writes.resize(n);
-  for (WriteRecord& wr : out.writes) {
+  for (W& wr : out.writes) {
     uint64_t packed = 0;
     uint8_t kind = 0;
     absl::string_view data;
@@ -114,7 +136,7 @@ absl::StatusOr<LockRequest> DecodeLock(absl::string_view b) {
     }
     wr.addr = GlobalAddress::Unpack(packed);
     wr.kind = static_cast<WriteKind>(kind);
-    wr.data = std::string(data);
+    wr.data = decltype(wr.data)(data);
   }
   if (!GetCount(r, &n, 8)) return WireReader::Corrupt("LOCK");
   out.truncate.resize(n);
@@ -126,6 +148,33 @@ absl::StatusOr<LockRequest> DecodeLock(absl::string_view b) {
     return WireReader::Corrupt("LOCK");
   }
   return out;
+}
+
+}  // namespace
+
+std::string EncodeLock(const LockRequest& r) { return EncodeLockOf(r); }
+std::string EncodeLock(const LockView& r) { return EncodeLockOf(r); }
+size_t LockSize(const LockView& r) { return LockSizeOf(r); }
+void EncodeLockTo(const LockView& r, char* dst) {
+  WireBufferWriter w(dst);
+  PutLock(w, r);
+}
+absl::StatusOr<LockRequest> DecodeLock(absl::string_view b) { return DecodeLockOf<WriteRecord>(b); }
+absl::StatusOr<LockView> DecodeLockView(absl::string_view b) { return DecodeLockOf<WriteRef>(b); }
+
+LockView ViewOf(const LockRequest& r) {
+  LockView v;
+  v.txn = r.txn;
+  v.participants = r.participants;
+  v.writes.reserve(r.writes.size());
+  for (const WriteRecord& w : r.writes)
+    v.writes.push_back(WriteRef{w.addr, w.kind, w.version, w.data});
+  v.truncate = r.truncate;
+  v.written = r.written;
+  v.part = r.part;
+  v.parts = r.parts;
+  v.finished_below = r.finished_below;
+  return v;
 }
 
 std::string EncodeDecision(const DecisionRequest& r) {

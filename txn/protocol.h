@@ -86,12 +86,17 @@ enum class WriteKind : uint8_t {
   kFree = 3,   // frees the object of version `version`
 };
 
-struct WriteRecord {
+// One write. `Data` owns the value (WriteRecord: what a backup keeps) or views it (WriteRef: a
+// LOCK being encoded from the coordinator's write set, or decoded in the message that holds it).
+template <typename Data>
+struct BasicWriteRecord {
   GlobalAddress addr;
   WriteKind kind = WriteKind::kWrite;
   uint64_t version = 0;  // the version read (kWrite, kFree)
-  std::string data;      // the new value (kWrite, kAlloc)
+  Data data;             // the new value (kWrite, kAlloc)
 };
+using WriteRecord = BasicWriteRecord<std::string>;
+using WriteRef = BasicWriteRecord<absl::string_view>;
 
 // A region a transaction writes, as its coordinator saw it at COMMIT-BACKUP: the primary that
 // locked its objects and the backups the records went to (the recovery vote, txn/recovery.h).
@@ -111,18 +116,33 @@ struct WrittenRegion {
 // vote only once every part arrived), and each carries the coordinator's truncation bound
 // (`finished_below`: every transaction of that incarnation with a lower sequence number was
 // truncated at every backup that kept it, so backups may forget that they truncated it).
-struct LockRequest {
+//
+// LockView is the same with its values viewed (WriteRef): it is valid only while the memory they
+// point into is (DecodeLockView: the encoded message).
+template <typename Write>
+struct BasicLockRequest {
   TxnId txn;
   std::vector<uint32_t> participants;
-  std::vector<WriteRecord> writes;
+  std::vector<Write> writes;
   std::vector<uint64_t> truncate;  // sequence numbers (same coordinator)
   std::vector<WrittenRegion> written;
   uint32_t part = 0;  // COMMIT-BACKUP: this message's index among its backup's parts
   uint32_t parts = 1;
   uint64_t finished_below = 0;  // COMMIT-BACKUP and truncations: the bound (0: none)
 };
+using LockRequest = BasicLockRequest<WriteRecord>;
+using LockView = BasicLockRequest<WriteRef>;
 std::string EncodeLock(const LockRequest& r);
+std::string EncodeLock(const LockView& r);
+// The same written at `dst`, LockSize(r) bytes (a LOCK written in place: Rpc::StartInPlace).
+size_t LockSize(const LockView& r);
+void EncodeLockTo(const LockView& r, char* dst);
 absl::StatusOr<LockRequest> DecodeLock(absl::string_view b);
+// The same without copying the values: each write's data views into `b`, which must outlive the
+// result.
+absl::StatusOr<LockView> DecodeLockView(absl::string_view b);
+// A view of `r`'s writes (valid while `r` is).
+LockView ViewOf(const LockRequest& r);
 
 // COMMIT-PRIMARY and ABORT: the transaction. Either one releases the slots the transaction
 // reserved on that owner and did not create.

@@ -44,14 +44,31 @@ absl::Status CheckLease(const Node& node) {
       "stale (the cluster may have moved on without it), so it reads and commits nothing"));
 }
 
-// One copy of the object: a local one, or a READ into the thread's buffer.
-absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std::string* copy) {
+// Where a read copies a local object: on the stack when it is small (no allocation per read).
+class LocalCopy {
+ public:
+  char* Get(uint64_t span) {
+    if (span <= sizeof(inline_)) return inline_;
+    heap_.resize(span);
+    return heap_.data();
+  }
+
+ private:
+  alignas(8) char inline_[512];
+  std::string heap_;
+};
+
+// One copy of the object: a local one into `local`, or a READ into the thread's buffer (which
+// the copy is then read from, until the thread's next READ). `*copy` is where it is.
+absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, LocalCopy& local,
+                      const char** copy) {
   Node* node = ctx.engine->node();
   absl::StatusOr<RemoteTarget> t = node->Resolve(addr, span);
   if (!t.ok()) return t.status();
-  copy->resize(span);
   if (t->local != nullptr) {
-    CopyLocalObject(t->local, copy->data(), span);
+    char* dst = local.Get(span);
+    CopyLocalObject(t->local, dst, span);
+    *copy = dst;
     return CheckLease(*node);
   }
   if (span > ctx.staging->size()) {
@@ -67,7 +84,7 @@ absl::Status CopyOnce(ThreadContext& ctx, GlobalAddress addr, uint64_t span, std
     return absl::Status(s.code(), absl::StrCat("READ of object ", addr.ToString(), " on node ",
                                                t->node_id, ": ", s.message()));
   }
-  std::memcpy(copy->data(), ctx.staging->data(), span);
+  *copy = ctx.staging->data();
   return CheckLease(*node);
 }
 
@@ -90,13 +107,14 @@ absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t siz
                                                    kMaxObjectSize, " bytes)"));
   }
   const uint64_t span = ObjectSpan(size);
-  std::string copy;
+  LocalCopy local;
   absl::Time deadline = absl::InfinitePast();
   absl::Duration pause = absl::Microseconds(1);
   for (int attempt = 0;; ++attempt) {
-    if (absl::Status s = CopyOnce(ctx, addr, span, &copy); !s.ok()) return s;
+    const char* copy = nullptr;
+    if (absl::Status s = CopyOnce(ctx, addr, span, local, &copy); !s.ok()) return s;
     ObjectView v;
-    const ObjectState state = DecodeObject(copy.data(), size, &v);
+    const ObjectState state = DecodeObject(copy, size, &v);
     if (seen != nullptr && (state == ObjectState::kOk || state == ObjectState::kFree ||
                             state == ObjectState::kWrongSize)) {
       *seen = Observed{true, MakeLockWord(v.version, state != ObjectState::kFree, false),
@@ -139,17 +157,23 @@ absl::Status ReadConsistent(ThreadContext& ctx, GlobalAddress addr, uint64_t siz
   }
 }
 
-// rpc.Start, unless a test's callback at the sync point `point` drops this send (DecisionProbe):
-// it then fails as a back-pressured send would.
+// Whether a test's callback at the sync point `point` drops this send (DecisionProbe): it then
+// fails as a back-pressured send would.
+bool DroppedByTest(const char* point, uint32_t owner, uint16_t method) {
+  DecisionProbe probe{method, owner, false};
+  FARM_SYNC_POINT_CALLBACK(point, &probe);
+  (void)point;
+  return probe.drop;
+}
+absl::Status DroppedError() { return absl::ResourceExhaustedError("send dropped by a test"); }
+
+// rpc.Start, unless a test drops this send (DroppedByTest).
 absl::StatusOr<std::shared_ptr<Rpc::Pending>> StartUnlessDropped(const char* point, Rpc& rpc,
                                                                  Messenger::Lane& lane,
                                                                  uint32_t owner, uint16_t method,
                                                                  const std::string& payload,
                                                                  absl::Duration timeout) {
-  DecisionProbe probe{method, owner, false};
-  FARM_SYNC_POINT_CALLBACK(point, &probe);
-  (void)point;
-  if (probe.drop) return absl::ResourceExhaustedError("send dropped by a test");
+  if (DroppedByTest(point, owner, method)) return DroppedError();
   return rpc.Start(lane, owner, method, payload, timeout);
 }
 
@@ -254,7 +278,8 @@ absl::Status Transaction::Read(GlobalAddress addr, uint64_t size, std::string* o
       return absl::InvalidArgumentError(absl::StrCat("the object at ", addr.ToString(), " has ",
                                                      w->second.size, " bytes, not ", size));
     }
-    *out = w->second.data;
+    const absl::string_view v = Value(w->second);
+    out->assign(v.data(), v.size());
     return absl::OkStatus();
   }
   uint64_t version = 0;
@@ -385,7 +410,8 @@ absl::Status Transaction::Take(const ObjectRun& r, const std::vector<ObjectView>
         return absl::NotFoundError(
             absl::StrCat("object ", a.ToString(), " was freed by this transaction"));
       }
-      out[i] = w->second.data;
+      const absl::string_view v = Value(w->second);
+      out[i].assign(v.data(), v.size());
       continue;
     }
     if (absl::Status e = Record(a, MakeLockWord(views[i].version, true, false), r.size); !e.ok()) {
@@ -396,10 +422,10 @@ absl::Status Transaction::Take(const ObjectRun& r, const std::vector<ObjectView>
   return absl::OkStatus();
 }
 
-const std::string* Transaction::PendingWrite(GlobalAddress addr) const {
+std::optional<absl::string_view> Transaction::PendingWrite(GlobalAddress addr) const {
   auto w = writes_.find(addr.Pack());
-  if (w == writes_.end() || w->second.kind == WriteKind::kFree) return nullptr;
-  return &w->second.data;
+  if (w == writes_.end() || w->second.kind == WriteKind::kFree) return std::nullopt;
+  return Value(w->second);
 }
 
 absl::Status Transaction::Write(GlobalAddress addr, absl::string_view value) {
@@ -415,7 +441,7 @@ absl::Status Transaction::Write(GlobalAddress addr, absl::string_view value) {
       return absl::InvalidArgumentError(absl::StrCat("the object at ", addr.ToString(), " has ",
                                                      w->second.size, " bytes, not ", value.size()));
     }
-    w->second.data.assign(value.data(), value.size());
+    std::memcpy(values_.data() + w->second.offset, value.data(), value.size());
     return absl::OkStatus();
   }
   auto r = reads_.find(key);
@@ -435,7 +461,8 @@ absl::Status Transaction::Write(GlobalAddress addr, absl::string_view value) {
   absl::StatusOr<uint32_t> owner = OwnerOf(addr);
   if (!owner.ok()) return owner.status();
   writes_[key] = WriteEntry{WriteKind::kWrite, VersionOf(r->second.word), value.size(),
-                            std::string(value), *owner};
+                            values_.size(), *owner};
+  values_.insert(values_.end(), value.begin(), value.end());
   return absl::OkStatus();
 }
 
@@ -509,7 +536,8 @@ absl::StatusOr<GlobalAddress> Transaction::Alloc(uint64_t size, const AllocHint&
                      " was freed after this transaction read it (its slot was "
                      "just reserved for this transaction)"));
   }
-  writes_[key] = WriteEntry{WriteKind::kAlloc, slot_version, size, std::string(size, '\0'), target};
+  writes_[key] = WriteEntry{WriteKind::kAlloc, slot_version, size, values_.size(), target};
+  values_.resize(values_.size() + size);  // zeros
   return *slot;
 }
 
@@ -528,8 +556,7 @@ absl::Status Transaction::Free(GlobalAddress addr) {
       w->second.version = UINT64_MAX;  // marks "never created"
       return absl::OkStatus();
     }
-    w->second.kind = WriteKind::kFree;
-    w->second.data.clear();
+    w->second.kind = WriteKind::kFree;  // its value is no longer sent (Value)
     return absl::OkStatus();
   }
   uint64_t word = 0;
@@ -556,7 +583,7 @@ absl::Status Transaction::Free(GlobalAddress addr) {
   const uint64_t version = VersionOf(word);
   absl::StatusOr<uint32_t> owner = OwnerOf(addr);
   if (!owner.ok()) return owner.status();
-  writes_[key] = WriteEntry{WriteKind::kFree, version, size, std::string(), *owner};
+  writes_[key] = WriteEntry{WriteKind::kFree, version, size, values_.size(), *owner};
   return absl::OkStatus();
 }
 
@@ -661,38 +688,46 @@ absl::Status Transaction::Validate() {
   return absl::OkStatus();
 }
 
-absl::Status Transaction::SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads,
-                                    const std::vector<const LockRequest*>& requests) {
+absl::Status Transaction::SendLocks(const std::map<uint32_t, std::vector<LockView>>& locks) {
   Node* node = engine_->node();
   Rpc* rpc = engine_->rpc();
   absl::Status first;
   std::vector<std::pair<uint32_t, std::shared_ptr<Rpc::Pending>>> calls;
-  for (const auto& [owner, payload] : payloads) {
+  for (const auto& [owner, parts] : locks) {
     if (owner == node->id()) continue;
-    absl::StatusOr<std::shared_ptr<Rpc::Pending>> p =
-        StartUnlessDropped("Transaction::SendLocks:Send", *rpc, *ctx_->lane, owner, kLockMethod,
-                           payload, ctx_->timeout);
-    if (!p.ok()) {
-      // Back-pressure (the owner's ring stayed full): nothing of this transaction is applied
-      // anywhere, so it is a conflict like any other; the caller runs it again.
-      if (first.ok()) {
-        first = absl::IsResourceExhausted(p.status())
-                    ? absl::AbortedError(absl::StrCat("LOCK to node ", owner,
-                                                      " could not be sent: ", p.status().message()))
-                    : p.status();
+    for (const LockView& r : parts) {
+      // Encoded straight into the lane's buffer: the values go from the write set to the
+      // message in one copy.
+      absl::StatusOr<std::shared_ptr<Rpc::Pending>> p;
+      if (DroppedByTest("Transaction::SendLocks:Send", owner, kLockMethod)) {
+        p = DroppedError();
+      } else {
+        p = rpc->StartInPlace(
+            *ctx_->lane, owner, kLockMethod, LockSize(r), [&r](char* dst) { EncodeLockTo(r, dst); },
+            ctx_->timeout);
       }
-      continue;
+      if (!p.ok()) {
+        // Back-pressure (the owner's ring stayed full): nothing of this transaction is applied
+        // anywhere, so it is a conflict like any other; the caller runs it again.
+        if (first.ok()) {
+          first = absl::IsResourceExhausted(p.status())
+                      ? absl::AbortedError(absl::StrCat(
+                            "LOCK to node ", owner, " could not be sent: ", p.status().message()))
+                      : p.status();
+        }
+        continue;
+      }
+      calls.emplace_back(owner, *p);
     }
-    calls.emplace_back(owner, *p);
   }
   // This node's own part while the messages travel. (They leave only when Await flushes the
   // lane: posting them first, without waiting, made a lane's later sends wait for ring space
   // for good on verbs over SoftiWARP, not yet understood; see issue 17's note.)
-  for (size_t i = 0; i < payloads.size(); ++i) {
-    const auto& [owner, payload] = payloads[i];
-    if (owner != node->id()) continue;
-    absl::Status s = engine_->participant().Lock(node->id(), *requests[i], payload);
-    if (!s.ok() && first.ok()) first = s;
+  if (auto own = locks.find(node->id()); own != locks.end()) {
+    for (const LockView& r : own->second) {
+      absl::Status s = engine_->participant().Lock(node->id(), EncodeLock(r));
+      if (!s.ok() && first.ok()) first = s;
+    }
   }
   for (auto& [owner, call] : calls) {
     absl::StatusOr<std::string> r = rpc->Await(*ctx_->lane, *call);
@@ -883,7 +918,9 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   const uint64_t room = engine_->max_message() - Engine::kLockOverhead;
   const uint64_t part_room = written_bytes < room / 2 ? room - written_bytes : room / 2;
   // The writes by backup node, in COMMIT-BACKUP messages of at most max_message bytes each.
-  std::map<uint32_t, std::vector<LockRequest>> parts;
+  // The values are views into writes_ (unchanged until the transaction ends): EncodeLock copies
+  // each one once, into its message.
+  std::map<uint32_t, std::vector<LockView>> parts;
   std::map<uint32_t, uint64_t> part_bytes;
   for (const auto& [key, w] : writes_) {
     if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) continue;  // never created
@@ -891,15 +928,15 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
     RegionCopies& copies = regions[addr.region];
     copies.recorded = true;
     for (uint32_t b : copies.backups) {
-      std::vector<LockRequest>& p = parts[b];
-      const uint64_t bytes = 64 + w.data.size();
+      std::vector<LockView>& p = parts[b];
+      const uint64_t bytes = 64 + Value(w).size();
       if (p.empty() || part_bytes[b] + bytes > part_room) {
         p.emplace_back();
         p.back().txn = id_;
         part_bytes[b] = 0;
       }
       part_bytes[b] += bytes;
-      p.back().writes.push_back(WriteRecord{addr, w.kind, w.version, w.data});
+      p.back().writes.push_back(WriteRef{addr, w.kind, w.version, Value(w)});
     }
   }
   // Mutant: no COMMIT-BACKUP (the backups never learn of the writes).
@@ -910,7 +947,7 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   for (auto& [b, ps] : parts) {
     ps.front().truncate = truncations[b] = engine_->TakeBackupTruncations(b);
     for (size_t i = 0; i < ps.size(); ++i) {
-      LockRequest& r = ps[i];
+      LockView& r = ps[i];
       r.written = written;
       r.part = static_cast<uint32_t>(i);
       r.parts = static_cast<uint32_t>(ps.size());
@@ -922,8 +959,8 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   const uint32_t self = node->id();
   const Delivery d = Deliver(kCommitBackupMethod, "COMMIT-BACKUP", std::move(messages),
                              [&](const std::string& payload) {
-                               absl::StatusOr<LockRequest> r = DecodeLock(payload);
-                               return r.ok() ? local.Append(self, *r) : r.status();
+                               absl::StatusOr<LockView> r = DecodeLockView(payload);
+                               return r.ok() ? local.Append(self, *r, payload) : r.status();
                              });
   // The truncations went with the first part: a backup that acknowledged or refused it
   // applied them first (BackupLog::Append), one that left took its records with it; if this
@@ -981,13 +1018,15 @@ absl::Status Transaction::Commit() {
   commit_rounds_ = 0;
   validation_reads_ = 0;
   // Objects allocated and freed by this transaction never existed: not locked, only released.
-  // The writes by owner, in LOCK messages of at most max_message bytes each.
-  std::map<uint32_t, std::vector<LockRequest>> locks;
+  // The writes by owner, in LOCK messages of at most max_message bytes each. The values are views
+  // into writes_ (unchanged until the transaction ends): EncodeLock copies each one once, into its
+  // message.
+  std::map<uint32_t, std::vector<LockView>> locks;
   std::map<uint32_t, uint64_t> part_bytes;
   for (const auto& [key, w] : writes_) {
     if (w.kind == WriteKind::kFree && w.version == UINT64_MAX) continue;
-    std::vector<LockRequest>& parts = locks[w.owner];
-    const uint64_t bytes = 64 + w.data.size();
+    std::vector<LockView>& parts = locks[w.owner];
+    const uint64_t bytes = 64 + Value(w).size();
     if (parts.empty() ||
         part_bytes[w.owner] + bytes > engine_->max_message() - Engine::kLockOverhead) {
       parts.emplace_back();
@@ -996,7 +1035,7 @@ absl::Status Transaction::Commit() {
     }
     part_bytes[w.owner] += bytes;
     parts.back().writes.push_back(
-        WriteRecord{GlobalAddress::Unpack(key), w.kind, w.version, w.data});
+        WriteRef{GlobalAddress::Unpack(key), w.kind, w.version, Value(w)});
   }
   if (locks.empty()) {
     // Read-only: validation alone, no messages.
@@ -1015,19 +1054,13 @@ absl::Status Transaction::Commit() {
   }
   std::vector<uint32_t> owners;
   for (const auto& [o, r] : locks) owners.push_back(o);
-  std::vector<std::pair<uint32_t, std::string>> payloads;
-  std::vector<const LockRequest*> requests;  // payloads[i] encodes *requests[i]
   for (auto& [o, parts] : locks) {
     parts.front().truncate = engine_->TakeTruncations(o);
-    for (LockRequest& r : parts) {
-      r.participants = owners;
-      payloads.emplace_back(o, EncodeLock(r));
-      requests.push_back(&r);
-    }
+    for (LockView& r : parts) r.participants = owners;
   }
   // LOCK.
   ++commit_rounds_;
-  if (absl::Status s = SendLocks(payloads, requests); !s.ok()) {
+  if (absl::Status s = SendLocks(locks); !s.ok()) {
     AbortAt(owners);
     return s.code() == absl::StatusCode::kAborted
                ? s

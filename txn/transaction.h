@@ -37,11 +37,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -141,9 +143,11 @@ class Transaction {
   // error, `*failed` (if given) is the index of the run it concerns, or runs.size() when it is
   // the batch's (a READ of several runs failed).
   absl::Status ReadRuns(absl::Span<const ObjectRun> runs, size_t* failed = nullptr);
-  // This transaction's buffered value of `addr` (written or allocated here), or null. For a
+  // This transaction's buffered value of `addr` (written or allocated here), or nullopt. For a
   // caller holding a copy read earlier in the transaction, which a later write made stale.
-  const std::string* PendingWrite(GlobalAddress addr) const;
+  // The view is valid until this transaction's next Write or Alloc (the write set's buffer may
+  // grow).
+  std::optional<absl::string_view> PendingWrite(GlobalAddress addr) const;
   // Replaces the object's value (same size as the object). Reads it first if this transaction
   // has not (to learn its version).
   absl::Status Write(GlobalAddress addr, absl::string_view value);
@@ -195,9 +199,15 @@ class Transaction {
     WriteKind kind = WriteKind::kWrite;
     uint64_t version = 0;
     uint64_t size = 0;
-    std::string data;
+    uint64_t offset = 0;  // of its value in values_ (size bytes; none for kFree)
     uint32_t owner = 0;
   };
+  // The value a write sends: its bytes in values_, nothing for a free. Valid until values_ grows
+  // (the next Write or Alloc of another object).
+  absl::string_view Value(const WriteEntry& w) const {
+    if (w.kind == WriteKind::kFree) return {};
+    return absl::string_view(values_.data() + w.offset, w.size);
+  }
   absl::Status CheckActive() const;
   absl::StatusOr<uint32_t> OwnerOf(GlobalAddress addr) const;
   // Reads the lock word of `addrs` (one batch of one-sided READs for the remote ones).
@@ -211,9 +221,9 @@ class Transaction {
   absl::Status Take(const ObjectRun& r, const std::vector<ObjectView>& views);
   // Sends the LOCK payloads to their owners (this node's participant directly), waits for all;
   // returns the first error.
-  // payloads[i] is requests[i] encoded; this node's own parts are locked from the requests.
-  absl::Status SendLocks(const std::vector<std::pair<uint32_t, std::string>>& payloads,
-                         const std::vector<const LockRequest*>& requests);
+  // `locks`: the LOCKs by owner. Each remote one is encoded straight into the lane's buffer
+  // (Rpc::StartInPlace); this node's own ones are encoded and locked here (decoded in place).
+  absl::Status SendLocks(const std::map<uint32_t, std::vector<LockView>>& locks);
   // Sends the decision `method` (kCommitMethod or kAbortMethod) to `owners` until each one
   // acknowledged it, refused it, or left the cluster, or this node was evicted; retries
   // transient failures (back-pressure, timeouts) with a growing pause, and after the context's
@@ -247,6 +257,10 @@ class Transaction {
   // two instead of a heap allocation each (std::map). Inserting invalidates their iterators.
   absl::btree_map<uint64_t, ReadEntry> reads_;
   absl::btree_map<uint64_t, WriteEntry> writes_;
+  // The written values back to back, by WriteEntry::offset: one buffer for the transaction
+  // (inline up to its first bytes) rather than an allocation per write. A value rewritten in
+  // place keeps its bytes (same size); one freed after it was written leaves them unused.
+  absl::InlinedVector<char, 128> values_;
   std::set<uint32_t> reserve_owners_;      // nodes asked for a reservation
   int commit_rounds_ = 0;
   // Set by SendBackups: every region written has a backup that acknowledged COMMIT-BACKUP.

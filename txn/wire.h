@@ -24,11 +24,32 @@ class WireWriter {
     U64(b.size());
     out_.append(b.data(), b.size());
   }
+  void Reserve(size_t n) { out_.reserve(n); }
   std::string& str() { return out_; }
 
  private:
   void Raw(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
   std::string out_;
+};
+
+// WireWriter's encoding into memory the caller sized for it (a message written in place).
+class WireBufferWriter {
+ public:
+  explicit WireBufferWriter(char* out) : out_(out) {}
+  void U8(uint8_t v) { *out_++ = static_cast<char>(v); }
+  void U32(uint32_t v) { Raw(&v, sizeof(v)); }
+  void U64(uint64_t v) { Raw(&v, sizeof(v)); }
+  void Bytes(absl::string_view b) {
+    U64(b.size());
+    Raw(b.data(), b.size());
+  }
+
+ private:
+  void Raw(const void* p, size_t n) {
+    if (n > 0) std::memcpy(out_, p, n);
+    out_ += n;
+  }
+  char* out_;
 };
 
 class WireReader {
