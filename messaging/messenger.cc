@@ -215,6 +215,12 @@ class Messenger::Posting {
                                      : std::make_unique<OpBatch>(m_->node_->fabric());
     b->set_post_abandon(
         [this, index]() { return Departed(index, "a WRITE to it waited to be posted"); });
+    // A flush needs its staging buffer back, not its bytes placed: replies and head reports say
+    // that they arrived. The price: on tcp a WRITE that completed and was then lost with its
+    // connection while both nodes live (a reset connection) fails nothing here; its ring waits
+    // at the gap, the calls behind it time out and an undelivered commit message gets the node
+    // reported to the CM (Transaction::Deliver), as a dropped WRITE does in rpc_fault_test.
+    b->set_placed_completion(false);
     return b;
   }
 

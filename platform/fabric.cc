@@ -752,9 +752,10 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::OpenOnce(const FabricOptions& op
   // Network providers bind to the given host; "0" asks for an ephemeral port.
   const bool bind = !options.bind_host.empty() && provider != "shm";
   // A WRITE counts as complete only once its bytes are visible in the target's memory
-  // (FI_DELIVERY_COMPLETE), as on RDMA hardware where the ACK follows placement. Protocols above
-  // (ring buffers, commit) rely on that. Providers that cannot promise it get
-  // FI_TRANSMIT_COMPLETE, with a warning.
+  // (FI_DELIVERY_COMPLETE), as on RDMA hardware where the ACK follows placement: an
+  // application's Write relies on that. The messenger's WRITEs do not (a reply or a head report
+  // tells it the bytes arrived) and may ask for less (OpBatch::set_placed_completion).
+  // Providers that cannot promise it get FI_TRANSMIT_COMPLETE, with a warning.
   fi_info* info = nullptr;
   int ret = -FI_ENODATA;
   // verbs MSG endpoints offer neither flag: their WRITE completes when the peer's NIC
@@ -806,6 +807,10 @@ absl::StatusOr<std::unique_ptr<Fabric>> Fabric::OpenOnce(const FabricOptions& op
   h.info = info;
   f->endpoint_ = type;
   f->write_completion_ = info->tx_attr->op_flags & (FI_DELIVERY_COMPLETE | FI_TRANSMIT_COMPLETE);
+  // libfabric 1.17's tcp acknowledges a WRITE that asks for either flag with a message back
+  // (tcpx_set_ack_flags); shm keeps them (OpBatch::set_placed_completion says why).
+  f->unplaced_completion_ =
+      std::string(info->fabric_attr->prov_name) == "shm" ? f->write_completion_ : 0;
   // ofi_rxm reports its core provider's fabric name; verbs names iWARP devices' fabric so.
   f->write_fence_ = absl::StartsWith(prov_name, "verbs") && info->fabric_attr->name != nullptr &&
                     absl::StrContains(info->fabric_attr->name, "iWARP");
@@ -1409,7 +1414,7 @@ void Fabric::Wake() {
 
 absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, RemoteBuffer remote,
                           LocalBuffer local, OpContext* ctx, absl::Duration timeout,
-                          const std::function<absl::Status()>& abandon) {
+                          const std::function<absl::Status()>& abandon, bool placed) {
   void* ep_ptr = nullptr;
   uint64_t dest = 0;
   absl::Status s = channel != nullptr ? channel->EndpointFor(peer, timeout, &ep_ptr, &dest)
@@ -1442,8 +1447,9 @@ absl::Status Fabric::Post(FabricChannel* channel, bool is_read, PeerId peer, Rem
   const bool direct =
       attach != nullptr &&
       attach->on(channel == nullptr && peer == h_->self_peer.load(std::memory_order_relaxed));
-  const uint64_t write_flags =
-      FI_COMPLETION | (direct && local.size > write_piece_ ? 0 : write_completion_);
+  const uint64_t write_flags = FI_COMPLETION | (direct && local.size > write_piece_ ? 0
+                                                : placed ? write_completion_
+                                                         : unplaced_completion_);
   ReadGate* gate = nullptr;
   if (write_fence_) gate = channel != nullptr ? &channel->h_->read_gate : &h_->read_gate;
   const size_t stripe = peer % ReadGate::kStripes;
@@ -1598,8 +1604,8 @@ absl::Status OpBatch::Post(bool is_read, PeerId peer, RemoteBuffer remote, Local
   ctx->remote_addr = remote.addr;
   ctx->len = local.size;
   state_->outstanding.fetch_add(1, std::memory_order_relaxed);
-  absl::Status s =
-      fabric_->Post(channel_, is_read, peer, remote, local, ctx, post_timeout_, post_abandon_);
+  absl::Status s = fabric_->Post(channel_, is_read, peer, remote, local, ctx, post_timeout_,
+                                 post_abandon_, placed_);
   // Not posted, as far as the provider said (InFlightOps says when it was anyway); unless a
   // completion that names the context was reaped meanwhile and counted it as done.
   uint32_t posted = Fabric::OpContext::kPosted;

@@ -320,7 +320,7 @@ class Fabric {
   // endpoint.
   absl::Status Post(FabricChannel* channel, bool is_read, PeerId peer, RemoteBuffer remote,
                     LocalBuffer local, OpContext* ctx, absl::Duration timeout,
-                    const std::function<absl::Status()>& abandon);
+                    const std::function<absl::Status()>& abandon, bool placed);
 
   std::unique_ptr<Handles> h_;
   std::string provider_;
@@ -331,6 +331,9 @@ class Fabric {
   bool virt_addr_ = false;
   EndpointType endpoint_ = EndpointType::kRdm;
   uint64_t write_completion_ = 0;  // FI_DELIVERY_COMPLETE, or FI_TRANSMIT_COMPLETE
+  // What a WRITE of a batch that does not need placement (OpBatch::set_placed_completion)
+  // asks for: 0 where that is cheaper (tcp), else write_completion_ (shm: see Create).
+  uint64_t unplaced_completion_ = 0;
   bool attach_writes_ = false;     // shm offers its own path for WRITEs (direct_writes())
   bool write_fence_ = false;
   // Where write_fence(): the fence READs' landing place (their bytes are never looked at).
@@ -446,6 +449,17 @@ class OpBatch {
     post_abandon_ = std::move(abandon);
   }
 
+  // false: this batch's WRITEs may complete once their local buffers may be reused, before
+  // their bytes are in the target's memory. For protocols that learn of delivery otherwise, as
+  // the messenger does (a reply, a head report). On tcp;ofi_rxm and tcp they then ask for
+  // neither FI_DELIVERY_COMPLETE nor FI_TRANSMIT_COMPLETE, which there both cost an
+  // acknowledgement message from the target and its progress (two system calls on each side
+  // and a round trip before the WRITE completes). shm and verbs complete them as placed WRITEs:
+  // shm's delivery-complete path for short WRITEs measured faster than its inline one (an RPC
+  // round trip 1.4 against 4.4 us, msg_bench), and verbs asks for nothing either way (iWARP
+  // keeps its fence READ, see Fabric::write_fence). Default true.
+  void set_placed_completion(bool placed) { placed_ = placed; }
+
   // The batch's operations in flight, as a handle that outlives the batch: done() once each
   // of them completed. Operations that never complete (their peer is gone) keep it not done
   // until their endpoint closes, which discards them.
@@ -470,6 +484,7 @@ class OpBatch {
   std::shared_ptr<State> state_;
   absl::Duration post_timeout_ = absl::Seconds(10);
   std::function<absl::Status()> post_abandon_;
+  bool placed_ = true;  // set_placed_completion
   // Where fabric_->write_fence(): per peer WRITTEN to since the last Wait, a remote byte of it.
   std::vector<std::pair<PeerId, RemoteBuffer>> fence_;
 };
