@@ -500,21 +500,48 @@ absl::StatusOr<Lookup> FetchChunked(const ShardInfo& s, const Entry& e, absl::st
   return Lookup::kFound;
 }
 
+// This node's memory of a range of the shared address space (Runtime::Local).
+using LocalFn = absl::FunctionRef<absl::StatusOr<absl::Span<char>>(GlobalAddress, uint64_t)>;
+
 // One lock-free lookup of `key` in shard `s` (see kv.h, "Consistency"). `first_copy`, if given,
 // is a copy of the neighbourhood made already (MultiGet); otherwise it is copied into `scratch`
-// (kept by the caller, so that its memory is reused). kRetry: something changed under it.
+// (kept by the caller, so that its memory is reused): with one `copy` of the whole neighbourhood
+// (a READ), or, where `local` is given (the shard is in this node's memory), bucket by bucket as
+// the search reaches them (txn::CopyLocalObject each), so that a hit in the first bucket copies
+// that bucket alone. Buckets copied at different moments are no weaker than one READ, which
+// promises no order among its bytes either: each bucket is checked on its own, and a miss checks
+// them all again at the end. kRetry: something changed under it.
 absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uint64_t h,
                                   CopyFn copy, const std::string* first_copy,
-                                  std::vector<std::string>* scratch, std::string* value) {
+                                  std::vector<std::string>* scratch, std::string* value,
+                                  const LocalFn* local = nullptr) {
   const uint64_t home = s.Home(h);
   const uint64_t P = s.payload();
   const uint64_t H = s.neighbourhood;
-  if (first_copy == nullptr) {
+  const char* live = nullptr;  // the neighbourhood in this node's memory, copied lazily
+  uint64_t copied = H;         // buckets [0, copied) are in the copy
+  if (first_copy == nullptr && local != nullptr) {
+    absl::StatusOr<absl::Span<char>> m = (*local)(s.Bucket(home), H * s.bucket_bytes);
+    if (!m.ok()) return m.status();
+    live = m->data();
+    copied = 0;
+    if (scratch->empty()) scratch->emplace_back();
+    (*scratch)[0].resize(H * s.bucket_bytes);
+    first_copy = &(*scratch)[0];
+  } else if (first_copy == nullptr) {
     const txn::Range r{s.Bucket(home), H * s.bucket_bytes};
     if (absl::Status st = copy(absl::MakeConstSpan(&r, 1), scratch); !st.ok()) return st;
     first_copy = &(*scratch)[0];
   }
   const std::string& neighbourhood = *first_copy;
+  // Bucket i of the copy, copied first if the copy is lazy.
+  auto bucket_at = [&](uint64_t i) {
+    for (; copied <= i; ++copied) {
+      txn::CopyLocalObject(live + copied * s.bucket_bytes,
+                           (*scratch)[0].data() + copied * s.bucket_bytes, s.bucket_bytes);
+    }
+    return neighbourhood.data() + i * s.bucket_bytes;
+  };
   uint64_t words[64];  // H <= 64
   GlobalAddress link;
   bool has_link = false;
@@ -539,7 +566,7 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
   // that may be torn, which ScanEntries' bounds checks make safe (a torn bucket fails its check).
   const uint64_t payload_at = txn::kObjectHeaderSize;
   for (uint64_t i = 0; i < H; ++i) {
-    const char* bucket = neighbourhood.data() + i * s.bucket_bytes;
+    const char* bucket = bucket_at(i);
     std::memcpy(&words[i], bucket, 8);
     if (txn::IsLocked(words[i])) continue;  // verified below (a miss then retries)
     const absl::string_view payload(bucket + payload_at, P);
@@ -577,8 +604,7 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
   // A miss: every bucket must have been consistent.
   for (uint64_t i = 0; i < H; ++i) {
     txn::ObjectView v;
-    absl::StatusOr<bool> consistent =
-        BucketView(s, neighbourhood.data() + i * s.bucket_bytes, &v);
+    absl::StatusOr<bool> consistent = BucketView(s, bucket_at(i), &v);
     if (!consistent.ok()) return consistent.status();
     if (!*consistent) return Lookup::kRetry;  // locked or torn
     if (i == 0) has_link = ReadLink(v.payload, &link);
@@ -1241,12 +1267,14 @@ struct Store::Impl {
   // which runs between the caller's call and its return.
   absl::StatusOr<Lookup> LookupServed(const ShardInfo& s, absl::string_view key,
                                       std::vector<std::string>* scratch, std::string* value) {
+    auto local = [this](GlobalAddress at, uint64_t len) { return rt->Local(at, len); };
+    const LocalFn local_fn = local;
     return LookupOnce(
         s, key, KeyHash(s.seed, key),
         [this](absl::Span<const txn::Range> r, std::vector<std::string>* o) {
           return LocalCopy(r, o);
         },
-        nullptr, scratch, value);
+        nullptr, scratch, value, &local_fn);
   }
 
   absl::StatusOr<std::string> ServeGet(absl::string_view request) {
