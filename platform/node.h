@@ -210,6 +210,9 @@ class Node {
     absl::Status Wait(absl::Duration timeout = absl::Seconds(10));
     // Operations posted and not yet completed.
     int outstanding() const { return ops_.outstanding(); }
+    // See OpBatch::set_placed_completion (the messenger's WRITEs, and msg_bench's raw baseline
+    // of them, complete unplaced).
+    void set_placed_completion(bool placed) { ops_.set_placed_completion(placed); }
     // Those operations, as a handle that outlives the batch (StagingBuffer::Retire).
     OpBatch::InFlight in_flight() const { return ops_.in_flight(); }
 

@@ -11,7 +11,8 @@
 //    p50 and p99 in microseconds;
 //  - raw round trip: node 1 WRITEs `size` bytes into an area of the target whose last word
 //    carries a sequence number; a poller task on the target sees the word change and WRITEs the
-//    bytes back; node 1 polls its own copy of the word. No framing, no checksum, no dispatch:
+//    bytes back; node 1 polls its own copy of the word. Its WRITEs complete as the ring's do
+//    (unplaced on tcp, OpBatch::set_placed_completion). No framing, no checksum, no dispatch:
 //    the floor the messaging layer is measured against. Both run through the same fabric
 //    layer, the same poller thread on the target, in alternating blocks of 100 so that drift
 //    affects both alike;
@@ -185,6 +186,9 @@ class RawPingPong {
     std::memcpy(out, payload, size - 8);
     std::memcpy(out + size - 8, &word, 8);
     Node::Batch batch(node_);
+    // The same completion as the ring's WRITEs (Messenger's Posting): the baseline of a message
+    // is the WRITE the messenger would post, without the framing.
+    batch.set_placed_completion(false);
     absl::Status s =
         batch.Write(remote_ + (word_at_ + 8 - size), LocalBuffer{mr_.get(), out, size});
     absl::Status w = batch.Wait(kOpTimeout);

@@ -1,0 +1,11 @@
+#!/bin/bash
+cd /work/meas41/lazy
+for run in 1 2 3; do
+  order="old new"; [ $((run % 2)) -eq 0 ] && order="new old"
+  for v in $order; do
+    timeout 600 $v/kvbench --provider='tcp;ofi_rxm,shm' --targets=farm --workloads=b,c --dists=zipf \
+      --threads=1 --in_flight=8 --keys=100000 --duration_ms=1000 --warmup_ms=300 --store_cpus=1 \
+      --client_cpus=0 --poll=busy --multi_get=rpc --private_dev_shm --read_ref_iters=0 --json > kv-$v-run$run.json 2> kv-$v-run$run.err
+    echo "$(date +%T) run $run $v done"
+  done
+done
