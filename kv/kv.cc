@@ -1863,12 +1863,46 @@ struct Client::Impl {
     }
   }
 
+  // One key's lookup in MultiGetOneSided's second phase, run again from the start each round:
+  // its copies are served in the order it asked for them from what earlier rounds read for it;
+  // one it has not been given yet is recorded (`pending`) and the run stops there with an error,
+  // to be read with the other keys' in the next round. LookupOnce asks for the same copies in
+  // the same order when it is given the same bytes, so each round takes every key one step
+  // further: what a key reads still comes after what it read before (each round's READs start
+  // after the previous round's completed), as in Get.
+  struct Replay {
+    std::vector<std::vector<txn::Range>> asked;
+    std::vector<std::vector<std::string>> got;  // by request, once read
+    size_t next = 0;                            // the run's next request
+    bool pending = false;                       // the run stopped at asked.back()
+    absl::Status Copy(absl::Span<const txn::Range> r, std::vector<std::string>* o) {
+      if (next < got.size()) {
+        const std::vector<txn::Range>& a = asked[next];
+        const bool same = std::equal(a.begin(), a.end(), r.begin(), r.end(),
+                                     [](const txn::Range& x, const txn::Range& y) {
+                                       return x.addr == y.addr && x.len == y.len;
+                                     });
+        if (!same) return absl::InternalError("kv: a replayed lookup asked for other bytes");
+        *o = got[next++];
+        return absl::OkStatus();
+      }
+      asked.emplace_back(r.begin(), r.end());
+      pending = true;
+      return absl::UnavailableError("kv: the copy is read in the next round");
+    }
+  };
+
   // MultiGet by one-sided READs (MultiGetPath::kOneSided) of keys `which` of `keys`: every
-  // neighbourhood's READ posted together, then each key as Get does it, from its copy.
+  // neighbourhood's READ posted together, then the keys' lookups (Get's, from those copies) in
+  // rounds whose READs are posted together too (out-of-line values, overflow chains, a miss's
+  // re-check: see Replay). A key whose buckets changed under it is looked up again alone, as
+  // Get does it.
   void MultiGetOneSided(absl::Span<const std::string> keys, absl::Span<const size_t> which,
                         std::vector<absl::StatusOr<std::string>>* out) {
     std::vector<txn::Range> ranges;
     std::vector<size_t> read;
+    std::vector<ShardInfo> shards;  // by entry of `read`; copies: Shard's may be re-described
+    std::vector<uint64_t> hashes;
     for (size_t i : which) {
       uint64_t h = 0;
       absl::StatusOr<const ShardInfo*> s = CheckedShard(keys[i], &h);
@@ -1880,11 +1914,68 @@ struct Client::Impl {
       ranges.push_back(txn::Range{shard.Bucket(shard.Home(h)),
                                   uint64_t{shard.neighbourhood} * shard.bucket_bytes});
       read.push_back(i);
+      shards.push_back(shard);
+      hashes.push_back(h);
     }
     std::vector<std::string> copies;
     const absl::Status batch = Copy(ranges, &copies);
-    for (size_t k = 0; k < read.size(); ++k) {
-      (*out)[read[k]] = Get(keys[read[k]], batch.ok() ? &copies[k] : nullptr);
+    if (!batch.ok()) {
+      for (size_t i : read) (*out)[i] = Get(keys[i], nullptr);
+      return;
+    }
+    std::vector<Replay> replays(read.size());
+    std::vector<size_t> running(read.size());  // indices into `read` still being looked up
+    for (size_t k = 0; k < read.size(); ++k) running[k] = k;
+    std::vector<std::string> unused;
+    while (!running.empty()) {
+      std::vector<size_t> waiting;  // stopped at a copy not read yet
+      for (size_t k : running) {
+        const size_t i = read[k];
+        Replay& r = replays[k];
+        r.next = 0;
+        r.pending = false;
+        std::string value;
+        absl::StatusOr<Lookup> l = LookupOnce(
+            shards[k], keys[i], hashes[k],
+            [&r](absl::Span<const txn::Range> rr, std::vector<std::string>* o) {
+              return r.Copy(rr, o);
+            },
+            &copies[k], &unused, &value);
+        if (r.pending) {
+          waiting.push_back(k);
+        } else if (!l.ok()) {
+          (*out)[i] = Annotate(l.status(), shards[k]);
+        } else if (*l == Lookup::kFound) {
+          (*out)[i] = std::move(value);
+        } else if (*l == Lookup::kMissing) {
+          (*out)[i] = absl::NotFoundError("kv: no such key");
+        } else {
+          (*out)[i] = Get(keys[i], nullptr);  // changed under it: again, alone
+        }
+      }
+      if (waiting.empty()) break;
+      // The waiting keys' next copies, posted together.
+      std::vector<txn::Range> next;
+      for (size_t k : waiting) {
+        const std::vector<txn::Range>& a = replays[k].asked.back();
+        next.insert(next.end(), a.begin(), a.end());
+      }
+      // Tests count the rounds and the keys whose copies each one reads together.
+      size_t batched = waiting.size();
+      FARM_SYNC_POINT_CALLBACK("kv::Client::MultiGetOneSided:Round", &batched);
+      std::vector<std::string> got;
+      if (!Copy(next, &got).ok()) {
+        for (size_t k : waiting) (*out)[read[k]] = Get(keys[read[k]], nullptr);
+        break;
+      }
+      size_t at = 0;
+      for (size_t k : waiting) {
+        const size_t n = replays[k].asked.back().size();
+        replays[k].got.emplace_back(std::make_move_iterator(got.begin() + at),
+                                    std::make_move_iterator(got.begin() + at + n));
+        at += n;
+      }
+      running = std::move(waiting);
     }
   }
 

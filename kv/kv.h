@@ -102,7 +102,10 @@ enum class MultiGetPath {
   // batches gave 2.3x the GETs of READs on tcp;ofi_rxm and 3x on shm; with three (2.7 keys a
   // node) READs gave 1.1-1.4x the batches' on both.
   kAuto,
-  // One one-sided READ of each key's neighbourhood, all posted together.
+  // One one-sided READ of each key's neighbourhood, all posted together; then the READs that
+  // some keys need next (out-of-line values, chunks, overflow blocks, a miss's re-check) in
+  // rounds, each round's posted together: as many rounds as the deepest key needs, not one
+  // READ after the other per key.
   kOneSided,
   // One request per node serving the keys' shards (more for over 64 keys, or keys that do not
   // fit one message), all in flight together, each answered with every key's value (HERD's

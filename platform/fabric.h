@@ -455,9 +455,11 @@ class OpBatch {
   // neither FI_DELIVERY_COMPLETE nor FI_TRANSMIT_COMPLETE, which there both cost an
   // acknowledgement message from the target and its progress (two system calls on each side
   // and a round trip before the WRITE completes). shm and verbs complete them as placed WRITEs:
-  // shm's delivery-complete path for short WRITEs measured faster than its inline one (an RPC
-  // round trip 1.4 against 4.4 us, msg_bench), and verbs asks for nothing either way (iWARP
-  // keeps its fence READ, see Fabric::write_fence). Default true.
+  // without the flag, shm places every WRITE itself with process_vm_writev (its "fast RMA",
+  // where it may attach: see direct_writes), a system call under a spinlock of the target's
+  // shared memory, where a short delivery-complete WRITE is a copy through the target's queue
+  // (an RPC round trip measured 4.4 against 1.4 us, msg_bench); verbs asks for nothing either
+  // way (iWARP keeps its fence READ, see Fabric::write_fence). Default true.
   void set_placed_completion(bool placed) { placed_ = placed; }
 
   // The batch's operations in flight, as a handle that outlives the batch: done() once each
