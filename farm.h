@@ -332,7 +332,9 @@ class Worker {
   // the cluster learns that it left. With backups (ClusterConfig.f > 0) a run that failed with
   // Unavailable because a node left meanwhile is run again too, if nothing of it was applied:
   // the departed node's regions are served by their promoted backups (after a short recovery,
-  // during which they answer Unavailable: "region 5 is recovering ...").
+  // during which they answer Unavailable: "region 5 is recovering ..."). A participant may know
+  // of the departure first (an evicted node refuses every LOCK): such a run waits up to a lease
+  // for this node to apply the new membership, and returns its Unavailable if none comes.
   absl::Status Run(const std::function<absl::Status(Txn&)>& fn,
                    absl::Duration budget = absl::ZeroDuration());
   // A consistent copy of the object at `addr` (exactly `len` bytes, the object's size) outside

@@ -381,8 +381,22 @@ absl::Status Worker::Run(const std::function<absl::Status(Txn&)>& fn, absl::Dura
       // is retried, if nothing of it was applied (an outcome that is unknown is returned).
       // So is a region that is recovering (a backup took it over and the cluster has not yet
       // activated it): the attempt is retried until it serves again.
-      const bool moved = absl::IsUnavailable(s) && node->f() > 0 && t->impl_->t.aborted() &&
-                         (node->map_version() != map_before || node->recovering_regions() > 0);
+      const bool may_move = absl::IsUnavailable(s) && node->f() > 0 && t->impl_->t.aborted();
+      bool moved =
+          may_move && (node->map_version() != map_before || node->recovering_regions() > 0);
+      if (may_move && !moved) {
+        // A participant can learn of a reconfiguration before this node applies it: an evicted
+        // node refuses every LOCK as soon as it knows, and its refusal may arrive here before
+        // the membership without it (replication_test saw it once under ASan). The CM has
+        // decided by then; give this node up to a lease (within the budget) to apply it.
+        const absl::Time wait_until =
+            std::min(deadline, absl::Now() + absl::Milliseconds(node->config().lease_ms()));
+        while (node->map_version() == map_before && node->recovering_regions() == 0 &&
+               absl::Now() < wait_until) {
+          absl::SleepFor(absl::Microseconds(200));
+        }
+        moved = node->map_version() != map_before || node->recovering_regions() > 0;
+      }
       if (!moved) return s;
     }
     last = s;

@@ -102,7 +102,8 @@ absl::Status Participant::Lock(uint32_t coordinator, std::string encoded) {
   // refused here or undone there.
   if (!is_member_(coordinator) || Fenced(request.txn)) {
     return absl::UnavailableError(
-        absl::StrCat("LOCK from node ", coordinator, ", which is not a member (it left)"));
+        absl::StrCat("LOCK from node ", coordinator,
+                     ", which is not a member here (it left, or this node was evicted)"));
   }
   // Truncation: the coordinator knows these committed everywhere. Indexed by id: O(1) each.
   for (uint64_t seq : request.truncate) {
@@ -263,7 +264,8 @@ absl::StatusOr<GlobalAddress> Participant::Reserve(uint32_t coordinator,
   std::lock_guard<std::mutex> l(mu_);
   if (!is_member_(coordinator) || request.txn.node != coordinator || Fenced(request.txn)) {
     return absl::UnavailableError(
-        absl::StrCat("allocation for node ", coordinator, ", which is not a member (it left)"));
+        absl::StrCat("allocation for node ", coordinator,
+                     ", which is not a member here (it left, or this node was evicted)"));
   }
   if (closed_) return ClusterEnding();
   absl::StatusOr<GlobalAddress> a = allocator_->Reserve(request.size);
