@@ -389,6 +389,7 @@ absl::Status Worker::Run(const std::function<absl::Status(Txn&)>& fn, absl::Dura
         // node refuses every LOCK as soon as it knows, and its refusal may arrive here before
         // the membership without it (replication_test saw it once under ASan). The CM has
         // decided by then; give this node up to a lease (within the budget) to apply it.
+        FARM_SYNC_POINT("Worker::Run:WaitForMembership");
         const absl::Time wait_until =
             std::min(deadline, absl::Now() + absl::Milliseconds(node->config().lease_ms()));
         while (node->map_version() == map_before && node->recovering_regions() == 0 &&

@@ -672,6 +672,9 @@ absl::Status Node::InstallMembership(const control::Membership& m,
 }
 
 void Node::Deliver(const control::Membership& m) {
+  // Tests hold a node's application of a membership here (the argument: {node id, &m}).
+  std::pair<uint32_t, const control::Membership*> delivered{id_, &m};
+  FARM_SYNC_POINT_CALLBACK("Node::Deliver", &delivered);
   std::lock_guard<std::mutex> l(listeners_mu_);
   if (!evicted().ok()) return;  // fail-stop: nothing after the eviction
   bool listed = false;
@@ -730,6 +733,10 @@ void Node::EvictLocked(const std::string& reason) {
   if (absl::Status s = ApplyMembership(none); !s.ok()) {
     spdlog::error("node {}: {}", id_, std::string(s.message()));
   }
+  // Tests hold an evicted node here, its map empty and its layers not yet told (the argument:
+  // the node's id): its participant refuses every LOCK while its messenger still answers.
+  uint32_t evicted_id = id_;
+  FARM_SYNC_POINT_CALLBACK("Node::EvictLocked:BeforeListeners", &evicted_id);
   for (const auto& [id, listener] : listeners_) listener(none);
   // Only now are waiters told: whoever returns from WaitForEviction sees the node fail-stopped
   // (no member, no region, the listeners told).
