@@ -382,8 +382,10 @@ absl::Status Worker::Run(const std::function<absl::Status(Txn&)>& fn, absl::Dura
       // So is a region that is recovering (a backup took it over and the cluster has not yet
       // activated it): the attempt is retried until it serves again.
       const bool may_move = absl::IsUnavailable(s) && node->f() > 0 && t->impl_->t.aborted();
-      bool moved =
-          may_move && (node->map_version() != map_before || node->recovering_regions() > 0);
+      auto reconfigured = [&] {
+        return node->map_version() != map_before || node->recovering_regions() > 0;
+      };
+      bool moved = may_move && reconfigured();
       if (may_move && !moved) {
         // A participant can learn of a reconfiguration before this node applies it: an evicted
         // node refuses every LOCK as soon as it knows, and its refusal may arrive here before
@@ -392,11 +394,8 @@ absl::Status Worker::Run(const std::function<absl::Status(Txn&)>& fn, absl::Dura
         FARM_SYNC_POINT("Worker::Run:WaitForMembership");
         const absl::Time wait_until =
             std::min(deadline, absl::Now() + absl::Milliseconds(node->config().lease_ms()));
-        while (node->map_version() == map_before && node->recovering_regions() == 0 &&
-               absl::Now() < wait_until) {
-          absl::SleepFor(absl::Microseconds(200));
-        }
-        moved = node->map_version() != map_before || node->recovering_regions() > 0;
+        while (!reconfigured() && absl::Now() < wait_until) absl::SleepFor(absl::Microseconds(200));
+        moved = reconfigured();
       }
       if (!moved) return s;
     }
