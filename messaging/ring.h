@@ -271,6 +271,7 @@ class RingReader {
   // Incomplete-frame watch: what the frame looked like and since when.
   uint64_t stuck_head_ = ~uint64_t{0};
   uint64_t stuck_fingerprint_ = 0;
+  bool stuck_fingerprinted_ = false;  // stuck_fingerprint_ was taken for stuck_head_
   absl::Time stuck_since_;
   absl::Time fingerprinted_at_;  // the last time the fingerprint was taken
 };
