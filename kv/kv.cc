@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -465,8 +466,8 @@ using CopyFn = absl::FunctionRef<absl::Status(absl::Span<const txn::Range>,
 
 enum class Lookup { kFound, kMissing, kRetry };
 
-// The value of a chunked entry: its index, then every chunk with READs posted together. kMissing
-// if the index is another key's.
+// The value of a chunked entry: its index, then every chunk with READs posted together (no chunk
+// when `value` is null: the index says whose entry it is). kMissing if the index is another key's.
 absl::StatusOr<Lookup> FetchChunked(const ShardInfo& s, const Entry& e, absl::string_view key,
                                     CopyFn copy, std::string* value) {
   const uint64_t isize = IndexSize(e.key_len, e.value_len, s.chunk_bytes);
@@ -480,6 +481,7 @@ absl::StatusOr<Lookup> FetchChunked(const ShardInfo& s, const Entry& e, absl::st
     return Lookup::kRetry;
   }
   if (idx.key != key) return Lookup::kMissing;
+  if (value == nullptr) return Lookup::kFound;
   std::vector<txn::Range> ranges;
   for (uint64_t i = 0; i < idx.chunks.size(); ++i) {
     ranges.push_back(txn::Range{
@@ -510,7 +512,9 @@ using LocalFn = absl::FunctionRef<absl::StatusOr<absl::Span<char>>(GlobalAddress
 // the search reaches them (txn::CopyLocalObject each), so that a hit in the first bucket copies
 // that bucket alone. Buckets copied at different moments are no weaker than one READ, which
 // promises no order among its bytes either: each bucket is checked on its own, and a miss checks
-// them all again at the end. kRetry: something changed under it.
+// them all again at the end. kRetry: something changed under it. A null `value` asks only whether
+// the key is there: a hit copies no value (an out-of-line item is still read, for its key; a
+// chunked value's chunks are not).
 absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uint64_t h,
                                   CopyFn copy, const std::string* first_copy,
                                   std::vector<std::string>* scratch, std::string* value,
@@ -558,7 +562,7 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
     absl::string_view found;
     // Another key's (a hash collision, or the slot was reused): a miss, which is re-checked.
     if (!ItemValue(v.payload, e, key, &found)) return Lookup::kMissing;
-    value->assign(found.data(), found.size());
+    if (value != nullptr) value->assign(found.data(), found.size());
     return Lookup::kFound;
   };
   // Search first, verify after: only the bucket that holds the key must be consistent for a hit
@@ -593,7 +597,7 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
     if (!*consistent) return Lookup::kRetry;
     if (torn) return scan;  // consistent yet unparsable: not a table we wrote
     if (hit != nullptr) {
-      value->assign(hit->value.data(), hit->value.size());
+      if (value != nullptr) value->assign(hit->value.data(), hit->value.size());
       return Lookup::kFound;
     }
     for (const Entry& e : out_of_line) {
@@ -631,7 +635,7 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
     for (const Entry& e : *entries) {
       if (e.kind == kInline) {
         if (e.key != key) continue;
-        value->assign(e.value.data(), e.value.size());
+        if (value != nullptr) value->assign(e.value.data(), e.value.size());
         return Lookup::kFound;
       }
       if (e.hash != h) continue;
@@ -1112,12 +1116,34 @@ class TableTxn {
 
 // The operations on a key's part of the table inside one transaction (the standalone calls
 // run them in transactions of their own, the Txn& ones in the caller's).
-absl::Status PutIn(TableTxn& table, absl::string_view value) {
+
+// What an update sets: a view of the new value (valid until UpdateIn returns), or nullopt to leave
+// the key as it is.
+using NewValue = std::optional<absl::string_view>;
+
+// One read-modify-write of the key: finds it and sets what `update` makes of its current value
+// (`value`, null when the key is absent). With `read_value` false a chunked value's chunks are
+// not read and `*value` is empty: the update may use only whether the key is there. The update
+// may change `*value` (Append) or move it away (GetAndSet): UpdateIn no longer uses it. After a
+// change, the lookup's reads that did not decide the outcome are released (ReleaseLookupReads);
+// an update that changes nothing keeps them all, so that the commit validates what it saw (the
+// transaction is then read-only).
+absl::Status UpdateIn(TableTxn& table, bool read_value,
+                      absl::FunctionRef<NewValue(std::string* value)> update) {
   absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
   if (!at.ok()) return at.status();
-  if (absl::Status st = table.Put(*at, value); !st.ok()) return st;
+  if (read_value && at->has_value()) {
+    if (absl::Status st = table.LoadValue(**at); !st.ok()) return st;
+  }
+  const NewValue next = update(at->has_value() ? &(*at)->value : nullptr);
+  if (!next.has_value()) return absl::OkStatus();
+  if (absl::Status st = table.Put(*at, *next); !st.ok()) return st;
   if (at->has_value()) table.ReleaseLookupReads(**at);
   return absl::OkStatus();
+}
+
+absl::Status PutIn(TableTxn& table, absl::string_view value) {
+  return UpdateIn(table, false, [&](std::string*) { return NewValue(value); });
 }
 
 absl::Status DeleteIn(TableTxn& table, bool* deleted) {
@@ -1131,14 +1157,38 @@ absl::Status DeleteIn(TableTxn& table, bool* deleted) {
 }
 
 absl::Status GetIn(TableTxn& table, bool* found, std::string* value) {
-  absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-  if (!at.ok()) return at.status();
-  *found = at->has_value();
-  if (!*found) return absl::OkStatus();
-  if (absl::Status st = table.LoadValue(**at); !st.ok()) return st;
-  *value = std::move((*at)->value);
-  return absl::OkStatus();
+  return UpdateIn(table, true, [&](std::string* current) {
+    *found = current != nullptr;
+    if (*found) *value = std::move(*current);
+    return NewValue();
+  });
 }
+
+// A decimal int64 as Redis reads one (string2ll, checked against redis-server 7.0): an optional
+// '-', then digits, the first not '0' unless it is "0" alone (so neither "007" nor "-0"), and
+// nothing else (no '+', no spaces, no decimal point); nullopt if it is not one or is outside
+// int64.
+std::optional<int64_t> ParseRedisInteger(absl::string_view s) {
+  if (s == "0") return 0;
+  const bool negative = !s.empty() && s[0] == '-';
+  if (negative) s.remove_prefix(1);
+  if (s.empty() || s[0] < '1' || s[0] > '9') return std::nullopt;
+  uint64_t v = 0;
+  for (const char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (v > (std::numeric_limits<uint64_t>::max() - digit) / 10) return std::nullopt;
+    v = v * 10 + digit;
+  }
+  constexpr uint64_t kMax = std::numeric_limits<int64_t>::max();
+  if (!negative) return v <= kMax ? std::optional<int64_t>(static_cast<int64_t>(v)) : std::nullopt;
+  if (v > kMax + 1) return std::nullopt;
+  return -static_cast<int64_t>(v - 1) - 1;  // -v without overflow for v = 2^63
+}
+
+// The conditions of PutIfAbsent and PutIfPresent (Client::Impl::PutIf).
+bool Absent(const std::string* current) { return current == nullptr; }
+bool Present(const std::string* current) { return current != nullptr; }
 
 }  // namespace
 
@@ -1834,23 +1884,34 @@ struct Client::Impl {
     return txn::CopyRanges(*ctx, r, o);
   }
 
-  // Lock-free GET, retried while the key's buckets change under it.
+  // Lock-free GET.
   absl::StatusOr<std::string> Get(absl::string_view key, const std::string* first_copy) {
+    std::string value;
+    absl::StatusOr<bool> found = Find(key, first_copy, &value);
+    if (!found.ok()) return found.status();
+    if (!*found) return absl::NotFoundError("kv: no such key");
+    return value;
+  }
+
+  // Lock-free lookup of `key`, retried while its buckets change under it: whether it is there,
+  // with its value in `*value` unless that is null (LookupOnce: then no value is copied).
+  absl::StatusOr<bool> Find(absl::string_view key, const std::string* first_copy,
+                            std::string* value) {
     if (absl::Status st = CheckKey(key); !st.ok()) return st;
     uint64_t h = 0;
     absl::StatusOr<const ShardInfo*> s = Shard(key, &h);
     if (!s.ok()) return s.status();
-    std::string value;
     absl::Time deadline = absl::InfinitePast();
     absl::Duration pause = absl::Microseconds(1);
     for (int attempt = 0;; ++attempt) {
       absl::StatusOr<Lookup> l = LookupOnce(
           **s, key, h,
-          [this](absl::Span<const txn::Range> r, std::vector<std::string>* o) { return Copy(r, o); },
-          attempt == 0 ? first_copy : nullptr, &scratch, &value);
+          [this](absl::Span<const txn::Range> r, std::vector<std::string>* o) {
+            return Copy(r, o);
+          },
+          attempt == 0 ? first_copy : nullptr, &scratch, value);
       if (!l.ok()) return Annotate(l.status(), **s);
-      if (*l == Lookup::kFound) return value;
-      if (*l == Lookup::kMissing) return absl::NotFoundError("kv: no such key");
+      if (*l != Lookup::kRetry) return *l == Lookup::kFound;
       if (attempt < 16) continue;
       if (deadline == absl::InfinitePast()) deadline = absl::Now() + ctx->timeout;
       if (absl::Now() > deadline) {
@@ -2237,6 +2298,101 @@ struct Client::Impl {
       return WithTable(RuntimeAccess::Of(t).t, key, fn);
     });
   }
+
+  // One read-modify-write of `key` (UpdateIn) in the caller's transaction, or (`caller` null) in
+  // transactions of its own until one commits (Run). An error that `update` returns is the
+  // operation's refusal (e.g. "not an integer"): it changes nothing, and is returned once the
+  // transaction that read the refused value committed (read-only, validated: so a refusal is
+  // linearizable too), or at once in the caller's transaction (validated when that commits).
+  absl::Status Modify(Txn* caller, absl::string_view key, bool read_value,
+                      absl::FunctionRef<absl::StatusOr<NewValue>(std::string* value)> update) {
+    absl::Status refused;
+    auto fn = [&](TableTxn& table) -> absl::Status {
+      refused = absl::OkStatus();  // of an earlier attempt, which did not commit
+      return UpdateIn(table, read_value, [&](std::string* value) {
+        absl::StatusOr<NewValue> next = update(value);
+        refused = next.status();
+        return next.ok() ? *next : NewValue();
+      });
+    };
+    absl::Status st =
+        caller != nullptr ? WithTable(RuntimeAccess::Of(*caller).t, key, fn) : Run(key, fn);
+    if (!st.ok()) return st;
+    return refused;
+  }
+
+  // Sets `key` to `value` if `condition` holds for its current value (null: absent; its bytes
+  // only with `read_value`): true if it did.
+  absl::StatusOr<bool> PutIf(Txn* caller, absl::string_view key, absl::string_view value,
+                             bool read_value,
+                             absl::FunctionRef<bool(const std::string* current)> condition) {
+    if (absl::Status st = CheckValue(value); !st.ok()) return st;
+    bool set = false;
+    absl::Status st = Modify(caller, key, read_value, [&](std::string* current) {
+      set = condition(current);
+      return absl::StatusOr<NewValue>(set ? NewValue(value) : NewValue());
+    });
+    if (!st.ok()) return st;
+    return set;
+  }
+
+  absl::StatusOr<int64_t> IncrBy(Txn* caller, absl::string_view key, int64_t delta) {
+    int64_t sum = 0;
+    std::string text;
+    absl::Status st =
+        Modify(caller, key, true, [&](std::string* current) -> absl::StatusOr<NewValue> {
+          const std::optional<int64_t> now =
+              current == nullptr ? std::optional<int64_t>(0) : ParseRedisInteger(*current);
+          if (!now.has_value()) {
+            return absl::FailedPreconditionError("kv: value is not an integer or out of range");
+          }
+          constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+          constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+          if ((delta > 0 && *now > kMax - delta) || (delta < 0 && *now < kMin - delta)) {
+            return absl::FailedPreconditionError("kv: increment or decrement would overflow");
+          }
+          sum = *now + delta;
+          text = absl::StrCat(sum);
+          return NewValue(text);
+        });
+    if (!st.ok()) return st;
+    return sum;
+  }
+
+  absl::StatusOr<std::optional<std::string>> GetAndSet(Txn* caller, absl::string_view key,
+                                                       absl::string_view value) {
+    if (absl::Status st = CheckValue(value); !st.ok()) return st;
+    std::optional<std::string> old;
+    absl::Status st = Modify(caller, key, true, [&](std::string* current) {
+      old.reset();
+      if (current != nullptr) old = std::move(*current);
+      return absl::StatusOr<NewValue>(NewValue(value));
+    });
+    if (!st.ok()) return st;
+    return old;
+  }
+
+  absl::StatusOr<uint64_t> Append(Txn* caller, absl::string_view key, absl::string_view suffix) {
+    if (absl::Status st = CheckValue(suffix); !st.ok()) return st;
+    uint64_t length = 0;
+    absl::Status st =
+        Modify(caller, key, true, [&](std::string* current) -> absl::StatusOr<NewValue> {
+          const uint64_t now = current == nullptr ? 0 : current->size();
+          if (now + suffix.size() > store->max_value) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("kv: appending ", suffix.size(), " bytes to a value of ", now,
+                             " bytes would pass the limit of ", store->max_value,
+                             " bytes (nothing was changed)"));
+          }
+          length = now + suffix.size();
+          if (current == nullptr) return NewValue(suffix);  // created, as Redis's APPEND does
+          if (suffix.empty()) return NewValue();            // nothing to write
+          current->append(suffix.data(), suffix.size());
+          return NewValue(*current);
+        });
+    if (!st.ok()) return st;
+    return length;
+  }
 };
 
 Client::Client(Store& store, Worker& worker) : impl_(std::make_unique<Impl>()) {
@@ -2330,25 +2486,34 @@ absl::StatusOr<bool> Client::Delete(absl::string_view key) {
 absl::StatusOr<bool> Client::CompareAndSet(absl::string_view key,
                                            const std::optional<std::string>& expected,
                                            absl::string_view value) {
-  if (absl::Status st = impl_->CheckValue(value); !st.ok()) return st;
-  bool set = false;
-  absl::Status st = impl_->Run(key, [&](TableTxn& table) -> absl::Status {
-    absl::StatusOr<std::optional<TableTxn::Loc>> at = table.Find();
-    if (!at.ok()) return at.status();
-    if (at->has_value() && expected.has_value()) {
-      if (absl::Status st = table.LoadValue(**at); !st.ok()) return st;
-    }
-    const bool matches = expected.has_value()
-                             ? (at->has_value() && (*at)->value == *expected)
-                             : !at->has_value();
-    set = matches;
-    if (!matches) return absl::OkStatus();  // commits read-only: validated like any read
-    if (absl::Status st = table.Put(*at, value); !st.ok()) return st;
-    if (at->has_value()) table.ReleaseLookupReads(**at);
-    return absl::OkStatus();
+  return impl_->PutIf(nullptr, key, value, expected.has_value(), [&](const std::string* current) {
+    return expected.has_value() ? current != nullptr && *current == *expected : current == nullptr;
   });
-  if (!st.ok()) return st;
-  return set;
+}
+
+absl::StatusOr<int64_t> Client::IncrBy(absl::string_view key, int64_t delta) {
+  return impl_->IncrBy(nullptr, key, delta);
+}
+
+absl::StatusOr<bool> Client::PutIfAbsent(absl::string_view key, absl::string_view value) {
+  return impl_->PutIf(nullptr, key, value, false, Absent);
+}
+
+absl::StatusOr<bool> Client::PutIfPresent(absl::string_view key, absl::string_view value) {
+  return impl_->PutIf(nullptr, key, value, false, Present);
+}
+
+absl::StatusOr<std::optional<std::string>> Client::GetAndSet(absl::string_view key,
+                                                             absl::string_view value) {
+  return impl_->GetAndSet(nullptr, key, value);
+}
+
+absl::StatusOr<uint64_t> Client::Append(absl::string_view key, absl::string_view suffix) {
+  return impl_->Append(nullptr, key, suffix);
+}
+
+absl::StatusOr<bool> Client::Exists(absl::string_view key) {
+  return impl_->Find(key, nullptr, nullptr);
 }
 
 absl::StatusOr<std::string> Client::Get(Txn& t, absl::string_view key) {
@@ -2381,6 +2546,37 @@ absl::StatusOr<bool> Client::Delete(Txn& t, absl::string_view key) {
   });
   if (!st.ok()) return st;
   return deleted;
+}
+
+absl::StatusOr<int64_t> Client::IncrBy(Txn& t, absl::string_view key, int64_t delta) {
+  return impl_->IncrBy(&t, key, delta);
+}
+
+absl::StatusOr<bool> Client::PutIfAbsent(Txn& t, absl::string_view key, absl::string_view value) {
+  return impl_->PutIf(&t, key, value, false, Absent);
+}
+
+absl::StatusOr<bool> Client::PutIfPresent(Txn& t, absl::string_view key, absl::string_view value) {
+  return impl_->PutIf(&t, key, value, false, Present);
+}
+
+absl::StatusOr<std::optional<std::string>> Client::GetAndSet(Txn& t, absl::string_view key,
+                                                             absl::string_view value) {
+  return impl_->GetAndSet(&t, key, value);
+}
+
+absl::StatusOr<uint64_t> Client::Append(Txn& t, absl::string_view key, absl::string_view suffix) {
+  return impl_->Append(&t, key, suffix);
+}
+
+absl::StatusOr<bool> Client::Exists(Txn& t, absl::string_view key) {
+  bool found = false;
+  absl::Status st = impl_->Modify(&t, key, false, [&](std::string* current) {
+    found = current != nullptr;
+    return absl::StatusOr<NewValue>(NewValue());
+  });
+  if (!st.ok()) return st;
+  return found;
 }
 
 absl::StatusOr<std::vector<ShardStats>> Client::Stats() {

@@ -57,7 +57,8 @@
 // blocks') again and answers NotFound only if none changed in between (otherwise it retries).
 // A GET by RPC runs the same lookup on the serving node, in its own memory. MultiGet is one
 // such GET per key: each key's result is linearizable on its own, but the set is not a snapshot
-// (see Client::MultiGet).
+// (see Client::MultiGet). The conditional and atomic updates (IncrBy, PutIfAbsent, PutIfPresent,
+// GetAndSet, Append, CompareAndSet) are one transaction each: read and change are one atomic step.
 // Clients keep the shard descriptions they learnt for as long as each shard's bucket array's
 // region exists (a shard's description never changes while it does).
 //
@@ -65,7 +66,8 @@
 // the limits), ResourceExhausted (the shard's memory is full), Unavailable (the key's shard node
 // left and, without replication, nobody serves its shard; or its region is recovering), DataLoss
 // (the key's shard node restarted and lost its keys, or the shard's memory holds no table),
-// Aborted (a write kept conflicting), DeadlineExceeded, and the platform's errors.
+// Aborted (a write kept conflicting), FailedPrecondition (IncrBy of a value that is not an
+// integer, or whose sum would overflow), DeadlineExceeded, and the platform's errors.
 //
 // Thread safety: a Store is safe for concurrent use; a Client belongs to its Worker's thread.
 #ifndef FARM_KV_KV_H_
@@ -225,11 +227,54 @@ class Client {
                                      const std::optional<std::string>& expected,
                                      absl::string_view value);
 
+  // Conditional and atomic updates (Redis's INCRBY, SETNX, SET XX, GETSET, APPEND; EXISTS). Each
+  // but Exists is ONE transaction that reads the key and changes it, retried on conflicts like
+  // Put and CompareAndSet, so each is linearizable: concurrent IncrBys of one key never lose an
+  // increment, and of concurrent PutIfAbsents of one key exactly one sets it. A refusal (IncrBy's
+  // FailedPrecondition, Append's InvalidArgument for a result over the limit) changes nothing and
+  // is returned only once the transaction that read the refused value committed (read-only,
+  // validated), so it was true at a moment during the call. A bad key or value is
+  // InvalidArgument, as for Put; the other errors are those of Put.
+
+  // Adds `delta` to the key's value read as a decimal int64 (a missing key counts as 0) and
+  // stores the sum as its decimal string: the new value. The value must be an integer as Redis
+  // writes one: an optional '-', then digits without a leading zero ("0" alone; not "-0", "+1",
+  // "007", " 1" or "1.0"), within int64; otherwise FailedPrecondition "value is not an integer or
+  // out of range" (Redis's words), and FailedPrecondition "increment or decrement would overflow"
+  // when the sum leaves int64. FailedPrecondition, not InvalidArgument: the arguments are fine,
+  // the stored value is what must change first (InvalidArgument here means a bad key or value,
+  // whatever the store holds). Redis's INCR and DECR are IncrBy(key, 1) and IncrBy(key, -1).
+  absl::StatusOr<int64_t> IncrBy(absl::string_view key, int64_t delta);
+  // Sets `key` to `value` if the key is absent (SETNX, SET NX): true if it did.
+  absl::StatusOr<bool> PutIfAbsent(absl::string_view key, absl::string_view value);
+  // Sets `key` to `value` if the key is present (SET XX): true if it did.
+  absl::StatusOr<bool> PutIfPresent(absl::string_view key, absl::string_view value);
+  // Sets `key` to `value` and returns its previous value, nullopt if it was absent (GETSET, SET
+  // GET).
+  absl::StatusOr<std::optional<std::string>> GetAndSet(absl::string_view key,
+                                                       absl::string_view value);
+  // Appends `suffix` to the key's value (a missing key is created with `suffix`): the value's new
+  // length. A result longer than max_value_size() is InvalidArgument naming the limit, and
+  // nothing is changed. The value is rewritten whole: the cost grows with its length.
+  absl::StatusOr<uint64_t> Append(absl::string_view key, absl::string_view suffix);
+  // Whether `key` is there: a lock-free lookup like Get (no transaction), linearizable like Get,
+  // that copies no value (of a chunked value it reads the index, not the chunks).
+  absl::StatusOr<bool> Exists(absl::string_view key);
+
   // The same inside a caller's transaction (applied when it commits).
   absl::StatusOr<std::string> Get(Txn& txn, absl::string_view key);
   absl::Status Put(Txn& txn, absl::string_view key, absl::string_view value);
   absl::Status MultiPut(Txn& txn, absl::Span<const std::pair<std::string, std::string>> items);
   absl::StatusOr<bool> Delete(Txn& txn, absl::string_view key);
+  // Refusals (IncrBy's FailedPrecondition, Append's InvalidArgument) change nothing and leave the
+  // transaction usable; the value they refused is validated when it commits.
+  absl::StatusOr<int64_t> IncrBy(Txn& txn, absl::string_view key, int64_t delta);
+  absl::StatusOr<bool> PutIfAbsent(Txn& txn, absl::string_view key, absl::string_view value);
+  absl::StatusOr<bool> PutIfPresent(Txn& txn, absl::string_view key, absl::string_view value);
+  absl::StatusOr<std::optional<std::string>> GetAndSet(Txn& txn, absl::string_view key,
+                                                       absl::string_view value);
+  absl::StatusOr<uint64_t> Append(Txn& txn, absl::string_view key, absl::string_view suffix);
+  absl::StatusOr<bool> Exists(Txn& txn, absl::string_view key);
 
   // Statistics of every shard (one RPC to each shard node).
   absl::StatusOr<std::vector<ShardStats>> Stats();

@@ -3,7 +3,9 @@
 // never see a torn value or miss a key while other keys are moved around it, MultiGet by batched
 // RPCs against MultiGet by READs (and under concurrent writers), a full table, keys in larger
 // transactions, MultiPut (atomic across shards, under concurrent readers, with keys sharing
-// buckets), and bad input.
+// buckets), the conditional and atomic updates (IncrBy as Redis parses integers, PutIfAbsent,
+// PutIfPresent, GetAndSet, Append, Exists; concurrent IncrBys and PutIfAbsents of one key), and
+// bad input.
 #include "kv/kv.h"
 
 #include <algorithm>
@@ -12,10 +14,12 @@
 #include <cstring>
 #include <functional>
 #include <future>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -84,8 +88,8 @@ Options Small(uint64_t buckets, uint32_t bucket_bytes = 128) {
 
 // A cluster of n nodes with a client on its first node (kv) and one on its last (kv_other).
 struct TwoClients {
-  TwoClients(int n, const Options& o)
-      : c(Start(n, o)),
+  TwoClients(int n, const Options& o, uint64_t region_size = 4 << 20)
+      : c(Start(n, o, region_size)),
         w(NewWorker(*c.rts[0])),
         other(NewWorker(*c.rts[n - 1])),
         kv(*c.stores[0], *w),
@@ -1090,6 +1094,338 @@ TEST_CASE("a reader of all the keys in one transaction never sees a mix of two M
   }
   CHECK(consistent_reads.load() >= 2);
   workers.clear();
+}
+
+TEST_CASE("IncrBy reads and writes decimal integers as Redis does", "[kv]") {
+  TwoClients two(2, Options{});
+  Client& a = two.kv;
+  Client& b = two.kv_other;
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  // A missing key counts as 0; the sum is stored as its decimal string.
+  CHECK(*a.IncrBy("n", 5) == 5);
+  CHECK(*b.Get("n") == "5");
+  CHECK(*b.IncrBy("n", -1) == 4);  // DECR
+  CHECK(*a.IncrBy("n", -10) == -6);
+  CHECK(*a.Get("n") == "-6");
+  CHECK(*b.IncrBy("n", 0) == -6);
+  // Values Redis reads as integers (redis-server 7.0's INCR accepted each of these).
+  const std::vector<std::pair<std::string, int64_t>> good = {{"12", 13},
+                                                             {"0", 1},
+                                                             {"-1", 0},
+                                                             {"-9223372036854775808", kMin + 1},
+                                                             {"9223372036854775806", kMax}};
+  for (const auto& [text, next] : good) {
+    INFO(text);
+    REQUIRE(a.Put("g", text).ok());
+    CHECK(*b.IncrBy("g", 1) == next);
+    CHECK(*a.Get("g") == absl::StrCat(next));
+  }
+  // And those it refuses (redis-server 7.0: "ERR value is not an integer or out of range"): the
+  // value stays as it was.
+  const std::vector<std::string> bad = {"-0",
+                                        "+1",
+                                        "01",
+                                        "-01",
+                                        " 1",
+                                        "1 ",
+                                        "",
+                                        "00",
+                                        "-",
+                                        "1.0",
+                                        "1e3",
+                                        "0x10",
+                                        "12a",
+                                        "1\n",
+                                        "9223372036854775808",
+                                        "-9223372036854775809",
+                                        "12345678901234567890123",
+                                        std::string("1\0", 2),
+                                        std::string(300, '1')};  // out of line
+  for (const std::string& text : bad) {
+    INFO("\"" << text << "\"");
+    REQUIRE(a.Put("b", text).ok());
+    absl::StatusOr<int64_t> r = b.IncrBy("b", 1);
+    CHECK(absl::IsFailedPrecondition(r.status()));
+    CHECK(r.status().message().find("value is not an integer or out of range") !=
+          absl::string_view::npos);
+    CHECK(*a.Get("b") == text);
+  }
+  // Overflow either way ("ERR increment or decrement would overflow"), the value unchanged.
+  const std::vector<std::tuple<std::string, int64_t>> overflows = {{"9223372036854775807", 1},
+                                                                   {"-9223372036854775808", -1},
+                                                                   {"1", kMax},
+                                                                   {"-2", kMin},
+                                                                   {"-9223372036854775803", kMin}};
+  for (const auto& [text, delta] : overflows) {
+    INFO(text << " + " << delta);
+    REQUIRE(a.Put("o", text).ok());
+    absl::StatusOr<int64_t> r = b.IncrBy("o", delta);
+    CHECK(absl::IsFailedPrecondition(r.status()));
+    CHECK(r.status().message().find("increment or decrement would overflow") !=
+          absl::string_view::npos);
+    CHECK(*a.Get("o") == text);
+  }
+  REQUIRE(a.Put("o", "5").ok());
+  CHECK(*b.IncrBy("o", kMin) == kMin + 5);
+  CHECK(*b.IncrBy("o", kMax) == 4);
+  CHECK(absl::IsInvalidArgument(a.IncrBy("", 1).status()));
+  CHECK(absl::IsInvalidArgument(a.IncrBy(std::string(kMaxKeySize + 1, 'k'), 1).status()));
+
+  // Inside a caller's transaction: seen by its own reads, applied when it commits.
+  REQUIRE(two.w
+              ->Run([&](Txn& t) -> absl::Status {
+                absl::StatusOr<int64_t> x = a.IncrBy(t, "t", 7);
+                if (!x.ok()) return x.status();
+                absl::StatusOr<int64_t> y = a.IncrBy(t, "t", 3);
+                if (!y.ok()) return y.status();
+                absl::StatusOr<std::string> v = a.Get(t, "t");
+                if (*x != 7 || *y != 10 || !v.ok() || *v != "10") {
+                  return absl::InternalError("the transaction's own increments not seen");
+                }
+                // A refusal changes nothing and leaves the transaction usable.
+                if (!absl::IsFailedPrecondition(a.IncrBy(t, "b", 1).status())) {
+                  return absl::InternalError("a non-integer was incremented");
+                }
+                return a.Put(t, "after-refusal", "x");
+              })
+              .ok());
+  CHECK(*b.Get("t") == "10");
+  CHECK(*b.Get("after-refusal") == "x");
+  {
+    std::unique_ptr<Txn> t = two.w->Begin();
+    CHECK(*a.IncrBy(*t, "t", 100) == 110);
+    t->Abort();
+  }
+  CHECK(*b.Get("t") == "10");
+}
+
+TEST_CASE("PutIfAbsent, PutIfPresent, GetAndSet, Append and Exists", "[kv]") {
+  // Large enough regions for chunked values (as "values too large for one object are chunked").
+  TwoClients two(2, Options{}, 8 << 20);
+  Client& a = two.kv;
+  Client& b = two.kv_other;
+  const uint64_t max = two.c.stores[0]->max_value_size();
+
+  // Exists: inline, empty, out-of-line and chunked values; then deleted.
+  CHECK(*a.Exists("k") == false);
+  const std::vector<std::string> values = {"v", "", std::string(3000, 'o'),
+                                           std::string(100 << 10, 'c')};
+  for (size_t i = 0; i < values.size(); ++i) {
+    const std::string key = absl::StrCat("exists-", i);
+    INFO(key);
+    CHECK(*b.Exists(key) == false);
+    REQUIRE(a.Put(key, values[i]).ok());
+    CHECK(*b.Exists(key) == true);
+    CHECK(*a.Exists(key) == true);
+    REQUIRE(*a.Delete(key));
+    CHECK(*b.Exists(key) == false);
+  }
+
+  // PutIfPresent on a missing key sets nothing; PutIfAbsent sets it once.
+  CHECK(*a.PutIfPresent("k", "x") == false);
+  CHECK(*b.Exists("k") == false);
+  CHECK(*a.PutIfAbsent("k", "first") == true);
+  CHECK(*b.PutIfAbsent("k", "second") == false);
+  CHECK(*a.Get("k") == "first");
+  CHECK(*b.PutIfPresent("k", "third") == true);
+  CHECK(*a.Get("k") == "third");
+  CHECK(*a.PutIfPresent("k", std::string(3000, 'p')) == true);  // inline -> out of line
+  CHECK(*b.Get("k") == std::string(3000, 'p'));
+
+  // GetAndSet: the old value (inline, out of line, chunked), nullopt for a missing key.
+  CHECK(*b.GetAndSet("k", "g1") == std::string(3000, 'p'));
+  CHECK(*a.GetAndSet("k", std::string(100 << 10, 'G')) == std::string("g1"));
+  CHECK(*b.GetAndSet("k", "g3") == std::string(100 << 10, 'G'));
+  CHECK(*a.Get("k") == "g3");
+  CHECK(*a.GetAndSet("fresh", "f") == std::nullopt);
+  CHECK(*b.Get("fresh") == "f");
+
+  // Append: creates a missing key, returns the new length, grows inline -> out of line ->
+  // chunked.
+  CHECK(*a.Append("log", "ab") == 2);
+  CHECK(*b.Append("log", "cd") == 4);
+  CHECK(*a.Get("log") == "abcd");
+  CHECK(*b.Append("log", "") == 4);
+  CHECK(*a.Get("log") == "abcd");
+  CHECK(*a.Append("empty", "") == 0);  // created, empty (as Redis's APPEND)
+  CHECK(*b.Exists("empty") == true);
+  CHECK(*a.Append("log", std::string(3000, 'x')) == 3004);
+  CHECK(*b.Append("log", std::string(100 << 10, 'y')) == 3004 + (100 << 10));
+  CHECK(*a.Get("log") == "abcd" + std::string(3000, 'x') + std::string(100 << 10, 'y'));
+  // Up to the limit exactly; beyond it InvalidArgument naming the limit, nothing changed.
+  REQUIRE(a.Put("full", std::string(max - 2, 'f')).ok());
+  absl::StatusOr<uint64_t> over = b.Append("full", "abc");
+  CHECK(absl::IsInvalidArgument(over.status()));
+  CHECK(over.status().message().find(absl::StrCat("limit of ", max, " bytes")) !=
+        absl::string_view::npos);
+  CHECK(*a.Get("full") == std::string(max - 2, 'f'));
+  CHECK(*b.Append("full", "ab") == max);
+  CHECK(*a.Get("full") == std::string(max - 2, 'f') + "ab");
+  CHECK(absl::IsInvalidArgument(b.Append("full", "z").status()));
+  CHECK(absl::IsInvalidArgument(a.Append("none", std::string(max + 1, 'z')).status()));
+  CHECK(*a.Exists("none") == false);
+
+  // Bad keys and values: InvalidArgument, as for Put.
+  const std::string too_big(max + 1, 'v');
+  const std::string long_key(kMaxKeySize + 1, 'k');
+  CHECK(absl::IsInvalidArgument(a.Exists("").status()));
+  CHECK(absl::IsInvalidArgument(a.Exists(long_key).status()));
+  CHECK(absl::IsInvalidArgument(a.PutIfAbsent("", "v").status()));
+  CHECK(absl::IsInvalidArgument(a.PutIfAbsent("big", too_big).status()));
+  CHECK(absl::IsInvalidArgument(a.PutIfPresent("k", too_big).status()));
+  CHECK(absl::IsInvalidArgument(a.GetAndSet("k", too_big).status()));
+  CHECK(absl::IsInvalidArgument(a.GetAndSet(long_key, "v").status()));
+  CHECK(absl::IsInvalidArgument(a.Append("", "v").status()));
+  CHECK(*b.Get("k") == "g3");
+
+  // Inside a caller's transaction: each sees the transaction's own writes; nothing is applied
+  // before it commits, nothing at all if it aborts.
+  REQUIRE(two.w
+              ->Run([&](Txn& t) -> absl::Status {
+                std::string wrong;
+                if (*a.Exists(t, "tx") != false) wrong = "Exists";
+                if (*a.PutIfPresent(t, "tx", "no") != false) wrong = "PutIfPresent";
+                if (*a.PutIfAbsent(t, "tx", "1") != true) wrong = "PutIfAbsent";
+                if (*a.PutIfAbsent(t, "tx", "2") != false) wrong = "PutIfAbsent again";
+                if (*a.Exists(t, "tx") != true) wrong = "Exists after";
+                if (*a.Append(t, "tx", "23") != 3) wrong = "Append";
+                if (*a.GetAndSet(t, "tx", "new") != std::string("123")) wrong = "GetAndSet";
+                if (*a.PutIfPresent(t, "tx", "last") != true) wrong = "PutIfPresent after";
+                if (absl::IsInvalidArgument(a.Append(t, "tx", too_big).status()) == false) {
+                  wrong = "Append too big";
+                }
+                if (!wrong.empty()) return absl::InternalError(wrong + " in the transaction");
+                return absl::OkStatus();
+              })
+              .ok());
+  CHECK(*b.Get("tx") == "last");
+  {
+    std::unique_ptr<Txn> t = two.other->Begin();
+    CHECK(*b.PutIfAbsent(*t, "tx2", "v") == true);
+    CHECK(*b.GetAndSet(*t, "tx", "x") == std::string("last"));
+    CHECK(*b.Append(*t, "tx", "y") == 2);
+    t->Abort();
+  }
+  CHECK(*a.Exists("tx2") == false);
+  CHECK(*a.Get("tx") == "last");
+}
+
+namespace {
+
+// Runs body(t, client) on `threads` threads, each with its own Worker and Client on node t % n
+// of a 2-node cluster (so that the key is remote for some, local for others); returns the
+// threads' error messages (empty when none failed).
+std::vector<std::string> OnThreads(Cluster& c, int threads,
+                                   const std::function<std::string(int, Client&, Worker&)>& body) {
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int t = 0; t < threads; ++t) workers.push_back(NewWorker(*c.rts[t % c.rts.size()]));
+  std::vector<std::string> errors(threads);
+  std::vector<std::thread> running;
+  for (int t = 0; t < threads; ++t) {
+    running.emplace_back([&, t] {
+      Client kv(*c.stores[t % c.stores.size()], *workers[t]);
+      errors[t] = body(t, kv, *workers[t]);
+    });
+  }
+  for (std::thread& th : running) th.join();
+  std::vector<std::string> failed;
+  for (const std::string& e : errors) {
+    if (!e.empty()) failed.push_back(e);
+  }
+  return failed;
+}
+
+}  // namespace
+
+TEST_CASE("concurrent IncrBys of one key lose no increment", "[kv]") {
+  // Four threads on two nodes add to one key (thread t adds t + 1 each time, thread 3 through
+  // the Txn& overload in a transaction of its own); were an increment not one transaction, two
+  // would read the same value and one sum would be lost. The deltas are positive, so the values
+  // committed grow: every returned sum is different.
+  Cluster c = Start(2, Options{});
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 150;
+  std::vector<std::vector<int64_t>> sums(kThreads);
+  std::vector<std::string> errors =
+      OnThreads(c, kThreads, [&](int t, Client& kv, Worker& w) -> std::string {
+        for (int i = 0; i < kRounds; ++i) {
+          absl::StatusOr<int64_t> r;
+          if (t == 3) {
+            absl::Status s = w.Run([&](Txn& txn) -> absl::Status {
+              r = kv.IncrBy(txn, "counter", t + 1);
+              return r.status();
+            });
+            if (!s.ok()) r = s;
+          } else {
+            r = kv.IncrBy("counter", t + 1);
+          }
+          if (!r.ok()) return absl::StrCat("thread ", t, ": ", r.status().ToString());
+          sums[t].push_back(*r);
+        }
+        return "";
+      });
+  for (const std::string& e : errors) FAIL_CHECK(e);
+  std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+  Client kv(*c.stores[0], *w);
+  const int64_t want = kRounds * (1 + 2 + 3 + 4);
+  CHECK(*kv.Get("counter") == absl::StrCat(want));
+  std::set<int64_t> distinct;
+  for (const std::vector<int64_t>& s : sums) distinct.insert(s.begin(), s.end());
+  CHECK(distinct.size() == kThreads * kRounds);
+  CHECK(*distinct.rbegin() == want);
+}
+
+TEST_CASE("concurrent PutIfAbsents of one key: exactly one sets it", "[kv]") {
+  // Four threads on two nodes race to create each of kKeys keys; of each key's four calls
+  // exactly one returns true, and the key holds that thread's value. Likewise GetAndSets of one
+  // key form one chain: every value written is returned as the old value exactly once (by the
+  // next writer) or is the final value.
+  Cluster c = Start(2, Options{});
+  constexpr int kThreads = 4;
+  constexpr int kKeys = 40;
+  constexpr int kSwaps = 60;
+  std::vector<std::vector<bool>> won(kThreads, std::vector<bool>(kKeys));
+  std::vector<std::vector<std::string>> olds(kThreads);
+  std::vector<std::string> errors =
+      OnThreads(c, kThreads, [&](int t, Client& kv, Worker&) -> std::string {
+        for (int i = 0; i < kKeys; ++i) {
+          absl::StatusOr<bool> r = kv.PutIfAbsent(Key(i), absl::StrCat("thread-", t));
+          if (!r.ok()) return absl::StrCat("thread ", t, ": ", r.status().ToString());
+          won[t][i] = *r;
+        }
+        for (int i = 0; i < kSwaps; ++i) {
+          absl::StatusOr<std::optional<std::string>> r =
+              kv.GetAndSet("swapped", absl::StrCat(t, "-", i));
+          if (!r.ok()) return absl::StrCat("thread ", t, ": ", r.status().ToString());
+          olds[t].push_back(r->value_or("(absent)"));
+        }
+        return "";
+      });
+  for (const std::string& e : errors) FAIL_CHECK(e);
+  std::unique_ptr<Worker> w = NewWorker(*c.rts[1]);
+  Client kv(*c.stores[1], *w);
+  for (int i = 0; i < kKeys; ++i) {
+    INFO(Key(i));
+    int winners = 0;
+    int winner = -1;
+    for (int t = 0; t < kThreads; ++t) {
+      if (won[t][i]) {
+        ++winners;
+        winner = t;
+      }
+    }
+    CHECK(winners == 1);
+    CHECK(*kv.Get(Key(i)) == absl::StrCat("thread-", winner));
+  }
+  std::multiset<std::string> seen;
+  for (const std::vector<std::string>& o : olds) seen.insert(o.begin(), o.end());
+  seen.insert(*kv.Get("swapped"));
+  std::multiset<std::string> written = {"(absent)"};
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kSwaps; ++i) written.insert(absl::StrCat(t, "-", i));
+  }
+  CHECK(seen == written);
 }
 
 TEST_CASE("bad input gets an error, never a crash", "[kv]") {
