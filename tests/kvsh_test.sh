@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # //tools:kvsh, the key-value shell, on real node processes, per provider (FARM_TEST_PROVIDERS,
 # default shm and tcp;ofi_rxm): --local=3 starts 3 //tools:node --kv processes and joins them;
-# -c, script mode through a pipe (put, get, mget, del, cas, stats, binary values), --raw; errors
-# (a value over the limit, an unknown command, bad quoting) with their messages and exit status
-# 1; a second and a third shell attaching to a running cluster through --write_config's file
-# (late nodes, a slot used twice); the interactive shell on a pseudo-terminal (script(1)) with
+# -c, script mode through a pipe (put, get, mget, del, cas, stats, binary values), --raw (a
+# missing key and an empty value apart); errors (a value over the limit, an unknown command, bad
+# quoting) as redis-cli prints them, (error) ERR ..., with exit status 1; commands as arguments
+# (as redis-cli), -x, -r/-i, -c over several lines, PING, SET's NX/XX/GET, --pipe; a second and
+# a third shell attaching to a running cluster through --write_config's file (late nodes, a slot
+# used twice); the interactive shell on a pseudo-terminal (script(1)) with
 # its history file; bad flags and configurations (exit status 2). No process is left behind.
 source "$(dirname "$0")/lib.sh"
 KVSH=$(bin kvsh) || exit 1
@@ -92,13 +94,17 @@ node        items     inline  displaced  overflow        buckets      memory   p
   no_nodes_left
 
   echo "== $provider: --raw"
-  kvsh --local=3 "${p[@]}" --raw -c 'put k "two words"; get k; get nope; mget k nope; del k; cas k (nil) v; stats'
+  # A missing key is (nil) with --raw too, an empty value an empty line (redis-cli 7 --raw prints
+  # an empty line for both).
+  kvsh --local=3 "${p[@]}" --raw -c 'put k "two words"; get k; get nope; mget k nope; put e ""; get e; del k; cas k (nil) v; stats'
   expect_rc 0 "--raw"
-  head -n 8 "$TMP/out" >"$TMP/replies"
+  head -n 10 "$TMP/out" >"$TMP/replies"
   expect_out "$TMP/replies" 'OK
 two words
-
+(nil)
 two words
+(nil)
+OK
 
 1
 1
@@ -113,15 +119,16 @@ node	items	inline_items	displaced_items	overflow_blocks	buckets	bucket_bytes	out
   expect_rc 1 "errors in a script"
   expect_out "$TMP/out" 'OK
 "1"'
-  has_err '^line 2: \(error\) ERR value too large: 1048577 bytes; the limit is 1048576 bytes \(1\.0 MiB\)$'
-  has_err "^line 3: \(error\) ERR unknown command 'frob'; commands: get, put, del, cas, mget, stats, help, quit; 'help' explains them$"
-  has_err '^line 4: \(error\) ERR unbalanced quotes: the double quote at column 7 is not closed$'
+  has_err '^\(error\) ERR value too large: 1048577 bytes; the limit is 1048576 bytes \(1\.0 MiB\) \(line 2\)$'
+  has_err "^\(error\) ERR unknown command 'frob'; commands: get, put, del, cas, mget, ping, stats, help, quit; 'help' explains them \(line 3\)$"
+  has_err '^\(error\) ERR unbalanced quotes: the double quote at column 7 is not closed \(line 4\)$'
   kvsh --local=3 "${p[@]}" -c "gte a"
   expect_rc 1 "unknown command"
-  has_err "unknown command 'gte' \(did you mean 'get'\?\)"
+  has_err "^\(error\) ERR unknown command 'gte' \(did you mean 'get'\?\)"
   kvsh --local=3 "${p[@]}" -c "put k hello world"
   expect_rc 1 "too many arguments"
-  has_err "wrong number of arguments for 'put' \(usage: put KEY VALUE; quote a value with spaces"
+  has_err '^\(error\) ERR syntax error: "world" is not an option of put \(NX, XX, GET\); quote a value with spaces'
+
   no_nodes_left
 
   echo "== $provider: other shells attach to a running cluster (late nodes)"
@@ -177,12 +184,129 @@ node	items	inline_items	displaced_items	overflow_blocks	buckets	bucket_bytes	out
 done
 
 provider=${providers[0]}
+echo "== commands as arguments (as redis-cli), -x, -r, -c over lines, PING, SET options, --pipe ($provider)"
+cfg="$TMP/args.textproto"
+rm -f "$cfg"
+mkfifo "$TMP/hold"
+# A cluster held by a first shell (on a fifo), with a client slot for each kvsh below.
+timeout 300 "$KVSH" --local=2 --late_nodes=1 --write_config="$cfg" --provider="$provider" \
+  "${common[@]}" <"$TMP/hold" >"$TMP/first.out" 2>"$TMP/first.err" &
+first=$!
+exec 9>"$TMP/hold"
+for _ in $(seq 600); do [ -f "$cfg" ] && break; sleep 0.1; done
+[ -f "$cfg" ] || { cat "$TMP/first.err"; fail "no configuration written to $cfg"; }
+a=(--config="$cfg")
+kvsh "${a[@]}" set k -1  # a word after the command is an argument, even one like a flag
+expect_rc 0 "set k -1"
+expect_out "$TMP/out" 'OK'
+kvsh "${a[@]}" get k
+expect_rc 0 "get k"
+expect_out "$TMP/out" '"-1"'
+kvsh "${a[@]}" put v 'two words; get x' -- '"q"'
+expect_rc 1 "put with a word that is not an option"
+has_err '^\(error\) ERR syntax error: "--" is not an option of put'
+kvsh "${a[@]}" put v 'two words; get x'  # one argument: no splitting, quoting or ';'
+expect_rc 0 "put v"
+kvsh "${a[@]}" --raw get v
+expect_out "$TMP/out" 'two words; get x'
+kvsh "${a[@]}" cas v '(nil)' z  # (nil) as a word: "only if absent"
+expect_out "$TMP/out" '(integer) 0'
+kvsh "${a[@]}" frob a
+expect_rc 1 "an unknown command as arguments"
+has_err "^\(error\) ERR unknown command 'frob'"
+kvsh "${a[@]}" ping
+expect_out "$TMP/out" 'PONG'
+kvsh "${a[@]}" ping "hello world"
+expect_out "$TMP/out" '"hello world"'
+kvsh "${a[@]}" --raw ping hi
+expect_out "$TMP/out" 'hi'
+# SET's options, in script mode (-c) and as arguments.
+kvsh "${a[@]}" -c 'set n 1 XX; set n 1 NX; set n 2 nx; get n; set n 3 XX GET; set n 4 GET; set m 1 NX GET; get m; set n 5 xx; get n'
+expect_rc 0 "SET NX/XX/GET"
+expect_out "$TMP/out" '(nil)
+OK
+(nil)
+"1"
+"1"
+"3"
+(nil)
+"1"
+OK
+"5"'
+kvsh "${a[@]}" set n 6 NX GET
+expect_out "$TMP/out" '"5"'
+kvsh "${a[@]}" set n 6 XX NX
+expect_rc 1 "NX with XX"
+has_err '^\(error\) ERR syntax error: put takes one of NX and XX, once'
+kvsh "${a[@]}" set n 6 EX 10
+expect_rc 1 "EX"
+has_err '^\(error\) ERR syntax error: EX is not supported: keys do not expire'
+# -x: the last argument from standard input, all of it.
+printf 'line1\nline2\n' >"$TMP/in"
+timeout 120 "$KVSH" "${a[@]}" -x put xv <"$TMP/in" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc 0 "-x put xv"
+expect_out "$TMP/out" 'OK'
+kvsh "${a[@]}" get xv
+expect_out "$TMP/out" '"line1\nline2\n"'
+# -r N [-i S]: the command N times (errors do not stop it; the exit status says there were some).
+kvsh "${a[@]}" -r 3 ping
+expect_rc 0 "-r 3 ping"
+expect_out "$TMP/out" 'PONG
+PONG
+PONG'
+kvsh "${a[@]}" -r 3 -i 0.05 del xv
+expect_out "$TMP/out" '(integer) 1
+(integer) 0
+(integer) 0'
+kvsh "${a[@]}" -r 2 -c 'put r 1; get r'
+expect_out "$TMP/out" 'OK
+"1"
+OK
+"1"'
+kvsh "${a[@]}" -r 2 frob
+expect_rc 1 "-r 2 frob"
+[ "$(grep -c "^(error) ERR unknown command 'frob'" "$TMP/err")" = 2 ] || fail "-r 2 frob: $(cat "$TMP/err")"
+# -c: a newline separates commands as ';' does (as lines of a script).
+kvsh "${a[@]}" -c $'put nl 1\nget nl'
+expect_rc 0 "-c over two lines"
+expect_out "$TMP/out" 'OK
+"1"'
+kvsh "${a[@]}" -c $'get nl\nfrob'
+expect_rc 1 "-c with an error on its second line"
+expect_out "$TMP/out" '"1"'
+has_err "^\(error\) ERR unknown command 'frob'.* \(line 2\)$"
+# --pipe: no replies, errors with their line, a summary; exit status 1 when a command failed.
+printf 'put p1 1\nput p2 "two words"\nfrob\nget p1\nput p3 "open\n' >"$TMP/in"
+timeout 120 "$KVSH" "${a[@]}" --pipe <"$TMP/in" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc 1 "--pipe with errors"
+expect_out "$TMP/out" 'errors: 2, replies: 5'
+has_err "^\(error\) ERR unknown command 'frob'.* \(line 3\)$"
+has_err '^\(error\) ERR unbalanced quotes: .* \(line 5\)$'
+seq 1 200 | sed 's/.*/put bulk& &/' >"$TMP/in"
+timeout 120 "$KVSH" "${a[@]}" --pipe <"$TMP/in" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc 0 "--pipe of 200 puts"
+expect_out "$TMP/out" 'errors: 0, replies: 200'
+kvsh "${a[@]}" mget p2 bulk1 bulk200
+expect_out "$TMP/out" '1) "two words"
+2) "1"
+3) "200"'
+exec 9>&-  # end of the first shell's input
+wait "$first"
+rc=$?
+expect_rc 0 "the shell holding the cluster"
+rm -f "$TMP/hold"
+no_nodes_left
+
 echo "== interactive, on a pseudo-terminal ($provider)"
 if ! command -v script >/dev/null; then
   fail "script(1) (util-linux) is missing"
 fi
 mkdir -p "$TMP/home"
-printf '%s\n' 'put a "x y"' 'get a' 'frob' 'help get' 'quit' |
+printf '%s\n' 'put a "x y"' 'get a' 'frob' 'help get' 'set a z NX' 'ping' 'set a "" XX GET' \
+  'get a' 'quit' |
   HOME="$TMP/home" timeout 120 script -qfec \
     "$KVSH --local=2 --provider='$provider' --host=$host --lock_memory=false" /dev/null \
     >"$TMP/out" 2>"$TMP/err"
@@ -190,7 +314,8 @@ rc=$?
 expect_rc 1 "interactive session with one bad command"
 tr -d '\r' <"$TMP/out" >"$TMP/tty"
 for want in '^kvsh: node 2 of a cluster with shards on node\(s\) 0, 1' '^kvsh> get a$' '^"x y"$' \
-  "^\(error\) ERR unknown command 'frob'" '^usage: get KEY$'; do
+  "^\(error\) ERR unknown command 'frob'" '^usage: get KEY$' '^kvsh> set a z NX$' '^\(nil\)$' \
+  '^PONG$' '^kvsh> get a$' '^""$'; do
   grep -qE -- "$want" "$TMP/tty" || fail "the terminal lacks /$want/:"$'\n'"$(cat "$TMP/tty")"
 done
 grep -q '^get\\040a$' "$TMP/home/.kvsh_history" || fail "history: $(cat "$TMP/home/.kvsh_history")"
@@ -218,7 +343,14 @@ expect_fail 2 "kvsh needs a cluster: --local=N starts one" -- "$KVSH"
 expect_fail 2 "unknown flag --bogus" -- "$KVSH" --bogus=1
 expect_fail 2 "Illegal value 'three'" -- "$KVSH" --local=three
 expect_fail 2 "give either --local=N .* or --config=FILE" -- "$KVSH" --local=2 --config=x
-expect_fail 2 "unexpected argument 'get'" -- "$KVSH" --local=2 get a
+expect_fail 2 "give the commands either with -c or as arguments \('get' ...\)" -- \
+  "$KVSH" --local=2 -c 'get a' get a
+expect_fail 2 "-x reads the last argument of a command given as arguments" -- "$KVSH" --local=2 -x
+expect_fail 2 "-r must be a number of runs \(1 or more\), or -1 for ever, not 0" -- \
+  "$KVSH" --local=2 -r 0 ping
+expect_fail 2 "-r repeats a command given as arguments or with -c" -- "$KVSH" --local=2 -r 2
+expect_fail 2 "-i must be 0 to 1000000 seconds, not -1" -- "$KVSH" --local=2 -r 2 -i -1 ping
+expect_fail 2 "--pipe reads its commands from standard input" -- "$KVSH" --local=2 --pipe ping
 expect_fail 2 "unknown provider 'carrier-pigeon'" -- "$KVSH" --local=2 --provider=carrier-pigeon
 expect_fail 2 "kv_bucket_bytes must be a power of two" -- "$KVSH" --local=2 --kv_bucket_bytes=100
 expect_fail 2 "--late_nodes goes with --local" -- "$KVSH" --config=x --late_nodes=1
