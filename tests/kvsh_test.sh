@@ -6,10 +6,11 @@
 # quoting) as redis-cli prints them, (error) ERR ..., with exit status 1; commands as arguments
 # (as redis-cli), -x, -r/-i, -c over several lines, PING, SET's NX/XX/GET, --pipe; a second and
 # a third shell attaching to a running cluster through --write_config's file (late nodes, a slot
-# used twice); the interactive shell on a pseudo-terminal (script(1)) with
-# its history file; bad flags and configurations (exit status 2). No process is left behind.
+# used twice); a //tools:cluster -- --kv cluster (its self-check skipped); the interactive shell
+# on a pseudo-terminal (script(1)) with its history file; bad flags and configurations (exit status 2). No process is left behind.
 source "$(dirname "$0")/lib.sh"
 KVSH=$(bin kvsh) || exit 1
+CLUSTER=$(bin cluster) || exit 1
 export TMPDIR="$TMP"  # the shells' node logs and configurations (TempDir), when run by hand
 
 IFS=' ' read -r -a providers <<<"${FARM_TEST_PROVIDERS:-shm tcp;ofi_rxm}"
@@ -299,6 +300,35 @@ rc=$?
 expect_rc 0 "the shell holding the cluster"
 rm -f "$TMP/hold"
 no_nodes_left
+
+echo "== the README's KV cluster for clients: //tools:cluster --late_nodes=1 -- --kv ($provider)"
+# Its nodes hold shards, which refuse the self-check: it is skipped, saying why, instead of a
+# table of FAIL rows.
+cfg="$TMP/cluster.textproto"
+rm -f "$cfg"
+timeout 300 "$CLUSTER" --nodes=3 --late_nodes=1 --write_config="$cfg" --provider="$provider" \
+  --host="$host" --lock_memory=false --region_size=16777216 -- --kv >"$TMP/cluster.out" \
+  2>"$TMP/cluster.err" &
+cluster=$!
+for _ in $(seq 600); do
+  grep -q "^self-check" "$TMP/cluster.out" 2>/dev/null && [ -f "$cfg" ] && break
+  kill -0 "$cluster" 2>/dev/null || break
+  sleep 0.1
+done
+grep -q "^self-check skipped: the nodes hold key-value shards (-- --kv)" "$TMP/cluster.out" ||
+  fail "the self-check was not skipped: $(cat "$TMP/cluster.out" "$TMP/cluster.err")"
+! grep -qE "FAIL|pairs passed" "$TMP/cluster.out" || fail "a self-check ran: $(cat "$TMP/cluster.out")"
+! grep -q "pair results" "$TMP/cluster.err" || fail "$(cat "$TMP/cluster.err")"
+kvsh --config="$cfg" -c 'ping; put c 1; get c'
+expect_rc 0 "a shell on //tools:cluster's KV cluster"
+expect_out "$TMP/out" 'PONG
+OK
+"1"'
+kill -TERM "$cluster"
+wait "$cluster"
+rc=$?
+expect_rc 0 "//tools:cluster stopped by SIGTERM"
+expect_no_process "$TMP/"  # its nodes (their configuration is under $TMP)
 
 echo "== interactive, on a pseudo-terminal ($provider)"
 if ! command -v script >/dev/null; then
