@@ -250,6 +250,11 @@ expect_rc 0 "-x put xv"
 expect_out "$TMP/out" 'OK'
 kvsh "${a[@]}" get xv
 expect_out "$TMP/out" '"line1\nline2\n"'
+head -c 3000000 /dev/zero >"$TMP/in"  # more than the limit: refused, not read to the end
+timeout 120 "$KVSH" "${a[@]}" -x put big <"$TMP/in" >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc 1 "-x with a value over the limit"
+has_err '^\(error\) ERR -x: standard input holds more than 1048576 bytes, the limit of a value \(1\.0 MiB\)$'
 # -r N [-i S]: the command N times (errors do not stop it; the exit status says there were some).
 kvsh "${a[@]}" -r 3 ping
 expect_rc 0 "-r 3 ping"

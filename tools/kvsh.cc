@@ -490,6 +490,11 @@ class Shell {
     return Print(Execute(*c));
   }
 
+  // Prints "(error) ERR message" (and counts it as a failed command).
+  void PrintError(absl::string_view message) {
+    Print(kvsh::Reply::Error(absl::StrCat("ERR ", message)));
+  }
+
   // --pipe: replies are counted, not printed (errors still are), and a progress count goes to
   // standard error when that is a terminal.
   void set_pipe() {
@@ -722,7 +727,7 @@ int WaitInput(int fd, int signal_fd, Shell& shell, bool* lost,
       signalfd_siginfo info{};
       if (read(signal_fd, &info, sizeof(info)) > 0) return static_cast<int>(info.ssi_signo);
     }
-    if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) return 0;
+    if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL))) return 0;
     if (!shell.CheckCluster()) {
       *lost = true;
       return 0;
@@ -1129,15 +1134,27 @@ int RunCommandLine(Shell& shell, const std::vector<std::string>& command, int si
   if (absl::GetFlag(FLAGS_x)) {
     std::string in;
     char buf[65536];
-    for (ssize_t got; (got = read(STDIN_FILENO, buf, sizeof(buf))) != 0;) {
+    for (;;) {
+      // Signals stay deliverable (Ctrl-C while it waits for a terminal's input).
+      bool lost = false;
+      if (const int sig = WaitInput(STDIN_FILENO, signal_fd, shell, &lost); sig != 0) return sig;
+      if (lost) return 0;
+      const ssize_t got = read(STDIN_FILENO, buf, sizeof(buf));
+      if (got == 0) break;
       if (got < 0 && errno == EINTR) continue;
       if (got < 0) {
-        spdlog::error("-x: cannot read standard input: {}", std::strerror(errno));
+        shell.PrintError(absl::StrCat("-x: cannot read standard input: ", std::strerror(errno)));
         return 0;
       }
       in.append(buf, static_cast<size_t>(got));
-      // Enough to be refused as too large, without holding an endless input.
-      if (in.size() > shell.limits().max_value_size + 1) break;
+      // Refused without reading to the end (an endless input).
+      if (in.size() > shell.limits().max_value_size) {
+        shell.PrintError(absl::StrCat("-x: standard input holds more than ",
+                                      shell.limits().max_value_size,
+                                      " bytes, the limit of a value (",
+                                      kvsh::HumanBytes(shell.limits().max_value_size), ")"));
+        return 0;
+      }
     }
     tokens.push_back(kvsh::Token{std::move(in), true});
   }
