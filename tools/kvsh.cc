@@ -100,8 +100,9 @@ ABSL_FLAG(bool, pipe, false,
           "printing replies (errors go to standard error), then print 'errors: N, replies: M'; "
           "exit status 1 if any failed");
 ABSL_FLAG(bool, raw, false,
-          "print bare values (no quotes, escapes, (nil) or (integer)), one per line, as "
-          "redis-cli --raw");
+          "print bare values (no quotes, escapes or (integer)), one per line, as redis-cli "
+          "--raw; a missing key still prints (nil), so that it differs from an empty value "
+          "(redis-cli --raw prints an empty line for both)");
 ABSL_FLAG(int, join_timeout_s, 20,
           "seconds to wait for joining the cluster (for --local: once its nodes are ready)");
 ABSL_FLAG(std::string, history_file, "~/.kvsh_history",
