@@ -197,32 +197,31 @@ exec 9>"$TMP/hold"
 for _ in $(seq 600); do [ -f "$cfg" ] && break; sleep 0.1; done
 [ -f "$cfg" ] || { cat "$TMP/first.err"; fail "no configuration written to $cfg"; }
 a=(--config="$cfg")
+# Each kvsh below joins the cluster again as node 3, so the checks are grouped into few runs: on
+# shm, node 0 once did not acknowledge the message rings of a node 3 that had just rejoined
+# within 10 s ("the key-value store does not answer", as the README reports for nodes restarted
+# on shm), once in about 7 runs of the first version of this section, which joined 26 times.
 kvsh "${a[@]}" set k -1  # a word after the command is an argument, even one like a flag
 expect_rc 0 "set k -1"
 expect_out "$TMP/out" 'OK'
-kvsh "${a[@]}" get k
-expect_rc 0 "get k"
-expect_out "$TMP/out" '"-1"'
-kvsh "${a[@]}" put v 'two words; get x' -- '"q"'
-expect_rc 1 "put with a word that is not an option"
-has_err '^\(error\) ERR syntax error: "--" is not an option of put'
 kvsh "${a[@]}" put v 'two words; get x'  # one argument: no splitting, quoting or ';'
 expect_rc 0 "put v"
-kvsh "${a[@]}" --raw get v
-expect_out "$TMP/out" 'two words; get x'
+expect_out "$TMP/out" 'OK'
 kvsh "${a[@]}" cas v '(nil)' z  # (nil) as a word: "only if absent"
 expect_out "$TMP/out" '(integer) 0'
 kvsh "${a[@]}" frob a
 expect_rc 1 "an unknown command as arguments"
 has_err "^\(error\) ERR unknown command 'frob'"
-kvsh "${a[@]}" ping
-expect_out "$TMP/out" 'PONG'
 kvsh "${a[@]}" ping "hello world"
 expect_out "$TMP/out" '"hello world"'
-kvsh "${a[@]}" --raw ping hi
-expect_out "$TMP/out" 'hi'
+kvsh "${a[@]}" --raw -c 'get k; get v; ping hi; ping'
+expect_rc 0 "--raw -c"
+expect_out "$TMP/out" '-1
+two words; get x
+hi
+PONG'
 # SET's options, in script mode (-c) and as arguments.
-kvsh "${a[@]}" -c 'set n 1 XX; set n 1 NX; set n 2 nx; get n; set n 3 XX GET; set n 4 GET; set m 1 NX GET; get m; set n 5 xx; get n'
+kvsh "${a[@]}" -c 'set n 1 XX; set n 1 NX; set n 2 nx; get n; set n 3 XX GET; set n 4 GET; set m 1 NX GET; get m; set n 5 xx; get n; set n 6 NX GET'
 expect_rc 0 "SET NX/XX/GET"
 expect_out "$TMP/out" '(nil)
 OK
@@ -233,55 +232,40 @@ OK
 (nil)
 "1"
 OK
+"5"
 "5"'
-kvsh "${a[@]}" set n 6 NX GET
+# -c: a newline separates commands as ';' does (as lines of a script); errors name their line.
+kvsh "${a[@]}" -c $'set n 6 XX NX\nset n 6 EX 10\nput v x -- y\nget n'
+expect_rc 1 "SET's bad options"
 expect_out "$TMP/out" '"5"'
-kvsh "${a[@]}" set n 6 XX NX
-expect_rc 1 "NX with XX"
-has_err '^\(error\) ERR syntax error: put takes one of NX and XX, once'
-kvsh "${a[@]}" set n 6 EX 10
-expect_rc 1 "EX"
-has_err '^\(error\) ERR syntax error: EX is not supported: keys do not expire'
+has_err '^\(error\) ERR syntax error: put takes one of NX and XX, once .* \(line 1\)$'
+has_err '^\(error\) ERR syntax error: EX is not supported: keys do not expire.* \(line 2\)$'
+has_err '^\(error\) ERR syntax error: "--" is not an option of put .* \(line 3\)$'
 # -x: the last argument from standard input, all of it.
 printf 'line1\nline2\n' >"$TMP/in"
 timeout 120 "$KVSH" "${a[@]}" -x put xv <"$TMP/in" >"$TMP/out" 2>"$TMP/err"
 rc=$?
 expect_rc 0 "-x put xv"
 expect_out "$TMP/out" 'OK'
-kvsh "${a[@]}" get xv
-expect_out "$TMP/out" '"line1\nline2\n"'
 head -c 3000000 /dev/zero >"$TMP/in"  # more than the limit: refused, not read to the end
 timeout 120 "$KVSH" "${a[@]}" -x put big <"$TMP/in" >"$TMP/out" 2>"$TMP/err"
 rc=$?
 expect_rc 1 "-x with a value over the limit"
 has_err '^\(error\) ERR -x: standard input holds more than 1048576 bytes, the limit of a value \(1\.0 MiB\)$'
 # -r N [-i S]: the command N times (errors do not stop it; the exit status says there were some).
-kvsh "${a[@]}" -r 3 ping
-expect_rc 0 "-r 3 ping"
+kvsh "${a[@]}" -r 3 -i 0.05 ping
+expect_rc 0 "-r 3 -i 0.05 ping"
 expect_out "$TMP/out" 'PONG
 PONG
 PONG'
-kvsh "${a[@]}" -r 3 -i 0.05 del xv
-expect_out "$TMP/out" '(integer) 1
-(integer) 0
+kvsh "${a[@]}" -r 2 -c $'get xv; del xv\nfrob'
+expect_rc 1 "-r 2 -c with an error"
+expect_out "$TMP/out" '"line1\nline2\n"
+(integer) 1
+(nil)
 (integer) 0'
-kvsh "${a[@]}" -r 2 -c 'put r 1; get r'
-expect_out "$TMP/out" 'OK
-"1"
-OK
-"1"'
-kvsh "${a[@]}" -r 2 frob
-expect_rc 1 "-r 2 frob"
-[ "$(grep -c "^(error) ERR unknown command 'frob'" "$TMP/err")" = 2 ] || fail "-r 2 frob: $(cat "$TMP/err")"
-# -c: a newline separates commands as ';' does (as lines of a script).
-kvsh "${a[@]}" -c $'put nl 1\nget nl'
-expect_rc 0 "-c over two lines"
-expect_out "$TMP/out" 'OK
-"1"'
-kvsh "${a[@]}" -c $'get nl\nfrob'
-expect_rc 1 "-c with an error on its second line"
-expect_out "$TMP/out" '"1"'
-has_err "^\(error\) ERR unknown command 'frob'.* \(line 2\)$"
+[ "$(grep -c "^(error) ERR unknown command 'frob'.* (line 2)$" "$TMP/err")" = 2 ] ||
+  fail "-r 2 -c: $(cat "$TMP/err")"
 # --pipe: no replies, errors with their line, a summary; exit status 1 when a command failed.
 printf 'put p1 1\nput p2 "two words"\nfrob\nget p1\nput p3 "open\n' >"$TMP/in"
 timeout 120 "$KVSH" "${a[@]}" --pipe <"$TMP/in" >"$TMP/out" 2>"$TMP/err"
