@@ -96,7 +96,7 @@ rc=$?
 check_reads "$TMP/fresh.out" "$TMP/fresh.err"
 echo "ok: a new shell reads every other key and gets DataLoss for node 2's $lost"
 # A PUT of one of node 2's keys: DataLoss too (input line N is "get k<N-1>").
-n=$(grep -m1 'DATA_LOSS' "$TMP/fresh.err" | sed -E 's/^line ([0-9]+):.*/\1/')
+n=$(grep -m1 'DATA_LOSS' "$TMP/fresh.err" | sed -E 's/.* \(line ([0-9]+)\)$/\1/')
 lost_key="k$((n - 1))"
 timeout 120 "$KVSH" --config="$cfg" --node_id=4 -c "put $lost_key again" >"$TMP/put.out" 2>"$TMP/put.err"
 grep -q "DATA_LOSS kv: node 2 restarted and lost the keys" "$TMP/put.err" ||

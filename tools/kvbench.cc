@@ -51,6 +51,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/declare.h"
@@ -944,9 +945,9 @@ int DriverMain() {
           o->memcached_threads, o->client_cpus.empty() ? "any" : AffinityText().c_str(),
           o->info.cores_awake ? "kept out of idle"
                               : "left to idle (--cores_awake=false or not root)");
-      PrintTableHeader();
     }
     int run = 1;
+    bool header_shown = false;  // at the first row: no empty table when every target fails
     auto print = [&](const Row& r) {
       Row with = r;
       with.repeat = run;
@@ -955,6 +956,7 @@ int DriverMain() {
         std::printf("%s\n", JsonRow(with, *o).c_str());
         std::fflush(stdout);
       } else {
+        if (!std::exchange(header_shown, true)) PrintTableHeader();
         PrintTableRow(with);
       }
     };
@@ -966,6 +968,17 @@ int DriverMain() {
     std::vector<Row> judged;
     for (const Row& r : rows) {
       if (r.provider == provider) judged.push_back(r);
+    }
+    if (judged.empty()) {
+      // Every target failed (each said why as it did): no table, memory or targets to show.
+      if (!o->json) {
+        std::printf(
+            "no results on provider %s: every target failed (its error, on standard error, says "
+            "why)\n",
+            provider.c_str());
+      }
+      failed = true;
+      continue;
     }
     if (o->repeat > 1) {
       judged = Summaries(rows, provider);

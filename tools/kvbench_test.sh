@@ -5,8 +5,9 @@
 # memcached-buf (buffered requests) alone, not measured at 1 in flight; one point on tcp;ofi_rxm
 # against the peers over TCP, farm judged against memcached's better variant, farm's MultiGet by
 # READs and by batched RPCs (--multi_get); the table; bad flags (exit 2) and a peer that cannot
-# be reached (exit 1), each with a message. Never asserts on timings. Every process the bench
-# starts (nodes, memcached, redis-server) is its own to stop; the test checks that none is left.
+# be reached (exit 1), each with a message (and no empty table after the failed target). Never
+# asserts on timings. Every process the bench starts (nodes, memcached, redis-server) is its own
+# to stop; the test checks that none is left.
 set -u
 BENCH=${1:-bazel-bin/tools/kvbench}
 CLUSTER=${2:-}  # //tools:cluster, for the attached run
@@ -254,6 +255,11 @@ for peer in memcached redis; do
   rc=$?
   [ $rc = 1 ] || fail "$peer unreachable: exit $rc, not 1: $out"
   grep -qiE "$peer.*(connect|unavailable)" <<<"$out" || fail "$peer unreachable: no reason: $out"
+  # Its only target failed: no empty table, memory or targets after the error.
+  grep -q "no results on provider shm: every target failed" <<<"$out" ||
+    fail "$peer unreachable: the failure is not summed up: $out"
+  ! grep -qE "^target +transport|memory per item|^targets \(issue" <<<"$out" ||
+    fail "$peer unreachable: an empty table: $out"
 done
 echo "ok: unreachable peers"
 

@@ -2,8 +2,10 @@
 //
 //   kvsh --local=3                              start 3 node processes holding shards, and a shell
 //   kvsh --config=cluster.textproto             attach to a running cluster (as a `late` node)
-//   kvsh --local=3 -c 'put a 1; get a'          run commands and exit
+//   kvsh --config=cluster.textproto get a       run one command and exit (as redis-cli)
+//   kvsh --local=3 -c 'put a 1; get a'          run command lines and exit (kvsh's own -c)
 //   printf 'put a 1\nget a\n' | kvsh --local=3  script mode: one command per line of stdin
+//   kvsh --config=cluster.textproto --pipe <f   bulk load: errors and a count, no replies
 //
 // The shell is itself a node of the cluster (the platform is symmetric): it joins through the
 // configuration manager under a node id the configuration reserves for it, creates the store
@@ -83,10 +85,24 @@ ABSL_FLAG(int, local, 0,
           "start a local cluster of this many node processes holding KV shards (1-63), and join "
           "it; they stop when the shell exits");
 ABSL_FLAG(std::string, c, "",
-          "run these commands (';' separates them) and exit, instead of reading standard input");
+          "kvsh's own (redis-cli's -c is cluster mode): run these commands and exit; ';' and "
+          "newlines separate them, as in script mode. Commands can also be given as arguments, "
+          "as redis-cli takes them: kvsh --local=3 get a");
+ABSL_FLAG(bool, x, false,
+          "read the last argument of the command from standard input, all of it (a final newline "
+          "included), as redis-cli -x: echo -n hello | kvsh ... -x put greeting");
+ABSL_FLAG(int, r, 1,
+          "run the command (arguments or -c) this many times, as redis-cli -r; -1: until "
+          "stopped (Ctrl-C)");
+ABSL_FLAG(double, i, 0, "with -r: seconds to wait between runs (as redis-cli -i)");
+ABSL_FLAG(bool, pipe, false,
+          "bulk load, as redis-cli --pipe: run each line of standard input as a command without "
+          "printing replies (errors go to standard error), then print 'errors: N, replies: M'; "
+          "exit status 1 if any failed");
 ABSL_FLAG(bool, raw, false,
-          "print bare values (no quotes, escapes, (nil) or (integer)), one per line, as "
-          "redis-cli --raw");
+          "print bare values (no quotes, escapes or (integer)), one per line, as redis-cli "
+          "--raw; a missing key still prints (nil), so that it differs from an empty value "
+          "(redis-cli --raw prints an empty line for both)");
 ABSL_FLAG(int, join_timeout_s, 20,
           "seconds to wait for joining the cluster (for --local: once its nodes are ready)");
 ABSL_FLAG(std::string, history_file, "~/.kvsh_history",
@@ -466,6 +482,32 @@ class Shell {
     return true;
   }
 
+  // Runs one command; false once the shell should stop.
+  bool RunCommand(const std::vector<kvsh::Token>& tokens) {
+    if (!CheckCluster()) return false;
+    absl::StatusOr<kvsh::Command> c = kvsh::ParseCommand(tokens, limits_);
+    if (!c.ok()) return Print(kvsh::Reply::Error(absl::StrCat("ERR ", c.status().message())));
+    if (c->op == kvsh::Op::kQuit) return false;
+    return Print(Execute(*c));
+  }
+
+  // Prints "(error) ERR message" (and counts it as a failed command).
+  void PrintError(absl::string_view message) {
+    Print(kvsh::Reply::Error(absl::StrCat("ERR ", message)));
+  }
+
+  // --pipe: replies are counted, not printed (errors still are), and a progress count goes to
+  // standard error when that is a terminal.
+  void set_pipe() {
+    pipe_ = true;
+    progress_ = isatty(STDERR_FILENO) != 0;
+  }
+  // --pipe's summary, as redis-cli --pipe ends: "errors: N, replies: M".
+  std::string PipeSummary() {
+    return absl::StrCat(progress_shown_ ? "\n" : "", "errors: ", failures_, ", replies: ", replies_,
+                        "\n");
+  }
+
   // Reports nodes of a --local cluster that died; false when this shell is no longer a member.
   bool CheckCluster() {
     if (local_ != nullptr) {
@@ -495,7 +537,8 @@ class Shell {
 
   // True once after CheckCluster printed a notice (the interactive shell redraws its line).
   bool TakeNotice() { return std::exchange(noticed_, false); }
-  // Script mode: the number of the input line being run, for error messages (0: none).
+  // The number of the input line being run (script mode, --pipe, -c over several lines), for
+  // error messages (0: none).
   void set_line(int line) { line_ = line; }
   int failures() const { return failures_; }
   const kvsh::Limits& limits() const { return limits_; }
@@ -505,14 +548,6 @@ class Shell {
   absl::StatusOr<std::vector<kv::ShardStats>> Stats() { return client_->Stats(); }
 
  private:
-  bool RunCommand(const std::vector<kvsh::Token>& tokens) {
-    if (!CheckCluster()) return false;
-    absl::StatusOr<kvsh::Command> c = kvsh::ParseCommand(tokens, limits_);
-    if (!c.ok()) return Print(kvsh::Reply::Error(absl::StrCat("ERR ", c.status().message())));
-    if (c->op == kvsh::Op::kQuit) return false;
-    return Print(Execute(*c));
-  }
-
   kvsh::Reply Execute(const kvsh::Command& c) {
     using kvsh::Reply;
     switch (c.op) {
@@ -523,9 +558,14 @@ class Shell {
         return Reply::String(std::move(*v));
       }
       case kvsh::Op::kPut: {
-        absl::Status s = client_->Put(c.args[0], c.args[1]);
-        return s.ok() ? Reply::Status("OK") : kvsh::ErrorReply(s);
+        if (!c.if_absent && !c.if_present && !c.get_old) {
+          absl::Status s = client_->Put(c.args[0], c.args[1]);
+          return s.ok() ? Reply::Status("OK") : kvsh::ErrorReply(s);
+        }
+        return ConditionalPut(c);
       }
+      case kvsh::Op::kPing:
+        return c.args.empty() ? Reply::Status("PONG") : Reply::String(c.args[0]);
       case kvsh::Op::kDel: {
         // One transaction for all the keys: they go together or not at all (as Redis's DEL).
         int64_t deleted = 0;
@@ -599,20 +639,60 @@ class Shell {
     return Reply::Error("ERR internal: unhandled command");
   }
 
+  // put with Redis's SET options: the old value is read and the new one written in one
+  // transaction, so NX, XX and GET see the value that the write replaces.
+  kvsh::Reply ConditionalPut(const kvsh::Command& c) {
+    using kvsh::Reply;
+    std::optional<std::string> old;
+    bool set = false;
+    absl::Status s = worker_->Run([&](Txn& t) -> absl::Status {
+      old.reset();  // a retried attempt reads again
+      set = false;
+      absl::StatusOr<std::string> v = client_->Get(t, c.args[0]);
+      if (v.ok()) {
+        old = std::move(*v);
+      } else if (!absl::IsNotFound(v.status())) {
+        return v.status();
+      }
+      if ((c.if_absent && old.has_value()) || (c.if_present && !old.has_value())) {
+        return absl::OkStatus();
+      }
+      set = true;
+      return client_->Put(t, c.args[0], c.args[1]);
+    });
+    if (!s.ok()) return kvsh::ErrorReply(s);  // an aborted transaction set nothing
+    if (c.get_old) return old.has_value() ? Reply::String(std::move(*old)) : Reply::Nil();
+    return set ? Reply::Status("OK") : Reply::Nil();
+  }
+
   // Prints a reply: on standard output, except that outside the interactive shell an error
-  // goes to standard error (as redis-cli does), so that scripts can tell them apart. False when
-  // standard output is gone.
+  // goes to standard error, so that scripts can tell them apart (redis-cli prints them on
+  // standard output), with the input line it came from. With --pipe only errors are printed.
+  // False when the output is gone.
   bool Print(const kvsh::Reply& r) {
+    ++replies_;
     if (r.failed()) ++failures_;
-    const bool to_stderr = !interactive_ && r.kind == kvsh::Reply::Kind::kError;
-    const std::string text = absl::StrCat(to_stderr && line_ > 0 ? absl::StrCat("line ", line_, ": ")
-                                                                 : std::string(),
-                                          kvsh::Format(r, raw_));
+    const bool is_error = r.kind == kvsh::Reply::Kind::kError;
+    if (pipe_ && !is_error) {
+      ShowProgress();
+      return true;
+    }
+    const bool to_stderr = !interactive_ && is_error;
+    std::string text = kvsh::Format(r, raw_);
+    if (to_stderr && line_ > 0) text.insert(text.size() - 1, absl::StrCat(" (line ", line_, ")"));
     if (!WriteAll(to_stderr ? STDERR_FILENO : STDOUT_FILENO, text)) {
       ++failures_;
       return false;
     }
     return true;
+  }
+
+  // --pipe on a terminal: "replies: M, errors: N" on standard error, redrawn every 250 ms.
+  void ShowProgress() {
+    if (!progress_ || absl::Now() - last_progress_ < absl::Milliseconds(250)) return;
+    last_progress_ = absl::Now();
+    progress_shown_ = true;
+    WriteAll(STDERR_FILENO, absl::StrCat("\rreplies: ", replies_, ", errors: ", failures_));
   }
 
   std::unique_ptr<Runtime> rt_;
@@ -624,8 +704,13 @@ class Shell {
   LocalCluster* const local_;
   kvsh::Limits limits_;
   int failures_ = 0;
+  int64_t replies_ = 0;
   int line_ = 0;
   bool noticed_ = false;
+  bool pipe_ = false;
+  bool progress_ = false;
+  bool progress_shown_ = false;
+  absl::Time last_progress_ = absl::InfinitePast();
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -643,7 +728,7 @@ int WaitInput(int fd, int signal_fd, Shell& shell, bool* lost,
       signalfd_siginfo info{};
       if (read(signal_fd, &info, sizeof(info)) > 0) return static_cast<int>(info.ssi_signo);
     }
-    if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) return 0;
+    if (n > 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL))) return 0;
     if (!shell.CheckCluster()) {
       *lost = true;
       return 0;
@@ -952,12 +1037,14 @@ absl::StatusOr<std::unique_ptr<Runtime>> JoinCluster(const std::string& config_p
 
 // absl's parser exits with status 1 on an unknown flag or a bad value; kvsh promises 2 for bad
 // flags, so it checks them first: every -name[=value] / --name [value] must be a flag (or
-// --noname of a bool flag) and its value must parse.
-absl::Status CheckArgv(int argc, char** argv) {
+// --noname of a bool flag) and its value must parse. As redis-cli, the flags end at the first
+// word that is not one: that word and the rest are a command (`kvsh --local=3 put k -1`).
+// Returns the index of that word, or argc when there is none.
+absl::StatusOr<int> CheckArgv(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     absl::string_view a = argv[i];
-    if (a == "--") break;
-    if (a.size() < 2 || a[0] != '-') continue;  // not a flag (absl's parser complains later)
+    if (a == "--") return argc;                 // the nodes' arguments follow
+    if (a.size() < 2 || a[0] != '-') return i;  // the command
     absl::ConsumePrefix(&a, "-");
     absl::ConsumePrefix(&a, "-");
     const size_t eq = a.find('=');
@@ -967,7 +1054,7 @@ absl::Status CheckArgv(int argc, char** argv) {
         name == "helpon" || name == "helpmatch" || name == "version" ||
         name == "only_check_args" || name == "flagfile" || name == "fromenv" ||
         name == "tryfromenv" || name == "undefok") {
-      break;
+      return argc;
     }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr && absl::StartsWith(name, "no")) {
@@ -995,7 +1082,7 @@ absl::Status CheckArgv(int argc, char** argv) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", error));
     }
   }
-  return absl::OkStatus();
+  return argc;
 }
 
 bool GivenOnCommandLine(int argc, char** argv, absl::string_view name) {
@@ -1010,14 +1097,108 @@ bool GivenOnCommandLine(int argc, char** argv, absl::string_view name) {
   return false;
 }
 
-int Main(int argc, char** argv, const std::vector<std::string>& node_args) {
-  const bool command_given = GivenOnCommandLine(argc, argv, "c");
+// The flags that say how commands are given (-c, a command as arguments, -x, -r, -i, --pipe)
+// fit together.
+absl::Status CheckCommandFlags(bool c_given, const std::vector<std::string>& command) {
+  if (c_given && !command.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "give the commands either with -c or as arguments ('", command[0], "' ...), not both"));
+  }
+  if (absl::GetFlag(FLAGS_x) && command.empty()) {
+    return absl::InvalidArgumentError(
+        "-x reads the last argument of a command given as arguments: kvsh ... -x put KEY");
+  }
+  const int repeat = absl::GetFlag(FLAGS_r);
+  if (repeat == 0 || repeat < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-r must be a number of runs (1 or more), or -1 for ever, not ", repeat));
+  }
+  if (repeat != 1 && !c_given && command.empty()) {
+    return absl::InvalidArgumentError("-r repeats a command given as arguments or with -c");
+  }
+  const double interval = absl::GetFlag(FLAGS_i);
+  if (!(interval >= 0) || interval > 1e6) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-i must be 0 to 1000000 seconds, not ", interval));
+  }
+  if (absl::GetFlag(FLAGS_pipe) && (c_given || !command.empty() || repeat != 1)) {
+    return absl::InvalidArgumentError(
+        "--pipe reads its commands from standard input: no -c, command arguments or -r with it");
+  }
+  return absl::OkStatus();
+}
+
+// Runs the command given as arguments (with -x: its last argument from standard input) or with
+// -c, -r times, -i seconds apart. Returns the signal that stopped it, or 0.
+int RunCommandLine(Shell& shell, const std::vector<std::string>& command, int signal_fd) {
+  std::vector<kvsh::Token> tokens = kvsh::WordTokens(command);
+  if (absl::GetFlag(FLAGS_x)) {
+    std::string in;
+    char buf[65536];
+    for (;;) {
+      // Signals stay deliverable (Ctrl-C while it waits for a terminal's input).
+      bool lost = false;
+      if (const int sig = WaitInput(STDIN_FILENO, signal_fd, shell, &lost); sig != 0) return sig;
+      if (lost) return 0;
+      const ssize_t got = read(STDIN_FILENO, buf, sizeof(buf));
+      if (got == 0) break;
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) {
+        shell.PrintError(absl::StrCat("-x: cannot read standard input: ", std::strerror(errno)));
+        return 0;
+      }
+      in.append(buf, static_cast<size_t>(got));
+      // Refused without reading to the end (an endless input).
+      if (in.size() > shell.limits().max_value_size) {
+        shell.PrintError(absl::StrCat("-x: standard input holds more than ",
+                                      shell.limits().max_value_size,
+                                      " bytes, the limit of a value (",
+                                      kvsh::HumanBytes(shell.limits().max_value_size), ")"));
+        return 0;
+      }
+    }
+    tokens.push_back(kvsh::Token{std::move(in), true});
+  }
+  const std::string text = absl::GetFlag(FLAGS_c);
+  const std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  const int repeat = absl::GetFlag(FLAGS_r);
+  const absl::Duration interval = absl::Seconds(absl::GetFlag(FLAGS_i));
+  for (int64_t run = 0; repeat < 0 || run < repeat; ++run) {
+    if (run > 0) {
+      // The pause between runs (none with -i 0), cut short by a signal (Ctrl-C ends -r -1).
+      pollfd p{signal_fd, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(interval))) > 0) {
+        signalfd_siginfo info{};
+        if (read(signal_fd, &info, sizeof(info)) > 0) return static_cast<int>(info.ssi_signo);
+      }
+    }
+    if (!command.empty()) {
+      if (!shell.RunCommand(tokens)) return 0;
+      continue;
+    }
+    // -c: each line as script mode runs it (a newline separates commands as ';' does).
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (lines.size() > 1) shell.set_line(static_cast<int>(i + 1));
+      if (!shell.RunLine(lines[i])) return 0;
+    }
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv, const std::vector<std::string>& node_args,
+         const std::vector<std::string>& command) {
+  const bool c_given = GivenOnCommandLine(argc, argv, "c");
+  const bool command_given = c_given || !command.empty();
   if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "kvsh"); !s.ok()) {
     spdlog::error("--log_level: {}", std::string(s.message()));
     return kExitUsage;
   }
   spdlog::default_logger()->set_pattern("kvsh %l: %v");
   if (absl::Status s = CheckFlags(); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return kExitUsage;
+  }
+  if (absl::Status s = CheckCommandFlags(c_given, command); !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
     return kExitUsage;
   }
@@ -1103,7 +1284,7 @@ int Main(int argc, char** argv, const std::vector<std::string>& node_args) {
     spdlog::error("cannot make a worker: {}", std::string(worker.status().message()));
     return kExitUsage;
   }
-  const bool interactive = !command_given && isatty(STDIN_FILENO);
+  const bool interactive = !command_given && !absl::GetFlag(FLAGS_pipe) && isatty(STDIN_FILENO);
   Shell shell(std::move(*rt), std::move(*store), std::move(*worker), absl::GetFlag(FLAGS_raw),
               interactive, local.get());
   // The store must answer before the first command: this finds the shard nodes (and a cluster
@@ -1142,7 +1323,11 @@ int Main(int argc, char** argv, const std::vector<std::string>& node_args) {
 
   int signal_seen = 0;
   if (command_given) {
-    shell.RunLine(absl::GetFlag(FLAGS_c));
+    signal_seen = RunCommandLine(shell, command, signal_fd);
+  } else if (absl::GetFlag(FLAGS_pipe)) {
+    shell.set_pipe();
+    signal_seen = RunScript(shell, signal_fd);
+    WriteAll(STDOUT_FILENO, shell.PipeSummary());
   } else if (interactive) {
     std::string banner = absl::StrCat(
         "kvsh: node ", shell.node_id(), " of a cluster with shards on node(s) ",
@@ -1174,17 +1359,29 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "a shell for the farm key-value store, in the manner of redis-cli.\n"
       "\n"
-      "  kvsh --local=3                          start 3 KV nodes on this host and a shell on them\n"
+      "  kvsh --local=3                          start 3 KV nodes on this host and a shell on "
+      "them\n"
       "  kvsh --config=FILE [--node_id=N]        join a running cluster (as a `late` node: the\n"
       "                                          first free one unless --node_id says which)\n"
-      "  kvsh ... -c 'put a 1; get a'            run commands and exit\n"
+      "  kvsh ... [-x] [-r N [-i S]] CMD ARG...   run one command and exit, as redis-cli: -x\n"
+      "                                          reads its last argument from standard input,\n"
+      "                                          -r runs it N times (-1: until Ctrl-C), S s apart\n"
+      "  kvsh ... -c 'put a 1; get a'            run command lines and exit (kvsh's own -c;\n"
+      "                                          redis-cli's is cluster mode): ';' and newlines\n"
+      "                                          separate commands\n"
       "  printf 'put a 1\\nget a\\n' | kvsh ...   script mode: one command line per input line\n"
+      "  kvsh ... --pipe <FILE                   bulk load, as redis-cli --pipe: no replies, the\n"
+      "                                          errors, then 'errors: N, replies: M'\n"
       "\n"
-      "Commands: get KEY; put KEY VALUE; del KEY...; cas KEY EXPECTED NEW (EXPECTED (nil): the\n"
-      "key must be absent); mget KEY...; stats; help [COMMAND]; quit. Arguments are words,\n"
+      "Commands: get KEY; put KEY VALUE [NX|XX] [GET] (alias set; NX: only if absent, XX: only\n"
+      "if present, GET: answer the old value; read and write in one transaction); del KEY...\n"
+      "(all in one transaction); cas KEY EXPECTED NEW (EXPECTED (nil): the key must be absent);\n"
+      "mget KEY...; ping [MESSAGE]; stats; help [COMMAND]; quit. Arguments are words,\n"
       "\"double quoted\" (\\n \\t \\xHH escapes) or 'single quoted'; ';' separates commands.\n"
-      "Replies print as redis-cli prints them (\"value\", (nil), (integer) 1, OK, (error) ...);\n"
-      "--raw prints bare values. Outside the interactive shell, errors go to standard error.\n"
+      "Replies print as redis-cli prints them (\"value\", (nil), (integer) 1, OK,\n"
+      "(error) ERR ...); --raw prints bare values (but a missing key as (nil), unlike\n"
+      "redis-cli --raw, so that it differs from an empty value). Outside the interactive shell,\n"
+      "errors go to standard error, with their input line in script mode.\n"
       "The interactive shell (standard input a terminal) has line editing, completion of\n"
       "command names and a history (--history_file).\n"
       "\n"
@@ -1210,17 +1407,22 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  if (absl::Status s = farm::CheckArgv(argc, argv); !s.ok()) {
-    std::fprintf(stderr, "kvsh: %s\n", std::string(s.message()).c_str());
+  const absl::StatusOr<int> command_at = farm::CheckArgv(argc, argv);
+  if (!command_at.ok()) {
+    std::fprintf(stderr, "kvsh: %s\n", std::string(command_at.status().message()).c_str());
     return 2;
   }
-  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  // A command as arguments: absl parses the flags before it, and the nodes get no arguments
+  // (a "--" among the command's words is one of its words).
+  std::vector<std::string> command(argv + *command_at, argv + argc);
+  if (!command.empty()) node_args.clear();
+  const std::vector<char*> positional = absl::ParseCommandLine(*command_at, argv);
   if (positional.size() != 1 + node_args.size()) {
     std::fprintf(stderr,
-                 "kvsh: unexpected argument '%s': commands go in -c '...' or on standard input "
-                 "(arguments for the nodes of --local go after --)\n",
+                 "kvsh: unexpected argument '%s' (arguments for the nodes of --local go "
+                 "after --)\n",
                  positional[1]);
     return 2;
   }
-  return farm::Main(argc, argv, node_args);
+  return farm::Main(*command_at, argv, node_args, command);
 }

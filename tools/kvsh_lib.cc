@@ -35,18 +35,29 @@ struct Spec {
   const char* details;
 };
 
+// A table, one command per entry: kept as written.
+// clang-format off
 const std::vector<Spec>& Specs() {
   static const std::vector<Spec>* specs = new std::vector<Spec>{
       {Op::kGet, "get", {}, 1, 1, "get KEY", "the value of KEY, or (nil) if there is none",
        "Prints the value of KEY in quotes (bytes that are not printable as \\xHH), or (nil) when\n"
        "the key does not exist (not an error). One one-sided READ of the key's neighbourhood.\n"},
-      {Op::kPut, "put", {"set"}, 2, 2, "put KEY VALUE", "set KEY to VALUE (alias: set)",
+      {Op::kPut, "put", {"set"}, 2, -1, "put KEY VALUE [NX|XX] [GET]",
+       "set KEY to VALUE (alias: set); NX: only if absent, XX: only if present",
        "Sets KEY to VALUE, inserting or replacing it, and prints OK. A transaction.\n"
-       "Quote a value with spaces: put greeting \"hello world\".\n"},
+       "Quote a value with spaces: put greeting \"hello world\".\n"
+       "Options, as Redis's SET (case-insensitive, in any order):\n"
+       "  NX   set it only if KEY does not exist; prints OK, or (nil) if it existed\n"
+       "  XX   set it only if KEY exists; prints OK, or (nil) if it did not\n"
+       "  GET  print the old value instead of OK ((nil) if there was none), whether or not\n"
+       "       NX or XX let the value be set\n"
+       "With options, the read of the old value and the write are one transaction (kv::Client\n"
+       "Get and Put in one Txn): nobody changes KEY between them. Keys do not expire: EX, PX,\n"
+       "EXAT, PXAT and KEEPTTL are refused.\n"},
       {Op::kDel, "del", {"delete"}, 1, -1, "del KEY [KEY ...]",
        "delete keys, all in one transaction; prints how many existed (alias: delete)",
-       "Deletes each KEY (one transaction per key, in order) and prints (integer) N, the number\n"
-       "of keys that existed.\n"},
+       "Deletes every KEY in one transaction (all of them or, on an error, none) and prints\n"
+       "(integer) N, the number of keys that existed.\n"},
       {Op::kCas, "cas", {}, 3, 3, "cas KEY EXPECTED NEW",
        "set KEY to NEW if its value is EXPECTED ((nil): if absent)",
        "Sets KEY to NEW only if its current value is EXPECTED, atomically, and prints\n"
@@ -60,6 +71,9 @@ const std::vector<Spec>& Specs() {
        "Prints a numbered list with the value of each KEY, or (nil) for a missing one. The keys\n"
        "are read together (kv::Client::MultiGet: one-sided READs, or batched GETs by RPC on\n"
        "tcp), each at some moment during the command: not one snapshot of all of them.\n"},
+      {Op::kPing, "ping", {}, 0, 1, "ping [MESSAGE]", "PONG, or MESSAGE (is the store there?)",
+       "Prints PONG, or MESSAGE when one is given (as Redis's PING). It answers without\n"
+       "asking the store: it says the shell is running and still a member of the cluster.\n"},
       {Op::kStats, "stats", {}, 0, 0, "stats", "per shard: items, buckets, memory",
        "Prints one line per shard node: items stored (inline in their bucket, displaced from\n"
        "their home bucket), overflow blocks, buckets, memory used and memory per item, and the\n"
@@ -70,6 +84,7 @@ const std::vector<Spec>& Specs() {
   };
   return *specs;
 }
+// clang-format on
 
 const Spec* FindSpec(absl::string_view name) {
   const std::string lower = absl::AsciiStrToLower(name);
@@ -143,7 +158,47 @@ absl::Status CheckValue(absl::string_view value, const Limits& limits) {
   return absl::OkStatus();
 }
 
+// put's options after KEY VALUE (Redis's SET: NX|XX, GET), moved from c->args into flags.
+absl::Status ParseSetOptions(Command* c) {
+  for (size_t i = 2; i < c->args.size(); ++i) {
+    const std::string option = absl::AsciiStrToUpper(c->args[i]);
+    if (option == "NX" || option == "XX") {
+      bool& mine = option == "NX" ? c->if_absent : c->if_present;
+      const bool other = option == "NX" ? c->if_present : c->if_absent;
+      if (mine || other) {
+        return absl::InvalidArgumentError(
+            "syntax error: put takes one of NX and XX, once (usage: put KEY VALUE [NX|XX] [GET])");
+      }
+      mine = true;
+    } else if (option == "GET") {
+      if (c->get_old) {
+        return absl::InvalidArgumentError(
+            "syntax error: GET given twice (usage: put KEY VALUE [NX|XX] [GET])");
+      }
+      c->get_old = true;
+    } else if (option == "EX" || option == "PX" || option == "EXAT" || option == "PXAT" ||
+               option == "KEEPTTL") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "syntax error: ", option, " is not supported: keys do not expire in this store"));
+    } else {
+      const std::string shown = Quote(c->args[i]);
+      return absl::InvalidArgumentError(
+          absl::StrCat("syntax error: ", shown,
+                       " is not an option of put (NX, XX, GET); quote a value with spaces: put "
+                       "KEY \"two words\""));
+    }
+  }
+  c->args.resize(2);
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::vector<Token> WordTokens(absl::Span<const std::string> words) {
+  std::vector<Token> tokens;
+  for (const std::string& w : words) tokens.push_back(Token{w, false});
+  return tokens;
+}
 
 absl::StatusOr<std::vector<std::vector<Token>>> SplitLine(absl::string_view line) {
   std::vector<std::vector<Token>> commands;
@@ -277,9 +332,7 @@ absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limit
   const int args = static_cast<int>(tokens.size()) - 1;
   if (args < spec->min_args || (spec->max_args >= 0 && args > spec->max_args)) {
     std::string hint;
-    if (spec->op == Op::kPut && args > 2) {
-      hint = "; quote a value with spaces: put KEY \"two words\"";
-    } else if (spec->op == Op::kCas && args < 3) {
+    if (spec->op == Op::kCas && args < 3) {
       hint = "; EXPECTED (nil) means the key must be absent";
     }
     return absl::InvalidArgumentError(absl::StrCat("wrong number of arguments for '", spec->name,
@@ -298,6 +351,7 @@ absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limit
     case Op::kPut:
       if (s = CheckKey(c.args[0], limits); !s.ok()) return s;
       if (s = CheckValue(c.args[1], limits); !s.ok()) return s;
+      if (s = ParseSetOptions(&c); !s.ok()) return s;
       break;
     case Op::kCas:
       if (s = CheckKey(c.args[0], limits); !s.ok()) return s;
@@ -313,6 +367,7 @@ absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limit
             absl::StrCat("no command '", c.args[0], "'; commands: ", CommandList()));
       }
       break;
+    case Op::kPing:
     case Op::kStats:
     case Op::kQuit:
       break;
@@ -336,7 +391,7 @@ absl::StatusOr<std::string> HelpText(absl::string_view command, const Limits& li
     return out;
   }
   std::string out = "Commands (names are case-insensitive; ';' separates commands on a line):\n";
-  for (const Spec& s : Specs()) absl::StrAppendFormat(&out, "  %-22s %s\n", s.usage, s.summary);
+  for (const Spec& s : Specs()) absl::StrAppendFormat(&out, "  %-28s %s\n", s.usage, s.summary);
   absl::StrAppend(
       &out,
       "Arguments are words, \"double quoted\" (escapes \\\" \\\\ \\n \\r \\t \\xHH) or 'single "
@@ -400,7 +455,9 @@ std::string FormatBody(const Reply& r, bool raw) {
   switch (r.kind) {
     case Reply::Kind::kStatus: return r.text;
     case Reply::Kind::kError: return raw ? r.text : absl::StrCat("(error) ", r.text);
-    case Reply::Kind::kNil: return raw ? "" : "(nil)";
+    // (nil) with --raw too, unlike redis-cli --raw, so that it differs from an empty value.
+    case Reply::Kind::kNil:
+      return "(nil)";
     case Reply::Kind::kString: return raw ? r.text : Quote(r.text);
     case Reply::Kind::kInteger:
       return raw ? absl::StrCat(r.integer) : absl::StrCat("(integer) ", r.integer);

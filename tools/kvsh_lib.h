@@ -9,7 +9,9 @@
 // (put a 1; get a). A line whose first non-blank character is '#' is a comment.
 //
 // Replies print as redis-cli prints them: "value" (quoted, binary bytes as \xHH), (nil),
-// (integer) 1, OK, (error) ERR ..., numbered arrays; --raw prints bare values instead.
+// (integer) 1, OK, (error) ERR ..., numbered arrays; --raw prints bare values instead, as
+// redis-cli --raw does, except that a missing key prints (nil) there too: redis-cli --raw prints
+// an empty line for both a missing key and an empty value, which a script cannot tell apart.
 #ifndef FARM_TOOLS_KVSH_LIB_H_
 #define FARM_TOOLS_KVSH_LIB_H_
 
@@ -39,7 +41,7 @@ absl::StatusOr<std::vector<std::vector<Token>>> SplitLine(absl::string_view line
 // \a \b escaped, every other byte as \xHH. SplitLine reads it back as the same bytes.
 std::string Quote(absl::string_view bytes);
 
-enum class Op { kGet, kPut, kDel, kCas, kMget, kStats, kHelp, kQuit };
+enum class Op { kGet, kPut, kDel, kCas, kMget, kPing, kStats, kHelp, kQuit };
 
 // A command whose arguments have been checked.
 struct Command {
@@ -48,6 +50,11 @@ struct Command {
   std::vector<std::string> args;  // the arguments after the name
   // cas only: the expected value is (nil), i.e. the key must be absent (args[1] is then empty).
   bool expect_absent = false;
+  // put only, Redis's SET options (args holds KEY and VALUE alone): NX set only if absent, XX
+  // only if present (never both), GET reply with the old value instead of OK.
+  bool if_absent = false;
+  bool if_present = false;
+  bool get_old = false;
 };
 
 struct Limits {
@@ -56,9 +63,15 @@ struct Limits {
 };
 
 // Checks a command (name case-insensitive; aliases: set = put, delete = del, exit = quit) and its
-// arguments: count, key sizes (1 .. max_key_size bytes), value sizes. InvalidArgument with a
-// message that says what is wrong and how to write it (usage, nearest command name).
+// arguments: count, key sizes (1 .. max_key_size bytes), value sizes, put's options.
+// InvalidArgument with a message that says what is wrong and how to write it (usage, nearest
+// command name).
 absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limits& limits);
+
+// A command given as words (kvsh's positional arguments, as redis-cli takes them): each word is
+// one argument as it is, with no quoting, escapes or ';' (the calling shell has done its quoting).
+// A word (nil) counts as unquoted, so `kvsh cas k '(nil)' v` means "only if k is absent".
+std::vector<Token> WordTokens(absl::Span<const std::string> words);
 
 // The help text: every command when `command` is empty, else that command's usage and details.
 // NotFound (with the list of commands) for an unknown command.
@@ -86,7 +99,8 @@ struct Reply {
   bool failed() const;
 };
 
-// How redis-cli prints `reply` on a terminal (raw = false) or with --raw. Ends with a newline.
+// How redis-cli prints `reply` on a terminal (raw = false) or with --raw (but a nil is (nil) in
+// both). Ends with a newline.
 std::string Format(const Reply& reply, bool raw);
 
 // The error reply for a failed store operation: "ERR message" for bad arguments, else the status

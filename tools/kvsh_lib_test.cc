@@ -123,7 +123,12 @@ TEST_CASE("commands are checked: names, aliases, argument counts", "[kvsh]") {
   CHECK(ParseError("get") == "wrong number of arguments for 'get' (usage: get KEY)");
   CHECK(ParseError("get a b") == "wrong number of arguments for 'get' (usage: get KEY)");
   CHECK_THAT(ParseError("put k hello world"),
-             Catch::Contains("usage: put KEY VALUE; quote a value with spaces"));
+             Catch::Contains("syntax error: \"world\" is not an option of put (NX, XX, GET); "
+                             "quote a value with spaces: put KEY \"two words\""));
+  CHECK_THAT(ParseError("put k"), Catch::Contains("usage: put KEY VALUE [NX|XX] [GET]"));
+  CHECK(Parse("ping")->op == Op::kPing);
+  CHECK(Parse("PING hello")->args == std::vector<std::string>{"hello"});
+  CHECK_THAT(ParseError("ping a b"), Catch::Contains("usage: ping [MESSAGE]"));
   CHECK_THAT(ParseError("del"), Catch::Contains("usage: del KEY [KEY ...]"));
   CHECK_THAT(ParseError("mget"), Catch::Contains("usage: mget KEY [KEY ...]"));
   CHECK_THAT(ParseError("cas k v"), Catch::Contains("EXPECTED (nil) means the key must be absent"));
@@ -135,7 +140,7 @@ TEST_CASE("commands are checked: names, aliases, argument counts", "[kvsh]") {
 TEST_CASE("an unknown command names the commands and the nearest one", "[kvsh]") {
   const std::string e = ParseError("gte a");
   CHECK_THAT(e, Catch::StartsWith("unknown command 'gte' (did you mean 'get'?)"));
-  CHECK_THAT(e, Catch::Contains("commands: get, put, del, cas, mget, stats, help, quit"));
+  CHECK_THAT(e, Catch::Contains("commands: get, put, del, cas, mget, ping, stats, help, quit"));
   CHECK_THAT(ParseError("mgett a"), Catch::Contains("did you mean 'mget'?"));
   CHECK_THAT(ParseError("frobnicate"), !Catch::Contains("did you mean"));
   // Control bytes in the name are shown escaped, not written to the terminal.
@@ -161,6 +166,59 @@ TEST_CASE("keys and values are checked against the limits", "[kvsh]") {
              Catch::Contains("the limit is 1048576 bytes (1.0 MiB)"));
 }
 
+TEST_CASE("put/set takes Redis's SET options NX, XX and GET", "[kvsh]") {
+  absl::StatusOr<Command> c = Parse("set k v");
+  REQUIRE(c.ok());
+  CHECK_FALSE(c->if_absent);
+  CHECK_FALSE(c->if_present);
+  CHECK_FALSE(c->get_old);
+  c = Parse("set k v NX");
+  REQUIRE(c.ok());
+  CHECK(c->if_absent);
+  CHECK_FALSE(c->if_present);
+  CHECK(c->args == std::vector<std::string>{"k", "v"});
+  c = Parse("set k v xx get");  // case-insensitive
+  REQUIRE(c.ok());
+  CHECK(c->if_present);
+  CHECK(c->get_old);
+  c = Parse("put k v GET NX");  // in any order
+  REQUIRE(c.ok());
+  CHECK(c->if_absent);
+  CHECK(c->get_old);
+  CHECK(c->args == std::vector<std::string>{"k", "v"});
+  c = Parse("set k NX");  // a value that reads like an option is a value
+  REQUIRE(c.ok());
+  CHECK(c->args == std::vector<std::string>{"k", "NX"});
+  CHECK_FALSE(c->if_absent);
+  CHECK_THAT(ParseError("set k v NX XX"), Catch::Contains("one of NX and XX, once"));
+  CHECK_THAT(ParseError("set k v NX NX"), Catch::Contains("one of NX and XX, once"));
+  CHECK_THAT(ParseError("set k v GET get"), Catch::Contains("GET given twice"));
+  CHECK_THAT(ParseError("set k v EX 10"),
+             Catch::Contains("EX is not supported: keys do not expire"));
+  CHECK_THAT(ParseError("set k v keepttl"), Catch::Contains("KEEPTTL is not supported"));
+  CHECK_THAT(ParseError("set k v \"\x01\""), Catch::Contains("\"\\x01\" is not an option"));
+  Limits l;
+  l.max_value_size = 2;
+  CHECK_THAT(ParseError("set k abc NX", l), Catch::Contains("value too large"));
+}
+
+TEST_CASE("a command given as words is taken as it is", "[kvsh]") {
+  const std::vector<Token> t =
+      WordTokens({"put", "k", "two words; \"q\"", "(nil)", std::string("\0", 1), ""});
+  REQUIRE(t.size() == 6);
+  CHECK(t[2].text == "two words; \"q\"");  // no splitting, quoting or ';'
+  CHECK(t[4].text == std::string("\0", 1));
+  CHECK(t[5].text.empty());
+  for (const Token& x : t) CHECK_FALSE(x.quoted);
+  absl::StatusOr<Command> c = ParseCommand(WordTokens({"cas", "k", "(nil)", "v"}), Limits{});
+  REQUIRE(c.ok());
+  CHECK(c->expect_absent);  // as typed unquoted in the shell
+  c = ParseCommand(WordTokens({"SET", "k", "-1", "nx"}), Limits{});
+  REQUIRE(c.ok());
+  CHECK(c->if_absent);
+  CHECK(c->args == std::vector<std::string>{"k", "-1"});
+}
+
 TEST_CASE("cas: an unquoted (nil) means absent, a quoted one is a value", "[kvsh]") {
   absl::StatusOr<Command> c = Parse("cas k (nil) v");
   REQUIRE(c.ok());
@@ -178,7 +236,10 @@ TEST_CASE("cas: an unquoted (nil) means absent, a quoted one is a value", "[kvsh
 TEST_CASE("replies print as redis-cli prints them, and bare with --raw", "[kvsh]") {
   CHECK(Format(Reply::Status("OK"), false) == "OK\n");
   CHECK(Format(Reply::Nil(), false) == "(nil)\n");
-  CHECK(Format(Reply::Nil(), true) == "\n");
+  // --raw keeps (nil): redis-cli --raw prints an empty line for it, the same as an empty value.
+  CHECK(Format(Reply::Nil(), true) == "(nil)\n");
+  CHECK(Format(Reply::String(""), true) == "\n");
+  CHECK(Format(Reply::String(""), false) == "\"\"\n");
   CHECK(Format(Reply::String("a b\n"), false) == "\"a b\\n\"\n");
   CHECK(Format(Reply::String("a b\n"), true) == "a b\n\n");
   CHECK(Format(Reply::Integer(3), false) == "(integer) 3\n");
@@ -187,7 +248,7 @@ TEST_CASE("replies print as redis-cli prints them, and bare with --raw", "[kvsh]
   CHECK(Format(Reply::Error("ERR nope"), true) == "ERR nope\n");
   const Reply list = Reply::Array({Reply::String("1"), Reply::Nil(), Reply::String("\x01")});
   CHECK(Format(list, false) == "1) \"1\"\n2) (nil)\n3) \"\\x01\"\n");
-  CHECK(Format(list, true) == "1\n\n\x01\n");
+  CHECK(Format(list, true) == "1\n(nil)\n\x01\n");
   std::vector<Reply> ten(10, Reply::Integer(0));
   const std::string t = Format(Reply::Array(ten), false);
   CHECK_THAT(t, Catch::StartsWith(" 1) (integer) 0\n"));
@@ -214,6 +275,16 @@ TEST_CASE("help lists every command and explains one", "[kvsh]") {
   CHECK_THAT(*cas, Catch::StartsWith("usage: cas KEY EXPECTED NEW\n"));
   CHECK_THAT(*cas, Catch::Contains("(nil)"));
   CHECK(absl::IsNotFound(HelpText("nope", Limits{}).status()));
+  // del: one transaction for all the keys, in the list and in its details alike.
+  CHECK_THAT(*all, Catch::Contains("delete keys, all in one transaction"));
+  absl::StatusOr<std::string> del = HelpText("del", Limits{});
+  REQUIRE(del.ok());
+  CHECK_THAT(*del, Catch::Contains("every KEY in one transaction"));
+  CHECK_THAT(*del, !Catch::Contains("per key"));
+  absl::StatusOr<std::string> set = HelpText("set", Limits{});
+  REQUIRE(set.ok());
+  CHECK_THAT(*set, Catch::StartsWith("usage: put KEY VALUE [NX|XX] [GET]\n"));
+  CHECK_THAT(*set, Catch::Contains("one transaction"));
 }
 
 TEST_CASE("stats: a table with a total, or tab-separated with --raw", "[kvsh]") {
