@@ -4,7 +4,8 @@
 # -c, script mode through a pipe (put, get, mget, del, cas, stats, binary values), --raw (a
 # missing key and an empty value apart); errors (a value over the limit, an unknown command, bad
 # quoting) as redis-cli prints them, (error) ERR ..., with exit status 1; commands as arguments
-# (as redis-cli), -x, -r/-i, -c over several lines, PING, SET's NX/XX/GET, --pipe; a second and
+# (as redis-cli), -x, -r/-i, -c over several lines, PING, SET's NX/XX/GET, INCR/INCRBY/DECR/
+# DECRBY (and their refusals), SETNX, GETSET, APPEND, STRLEN, EXISTS, --pipe; a second and
 # a third shell attaching to a running cluster through --write_config's file (late nodes, a slot
 # used twice); a //tools:cluster -- --kv cluster (its self-check skipped); the interactive shell
 # on a pseudo-terminal (script(1)) with its history file; bad flags and configurations (exit status 2). No process is left behind.
@@ -97,9 +98,10 @@ node        items     inline  displaced  overflow        buckets      memory   p
   echo "== $provider: --raw"
   # A missing key is (nil) with --raw too, an empty value an empty line (redis-cli 7 --raw prints
   # an empty line for both).
-  kvsh --local=3 "${p[@]}" --raw -c 'put k "two words"; get k; get nope; mget k nope; put e ""; get e; del k; cas k (nil) v; stats'
+  # The atomic commands too, on every provider: integers bare.
+  kvsh --local=3 "${p[@]}" --raw -c 'put k "two words"; get k; get nope; mget k nope; put e ""; get e; del k; cas k (nil) v; incr ctr; incrby ctr 5; decr ctr; decrby ctr 2; setnx ctr 9; getset ctr x; append ctr yz; strlen ctr; exists ctr ctr nope; stats'
   expect_rc 0 "--raw"
-  head -n 10 "$TMP/out" >"$TMP/replies"
+  head -n 19 "$TMP/out" >"$TMP/replies"
   expect_out "$TMP/replies" 'OK
 two words
 (nil)
@@ -109,6 +111,15 @@ OK
 
 1
 1
+1
+6
+5
+3
+0
+3
+3
+3
+2
 node	items	inline_items	displaced_items	overflow_blocks	buckets	bucket_bytes	out_of_line_bytes	memory_bytes'
   [ "$(grep -cE '^[0-2]	' "$TMP/out")" = 3 ] || fail "--raw stats has no line per shard"
 
@@ -121,7 +132,7 @@ node	items	inline_items	displaced_items	overflow_blocks	buckets	bucket_bytes	out
   expect_out "$TMP/out" 'OK
 "1"'
   has_err '^\(error\) ERR value too large: 1048577 bytes; the limit is 1048576 bytes \(1\.0 MiB\) \(line 2\)$'
-  has_err "^\(error\) ERR unknown command 'frob'; commands: get, put, del, cas, mget, ping, stats, help, quit; 'help' explains them \(line 3\)$"
+  has_err "^\(error\) ERR unknown command 'frob'; commands: get, put, del, cas, mget, incr, incrby, decr, decrby, setnx, getset, append, strlen, exists, ping, stats, help, quit; 'help' explains them \(line 3\)$"
   has_err '^\(error\) ERR unbalanced quotes: the double quote at column 7 is not closed \(line 4\)$'
   kvsh --local=3 "${p[@]}" -c "gte a"
   expect_rc 1 "unknown command"
@@ -214,15 +225,28 @@ expect_rc 1 "an unknown command as arguments"
 has_err "^\(error\) ERR unknown command 'frob'"
 kvsh "${a[@]}" ping "hello world"
 expect_out "$TMP/out" '"hello world"'
-kvsh "${a[@]}" --raw -c 'get k; get v; ping hi; ping'
+kvsh "${a[@]}" --raw -c 'get k; get v; ping hi; ping; incr k; getset k 5; getset gnone 1; strlen v; exists k v nothing; setnx k 6; append k 0; get k'
 expect_rc 0 "--raw -c"
 expect_out "$TMP/out" '-1
 two words; get x
 hi
-PONG'
+PONG
+0
+0
+(nil)
+16
+2
+0
+2
+50'
 # SET's options, in script mode (-c) and as arguments.
-kvsh "${a[@]}" -c 'set n 1 XX; set n 1 NX; set n 2 nx; get n; set n 3 XX GET; set n 4 GET; set m 1 NX GET; get m; set n 5 xx; get n; set n 6 NX GET'
-expect_rc 0 "SET NX/XX/GET"
+# With them, Redis's INCR, INCRBY, DECR, DECRBY, SETNX, GETSET, APPEND, STRLEN and EXISTS.
+kvsh "${a[@]}" -c 'set n 1 XX; set n 1 NX; set n 2 nx; get n; set n 3 XX GET; set n 4 GET; set m 1 NX GET; get m; set n 5 xx; get n; set n 6 NX GET
+incr c; INCRBY c 10; decr c; decrby c 3; decrby c -5; incrby c -12; get c
+setnx c 1; setnx s2 x; get s2; getset s2 y; getset g1 z; get g1
+append s2 " tail"; append a1 abc; get s2; strlen s2; strlen nope; strlen a1
+exists s2 nope s2 c; exists nope; EXISTS a1'
+expect_rc 0 "SET NX/XX/GET, INCR..EXISTS"
 expect_out "$TMP/out" '(nil)
 OK
 (nil)
@@ -233,14 +257,51 @@ OK
 "1"
 OK
 "5"
-"5"'
+"5"
+(integer) 1
+(integer) 11
+(integer) 10
+(integer) 7
+(integer) 12
+(integer) 0
+"0"
+(integer) 0
+(integer) 1
+"x"
+"x"
+(nil)
+"z"
+(integer) 6
+(integer) 3
+"y tail"
+(integer) 6
+(integer) 0
+(integer) 3
+(integer) 3
+(integer) 0
+(integer) 1'
 # -c: a newline separates commands as ';' does (as lines of a script); errors name their line.
-kvsh "${a[@]}" -c $'set n 6 XX NX\nset n 6 EX 10\nput v x -- y\nget n'
-expect_rc 1 "SET's bad options"
-expect_out "$TMP/out" '"5"'
+# ... and INCR's refusals, worded as Redis's: a stored value or an increment that is not an
+# integer, a sum out of range (nothing changed), DECRBY of -2^63; a wrong argument count.
+kvsh "${a[@]}" -c $'set n 6 XX NX\nset n 6 EX 10\nput v x -- y\nget n\nset big 9223372036854775807\nincr big\nincr v\nincrby n 1.5\ndecrby n -9223372036854775808\nget big; get n\nappend a1\nexists\nincrby n 007\nset neg -9223372036854775808\ndecr neg\nincr neg'
+expect_rc 1 "SET's bad options, INCR's refusals"
+expect_out "$TMP/out" '"5"
+OK
+"9223372036854775807"
+"5"
+OK
+(integer) -9223372036854775807'
 has_err '^\(error\) ERR syntax error: put takes one of NX and XX, once .* \(line 1\)$'
 has_err '^\(error\) ERR syntax error: EX is not supported: keys do not expire.* \(line 2\)$'
 has_err '^\(error\) ERR syntax error: "--" is not an option of put .* \(line 3\)$'
+has_err '^\(error\) ERR increment or decrement would overflow \(line 6\)$'
+has_err '^\(error\) ERR value is not an integer or out of range \(line 7\)$'
+has_err '^\(error\) ERR value is not an integer or out of range \(line 8\)$'
+has_err '^\(error\) ERR decrement would overflow \(line 9\)$'
+has_err "^\(error\) ERR wrong number of arguments for 'append' \(usage: append KEY VALUE\) \(line 11\)$"
+has_err "^\(error\) ERR wrong number of arguments for 'exists' .* \(line 12\)$"
+has_err '^\(error\) ERR value is not an integer or out of range \(line 13\)$'
+has_err '^\(error\) ERR increment or decrement would overflow \(line 15\)$'
 # -x: the last argument from standard input, all of it.
 printf 'line1\nline2\n' >"$TMP/in"
 timeout 120 "$KVSH" "${a[@]}" -x put xv <"$TMP/in" >"$TMP/out" 2>"$TMP/err"

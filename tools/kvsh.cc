@@ -557,13 +557,8 @@ class Shell {
         if (!v.ok()) return kvsh::ErrorReply(v.status());
         return Reply::String(std::move(*v));
       }
-      case kvsh::Op::kPut: {
-        if (!c.if_absent && !c.if_present && !c.get_old) {
-          absl::Status s = client_->Put(c.args[0], c.args[1]);
-          return s.ok() ? Reply::Status("OK") : kvsh::ErrorReply(s);
-        }
-        return ConditionalPut(c);
-      }
+      case kvsh::Op::kPut:
+        return Put(c);
       case kvsh::Op::kPing:
         return c.args.empty() ? Reply::Status("PONG") : Reply::String(c.args[0]);
       case kvsh::Op::kDel: {
@@ -609,6 +604,29 @@ class Shell {
         }
         return Reply::Array(std::move(out));
       }
+      case kvsh::Op::kIncrBy:
+        return IntegerReply(client_->IncrBy(c.args[0], c.delta));
+      case kvsh::Op::kSetNx:
+        return IntegerReply(client_->PutIfAbsent(c.args[0], c.args[1]));
+      case kvsh::Op::kGetSet:
+        return OldValueReply(client_->GetAndSet(c.args[0], c.args[1]));
+      case kvsh::Op::kAppend:
+        return IntegerReply(client_->Append(c.args[0], c.args[1]));
+      case kvsh::Op::kStrlen: {
+        absl::StatusOr<std::string> v = client_->Get(c.args[0]);
+        if (absl::IsNotFound(v.status())) return Reply::Integer(0);
+        if (!v.ok()) return kvsh::ErrorReply(v.status());
+        return Reply::Integer(static_cast<int64_t>(v->size()));
+      }
+      case kvsh::Op::kExists: {
+        int64_t found = 0;
+        for (const std::string& key : c.args) {  // a key named twice counts twice, as in Redis
+          absl::StatusOr<bool> e = client_->Exists(key);
+          if (!e.ok()) return kvsh::ErrorReply(e.status());
+          found += *e ? 1 : 0;
+        }
+        return Reply::Integer(found);
+      }
       case kvsh::Op::kStats: {
         absl::StatusOr<std::vector<kv::ShardStats>> stats = client_->Stats();
         if (!stats.ok()) return kvsh::ErrorReply(stats.status());
@@ -639,15 +657,48 @@ class Shell {
     return Reply::Error("ERR internal: unhandled command");
   }
 
-  // put with Redis's SET options: the old value is read and the new one written in one
-  // transaction, so NX, XX and GET see the value that the write replaces.
+  // (integer) N for a store call's count, length or sum; a bool as 1 or 0.
+  template <typename T>
+  static kvsh::Reply IntegerReply(const absl::StatusOr<T>& r) {
+    if (!r.ok()) return kvsh::ErrorReply(r.status());
+    return kvsh::Reply::Integer(static_cast<int64_t>(*r));
+  }
+
+  // The value a write replaced, or (nil).
+  static kvsh::Reply OldValueReply(absl::StatusOr<std::optional<std::string>> old) {
+    if (!old.ok()) return kvsh::ErrorReply(old.status());
+    if (!old->has_value()) return kvsh::Reply::Nil();
+    return kvsh::Reply::String(std::move(**old));
+  }
+
+  // put (Redis's SET) and its options: each alone is one call of the store, which reads and
+  // writes in one transaction; NX or XX with GET, which the store has no call for, are
+  // ConditionalPut's transaction.
+  kvsh::Reply Put(const kvsh::Command& c) {
+    using kvsh::Reply;
+    const std::string& key = c.args[0];
+    const std::string& value = c.args[1];
+    if (c.get_old && !c.if_absent && !c.if_present) {
+      return OldValueReply(client_->GetAndSet(key, value));
+    }
+    if (c.get_old) return ConditionalPut(c);
+    if (!c.if_absent && !c.if_present) {
+      const absl::Status s = client_->Put(key, value);
+      return s.ok() ? Reply::Status("OK") : kvsh::ErrorReply(s);
+    }
+    const absl::StatusOr<bool> set =
+        c.if_absent ? client_->PutIfAbsent(key, value) : client_->PutIfPresent(key, value);
+    if (!set.ok()) return kvsh::ErrorReply(set.status());
+    return *set ? Reply::Status("OK") : Reply::Nil();
+  }
+
+  // put KEY VALUE NX GET and XX GET: the old value is read and the new one written in one
+  // transaction, so the condition and GET see the value that the write replaces.
   kvsh::Reply ConditionalPut(const kvsh::Command& c) {
     using kvsh::Reply;
     std::optional<std::string> old;
-    bool set = false;
     absl::Status s = worker_->Run([&](Txn& t) -> absl::Status {
       old.reset();  // a retried attempt reads again
-      set = false;
       absl::StatusOr<std::string> v = client_->Get(t, c.args[0]);
       if (v.ok()) {
         old = std::move(*v);
@@ -657,12 +708,10 @@ class Shell {
       if ((c.if_absent && old.has_value()) || (c.if_present && !old.has_value())) {
         return absl::OkStatus();
       }
-      set = true;
       return client_->Put(t, c.args[0], c.args[1]);
     });
     if (!s.ok()) return kvsh::ErrorReply(s);  // an aborted transaction set nothing
-    if (c.get_old) return old.has_value() ? Reply::String(std::move(*old)) : Reply::Nil();
-    return set ? Reply::Status("OK") : Reply::Nil();
+    return old.has_value() ? Reply::String(std::move(*old)) : Reply::Nil();
   }
 
   // Prints a reply: on standard output, except that outside the interactive shell an error
@@ -1376,7 +1425,9 @@ int main(int argc, char** argv) {
       "Commands: get KEY; put KEY VALUE [NX|XX] [GET] (alias set; NX: only if absent, XX: only\n"
       "if present, GET: answer the old value; read and write in one transaction); del KEY...\n"
       "(all in one transaction); cas KEY EXPECTED NEW (EXPECTED (nil): the key must be absent);\n"
-      "mget KEY...; ping [MESSAGE]; stats; help [COMMAND]; quit. Arguments are words,\n"
+      "mget KEY...; incr KEY; incrby KEY N; decr KEY; decrby KEY N; setnx KEY VALUE; getset KEY\n"
+      "VALUE; append KEY VALUE; strlen KEY; exists KEY...; ping [MESSAGE]; stats;\n"
+      "help [COMMAND]; quit (as Redis's commands of those names). Arguments are words,\n"
       "\"double quoted\" (\\n \\t \\xHH escapes) or 'single quoted'; ';' separates commands.\n"
       "Replies print as redis-cli prints them (\"value\", (nil), (integer) 1, OK,\n"
       "(error) ERR ...); --raw prints bare values (but a missing key as (nil), unlike\n"

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 
 namespace farm {
 namespace kvsh {
@@ -52,8 +54,9 @@ const std::vector<Spec>& Specs() {
        "  GET  print the old value instead of OK ((nil) if there was none), whether or not\n"
        "       NX or XX let the value be set\n"
        "With options, the read of the old value and the write are one transaction (kv::Client\n"
-       "Get and Put in one Txn): nobody changes KEY between them. Keys do not expire: EX, PX,\n"
-       "EXAT, PXAT and KEEPTTL are refused.\n"},
+       "PutIfAbsent, PutIfPresent, GetAndSet; NX or XX with GET: Get and Put in one Txn):\n"
+       "nobody changes KEY between them. Keys do not expire: EX, PX, EXAT, PXAT and KEEPTTL\n"
+       "are refused.\n"},
       {Op::kDel, "del", {"delete"}, 1, -1, "del KEY [KEY ...]",
        "delete keys, all in one transaction; prints how many existed (alias: delete)",
        "Deletes every KEY in one transaction (all of them or, on an error, none) and prints\n"
@@ -71,6 +74,37 @@ const std::vector<Spec>& Specs() {
        "Prints a numbered list with the value of each KEY, or (nil) for a missing one. The keys\n"
        "are read together (kv::Client::MultiGet: one-sided READs, or batched GETs by RPC on\n"
        "tcp), each at some moment during the command: not one snapshot of all of them.\n"},
+      {Op::kIncrBy, "incr", {}, 1, 1, "incr KEY", "add 1 to the integer in KEY; prints the result",
+       "Adds 1 to the value of KEY read as a decimal integer (a missing key counts as 0), stores\n"
+       "the sum and prints it as (integer) N. One transaction: concurrent increments are never\n"
+       "lost. A value that is not an integer (as Redis writes one: no '+', leading zeros or\n"
+       "spaces) or a sum outside 64 bits is refused, as Redis refuses it, and nothing changes.\n"},
+      {Op::kIncrBy, "incrby", {}, 2, 2, "incrby KEY INCREMENT",
+       "add INCREMENT to the integer in KEY; prints the result",
+       "As incr, adding INCREMENT (a 64-bit integer, possibly negative) instead of 1.\n"},
+      {Op::kIncrBy, "decr", {}, 1, 1, "decr KEY", "subtract 1 from the integer in KEY",
+       "As incr, subtracting 1.\n"},
+      {Op::kIncrBy, "decrby", {}, 2, 2, "decrby KEY DECREMENT",
+       "subtract DECREMENT from the integer in KEY",
+       "As incr, subtracting DECREMENT (a 64-bit integer) instead of adding 1.\n"},
+      {Op::kSetNx, "setnx", {}, 2, 2, "setnx KEY VALUE", "set KEY to VALUE if absent; 1 if it did",
+       "Sets KEY to VALUE only if KEY does not exist, atomically, and prints (integer) 1 if it\n"
+       "did, (integer) 0 if KEY existed (as Redis's SETNX; put KEY VALUE NX answers OK/(nil)).\n"},
+      {Op::kGetSet, "getset", {}, 2, 2, "getset KEY VALUE", "set KEY to VALUE; prints the old value",
+       "Sets KEY to VALUE and prints the value it replaced, or (nil) if KEY did not exist: one\n"
+       "transaction (as Redis's GETSET, or put KEY VALUE GET).\n"},
+      {Op::kAppend, "append", {}, 2, 2, "append KEY VALUE",
+       "append VALUE to KEY's value; prints the new length",
+       "Appends VALUE to the value of KEY (a missing key is set to VALUE) and prints the new\n"
+       "length as (integer) N. One transaction, which rewrites the whole value. A result over\n"
+       "the value limit is refused and nothing changes.\n"},
+      {Op::kStrlen, "strlen", {}, 1, 1, "strlen KEY", "the length of KEY's value (0 if absent)",
+       "Prints the length in bytes of the value of KEY as (integer) N, 0 for a missing key.\n"
+       "It reads the value (a get).\n"},
+      {Op::kExists, "exists", {}, 1, -1, "exists KEY [KEY ...]", "how many of the keys exist",
+       "Prints (integer) N, the number of the KEYs that exist; a key named twice counts twice\n"
+       "(as Redis's EXISTS). Each key is looked up on its own (no value is copied), at some\n"
+       "moment during the command: not one snapshot of all of them.\n"},
       {Op::kPing, "ping", {}, 0, 1, "ping [MESSAGE]", "PONG, or MESSAGE (is the store there?)",
        "Prints PONG, or MESSAGE when one is given (as Redis's PING). It answers without\n"
        "asking the store: it says the shell is running and still a member of the cluster.\n"},
@@ -189,6 +223,45 @@ absl::Status ParseSetOptions(Command* c) {
     }
   }
   c->args.resize(2);
+  return absl::OkStatus();
+}
+
+// An integer argument as Redis reads one (string2ll): an optional '-', then digits without a
+// leading zero ("0" alone), within int64.
+absl::StatusOr<int64_t> ParseInteger(absl::string_view text) {
+  const absl::Status bad = absl::InvalidArgumentError("value is not an integer or out of range");
+  absl::string_view digits = text;
+  const bool negative = absl::ConsumePrefix(&digits, "-");
+  if (digits.empty() || digits.size() > 19 ||
+      (digits[0] == '0' && (negative || digits.size() > 1))) {
+    return bad;
+  }
+  uint64_t magnitude = 0;
+  for (const char c : digits) {
+    if (c < '0' || c > '9') return bad;
+    magnitude = magnitude * 10 + static_cast<uint64_t>(c - '0');  // 19 digits fit in uint64
+  }
+  const uint64_t limit =
+      static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) + (negative ? 1 : 0);
+  if (magnitude > limit) return bad;
+  if (negative) return static_cast<int64_t>(0 - magnitude);  // two's complement: -2^63 too
+  return static_cast<int64_t>(magnitude);
+}
+
+// incr, incrby, decr, decrby: the delta to add.
+absl::Status ParseDelta(Command* c) {
+  const bool decrement = c->name == "decr" || c->name == "decrby";
+  int64_t by = 1;
+  if (c->args.size() == 2) {
+    absl::StatusOr<int64_t> n = ParseInteger(c->args[1]);
+    if (!n.ok()) return n.status();
+    by = *n;
+    c->args.resize(1);
+  }
+  if (decrement && by == std::numeric_limits<int64_t>::min()) {
+    return absl::InvalidArgumentError("decrement would overflow");  // Redis 7's words
+  }
+  c->delta = decrement ? -by : by;
   return absl::OkStatus();
 }
 
@@ -344,6 +417,8 @@ absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limit
     case Op::kGet:
     case Op::kDel:
     case Op::kMget:
+    case Op::kStrlen:
+    case Op::kExists:
       for (const std::string& k : c.args) {
         if (s = CheckKey(k, limits); !s.ok()) return s;
       }
@@ -352,6 +427,16 @@ absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limit
       if (s = CheckKey(c.args[0], limits); !s.ok()) return s;
       if (s = CheckValue(c.args[1], limits); !s.ok()) return s;
       if (s = ParseSetOptions(&c); !s.ok()) return s;
+      break;
+    case Op::kSetNx:
+    case Op::kGetSet:
+    case Op::kAppend:
+      if (s = CheckKey(c.args[0], limits); !s.ok()) return s;
+      if (s = CheckValue(c.args[1], limits); !s.ok()) return s;
+      break;
+    case Op::kIncrBy:
+      if (s = CheckKey(c.args[0], limits); !s.ok()) return s;
+      if (s = ParseDelta(&c); !s.ok()) return s;
       break;
     case Op::kCas:
       if (s = CheckKey(c.args[0], limits); !s.ok()) return s;
@@ -384,7 +469,7 @@ absl::StatusOr<std::string> HelpText(absl::string_view command, const Limits& li
     }
     if (spec->op == Op::kHelp) return HelpText("", limits);
     std::string out = absl::StrCat("usage: ", spec->usage, "\n", spec->details);
-    if (spec->op == Op::kGet || spec->op == Op::kPut || spec->op == Op::kCas) {
+    if (spec->op != Op::kPing && spec->op != Op::kStats && spec->op != Op::kQuit) {
       absl::StrAppend(&out, "Keys are 1 to ", limits.max_key_size, " bytes, values 0 to ",
                       limits.max_value_size, " bytes.\n");
     }
@@ -487,6 +572,11 @@ std::string Format(const Reply& reply, bool raw) { return FormatBody(reply, raw)
 
 Reply ErrorReply(const absl::Status& status) {
   if (absl::IsInvalidArgument(status)) return Reply::Error(absl::StrCat("ERR ", status.message()));
+  if (absl::IsFailedPrecondition(status)) {
+    absl::string_view message = status.message();
+    absl::ConsumePrefix(&message, "kv: ");
+    return Reply::Error(absl::StrCat("ERR ", message));
+  }
   return Reply::Error(
       absl::StrCat(absl::StatusCodeToString(status.code()), " ", status.message()));
 }

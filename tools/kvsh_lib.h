@@ -41,7 +41,23 @@ absl::StatusOr<std::vector<std::vector<Token>>> SplitLine(absl::string_view line
 // \a \b escaped, every other byte as \xHH. SplitLine reads it back as the same bytes.
 std::string Quote(absl::string_view bytes);
 
-enum class Op { kGet, kPut, kDel, kCas, kMget, kPing, kStats, kHelp, kQuit };
+enum class Op {
+  kGet,
+  kPut,
+  kDel,
+  kCas,
+  kMget,
+  kIncrBy,  // incr, incrby, decr, decrby: Command::delta says by how much
+  kSetNx,
+  kGetSet,
+  kAppend,
+  kStrlen,
+  kExists,
+  kPing,
+  kStats,
+  kHelp,
+  kQuit
+};
 
 // A command whose arguments have been checked.
 struct Command {
@@ -55,6 +71,8 @@ struct Command {
   bool if_absent = false;
   bool if_present = false;
   bool get_old = false;
+  // incr (1), incrby N (N), decr (-1), decrby N (-N): what kv::Client::IncrBy adds.
+  int64_t delta = 0;
 };
 
 struct Limits {
@@ -63,7 +81,9 @@ struct Limits {
 };
 
 // Checks a command (name case-insensitive; aliases: set = put, delete = del, exit = quit) and its
-// arguments: count, key sizes (1 .. max_key_size bytes), value sizes, put's options.
+// arguments: count, key sizes (1 .. max_key_size bytes), value sizes, put's options, incrby's and
+// decrby's increment (an integer as Redis reads one, else "value is not an integer or out of
+// range", Redis's words; decrby of -2^63 "decrement would overflow").
 // InvalidArgument with a message that says what is wrong and how to write it (usage, nearest
 // command name).
 absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limits& limits);
@@ -103,8 +123,10 @@ struct Reply {
 // both). Ends with a newline.
 std::string Format(const Reply& reply, bool raw);
 
-// The error reply for a failed store operation: "ERR message" for bad arguments, else the status
-// code's name, e.g. "UNAVAILABLE kv: the key's shard on node 1 cannot be reached: ...".
+// The error reply for a failed store operation: "ERR message" for bad arguments, "ERR message"
+// without the store's "kv: " for a refused stored value (FailedPrecondition: incr of a value that
+// is not an integer, as Redis words it: "ERR value is not an integer or out of range"), else the
+// status code's name, e.g. "UNAVAILABLE kv: the key's shard on node 1 cannot be reached: ...".
 Reply ErrorReply(const absl::Status& status);
 
 // One shard's statistics, as Client::Stats reports them (farm/kv/kv.h ShardStats).

@@ -1,5 +1,6 @@
 #include "tools/kvsh_lib.h"
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -140,11 +141,79 @@ TEST_CASE("commands are checked: names, aliases, argument counts", "[kvsh]") {
 TEST_CASE("an unknown command names the commands and the nearest one", "[kvsh]") {
   const std::string e = ParseError("gte a");
   CHECK_THAT(e, Catch::StartsWith("unknown command 'gte' (did you mean 'get'?)"));
-  CHECK_THAT(e, Catch::Contains("commands: get, put, del, cas, mget, ping, stats, help, quit"));
+  CHECK_THAT(e, Catch::Contains("commands: get, put, del, cas, mget, incr, incrby, decr, decrby, "
+                                "setnx, getset, append, strlen, exists, ping, stats, help, quit"));
   CHECK_THAT(ParseError("mgett a"), Catch::Contains("did you mean 'mget'?"));
   CHECK_THAT(ParseError("frobnicate"), !Catch::Contains("did you mean"));
   // Control bytes in the name are shown escaped, not written to the terminal.
   CHECK_THAT(ParseError("\"\x1b[2J\""), Catch::Contains("unknown command '\\x1b[2J'"));
+}
+
+TEST_CASE("incr, incrby, decr, decrby: the delta, Redis's integer syntax", "[kvsh]") {
+  struct Case {
+    const char* line;
+    int64_t delta;
+  };
+  for (const Case& k :
+       {Case{"incr n", 1}, Case{"INCR n", 1}, Case{"decr n", -1}, Case{"incrby n 5", 5},
+        Case{"incrby n -7", -7}, Case{"incrby n 0", 0}, Case{"decrby n 5", -5},
+        Case{"decrby n -5", 5}, Case{"incrby n 9223372036854775807", INT64_MAX},
+        Case{"incrby n -9223372036854775808", INT64_MIN},
+        Case{"decrby n 9223372036854775807", -INT64_MAX}}) {
+    absl::StatusOr<Command> c = Parse(k.line);
+    INFO(k.line);
+    REQUIRE(c.ok());
+    CHECK(c->op == Op::kIncrBy);
+    CHECK(c->args == std::vector<std::string>{"n"});
+    CHECK(c->delta == k.delta);
+  }
+  // A non-integer increment is refused as Redis refuses it: "+1", "007", "-0", " 1", "1.0",
+  // out of range.
+  for (const char* bad :
+       {"incrby n x", "incrby n +1", "incrby n 007", "incrby n -0", "incrby n \" 1\"",
+        "incrby n 1.0", "incrby n \"\"", "incrby n -", "incrby n 9223372036854775808",
+        "incrby n -9223372036854775809", "decrby n 99999999999999999999", "incrby n 1e3"}) {
+    CHECK(ParseError(bad) == "value is not an integer or out of range");
+  }
+  CHECK(ParseError("decrby n -9223372036854775808") == "decrement would overflow");
+  CHECK_THAT(ParseError("incr"), Catch::Contains("usage: incr KEY)"));
+  CHECK_THAT(ParseError("incr a b"), Catch::Contains("usage: incr KEY)"));
+  CHECK_THAT(ParseError("incrby a"), Catch::Contains("usage: incrby KEY INCREMENT"));
+  CHECK_THAT(ParseError("incrby a 1 2"), Catch::Contains("usage: incrby KEY INCREMENT"));
+  CHECK_THAT(ParseError("decr"), Catch::Contains("usage: decr KEY"));
+  CHECK_THAT(ParseError("decrby a"), Catch::Contains("usage: decrby KEY DECREMENT"));
+  CHECK_THAT(ParseError("incr \"\""), Catch::Contains("empty key"));
+}
+
+TEST_CASE("setnx, getset, append, strlen, exists: arguments", "[kvsh]") {
+  for (const char* name : {"setnx", "getset", "append"}) {
+    absl::StatusOr<Command> c = Parse(std::string(name) + " k \"a b\"");
+    INFO(name);
+    REQUIRE(c.ok());
+    CHECK(c->name == name);
+    CHECK(c->args == std::vector<std::string>{"k", "a b"});
+    CHECK_THAT(ParseError(std::string(name) + " k"),
+               Catch::Contains(std::string("usage: ") + name + " KEY VALUE)"));
+    CHECK_THAT(ParseError(std::string(name) + " k v w"),
+               Catch::Contains(std::string("usage: ") + name + " KEY VALUE)"));
+    CHECK_THAT(ParseError(std::string(name) + " \"\" v"), Catch::Contains("empty key"));
+    Limits small;
+    small.max_value_size = 3;
+    CHECK_THAT(ParseError(std::string(name) + " k abcd", small),
+               Catch::Contains("value too large: 4 bytes"));
+  }
+  CHECK(Parse("setnx k v")->op == Op::kSetNx);
+  CHECK(Parse("GETSET k v")->op == Op::kGetSet);
+  CHECK(Parse("append k v")->op == Op::kAppend);
+  CHECK(Parse("strlen k")->op == Op::kStrlen);
+  CHECK_THAT(ParseError("strlen"), Catch::Contains("usage: strlen KEY)"));
+  CHECK_THAT(ParseError("strlen a b"), Catch::Contains("usage: strlen KEY)"));
+  absl::StatusOr<Command> e = Parse("EXISTS a b a");
+  REQUIRE(e.ok());
+  CHECK(e->op == Op::kExists);
+  CHECK(e->args == std::vector<std::string>{"a", "b", "a"});  // a key twice: counted twice
+  CHECK_THAT(ParseError("exists"), Catch::Contains("usage: exists KEY [KEY ...]"));
+  CHECK_THAT(ParseError("exists a \"\""), Catch::Contains("empty key"));
 }
 
 TEST_CASE("keys and values are checked against the limits", "[kvsh]") {
@@ -263,6 +332,13 @@ TEST_CASE("store errors become error replies with their code", "[kvsh]") {
   CHECK(ErrorReply(absl::InvalidArgumentError("kv: bad")).text == "ERR kv: bad");
   CHECK(ErrorReply(absl::UnavailableError("kv: gone")).text == "UNAVAILABLE kv: gone");
   CHECK(ErrorReply(absl::ResourceExhaustedError("full")).text == "RESOURCE_EXHAUSTED full");
+  // A refused stored value (incr of a non-integer): Redis's words, without the store's prefix.
+  CHECK(Format(ErrorReply(
+                   absl::FailedPreconditionError("kv: value is not an integer or out of range")),
+               false) == "(error) ERR value is not an integer or out of range\n");
+  CHECK(
+      ErrorReply(absl::FailedPreconditionError("kv: increment or decrement would overflow")).text ==
+      "ERR increment or decrement would overflow");
 }
 
 TEST_CASE("help lists every command and explains one", "[kvsh]") {
@@ -285,6 +361,12 @@ TEST_CASE("help lists every command and explains one", "[kvsh]") {
   REQUIRE(set.ok());
   CHECK_THAT(*set, Catch::StartsWith("usage: put KEY VALUE [NX|XX] [GET]\n"));
   CHECK_THAT(*set, Catch::Contains("one transaction"));
+  absl::StatusOr<std::string> incrby = HelpText("incrby", Limits{});
+  REQUIRE(incrby.ok());
+  CHECK_THAT(*incrby, Catch::StartsWith("usage: incrby KEY INCREMENT\n"));
+  absl::StatusOr<std::string> exists = HelpText("exists", Limits{});
+  REQUIRE(exists.ok());
+  CHECK_THAT(*exists, Catch::Contains("a key named twice counts twice"));
 }
 
 TEST_CASE("stats: a table with a total, or tab-separated with --raw", "[kvsh]") {
