@@ -185,6 +185,12 @@ class Store {
   std::unique_ptr<Impl> impl_;
 };
 
+// One step of an iteration over the keys (Client::Scan).
+struct ScanPage {
+  uint64_t cursor = 0;            // to pass to the next step; 0: the iteration is over
+  std::vector<std::string> keys;  // this step's keys (those matching the pattern)
+};
+
 // One thread's access to the store, through that thread's Worker.
 class Client {
  public:
@@ -275,6 +281,29 @@ class Client {
                                                        absl::string_view value);
   absl::StatusOr<uint64_t> Append(Txn& txn, absl::string_view key, absl::string_view suffix);
   absl::StatusOr<bool> Exists(Txn& txn, absl::string_view key);
+
+  // One step of an iteration over every key of the store (Redis's SCAN): start with cursor 0,
+  // pass each returned cursor to the next call; the iteration is over when the cursor returned
+  // is 0. A step returns the keys matching `pattern` (Redis's glob patterns, kv/glob.h; empty:
+  // every key) among those whose home bucket lies in the `count` home buckets of one shard that
+  // the step covers (Redis's COUNT: a hint of the work, not of the keys returned; a step may
+  // return none with a cursor that is not 0, and never crosses into another shard). The cursor
+  // is a shard's position and a home bucket in it.
+  // Guarantee (Redis's): a key present from the iteration's first call to its last is returned
+  // at least once, whatever is written meanwhile; a key added or removed meanwhile may or may
+  // not be. A key never leaves its home bucket's neighbourhood or chain (displacement and a PUT
+  // that moves it keep it there), and each step reads its buckets, the H - 1 after them and its
+  // homes' overflow chains in one read-only transaction: a consistent view of its homes' keys.
+  // So no key comes twice in one iteration either (Redis allows that; a table resize, when there
+  // is one, may). Costs a READ per out-of-line item or chain block besides the buckets' one.
+  // Errors: InvalidArgument for a cursor that no step returned (also one of a cluster whose
+  // tables differ), the errors of reading the shard (Unavailable, DataLoss); after an error the
+  // same cursor may be passed again.
+  absl::StatusOr<ScanPage> Scan(uint64_t cursor, uint64_t count = 10,
+                                absl::string_view pattern = "");
+  // The number of keys in the store: the sum of every shard's count (Stats), read shard after
+  // shard, so under concurrent writes not a count at one moment (Redis's DBSIZE is).
+  absl::StatusOr<uint64_t> Size();
 
   // Statistics of every shard (one RPC to each shard node).
   absl::StatusOr<std::vector<ShardStats>> Stats();

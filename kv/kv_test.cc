@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "farm/farm.h"
 #include "kv/bucket.h"
@@ -1541,6 +1542,164 @@ TEST_CASE("a late node attaches to a running cluster as a client, leaves, and at
   w.reset();
   servers.clear();
   stores.clear();
+}
+
+namespace {
+
+// Every step of one iteration (Client::Scan) from cursor 0, `count` home buckets a step.
+std::vector<std::string> ScanAll(Client& kv, uint64_t count, absl::string_view pattern = "",
+                                 std::string* error = nullptr,
+                                 const std::function<void()>& between = nullptr) {
+  std::vector<std::string> keys;
+  uint64_t cursor = 0;
+  for (int steps = 0;; ++steps) {
+    absl::StatusOr<ScanPage> page = kv.Scan(cursor, count, pattern);
+    if (!page.ok()) {
+      if (error != nullptr) *error = page.status().ToString();
+      return keys;
+    }
+    keys.insert(keys.end(), page->keys.begin(), page->keys.end());
+    cursor = page->cursor;
+    if (cursor == 0) break;
+    if (between) between();
+    if (steps > 1000000) {
+      if (error != nullptr) *error = "the scan does not end";
+      return keys;
+    }
+  }
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("Scan returns every key once, by pattern, and refuses cursors it did not return",
+          "[kv]") {
+  // Small tables (8 buckets of 128 bytes a shard, H = 4): keys sit displaced and in chains;
+  // values inline, out of line and chunked.
+  TwoClients two(2, Small(8), 8 << 20);
+  {
+    std::vector<std::string> none = ScanAll(two.kv, 3);
+    CHECK(none.empty());
+    CHECK(*two.kv.Size() == 0);
+  }
+  std::set<std::string> want;
+  for (int i = 0; i < 120; ++i) {
+    const std::string value(i % 10 == 0 ? 20000 : i % 3 == 0 ? 300 : 8, 'v');
+    REQUIRE(two.kv.Put(Key(i), value).ok());
+    want.insert(Key(i));
+  }
+  const ShardStats total = Total(two.kv);
+  REQUIRE(total.overflow_blocks > 0);  // the chains are scanned too
+  REQUIRE(total.displaced_items > 0);
+  for (uint64_t count : {uint64_t{1}, uint64_t{3}, uint64_t{1000}}) {
+    INFO("count " << count);
+    std::string error;
+    std::vector<std::string> got = ScanAll(two.kv_other, count, "", &error);
+    CHECK(error.empty());
+    std::multiset<std::string> seen(got.begin(), got.end());
+    CHECK(std::set<std::string>(got.begin(), got.end()) == want);
+    CHECK(seen.size() == want.size());  // none twice
+  }
+  std::vector<std::string> ones = ScanAll(two.kv, 2, "key-1?");
+  CHECK(std::set<std::string>(ones.begin(), ones.end()) ==
+        std::set<std::string>{"key-10", "key-11", "key-12", "key-13", "key-14", "key-15", "key-16",
+                              "key-17", "key-18", "key-19"});
+  CHECK(ScanAll(two.kv, 5, "nothing-*").empty());
+  CHECK(*two.kv.Size() == 120);
+
+  // A step covers at most `count` home buckets of one shard: 8 a shard, 2 shards.
+  uint64_t cursor = 0;
+  int steps = 0;
+  do {
+    absl::StatusOr<ScanPage> page = two.kv.Scan(cursor, 4);
+    REQUIRE(page.ok());
+    cursor = page->cursor;
+    ++steps;
+  } while (cursor != 0);
+  CHECK(steps == 4);
+
+  absl::StatusOr<ScanPage> bad = two.kv.Scan(uint64_t{7} << 40);  // no shard 7
+  CHECK(absl::IsInvalidArgument(bad.status()));
+  bad = two.kv.Scan(8);  // shard 0 has buckets 0 .. 7
+  CHECK(absl::IsInvalidArgument(bad.status()));
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("not returned by a scan"));
+  absl::StatusOr<ScanPage> zero = two.kv.Scan(0, 0);  // a count of 0 is taken as 1
+  REQUIRE(zero.ok());
+  CHECK(zero->cursor == 1);
+}
+
+TEST_CASE("Scan under concurrent writers returns every key present throughout, none twice",
+          "[kv]") {
+  // Writers change the present keys' values between inline, out-of-line and back (a PUT that
+  // changes an entry's size takes it out and inserts it again: it may land in an earlier bucket
+  // of its neighbourhood, behind a scan that goes bucket by bucket) and add and remove other
+  // keys around them (displacement, chains); scanners go over everything, a few home buckets a
+  // step. Every iteration must return every present key, and no key twice.
+  Options o = Small(16, 256);
+  Cluster c = Start(2, o, 8 << 20);
+  constexpr int kPresent = 30;
+  constexpr int kRounds = 100;
+  {
+    std::unique_ptr<Worker> w = NewWorker(*c.rts[0]);
+    Client kv(*c.stores[0], *w);
+    for (int i = 0; i < kPresent; ++i) REQUIRE(kv.Put(Key(i), "start").ok());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> scans{0};
+  std::atomic<uint64_t> writes{0};
+  std::vector<std::string> errors = OnThreads(c, 4, [&](int t, Client& kv, Worker&) -> std::string {
+    std::mt19937 rng(t);
+    if (t < 2) {  // writers
+      while (!stop.load()) {
+        const int sizes[] = {1, 40, 300};
+        absl::Status s = kv.Put(Key(rng() % kPresent), std::string(sizes[rng() % 3], 'x'));
+        const std::string other = absl::StrCat("churn-", t, "-", rng() % 40);
+        if (s.ok()) {
+          s = rng() % 2 ? kv.Put(other, std::string(rng() % 300, 'z')) : kv.Delete(other).status();
+        }
+        if (!s.ok()) {
+          stop = true;
+          return absl::StrCat("writer ", t, ": ", s.ToString());
+        }
+        writes++;
+      }
+      return "";
+    }
+    // Scanners: a bounded number of iterations; the writers stop when both are done.
+    std::string result;
+    for (int round = 0; round < kRounds && result.empty(); ++round) {
+      std::string error;
+      // Between two steps the writers get on with a few changes (waited for by count, not
+      // time; a writer that failed stops the wait through `stop`).
+      std::vector<std::string> got = ScanAll(kv, 1 + rng() % 2, "", &error, [&] {
+        const uint64_t from = writes.load();
+        while (writes.load() < from + 4 && !stop.load()) std::this_thread::yield();
+      });
+      if (!error.empty()) {
+        result = absl::StrCat("scanner ", t, ": ", error);
+        break;
+      }
+      std::set<std::string> distinct(got.begin(), got.end());
+      if (distinct.size() != got.size()) {
+        result = absl::StrCat("scanner ", t, ": a key returned twice in one iteration");
+      }
+      for (int i = 0; i < kPresent && result.empty(); ++i) {
+        if (distinct.count(Key(i)) == 0) {
+          result = absl::StrCat("scanner ", t, ": ", Key(i), " present throughout, not returned");
+        }
+      }
+      for (const std::string& k : distinct) {
+        if (!absl::StartsWith(k, "key-") && !absl::StartsWith(k, "churn-")) {
+          result = absl::StrCat("scanner ", t, ": a key never written: ", k);
+        }
+      }
+      scans++;
+    }
+    if (scans.load() >= 2 * kRounds || !result.empty()) stop = true;
+    return result;
+  });
+  for (const std::string& e : errors) FAIL_CHECK(e);
+  CHECK(scans.load() > 0);
 }
 
 }  // namespace kv
