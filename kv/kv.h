@@ -59,6 +59,8 @@
 // such GET per key: each key's result is linearizable on its own, but the set is not a snapshot
 // (see Client::MultiGet). The conditional and atomic updates (IncrBy, PutIfAbsent, PutIfPresent,
 // GetAndSet, Append, CompareAndSet) are one transaction each: read and change are one atomic step.
+// Scan walks every key with Redis's guarantee (a key present throughout is returned; each step
+// is a snapshot of its home buckets, the iteration is not); Size() sums per-shard counts.
 // Clients keep the shard descriptions they learnt for as long as each shard's bucket array's
 // region exists (a shard's description never changes while it does).
 //
