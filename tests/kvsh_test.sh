@@ -409,6 +409,11 @@ done
 sort "$TMP/scanned" >"$TMP/got"
 seq 1 30 | sed 's/^/sc:/' | sort >"$TMP/want"
 cmp -s "$TMP/got" "$TMP/want" || fail "scan to cursor 0: $(diff "$TMP/want" "$TMP/got")"
+# --scan, as redis-cli's: the same keys, bare, one per line (its own mode: one more join).
+kvsh "${a[@]}" --scan --pattern 'sc:*' --count 1000
+expect_rc 0 "--scan"
+sort "$TMP/out" >"$TMP/got"
+cmp -s "$TMP/got" "$TMP/want" || fail "--scan: $(diff "$TMP/want" "$TMP/got")"
 exec 9>&-  # end of the first shell's input
 wait "$first"
 rc=$?
@@ -496,6 +501,9 @@ expect_fail 2 "-r must be a number of runs \(1 or more\), or -1 for ever, not 0"
 expect_fail 2 "-r repeats a command given as arguments or with -c" -- "$KVSH" --local=2 -r 2
 expect_fail 2 "-i must be 0 to 1000000 seconds, not -1" -- "$KVSH" --local=2 -r 2 -i -1 ping
 expect_fail 2 "--pipe reads its commands from standard input" -- "$KVSH" --local=2 --pipe ping
+expect_fail 2 "--scan lists the keys: no -c" -- "$KVSH" --local=2 --scan -c 'get a'
+expect_fail 2 "--pattern and --count go with --scan" -- "$KVSH" --local=2 --pattern 'a*'
+expect_fail 2 "--count must be at least 1" -- "$KVSH" --local=2 --scan --count 0
 expect_fail 2 "unknown provider 'carrier-pigeon'" -- "$KVSH" --local=2 --provider=carrier-pigeon
 expect_fail 2 "kv_bucket_bytes must be a power of two" -- "$KVSH" --local=2 --kv_bucket_bytes=100
 expect_fail 2 "--late_nodes goes with --local" -- "$KVSH" --config=x --late_nodes=1

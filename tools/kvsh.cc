@@ -99,6 +99,11 @@ ABSL_FLAG(bool, pipe, false,
           "bulk load, as redis-cli --pipe: run each line of standard input as a command without "
           "printing replies (errors go to standard error), then print 'errors: N, replies: M'; "
           "exit status 1 if any failed");
+ABSL_FLAG(bool, scan, false,
+          "list every key, one per line, bare, as redis-cli --scan: a whole SCAN iteration "
+          "(with --pattern and --count), then exit");
+ABSL_FLAG(std::string, pattern, "", "with --scan: only the keys matching this glob (scan MATCH)");
+ABSL_FLAG(uint64_t, count, 10, "with --scan: home buckets per scan step (scan COUNT)");
 ABSL_FLAG(bool, raw, false,
           "print bare values (no quotes, escapes or (integer)), one per line, as redis-cli "
           "--raw; a missing key still prints (nil), so that it differs from an empty value "
@@ -489,6 +494,26 @@ class Shell {
     if (!c.ok()) return Print(kvsh::Reply::Error(absl::StrCat("ERR ", c.status().message())));
     if (c->op == kvsh::Op::kQuit) return false;
     return Print(Execute(*c));
+  }
+
+  // --scan: every key matching `pattern`, bare, one per line, as each step returns them (as
+  // redis-cli --scan); an error ends it (printed, and counted as a failed command).
+  void ListKeys(const std::string& pattern, uint64_t count) {
+    uint64_t cursor = 0;
+    do {
+      absl::StatusOr<kv::ScanPage> page = client_->Scan(cursor, count, pattern);
+      if (!page.ok()) {
+        Print(kvsh::ErrorReply(page.status()));
+        return;
+      }
+      std::string out;
+      for (const std::string& k : page->keys) absl::StrAppend(&out, k, "\n");
+      if (!WriteAll(STDOUT_FILENO, out)) {
+        ++failures_;
+        return;
+      }
+      cursor = page->cursor;
+    } while (cursor != 0);
   }
 
   // Prints "(error) ERR message" (and counts it as a failed command).
@@ -1233,6 +1258,17 @@ absl::Status CheckCommandFlags(bool c_given, const std::vector<std::string>& com
     return absl::InvalidArgumentError(
         absl::StrCat("-i must be 0 to 1000000 seconds, not ", interval));
   }
+  const bool scan = absl::GetFlag(FLAGS_scan);
+  if (scan && (c_given || !command.empty() || repeat != 1 || absl::GetFlag(FLAGS_pipe))) {
+    return absl::InvalidArgumentError(
+        "--scan lists the keys: no -c, command arguments, -r or --pipe with it");
+  }
+  if (!scan && (!absl::GetFlag(FLAGS_pattern).empty() || absl::GetFlag(FLAGS_count) != 10)) {
+    return absl::InvalidArgumentError("--pattern and --count go with --scan");
+  }
+  if (absl::GetFlag(FLAGS_count) == 0) {
+    return absl::InvalidArgumentError("--count must be at least 1");
+  }
   if (absl::GetFlag(FLAGS_pipe) && (c_given || !command.empty() || repeat != 1)) {
     return absl::InvalidArgumentError(
         "--pipe reads its commands from standard input: no -c, command arguments or -r with it");
@@ -1300,7 +1336,7 @@ int RunCommandLine(Shell& shell, const std::vector<std::string>& command, int si
 int Main(int argc, char** argv, const std::vector<std::string>& node_args,
          const std::vector<std::string>& command) {
   const bool c_given = GivenOnCommandLine(argc, argv, "c");
-  const bool command_given = c_given || !command.empty();
+  const bool command_given = c_given || !command.empty() || absl::GetFlag(FLAGS_scan);
   if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "kvsh"); !s.ok()) {
     spdlog::error("--log_level: {}", std::string(s.message()));
     return kExitUsage;
@@ -1434,7 +1470,9 @@ int Main(int argc, char** argv, const std::vector<std::string>& node_args,
   }
 
   int signal_seen = 0;
-  if (command_given) {
+  if (absl::GetFlag(FLAGS_scan)) {
+    shell.ListKeys(absl::GetFlag(FLAGS_pattern), absl::GetFlag(FLAGS_count));
+  } else if (command_given) {
     signal_seen = RunCommandLine(shell, command, signal_fd);
   } else if (absl::GetFlag(FLAGS_pipe)) {
     shell.set_pipe();
@@ -1482,6 +1520,8 @@ int main(int argc, char** argv) {
       "                                          redis-cli's is cluster mode): ';' and newlines\n"
       "                                          separate commands\n"
       "  printf 'put a 1\\nget a\\n' | kvsh ...   script mode: one command line per input line\n"
+      "  kvsh ... --scan [--pattern P]          every key (matching P), one per line, as\n"
+      "                                          redis-cli --scan\n"
       "  kvsh ... --pipe <FILE                   bulk load, as redis-cli --pipe: no replies, the\n"
       "                                          errors, then 'errors: N, replies: M'\n"
       "\n"
