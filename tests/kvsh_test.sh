@@ -5,7 +5,8 @@
 # missing key and an empty value apart); errors (a value over the limit, an unknown command, bad
 # quoting) as redis-cli prints them, (error) ERR ..., with exit status 1; commands as arguments
 # (as redis-cli), -x, -r/-i, -c over several lines, PING, SET's NX/XX/GET, INCR/INCRBY/DECR/
-# DECRBY (and their refusals), SETNX, GETSET, APPEND, STRLEN, EXISTS, --pipe; a second and
+# DECRBY (and their refusals), SETNX, GETSET, APPEND, STRLEN, EXISTS, MSET, MSETNX, DBSIZE, INFO,
+# KEYS, SCAN (to cursor 0, through the shell holding a cluster), --pipe; a second and
 # a third shell attaching to a running cluster through --write_config's file (late nodes, a slot
 # used twice); a //tools:cluster -- --kv cluster (its self-check skipped); the interactive shell
 # on a pseudo-terminal (script(1)) with its history file; bad flags and configurations (exit status 2). No process is left behind.
@@ -63,7 +64,17 @@ for provider in "${providers[@]}"; do
     'mget greeting lock' \
     "put it's 'single quoted'" \
     "get it's" \
-    'stats' >"$TMP/script"
+    'stats' \
+    'mset m1 a m2 b "m 3" c' \
+    'msetnx m1 x new y' \
+    'exists new' \
+    'get m1' \
+    'msetnx n1 x n2 y' \
+    'mget n1 n2' \
+    'dbsize' \
+    'info keyspace' \
+    'info nosuchsection' \
+    'keys m*' >"$TMP/script"
   timeout 120 "$KVSH" --local=3 "${p[@]}" <"$TMP/script" >"$TMP/out" 2>"$TMP/err"
   rc=$?
   expect_rc 0 "script"
@@ -93,6 +104,25 @@ node        items     inline  displaced  overflow        buckets      memory   p
   # stats: 3 shards holding the 2 keys left (bin and it's).
   grep -qE '^3 shards, 2 items, ' "$TMP/out" || fail "stats: $(cat "$TMP/out")"
   [ "$(grep -cE '^[0-2] ' "$TMP/out")" = 3 ] || fail "stats has no line per shard"
+  # After stats' 6 lines: MSET, MSETNX refused by one existing key (nothing set) and accepted,
+  # DBSIZE and INFO's count of the 7 keys, an unknown INFO section (empty), KEYS m* (any order).
+  tail -n +28 "$TMP/out" | head -n 10 |
+    sed -E 's/^(db0:keys=7,shards=3,memory_bytes=)[1-9][0-9]*$/\1MEM/' >"$TMP/replies"
+  expect_out "$TMP/replies" 'OK
+(integer) 0
+(integer) 0
+"a"
+(integer) 1
+1) "x"
+2) "y"
+(integer) 7
+# Keyspace
+db0:keys=7,shards=3,memory_bytes=MEM'
+  [ -z "$(sed -n 38p "$TMP/out")" ] || fail "info of an unknown section is not empty: $(cat "$TMP/out")"
+  tail -n +39 "$TMP/out" | sed -E 's/^[0-9]+\) //' | sort >"$TMP/replies"
+  expect_out "$TMP/replies" '"m 3"
+"m1"
+"m2"'
   no_nodes_left
 
   echo "== $provider: --raw"
@@ -125,14 +155,19 @@ node	items	inline_items	displaced_items	overflow_blocks	buckets	bucket_bytes	out
 
   echo "== $provider: errors: a value over the limit, an unknown command, bad quoting"
   big=$(head -c 1048577 /dev/zero | tr '\0' v)
-  printf 'put ok 1\nput big %s\nfrob a\nput k "unclosed\nget ok\n' "$big" >"$TMP/script"
+  printf 'put ok 1\nput big %s\nfrob a\nput k "unclosed\nget ok\nmset a 1 b\nmsetnx a 1 b\nscan nope\nscan 18446744073709551615 COUNT 5\n' "$big" >"$TMP/script"
   timeout 120 "$KVSH" --local=3 "${p[@]}" <"$TMP/script" >"$TMP/out" 2>"$TMP/err"
   rc=$?
   expect_rc 1 "errors in a script"
   expect_out "$TMP/out" 'OK
 "1"'
   has_err '^\(error\) ERR value too large: 1048577 bytes; the limit is 1048576 bytes \(1\.0 MiB\) \(line 2\)$'
-  has_err "^\(error\) ERR unknown command 'frob'; commands: get, put, del, cas, mget, incr, incrby, decr, decrby, setnx, getset, append, strlen, exists, ping, stats, help, quit; 'help' explains them \(line 3\)$"
+  has_err "^\(error\) ERR unknown command 'frob'; commands: get, put, del, cas, mget, incr, incrby, decr, decrby, setnx, getset, append, strlen, exists, scan, keys, dbsize, mset, msetnx, info, ping, stats, help, quit; 'help' explains them \(line 3\)$"
+  # Redis's words: an odd count of MSET's arguments; a cursor not a number, or refused by the store.
+  has_err "^\(error\) ERR wrong number of arguments for 'mset' command \(line 6\)$"
+  has_err "^\(error\) ERR wrong number of arguments for 'msetnx' command \(line 7\)$"
+  has_err '^\(error\) ERR invalid cursor \(line 8\)$'
+  has_err '^\(error\) ERR invalid cursor \(line 9\)$'
   has_err '^\(error\) ERR unbalanced quotes: the double quote at column 7 is not closed \(line 4\)$'
   kvsh --local=3 "${p[@]}" -c "gte a"
   expect_rc 1 "unknown command"
@@ -344,6 +379,41 @@ kvsh "${a[@]}" mget p2 bulk1 bulk200
 expect_out "$TMP/out" '1) "two words"
 2) "1"
 3) "200"'
+# SCAN to cursor 0, driven through the shell holding the cluster (no shell joins for it): each
+# step's cursor is read from its reply. It collects exactly the keys put under sc: (MATCH), each
+# once, among the bulk keys and the others.
+first_shell() {  # first_shell COMMAND: the reply lines in $TMP/reply
+  local before n
+  before=$(wc -l <"$TMP/first.out")
+  n=$((n_sync = ${n_sync:-0} + 1))
+  echo "$1; ping sync-$n" >&9
+  for _ in $(seq 600); do grep -qx "\"sync-$n\"" "$TMP/first.out" && break; sleep 0.05; done
+  grep -qx "\"sync-$n\"" "$TMP/first.out" || fail "no reply to $1: $(cat "$TMP/first.err")"
+  tail -n +"$((before + 1))" "$TMP/first.out" | grep -vx "\"sync-$n\"" >"$TMP/reply"
+}
+first_shell "mset $(seq 1 30 | sed 's/.*/sc:& &/' | tr '\n' ' ')"
+[ "$(cat "$TMP/reply")" = OK ] || fail "mset sc:*: $(cat "$TMP/reply")"
+cursor=0
+steps=0
+: >"$TMP/scanned"
+while :; do
+  first_shell "scan $cursor MATCH sc:* COUNT 1000"
+  cursor=$(sed -nE 's/^1\) "([0-9]+)"$/\1/p' "$TMP/reply")
+  [ -n "$cursor" ] || fail "scan's reply has no cursor: $(cat "$TMP/reply")"
+  sed -nE 's/^(2\) +| +)[0-9]+\) "(.*)"$/\2/p' "$TMP/reply" >>"$TMP/scanned"
+  steps=$((steps + 1))
+  [ "$cursor" != 0 ] || break
+  [ "$steps" -lt 100 ] || fail "scan: no cursor 0 after 100 steps"
+done
+[ "$steps" -gt 1 ] || fail "scan of 2 shards ended in one step"
+sort "$TMP/scanned" >"$TMP/got"
+seq 1 30 | sed 's/^/sc:/' | sort >"$TMP/want"
+cmp -s "$TMP/got" "$TMP/want" || fail "scan to cursor 0: $(diff "$TMP/want" "$TMP/got")"
+# --scan, as redis-cli's: the same keys, bare, one per line (its own mode: one more join).
+kvsh "${a[@]}" --scan --pattern 'sc:*' --count 1000
+expect_rc 0 "--scan"
+sort "$TMP/out" >"$TMP/got"
+cmp -s "$TMP/got" "$TMP/want" || fail "--scan: $(diff "$TMP/want" "$TMP/got")"
 exec 9>&-  # end of the first shell's input
 wait "$first"
 rc=$?
@@ -431,6 +501,9 @@ expect_fail 2 "-r must be a number of runs \(1 or more\), or -1 for ever, not 0"
 expect_fail 2 "-r repeats a command given as arguments or with -c" -- "$KVSH" --local=2 -r 2
 expect_fail 2 "-i must be 0 to 1000000 seconds, not -1" -- "$KVSH" --local=2 -r 2 -i -1 ping
 expect_fail 2 "--pipe reads its commands from standard input" -- "$KVSH" --local=2 --pipe ping
+expect_fail 2 "--scan lists the keys: no -c" -- "$KVSH" --local=2 --scan -c 'get a'
+expect_fail 2 "--pattern and --count go with --scan" -- "$KVSH" --local=2 --pattern 'a*'
+expect_fail 2 "--count must be at least 1" -- "$KVSH" --local=2 --scan --count 0
 expect_fail 2 "unknown provider 'carrier-pigeon'" -- "$KVSH" --local=2 --provider=carrier-pigeon
 expect_fail 2 "kv_bucket_bytes must be a power of two" -- "$KVSH" --local=2 --kv_bucket_bytes=100
 expect_fail 2 "--late_nodes goes with --local" -- "$KVSH" --config=x --late_nodes=1

@@ -99,6 +99,11 @@ ABSL_FLAG(bool, pipe, false,
           "bulk load, as redis-cli --pipe: run each line of standard input as a command without "
           "printing replies (errors go to standard error), then print 'errors: N, replies: M'; "
           "exit status 1 if any failed");
+ABSL_FLAG(bool, scan, false,
+          "list every key, one per line, bare, as redis-cli --scan: a whole SCAN iteration "
+          "(with --pattern and --count), then exit");
+ABSL_FLAG(std::string, pattern, "", "with --scan: only the keys matching this glob (scan MATCH)");
+ABSL_FLAG(uint64_t, count, 10, "with --scan: home buckets per scan step (scan COUNT)");
 ABSL_FLAG(bool, raw, false,
           "print bare values (no quotes, escapes or (integer)), one per line, as redis-cli "
           "--raw; a missing key still prints (nil), so that it differs from an empty value "
@@ -491,6 +496,26 @@ class Shell {
     return Print(Execute(*c));
   }
 
+  // --scan: every key matching `pattern`, bare, one per line, as each step returns them (as
+  // redis-cli --scan); an error ends it (printed, and counted as a failed command).
+  void ListKeys(const std::string& pattern, uint64_t count) {
+    uint64_t cursor = 0;
+    do {
+      absl::StatusOr<kv::ScanPage> page = client_->Scan(cursor, count, pattern);
+      if (!page.ok()) {
+        Print(kvsh::ErrorReply(page.status()));
+        return;
+      }
+      std::string out;
+      for (const std::string& k : page->keys) absl::StrAppend(&out, k, "\n");
+      if (!WriteAll(STDOUT_FILENO, out)) {
+        ++failures_;
+        return;
+      }
+      cursor = page->cursor;
+    } while (cursor != 0);
+  }
+
   // Prints "(error) ERR message" (and counts it as a failed command).
   void PrintError(absl::string_view message) {
     Print(kvsh::Reply::Error(absl::StrCat("ERR ", message)));
@@ -627,25 +652,39 @@ class Shell {
         }
         return Reply::Integer(found);
       }
-      case kvsh::Op::kStats: {
-        absl::StatusOr<std::vector<kv::ShardStats>> stats = client_->Stats();
-        if (!stats.ok()) return kvsh::ErrorReply(stats.status());
-        std::vector<kvsh::StatsRow> rows;
-        for (const kv::ShardStats& s : *stats) {
-          kvsh::StatsRow r;
-          r.node = s.node;
-          r.buckets = s.buckets;
-          r.bucket_bytes = s.bucket_bytes;
-          r.items = s.items;
-          r.inline_items = s.inline_items;
-          r.displaced_items = s.displaced_items;
-          r.overflow_blocks = s.overflow_blocks;
-          r.out_of_line_bytes = s.out_of_line_bytes;
-          r.memory_bytes = s.memory_bytes;
-          rows.push_back(r);
-        }
-        return Reply::Text(kvsh::FormatStats(rows, raw_));
+      case kvsh::Op::kStats:
+      case kvsh::Op::kInfo: {
+        absl::StatusOr<std::vector<kvsh::StatsRow>> rows = StatsRows();
+        if (!rows.ok()) return kvsh::ErrorReply(rows.status());
+        if (c.op == kvsh::Op::kStats) return Reply::Text(kvsh::FormatStats(*rows, raw_));
+        return Reply::Text(kvsh::FormatInfo(*rows, c.args.empty() ? "" : c.args[0]));
       }
+      case kvsh::Op::kScan: {
+        absl::StatusOr<kv::ScanPage> page = client_->Scan(c.cursor, c.count, c.pattern);
+        // The store refuses a cursor no step returned as InvalidArgument: Redis's words.
+        if (absl::IsInvalidArgument(page.status())) return Reply::Error("ERR invalid cursor");
+        if (!page.ok()) return kvsh::ErrorReply(page.status());
+        return kvsh::ScanReply(page->cursor, std::move(page->keys));
+      }
+      case kvsh::Op::kKeys: {
+        std::vector<Reply> keys;
+        uint64_t cursor = 0;
+        do {  // a whole iteration, as Redis's KEYS walks the whole keyspace
+          absl::StatusOr<kv::ScanPage> page = client_->Scan(cursor, kKeysStep, c.pattern);
+          if (!page.ok()) return kvsh::ErrorReply(page.status());
+          for (std::string& k : page->keys) keys.push_back(Reply::String(std::move(k)));
+          cursor = page->cursor;
+        } while (cursor != 0);
+        return Reply::Array(std::move(keys));
+      }
+      case kvsh::Op::kDbSize:
+        return IntegerReply(client_->Size());
+      case kvsh::Op::kMset: {
+        const absl::Status s = client_->MultiPut(Pairs(c));
+        return s.ok() ? Reply::Status("OK") : kvsh::ErrorReply(s);
+      }
+      case kvsh::Op::kMsetNx:
+        return MultiPutIfNoneExists(c);
       case kvsh::Op::kHelp: {
         absl::StatusOr<std::string> text =
             kvsh::HelpText(c.args.empty() ? "" : c.args[0], limits_);
@@ -655,6 +694,55 @@ class Shell {
       case kvsh::Op::kQuit: break;
     }
     return Reply::Error("ERR internal: unhandled command");
+  }
+
+  // Home buckets per Scan step for keys: large, to make few round trips.
+  static constexpr uint64_t kKeysStep = 1000;
+
+  // mset's and msetnx's KEY VALUE arguments.
+  static std::vector<std::pair<std::string, std::string>> Pairs(const kvsh::Command& c) {
+    std::vector<std::pair<std::string, std::string>> items;
+    for (size_t i = 0; i + 1 < c.args.size(); i += 2) items.emplace_back(c.args[i], c.args[i + 1]);
+    return items;
+  }
+
+  // msetnx: in one transaction, every key is looked up and, only if none exists, all are set.
+  kvsh::Reply MultiPutIfNoneExists(const kvsh::Command& c) {
+    const std::vector<std::pair<std::string, std::string>> items = Pairs(c);
+    bool set = false;
+    const absl::Status s = worker_->Run([&](Txn& t) -> absl::Status {
+      set = false;  // a retried attempt looks again
+      for (const auto& [key, value] : items) {
+        absl::StatusOr<bool> e = client_->Exists(t, key);
+        if (!e.ok()) return e.status();
+        if (*e) return absl::OkStatus();
+      }
+      set = true;
+      return client_->MultiPut(t, items);
+    });
+    if (!s.ok()) return kvsh::ErrorReply(s);  // an aborted transaction set nothing
+    return kvsh::Reply::Integer(set ? 1 : 0);
+  }
+
+  // Client::Stats as the rows kvsh_lib prints.
+  absl::StatusOr<std::vector<kvsh::StatsRow>> StatsRows() {
+    absl::StatusOr<std::vector<kv::ShardStats>> stats = client_->Stats();
+    if (!stats.ok()) return stats.status();
+    std::vector<kvsh::StatsRow> rows;
+    for (const kv::ShardStats& s : *stats) {
+      kvsh::StatsRow r;
+      r.node = s.node;
+      r.buckets = s.buckets;
+      r.bucket_bytes = s.bucket_bytes;
+      r.items = s.items;
+      r.inline_items = s.inline_items;
+      r.displaced_items = s.displaced_items;
+      r.overflow_blocks = s.overflow_blocks;
+      r.out_of_line_bytes = s.out_of_line_bytes;
+      r.memory_bytes = s.memory_bytes;
+      rows.push_back(r);
+    }
+    return rows;
   }
 
   // (integer) N for a store call's count, length or sum; a bool as 1 or 0.
@@ -1170,6 +1258,17 @@ absl::Status CheckCommandFlags(bool c_given, const std::vector<std::string>& com
     return absl::InvalidArgumentError(
         absl::StrCat("-i must be 0 to 1000000 seconds, not ", interval));
   }
+  const bool scan = absl::GetFlag(FLAGS_scan);
+  if (scan && (c_given || !command.empty() || repeat != 1 || absl::GetFlag(FLAGS_pipe))) {
+    return absl::InvalidArgumentError(
+        "--scan lists the keys: no -c, command arguments, -r or --pipe with it");
+  }
+  if (!scan && (!absl::GetFlag(FLAGS_pattern).empty() || absl::GetFlag(FLAGS_count) != 10)) {
+    return absl::InvalidArgumentError("--pattern and --count go with --scan");
+  }
+  if (absl::GetFlag(FLAGS_count) == 0) {
+    return absl::InvalidArgumentError("--count must be at least 1");
+  }
   if (absl::GetFlag(FLAGS_pipe) && (c_given || !command.empty() || repeat != 1)) {
     return absl::InvalidArgumentError(
         "--pipe reads its commands from standard input: no -c, command arguments or -r with it");
@@ -1237,7 +1336,7 @@ int RunCommandLine(Shell& shell, const std::vector<std::string>& command, int si
 int Main(int argc, char** argv, const std::vector<std::string>& node_args,
          const std::vector<std::string>& command) {
   const bool c_given = GivenOnCommandLine(argc, argv, "c");
-  const bool command_given = c_given || !command.empty();
+  const bool command_given = c_given || !command.empty() || absl::GetFlag(FLAGS_scan);
   if (absl::Status s = InitLogging(absl::GetFlag(FLAGS_log_level), "kvsh"); !s.ok()) {
     spdlog::error("--log_level: {}", std::string(s.message()));
     return kExitUsage;
@@ -1371,7 +1470,9 @@ int Main(int argc, char** argv, const std::vector<std::string>& node_args,
   }
 
   int signal_seen = 0;
-  if (command_given) {
+  if (absl::GetFlag(FLAGS_scan)) {
+    shell.ListKeys(absl::GetFlag(FLAGS_pattern), absl::GetFlag(FLAGS_count));
+  } else if (command_given) {
     signal_seen = RunCommandLine(shell, command, signal_fd);
   } else if (absl::GetFlag(FLAGS_pipe)) {
     shell.set_pipe();
@@ -1419,6 +1520,8 @@ int main(int argc, char** argv) {
       "                                          redis-cli's is cluster mode): ';' and newlines\n"
       "                                          separate commands\n"
       "  printf 'put a 1\\nget a\\n' | kvsh ...   script mode: one command line per input line\n"
+      "  kvsh ... --scan [--pattern P]          every key (matching P), one per line, as\n"
+      "                                          redis-cli --scan\n"
       "  kvsh ... --pipe <FILE                   bulk load, as redis-cli --pipe: no replies, the\n"
       "                                          errors, then 'errors: N, replies: M'\n"
       "\n"
@@ -1426,7 +1529,10 @@ int main(int argc, char** argv) {
       "if present, GET: answer the old value; read and write in one transaction); del KEY...\n"
       "(all in one transaction); cas KEY EXPECTED NEW (EXPECTED (nil): the key must be absent);\n"
       "mget KEY...; incr KEY; incrby KEY N; decr KEY; decrby KEY N; setnx KEY VALUE; getset KEY\n"
-      "VALUE; append KEY VALUE; strlen KEY; exists KEY...; ping [MESSAGE]; stats;\n"
+      "VALUE; append KEY VALUE; strlen KEY; exists KEY...; scan CURSOR [MATCH P] [COUNT N];\n"
+      "keys PATTERN (walks the whole store); dbsize (the sum of the shards' counts); mset\n"
+      "KEY VALUE... (one transaction); msetnx KEY VALUE... (only if no KEY exists); info\n"
+      "[keyspace|shards]; ping [MESSAGE]; stats;\n"
       "help [COMMAND]; quit (as Redis's commands of those names). Arguments are words,\n"
       "\"double quoted\" (\\n \\t \\xHH escapes) or 'single quoted'; ';' separates commands.\n"
       "Replies print as redis-cli prints them (\"value\", (nil), (integer) 1, OK,\n"

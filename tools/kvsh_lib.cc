@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 
 namespace farm {
@@ -105,6 +106,39 @@ const std::vector<Spec>& Specs() {
        "Prints (integer) N, the number of the KEYs that exist; a key named twice counts twice\n"
        "(as Redis's EXISTS). Each key is looked up on its own (no value is copied), at some\n"
        "moment during the command: not one snapshot of all of them.\n"},
+      {Op::kScan, "scan", {}, 1, 5, "scan CURSOR [MATCH PATTERN] [COUNT N]",
+       "one step of an iteration over the keys; prints the next cursor and keys",
+       "Prints two elements: the cursor to pass to the next scan (0: the iteration is over) and\n"
+       "this step's keys. Start with cursor 0. As Redis's SCAN: a key present from the first\n"
+       "step to the last is returned (here exactly once); one added or deleted meanwhile may or\n"
+       "may not be. MATCH keeps the keys matching PATTERN, a glob as Redis's (*, ?, [abc],\n"
+       "[^a-z], \\ escapes); COUNT N (default 10) is how many home buckets of one shard the\n"
+       "step reads: a hint of the work, not of the keys, so a step may return none with a\n"
+       "cursor that is not 0. A cursor no step returned is refused: ERR invalid cursor.\n"},
+      {Op::kKeys, "keys", {}, 1, 1, "keys PATTERN", "every key matching PATTERN (walks all keys)",
+       "Prints every key matching PATTERN (a glob as scan's MATCH; * for every key). As Redis's\n"
+       "KEYS it walks the whole store (a full scan iteration): slow on a large store. Keys\n"
+       "written meanwhile may or may not be listed (scan's guarantee).\n"},
+      {Op::kDbSize, "dbsize", {}, 0, 0, "dbsize", "the number of keys in the store",
+       "Prints (integer) N: the sum of the shards' counts, read shard after shard, so under\n"
+       "concurrent writes not a count at one moment (kv::Client::Size).\n"},
+      {Op::kMset, "mset", {}, 2, -1, "mset KEY VALUE [KEY VALUE ...]",
+       "set several keys, all in one transaction",
+       "Sets each KEY to its VALUE in one transaction (kv::Client::MultiPut): all of them or,\n"
+       "on an error, none. Prints OK.\n"},
+      {Op::kMsetNx, "msetnx", {}, 2, -1, "msetnx KEY VALUE [KEY VALUE ...]",
+       "set several keys only if none exists; 1 if it did",
+       "Sets every KEY to its VALUE only if none of the KEYs exists, and prints (integer) 1;\n"
+       "if any exists it sets nothing and prints (integer) 0. One transaction: the checks and\n"
+       "the writes.\n"},
+      {Op::kInfo, "info", {}, 0, 1, "info [SECTION]", "the store's statistics, as Redis's INFO",
+       "Prints sections of name:value lines, as Redis's INFO:\n"
+       "  # Keyspace  db0:keys=N,shards=S,memory_bytes=B (the sum of the shards' counts)\n"
+       "  # Shards    one line per shard: shardI:node=..,buckets=..,bucket_bytes=..,items=..,\n"
+       "              inline=..,displaced=..,overflow_blocks=..,out_of_line_bytes=..,\n"
+       "              memory_bytes=..\n"
+       "SECTION (case-insensitive): keyspace, shards, or all (the default). Any other section\n"
+       "prints nothing, as Redis does. See also stats (a table).\n"},
       {Op::kPing, "ping", {}, 0, 1, "ping [MESSAGE]", "PONG, or MESSAGE (is the store there?)",
        "Prints PONG, or MESSAGE when one is given (as Redis's PING). It answers without\n"
        "asking the store: it says the shell is running and still a member of the cluster.\n"},
@@ -246,6 +280,53 @@ absl::StatusOr<int64_t> ParseInteger(absl::string_view text) {
   if (magnitude > limit) return bad;
   if (negative) return static_cast<int64_t>(0 - magnitude);  // two's complement: -2^63 too
   return static_cast<int64_t>(magnitude);
+}
+
+// scan CURSOR [MATCH PATTERN] [COUNT N], Redis's words for errors.
+absl::Status ParseScan(Command* c) {
+  // A cursor is an unsigned 64-bit decimal; Redis refuses anything else the same way.
+  const absl::Status bad_cursor = absl::InvalidArgumentError("invalid cursor");
+  const std::string& cursor = c->args[0];
+  if (cursor.empty() || cursor.size() > 20) return bad_cursor;
+  uint64_t value = 0;
+  for (const char ch : cursor) {
+    if (ch < '0' || ch > '9') return bad_cursor;
+    const uint64_t digit = static_cast<uint64_t>(ch - '0');
+    if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) return bad_cursor;
+    value = value * 10 + digit;
+  }
+  c->cursor = value;
+  for (size_t i = 1; i < c->args.size(); i += 2) {
+    const std::string option = absl::AsciiStrToUpper(c->args[i]);
+    if (i + 1 >= c->args.size() || (option != "MATCH" && option != "COUNT")) {
+      return absl::InvalidArgumentError(
+          "syntax error (usage: scan CURSOR [MATCH PATTERN] [COUNT N])");
+    }
+    if (option == "MATCH") {
+      c->pattern = c->args[i + 1];
+      continue;
+    }
+    absl::StatusOr<int64_t> n = ParseInteger(c->args[i + 1]);
+    if (!n.ok()) return n.status();
+    if (*n < 1) return absl::InvalidArgumentError("syntax error: COUNT must be at least 1");
+    c->count = static_cast<uint64_t>(*n);
+  }
+  c->args.resize(1);
+  return absl::OkStatus();
+}
+
+// mset and msetnx: KEY VALUE pairs.
+absl::Status CheckPairs(const Command& c, const Limits& limits) {
+  if (c.args.size() % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("wrong number of arguments for '", c.name, "' command"));  // Redis's words
+  }
+  absl::Status s;
+  for (size_t i = 0; i < c.args.size(); i += 2) {
+    if (s = CheckKey(c.args[i], limits); !s.ok()) return s;
+    if (s = CheckValue(c.args[i + 1], limits); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 // incr, incrby, decr, decrby: the delta to add.
@@ -446,6 +527,16 @@ absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limit
       }
       if (s = CheckValue(c.args[2], limits); !s.ok()) return s;
       break;
+    case Op::kScan:
+      if (s = ParseScan(&c); !s.ok()) return s;
+      break;
+    case Op::kKeys:
+      c.pattern = c.args[0];
+      break;
+    case Op::kMset:
+    case Op::kMsetNx:
+      if (s = CheckPairs(c, limits); !s.ok()) return s;
+      break;
     case Op::kHelp:
       if (!c.args.empty() && FindSpec(c.args[0]) == nullptr) {
         return absl::InvalidArgumentError(
@@ -454,6 +545,8 @@ absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limit
       break;
     case Op::kPing:
     case Op::kStats:
+    case Op::kDbSize:
+    case Op::kInfo:
     case Op::kQuit:
       break;
   }
@@ -469,7 +562,9 @@ absl::StatusOr<std::string> HelpText(absl::string_view command, const Limits& li
     }
     if (spec->op == Op::kHelp) return HelpText("", limits);
     std::string out = absl::StrCat("usage: ", spec->usage, "\n", spec->details);
-    if (spec->op != Op::kPing && spec->op != Op::kStats && spec->op != Op::kQuit) {
+    if (spec->op != Op::kPing && spec->op != Op::kStats && spec->op != Op::kQuit &&
+        spec->op != Op::kDbSize && spec->op != Op::kInfo && spec->op != Op::kScan &&
+        spec->op != Op::kKeys) {
       absl::StrAppend(&out, "Keys are 1 to ", limits.max_key_size, " bytes, values 0 to ",
                       limits.max_value_size, " bytes.\n");
     }
@@ -557,8 +652,14 @@ std::string FormatBody(const Reply& r, bool raw) {
       const int width = static_cast<int>(absl::StrCat(r.elements.size()).size());
       for (size_t i = 0; i < r.elements.size(); ++i) {
         if (i > 0) out += "\n";
-        if (!raw) absl::StrAppendFormat(&out, "%*d) ", width, static_cast<int>(i + 1));
-        out += FormatBody(r.elements[i], raw);
+        if (raw) {
+          out += FormatBody(r.elements[i], raw);
+          continue;
+        }
+        absl::StrAppendFormat(&out, "%*d) ", width, static_cast<int>(i + 1));
+        // A nested array's later lines line up under its first, as redis-cli prints them.
+        out += absl::StrReplaceAll(FormatBody(r.elements[i], raw),
+                                   {{"\n", "\n" + std::string(width + 2, ' ')}});
       }
       return out;
     }
@@ -579,6 +680,41 @@ Reply ErrorReply(const absl::Status& status) {
   }
   return Reply::Error(
       absl::StrCat(absl::StatusCodeToString(status.code()), " ", status.message()));
+}
+
+Reply ScanReply(uint64_t cursor, std::vector<std::string> keys) {
+  std::vector<Reply> elements;
+  for (std::string& k : keys) elements.push_back(Reply::String(std::move(k)));
+  return Reply::Array({Reply::String(absl::StrCat(cursor)), Reply::Array(std::move(elements))});
+}
+
+std::string FormatInfo(absl::Span<const StatsRow> rows, absl::string_view section) {
+  const std::string s = absl::AsciiStrToLower(section);
+  const bool all = s.empty() || s == "all" || s == "default" || s == "everything";
+  std::string out;
+  if (all || s == "keyspace") {
+    uint64_t keys = 0;
+    uint64_t memory = 0;
+    for (const StatsRow& r : rows) {
+      keys += r.items;
+      memory += r.memory_bytes;
+    }
+    absl::StrAppend(&out, "# Keyspace\ndb0:keys=", keys, ",shards=", rows.size(),
+                    ",memory_bytes=", memory, "\n");
+  }
+  if (all || s == "shards") {
+    if (!out.empty()) out += "\n";
+    out += "# Shards\n";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const StatsRow& r = rows[i];
+      absl::StrAppend(
+          &out, "shard", i, ":node=", r.node, ",buckets=", r.buckets,
+          ",bucket_bytes=", r.bucket_bytes, ",items=", r.items, ",inline=", r.inline_items,
+          ",displaced=", r.displaced_items, ",overflow_blocks=", r.overflow_blocks,
+          ",out_of_line_bytes=", r.out_of_line_bytes, ",memory_bytes=", r.memory_bytes, "\n");
+    }
+  }
+  return out;
 }
 
 std::string HumanBytes(uint64_t bytes) {

@@ -53,6 +53,12 @@ enum class Op {
   kAppend,
   kStrlen,
   kExists,
+  kScan,
+  kKeys,
+  kDbSize,
+  kMset,
+  kMsetNx,
+  kInfo,
   kPing,
   kStats,
   kHelp,
@@ -73,6 +79,11 @@ struct Command {
   bool get_old = false;
   // incr (1), incrby N (N), decr (-1), decrby N (-N): what kv::Client::IncrBy adds.
   int64_t delta = 0;
+  // scan only: the cursor (decimal, as Redis prints it), MATCH's pattern (empty: every key) and
+  // COUNT's hint (10 as in Redis). keys: args[0] is the pattern.
+  uint64_t cursor = 0;
+  std::string pattern;
+  uint64_t count = 10;
 };
 
 struct Limits {
@@ -144,6 +155,15 @@ struct StatsRow {
 
 // A table with one line per shard and a total (raw: tab-separated, with a header line).
 std::string FormatStats(absl::Span<const StatsRow> rows, bool raw);
+
+// INFO's text, as Redis prints its INFO: "# Keyspace" (db0:keys=N,shards=S,memory_bytes=B) and
+// "# Shards" (one line per shard: shardI:node=..,buckets=..,items=..,...), sections apart by an
+// empty line. `section` (case-insensitive): "keyspace", "shards", or empty, "all", "default" or
+// "everything" for both; any other section is an empty text, as Redis answers it.
+std::string FormatInfo(absl::Span<const StatsRow> rows, absl::string_view section);
+
+// The reply of a SCAN step: the next cursor (in decimal, as a string) and the keys.
+Reply ScanReply(uint64_t cursor, std::vector<std::string> keys);
 
 // "512 B", "2.0 KiB", "1.5 MiB", ...
 std::string HumanBytes(uint64_t bytes);

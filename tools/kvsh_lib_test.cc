@@ -1,10 +1,11 @@
 #include "tools/kvsh_lib.h"
 
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include <catch2/catch.hpp>
+#include "absl/strings/str_cat.h"
 
 namespace farm {
 namespace kvsh {
@@ -142,7 +143,8 @@ TEST_CASE("an unknown command names the commands and the nearest one", "[kvsh]")
   const std::string e = ParseError("gte a");
   CHECK_THAT(e, Catch::StartsWith("unknown command 'gte' (did you mean 'get'?)"));
   CHECK_THAT(e, Catch::Contains("commands: get, put, del, cas, mget, incr, incrby, decr, decrby, "
-                                "setnx, getset, append, strlen, exists, ping, stats, help, quit"));
+                                "setnx, getset, append, strlen, exists, scan, keys, dbsize, mset, "
+                                "msetnx, info, ping, stats, help, quit"));
   CHECK_THAT(ParseError("mgett a"), Catch::Contains("did you mean 'mget'?"));
   CHECK_THAT(ParseError("frobnicate"), !Catch::Contains("did you mean"));
   // Control bytes in the name are shown escaped, not written to the terminal.
@@ -214,6 +216,98 @@ TEST_CASE("setnx, getset, append, strlen, exists: arguments", "[kvsh]") {
   CHECK(e->args == std::vector<std::string>{"a", "b", "a"});  // a key twice: counted twice
   CHECK_THAT(ParseError("exists"), Catch::Contains("usage: exists KEY [KEY ...]"));
   CHECK_THAT(ParseError("exists a \"\""), Catch::Contains("empty key"));
+}
+
+TEST_CASE("scan, keys, dbsize, mset, msetnx, info: arguments", "[kvsh]") {
+  absl::StatusOr<Command> s = Parse("scan 0");
+  REQUIRE(s.ok());
+  CHECK(s->op == Op::kScan);
+  CHECK(s->cursor == 0);
+  CHECK(s->pattern.empty());
+  CHECK(s->count == 10);  // Redis's default
+  s = Parse("SCAN 18446744073709551615 match user:* COUNT 100");
+  REQUIRE(s.ok());
+  CHECK(s->cursor == UINT64_MAX);
+  CHECK(s->pattern == "user:*");
+  CHECK(s->count == 100);
+  s = Parse("scan 7 COUNT 3 MATCH a?");
+  REQUIRE(s.ok());
+  CHECK(s->count == 3);
+  CHECK(s->pattern == "a?");
+  // Redis's words for a cursor that is not an unsigned 64-bit decimal.
+  for (const char* bad :
+       {"scan x", "scan -1", "scan 1.5", "scan 18446744073709551616", "scan \"\"", "scan 0x10"}) {
+    INFO(bad);
+    CHECK(ParseError(bad) == "invalid cursor");
+  }
+  CHECK_THAT(ParseError("scan"), Catch::Contains("usage: scan CURSOR [MATCH PATTERN] [COUNT N]"));
+  CHECK_THAT(ParseError("scan 0 MATCH"), Catch::Contains("syntax error"));
+  CHECK_THAT(ParseError("scan 0 LIMIT 3"), Catch::Contains("syntax error"));
+  CHECK_THAT(ParseError("scan 0 COUNT 0"), Catch::Contains("syntax error"));
+  CHECK_THAT(ParseError("scan 0 COUNT x"), Catch::Contains("not an integer"));
+  CHECK_THAT(ParseError("scan 0 COUNT 1 MATCH a b"), Catch::Contains("wrong number"));
+
+  absl::StatusOr<Command> k = Parse("keys 'a*'");
+  REQUIRE(k.ok());
+  CHECK(k->op == Op::kKeys);
+  CHECK(k->pattern == "a*");
+  CHECK_THAT(ParseError("keys"), Catch::Contains("usage: keys PATTERN"));
+  CHECK_THAT(ParseError("keys a b"), Catch::Contains("usage: keys PATTERN"));
+
+  CHECK(Parse("DBSIZE")->op == Op::kDbSize);
+  CHECK_THAT(ParseError("dbsize x"), Catch::Contains("usage: dbsize"));
+
+  for (const char* name : {"mset", "msetnx"}) {
+    INFO(name);
+    absl::StatusOr<Command> m = Parse(std::string(name) + " a 1 b \"two words\"");
+    REQUIRE(m.ok());
+    CHECK(m->op == (std::string(name) == "mset" ? Op::kMset : Op::kMsetNx));
+    CHECK(m->args == std::vector<std::string>{"a", "1", "b", "two words"});
+    // Redis's words for an odd count.
+    CHECK(ParseError(std::string(name) + " a 1 b") ==
+          absl::StrCat("wrong number of arguments for '", name, "' command"));
+    CHECK_THAT(ParseError(std::string(name) + " a"), Catch::Contains("usage: "));
+    CHECK_THAT(ParseError(std::string(name) + " a 1 \"\" 2"), Catch::Contains("empty key"));
+    Limits small;
+    small.max_value_size = 3;
+    CHECK_THAT(ParseError(std::string(name) + " a 1 b abcd", small),
+               Catch::Contains("value too large: 4 bytes"));
+  }
+
+  CHECK(Parse("info")->op == Op::kInfo);
+  CHECK(Parse("info keyspace")->args == std::vector<std::string>{"keyspace"});
+  CHECK_THAT(ParseError("info a b"), Catch::Contains("usage: info [SECTION]"));
+}
+
+TEST_CASE("scan's reply: the cursor and a nested array, as redis-cli prints it", "[kvsh]") {
+  CHECK(Format(ScanReply(17, {"a", "b c"}), false) == "1) \"17\"\n2) 1) \"a\"\n   2) \"b c\"\n");
+  CHECK(Format(ScanReply(0, {}), false) == "1) \"0\"\n2) (empty array)\n");
+  CHECK(Format(ScanReply(17, {"a", "b c"}), true) == "17\na\nb c\n");
+  // Ten keys: the inner numbers are two wide, and line up under the first.
+  std::vector<std::string> ten;
+  for (int i = 0; i < 10; ++i) ten.push_back(absl::StrCat("k", i));
+  const std::string t = Format(ScanReply(5, ten), false);
+  CHECK_THAT(t, Catch::StartsWith("1) \"5\"\n2)  1) \"k0\"\n    2) \"k1\"\n"));
+  CHECK_THAT(t, Catch::EndsWith("\n   10) \"k9\"\n"));
+}
+
+TEST_CASE("info: Redis's sections of name:value lines", "[kvsh]") {
+  std::vector<StatsRow> rows(2);
+  rows[0] = {0, 8192, 256, 10, 9, 1, 2, 300, 4000};
+  rows[1] = {1, 8192, 256, 5, 5, 0, 0, 0, 3000};
+  const std::string keyspace = "# Keyspace\ndb0:keys=15,shards=2,memory_bytes=7000\n";
+  const std::string shards =
+      "# Shards\n"
+      "shard0:node=0,buckets=8192,bucket_bytes=256,items=10,inline=9,displaced=1,"
+      "overflow_blocks=2,out_of_line_bytes=300,memory_bytes=4000\n"
+      "shard1:node=1,buckets=8192,bucket_bytes=256,items=5,inline=5,displaced=0,"
+      "overflow_blocks=0,out_of_line_bytes=0,memory_bytes=3000\n";
+  CHECK(FormatInfo(rows, "") == keyspace + "\n" + shards);
+  CHECK(FormatInfo(rows, "ALL") == keyspace + "\n" + shards);
+  CHECK(FormatInfo(rows, "keyspace") == keyspace);
+  CHECK(FormatInfo(rows, "Shards") == shards);
+  CHECK(FormatInfo(rows, "memory").empty());  // an unknown section: nothing, as Redis
+  CHECK(Format(Reply::Text(FormatInfo(rows, "memory")), false) == "\n");
 }
 
 TEST_CASE("keys and values are checked against the limits", "[kvsh]") {
