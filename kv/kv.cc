@@ -664,6 +664,17 @@ absl::StatusOr<Lookup> LookupOnce(const ShardInfo& s, absl::string_view key, uin
   return Lookup::kMissing;
 }
 
+// NotFound or InvalidArgument from an object that an entry or a link pointed to: it was freed,
+// or reused with another size, by a commit after the transaction read the pointer, so the
+// transaction cannot commit: Aborted (Worker::Run runs it again). Other errors pass on.
+absl::Status TableChanged(absl::Status st) {
+  if (absl::IsNotFound(st) || absl::IsInvalidArgument(st)) {
+    return absl::AbortedError(
+        absl::StrCat("kv: the table changed while it was read (", st.message(), ")"));
+  }
+  return st;
+}
+
 // A key's part of the table inside one transaction: its neighbourhood, the overflow chain of its
 // home bucket, and (for displacement) the buckets after the neighbourhood.
 class TableTxn {
@@ -939,13 +950,7 @@ class TableTxn {
     if (absl::IsNotFound(st) || absl::IsInvalidArgument(st)) return NotABucket(s_, st.message());
     return st;
   }
-  static absl::Status Changed(absl::Status st) {
-    if (absl::IsNotFound(st) || absl::IsInvalidArgument(st)) {
-      return absl::AbortedError(absl::StrCat("kv: the table changed while it was read (",
-                                             st.message(), ")"));
-    }
-    return st;
-  }
+  static absl::Status Changed(absl::Status st) { return TableChanged(std::move(st)); }
 
   // Takes the entry out of its bucket or block (and frees its out-of-line object); an overflow
   // block left empty is unlinked and freed.
@@ -2587,16 +2592,6 @@ namespace {
 constexpr unsigned kScanHomeBits = 40;
 constexpr uint64_t kScanHomeMask = (uint64_t{1} << kScanHomeBits) - 1;
 
-// NotFound or InvalidArgument from an object that an entry or a link pointed to: it was freed
-// or reused under the transaction, which will not commit (Worker::Run runs it again).
-absl::Status ChangedUnder(absl::Status st) {
-  if (absl::IsNotFound(st) || absl::IsInvalidArgument(st)) {
-    return absl::AbortedError(
-        absl::StrCat("kv: the table changed while it was scanned (", st.message(), ")"));
-  }
-  return st;
-}
-
 // The key of entry `e` (read from its item or index object unless inline).
 absl::Status EntryKey(txn::Transaction& t, const ShardInfo& s, const Entry& e, std::string* key) {
   if (e.kind == kInline) {
@@ -2605,7 +2600,7 @@ absl::Status EntryKey(txn::Transaction& t, const ShardInfo& s, const Entry& e, s
   }
   std::string obj;
   if (e.kind == kOutOfLine) {
-    if (absl::Status st = ChangedUnder(t.Read(e.object, ItemSize(e.key_len, e.value_len), &obj));
+    if (absl::Status st = TableChanged(t.Read(e.object, ItemSize(e.key_len, e.value_len), &obj));
         !st.ok()) {
       return st;
     }
@@ -2617,7 +2612,7 @@ absl::Status EntryKey(txn::Transaction& t, const ShardInfo& s, const Entry& e, s
     key->assign(obj, kItemHeader, e.key_len);
   } else {
     if (absl::Status st =
-            ChangedUnder(t.Read(e.object, IndexSize(e.key_len, e.value_len, s.chunk_bytes), &obj));
+            TableChanged(t.Read(e.object, IndexSize(e.key_len, e.value_len, s.chunk_bytes), &obj));
         !st.ok()) {
       return st;
     }
@@ -2667,7 +2662,7 @@ absl::Status ScanHomes(txn::Transaction& t, const ShardInfo& s, uint64_t first, 
     for (int hops = 0; has; ++hops) {
       if (hops > 1 << 20) return absl::DataLossError("an overflow chain does not end");
       std::string block;
-      if (absl::Status rst = ChangedUnder(t.Read(link, s.payload(), &block)); !rst.ok()) {
+      if (absl::Status rst = TableChanged(t.Read(link, s.payload(), &block)); !rst.ok()) {
         return rst;
       }
       absl::string_view payload;
