@@ -397,6 +397,24 @@ std::vector<uint32_t> Node::BackupsOf(uint32_t region_id) const {
                                it->second.info.backup_node().end());
 }
 
+absl::StatusOr<Node::Copies> Node::CopiesOf(uint32_t region_id) const {
+  farm::ReaderMutexLock l(&map_mu_);
+  auto it = region_map_.find(region_id);
+  if (it == region_map_.end()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("region ", region_id, " is not in the current membership"));
+  }
+  const control::RegionInfo& info = it->second.info;
+  if (info.recovering()) {
+    return absl::UnavailableError(absl::StrCat("region ", region_id, " is recovering: node ",
+                                               info.node_id(), " took it over; retry"));
+  }
+  Copies c;
+  c.primary = info.node_id();
+  c.backups.assign(info.backup_node().begin(), info.backup_node().end());
+  return c;
+}
+
 std::shared_ptr<Region> Node::BackupCopy(uint32_t region_id) const {
   farm::ReaderMutexLock l(&map_mu_);
   auto it = backups_.find(region_id);

@@ -155,6 +155,15 @@ class Node {
   // The nodes holding backup copies of data region `region_id` in the current membership
   // (fewer than f while it is degraded; empty for f = 0 or an unknown region).
   std::vector<uint32_t> BackupsOf(uint32_t region_id) const;
+  // Data region `region_id`'s primary and backups, both of the current membership (one look at
+  // the map: Resolve and BackupsOf called one after the other may see two memberships, e.g. the
+  // old primary with the backups of the membership that promoted one of them, i.e. none).
+  // OutOfRange for an unknown region, Unavailable for one that is recovering, as Resolve.
+  struct Copies {
+    uint32_t primary = 0;
+    std::vector<uint32_t> backups;
+  };
+  absl::StatusOr<Copies> CopiesOf(uint32_t region_id) const;
   // This node's backup copy of `region_id`, or null if it holds none. The memory stays valid
   // while the caller holds the pointer, even if a later membership drops the copy.
   std::shared_ptr<Region> BackupCopy(uint32_t region_id) const;

@@ -874,7 +874,10 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
   *moved = false;
   // Each written region's primary now (resolved once per region) must be the one its writes
   // were locked at: the promoted backup locked only what its records held then, and this
-  // transaction's writes are not among them.
+  // transaction's writes are not among them. The primary and the backups are read together, of
+  // one membership: the old primary with the backups of the membership that promoted one of them
+  // (none left, often) would send the region's writes to no backup, and the promoted copy would
+  // never get them (a committed write lost, seen once in replication_test under ASan).
   struct RegionCopies {
     uint32_t primary = 0;
     std::vector<uint32_t> backups;
@@ -885,18 +888,24 @@ std::vector<uint32_t> Transaction::SendBackups(bool* moved) {
     const GlobalAddress addr = GlobalAddress::Unpack(key);
     auto [it, added] = regions.try_emplace(addr.region);
     if (added) {
-      absl::StatusOr<RemoteTarget> t = node->Resolve(addr, 8);
-      if (!t.ok()) {
+      absl::StatusOr<Node::Copies> c = node->CopiesOf(addr.region);
+      if (!c.ok()) {
         *moved = true;
         return {};
       }
-      it->second.primary = t->node_id;
-      it->second.backups = node->BackupsOf(addr.region);
+      it->second.primary = c->primary;
+      it->second.backups = std::move(c->backups);
     }
     if (it->second.primary != w.owner) {
       *moved = true;
       return {};
     }
+  }
+  // Tests change the membership here (a promotion after the copies were read).
+  FARM_SYNC_POINT("Transaction::SendBackups:AfterCopies");
+  // Mutant: the backups are read again, apart from the primary (in a later membership).
+  if (FARM_MUTANT("backups_read_apart")) {
+    for (auto& [region, copies] : regions) copies.backups = node->BackupsOf(region);
   }
   // Every part names every region written, with its primary and backups: the recovery vote
   // (txn/recovery.h) tells from them whether this COMMIT-BACKUP was complete.
