@@ -10,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace farm {
@@ -45,8 +46,17 @@ std::string OpFields(const HistoryOp& op) {
       absl::StrAppend(&out, ", \"expected\": ", op.expected ? JsonString(*op.expected) : "null",
                       ", \"value\": ", JsonString(op.value));
       break;
+    case HistoryOpKind::kSetxx:
+    case HistoryOpKind::kGetset:
+    case HistoryOpKind::kAppend:
+      absl::StrAppend(&out, ", \"value\": ", JsonString(op.value));
+      break;
+    case HistoryOpKind::kIncr:
+      absl::StrAppend(&out, ", \"delta\": ", op.delta);
+      break;
     case HistoryOpKind::kGet:
     case HistoryOpKind::kDel:
+    case HistoryOpKind::kExists:
       break;
   }
   return out;
@@ -64,7 +74,18 @@ std::string OutcomeFields(const HistoryOutcome& o) {
     case HistoryOpKind::kDel:
       return absl::StrCat(", \"deleted\": ", flag);
     case HistoryOpKind::kCas:
+    case HistoryOpKind::kSetxx:
       return absl::StrCat(", \"ok\": ", flag);
+    case HistoryOpKind::kGetset:  // "old": the call has a "value" of its own
+      return o.flag ? absl::StrCat(", \"found\": true, \"old\": ", JsonString(o.value))
+                    : ", \"found\": false";
+    case HistoryOpKind::kAppend:
+      return absl::StrCat(", \"length\": ", o.length);
+    case HistoryOpKind::kExists:
+      return absl::StrCat(", \"found\": ", flag);
+    case HistoryOpKind::kIncr:
+      return o.flag ? ", \"failed\": true"
+                    : absl::StrCat(", \"failed\": false, \"value\": ", JsonString(o.value));
   }
   return "";
 }
@@ -97,6 +118,16 @@ const char* HistoryOpName(HistoryOpKind kind) {
       return "del";
     case HistoryOpKind::kCas:
       return "cas";
+    case HistoryOpKind::kSetxx:
+      return "setxx";
+    case HistoryOpKind::kGetset:
+      return "getset";
+    case HistoryOpKind::kAppend:
+      return "append";
+    case HistoryOpKind::kExists:
+      return "exists";
+    case HistoryOpKind::kIncr:
+      return "incr";
   }
   return "?";
 }
@@ -114,6 +145,24 @@ HistoryOp HistoryOp::Cas(absl::string_view key, std::optional<std::string> expec
                          absl::string_view value) {
   return {HistoryOpKind::kCas, std::string(key), std::string(value), std::move(expected)};
 }
+HistoryOp HistoryOp::PutIfAbsent(absl::string_view key, absl::string_view value) {
+  return Cas(key, std::nullopt, value);
+}
+HistoryOp HistoryOp::Setxx(absl::string_view key, absl::string_view value) {
+  return {HistoryOpKind::kSetxx, std::string(key), std::string(value), std::nullopt};
+}
+HistoryOp HistoryOp::Getset(absl::string_view key, absl::string_view value) {
+  return {HistoryOpKind::kGetset, std::string(key), std::string(value), std::nullopt};
+}
+HistoryOp HistoryOp::Append(absl::string_view key, absl::string_view suffix) {
+  return {HistoryOpKind::kAppend, std::string(key), std::string(suffix), std::nullopt};
+}
+HistoryOp HistoryOp::Exists(absl::string_view key) {
+  return {HistoryOpKind::kExists, std::string(key), "", std::nullopt};
+}
+HistoryOp HistoryOp::Incr(absl::string_view key, int64_t delta) {
+  return {HistoryOpKind::kIncr, std::string(key), "", std::nullopt, delta};
+}
 
 HistoryOutcome HistoryOutcome::Get(std::optional<std::string> value) {
   return {HistoryOpKind::kGet, value.has_value(), value ? std::move(*value) : ""};
@@ -121,6 +170,17 @@ HistoryOutcome HistoryOutcome::Get(std::optional<std::string> value) {
 HistoryOutcome HistoryOutcome::Put() { return {HistoryOpKind::kPut, false, ""}; }
 HistoryOutcome HistoryOutcome::Del(bool deleted) { return {HistoryOpKind::kDel, deleted, ""}; }
 HistoryOutcome HistoryOutcome::Cas(bool ok) { return {HistoryOpKind::kCas, ok, ""}; }
+HistoryOutcome HistoryOutcome::Setxx(bool ok) { return {HistoryOpKind::kSetxx, ok, ""}; }
+HistoryOutcome HistoryOutcome::Getset(std::optional<std::string> old) {
+  return {HistoryOpKind::kGetset, old.has_value(), old ? std::move(*old) : ""};
+}
+HistoryOutcome HistoryOutcome::Append(uint64_t length) {
+  return {HistoryOpKind::kAppend, false, "", length};
+}
+HistoryOutcome HistoryOutcome::Exists(bool found) { return {HistoryOpKind::kExists, found, ""}; }
+HistoryOutcome HistoryOutcome::Incr(std::optional<int64_t> value) {
+  return {HistoryOpKind::kIncr, !value.has_value(), value ? absl::StrCat(*value) : ""};
+}
 
 std::string JsonString(absl::string_view bytes) {
   static constexpr char kHex[] = "0123456789abcdef";
@@ -247,6 +307,39 @@ absl::Status HistoryRecorder::ReturnDel(Handle h, const absl::StatusOr<bool>& re
 absl::Status HistoryRecorder::ReturnCas(Handle h, const absl::StatusOr<bool>& result) {
   if (result.ok()) return Return(h, HistoryOutcome::Cas(*result));
   return ReturnUnknown(h, result.status().ToString());
+}
+
+absl::Status HistoryRecorder::ReturnSetxx(Handle h, const absl::StatusOr<bool>& result) {
+  if (result.ok()) return Return(h, HistoryOutcome::Setxx(*result));
+  return ReturnUnknown(h, result.status().ToString());
+}
+
+absl::Status HistoryRecorder::ReturnGetset(
+    Handle h, const absl::StatusOr<std::optional<std::string>>& result) {
+  if (result.ok()) return Return(h, HistoryOutcome::Getset(*result));
+  return ReturnUnknown(h, result.status().ToString());
+}
+
+absl::Status HistoryRecorder::ReturnAppend(Handle h, const absl::StatusOr<uint64_t>& result) {
+  if (result.ok()) return Return(h, HistoryOutcome::Append(*result));
+  return ReturnUnknown(h, result.status().ToString());
+}
+
+absl::Status HistoryRecorder::ReturnExists(Handle h, const absl::StatusOr<bool>& result) {
+  if (result.ok()) return Return(h, HistoryOutcome::Exists(*result));
+  return ReturnUnknown(h, result.status().ToString());
+}
+
+absl::Status HistoryRecorder::ReturnIncr(Handle h, const absl::StatusOr<int64_t>& result) {
+  if (result.ok()) return Return(h, HistoryOutcome::Incr(*result));
+  if (IsIncrRefusal(result.status())) return Return(h, HistoryOutcome::Incr(std::nullopt));
+  return ReturnUnknown(h, result.status().ToString());
+}
+
+bool HistoryRecorder::IsIncrRefusal(const absl::Status& s) {
+  return absl::IsFailedPrecondition(s) &&
+         (absl::EndsWith(s.message(), "value is not an integer or out of range") ||
+          absl::EndsWith(s.message(), "increment or decrement would overflow"));
 }
 
 std::string HistoryRecorder::ToJson() const {

@@ -16,8 +16,12 @@
 //   // then: lincheck /tmp/h/node1.json /tmp/h/node2.jsonl ...   (exit 0: linearizable)
 //
 // Operations (the model of tools/lincheck/model.go): get(key) -> found, value; put(key, value);
-// del(key) -> deleted; cas(key, expected or nullopt = must be absent, value) -> ok. Keys and
-// values are byte strings.
+// del(key) -> deleted; cas(key, expected or nullopt = must be absent, value) -> ok (a
+// PutIfAbsent is a cas from nullopt); and the atomic updates of kv::Client: setxx(key, value) ->
+// ok (PutIfPresent); getset(key, value) -> found, old value (GetAndSet); append(key, suffix) ->
+// length; exists(key) -> found; incr(key, delta) -> the new value, or failed (IncrBy refused:
+// no integer, or an overflow). Keys and values are byte strings. Multi-key operations (MultiPut)
+// are not in the model: the checker partitions a history by key.
 //
 // Outcomes. Return* records what the client was told, stamped with the time. An operation that
 // never gets a Return (its thread or process died), or whose Return* got an error status, has an
@@ -61,35 +65,49 @@
 namespace farm {
 namespace kv {
 
-enum class HistoryOpKind { kGet, kPut, kDel, kCas };
+enum class HistoryOpKind { kGet, kPut, kDel, kCas, kSetxx, kGetset, kAppend, kExists, kIncr };
 
-// "get", "put", "del", "cas".
+// "get", "put", "del", "cas", "setxx", "getset", "append", "exists", "incr".
 const char* HistoryOpName(HistoryOpKind kind);
 
 // What a client asked for.
 struct HistoryOp {
   HistoryOpKind kind = HistoryOpKind::kGet;
   std::string key;
-  std::string value;                    // put, cas
+  std::string value;                    // put, cas, setxx, getset; append: the suffix
   std::optional<std::string> expected;  // cas; nullopt: the key must be absent
+  int64_t delta = 0;                    // incr
 
   static HistoryOp Get(absl::string_view key);
   static HistoryOp Put(absl::string_view key, absl::string_view value);
   static HistoryOp Del(absl::string_view key);
   static HistoryOp Cas(absl::string_view key, std::optional<std::string> expected,
                        absl::string_view value);
+  static HistoryOp PutIfAbsent(absl::string_view key, absl::string_view value);  // a cas
+  static HistoryOp Setxx(absl::string_view key, absl::string_view value);
+  static HistoryOp Getset(absl::string_view key, absl::string_view value);
+  static HistoryOp Append(absl::string_view key, absl::string_view suffix);
+  static HistoryOp Exists(absl::string_view key);
+  static HistoryOp Incr(absl::string_view key, int64_t delta);
 };
 
 // What a client was told.
 struct HistoryOutcome {
   HistoryOpKind kind = HistoryOpKind::kGet;
-  bool flag = false;  // get: found; del: deleted; cas: ok
-  std::string value;  // get, when found
+  // get, getset, exists: found; del: deleted; cas, setxx: ok; incr: failed (refused).
+  bool flag = false;
+  std::string value;    // get, getset: the (old) value, when found; incr: the new value
+  uint64_t length = 0;  // append
 
   static HistoryOutcome Get(std::optional<std::string> value);  // nullopt: not found
   static HistoryOutcome Put();
   static HistoryOutcome Del(bool deleted);
   static HistoryOutcome Cas(bool ok);
+  static HistoryOutcome Setxx(bool ok);
+  static HistoryOutcome Getset(std::optional<std::string> old);  // nullopt: it was absent
+  static HistoryOutcome Append(uint64_t length);
+  static HistoryOutcome Exists(bool found);
+  static HistoryOutcome Incr(std::optional<int64_t> value);  // nullopt: refused
 };
 
 class HistoryRecorder {
@@ -127,7 +145,17 @@ class HistoryRecorder {
   absl::Status ReturnGet(Handle h, const absl::StatusOr<std::string>& result);
   absl::Status ReturnPut(Handle h, const absl::Status& result);
   absl::Status ReturnDel(Handle h, const absl::StatusOr<bool>& result);
-  absl::Status ReturnCas(Handle h, const absl::StatusOr<bool>& result);
+  absl::Status ReturnCas(Handle h, const absl::StatusOr<bool>& result);  // and PutIfAbsent's
+  absl::Status ReturnSetxx(Handle h, const absl::StatusOr<bool>& result);
+  absl::Status ReturnGetset(Handle h, const absl::StatusOr<std::optional<std::string>>& result);
+  absl::Status ReturnAppend(Handle h, const absl::StatusOr<uint64_t>& result);
+  absl::Status ReturnExists(Handle h, const absl::StatusOr<bool>& result);
+  // IncrBy's refusals (FailedPrecondition "value is not an integer or out of range" or
+  // "increment or decrement would overflow", kv/kv.h) are certain: failed, nothing changed. Any
+  // other error, a FailedPrecondition of the platform's included (an evicted node), is unknown.
+  absl::Status ReturnIncr(Handle h, const absl::StatusOr<int64_t>& result);
+  // Whether `s` is one of IncrBy's refusals (above).
+  static bool IsIncrRefusal(const absl::Status& s);
 
   // The history in the document format, and written to `path` (through a temporary file renamed
   // over it, so readers never see half a history). Calls still pending are unknown.

@@ -145,6 +145,55 @@ TEST_CASE("the Return helpers map kv::Client results to outcomes", "[kv_history]
   CHECK(rec.unknown() == 4);
 }
 
+TEST_CASE("the atomic updates are recorded with their outcomes", "[kv_history]") {
+  HistoryRecorder rec(FakeClock());
+  auto nx = rec.Call(0, HistoryOp::PutIfAbsent("a", "1"));
+  auto xx = rec.Call(1, HistoryOp::Setxx("a", "2"));
+  auto gs = rec.Call(2, HistoryOp::Getset("a", "3"));
+  auto gs2 = rec.Call(3, HistoryOp::Getset("b", "4"));
+  auto ap = rec.Call(4, HistoryOp::Append("a", "\x01"));
+  auto ex = rec.Call(5, HistoryOp::Exists("a"));
+  auto in = rec.Call(6, HistoryOp::Incr("n", -9223372036854775807LL - 1));
+  auto in2 = rec.Call(7, HistoryOp::Incr("n", 2));
+  auto in3 = rec.Call(8, HistoryOp::Incr("n", 1));
+  auto in4 = rec.Call(9, HistoryOp::Incr("n", 1));
+  REQUIRE(rec.ReturnCas(nx, true).ok());
+  REQUIRE(rec.ReturnSetxx(xx, false).ok());
+  REQUIRE(rec.ReturnGetset(gs, std::optional<std::string>("1")).ok());
+  REQUIRE(rec.ReturnGetset(gs2, std::optional<std::string>()).ok());
+  REQUIRE(rec.ReturnAppend(ap, uint64_t{2}).ok());
+  REQUIRE(rec.ReturnExists(ex, true).ok());
+  REQUIRE(rec.ReturnIncr(in, int64_t{-9223372036854775807LL - 1}).ok());
+  // IncrBy's refusals are certain (nothing changed); another FailedPrecondition is not.
+  REQUIRE(rec.ReturnIncr(in2,
+                         absl::FailedPreconditionError("kv: increment or decrement would overflow"))
+              .ok());
+  REQUIRE(rec.ReturnIncr(
+                 in3, absl::FailedPreconditionError("kv: value is not an integer or out of range"))
+              .ok());
+  REQUIRE(rec.ReturnIncr(in4, absl::FailedPreconditionError("node 1 was evicted")).ok());
+  std::vector<std::string> lines = absl::StrSplit(rec.ToJson(), '\n');
+  REQUIRE(lines.size() == 13);  // header, 10 operations, "]}", ""
+  CHECK_THAT(lines[1], Catch::EndsWith("\"op\": \"cas\", \"key\": \"a\", \"expected\": null, "
+                                       "\"value\": \"1\", \"ok\": true},"));
+  CHECK_THAT(lines[2], Catch::EndsWith(
+                           "\"op\": \"setxx\", \"key\": \"a\", \"value\": \"2\", \"ok\": false},"));
+  CHECK_THAT(lines[3], Catch::EndsWith("\"op\": \"getset\", \"key\": \"a\", \"value\": \"3\", "
+                                       "\"found\": true, \"old\": \"1\"},"));
+  CHECK_THAT(lines[4], Catch::EndsWith("\"value\": \"4\", \"found\": false},"));
+  CHECK_THAT(lines[5], Catch::EndsWith("\"op\": \"append\", \"key\": \"a\", \"value\": "
+                                       "\"\\u0001\", \"length\": 2},"));
+  CHECK_THAT(lines[6], Catch::EndsWith("\"op\": \"exists\", \"key\": \"a\", \"found\": true},"));
+  CHECK_THAT(lines[7], Catch::EndsWith("\"op\": \"incr\", \"key\": \"n\", \"delta\": "
+                                       "-9223372036854775808, \"failed\": false, \"value\": "
+                                       "\"-9223372036854775808\"},"));
+  CHECK_THAT(lines[8], Catch::EndsWith("\"delta\": 2, \"failed\": true},"));
+  CHECK_THAT(lines[9], Catch::EndsWith("\"delta\": 1, \"failed\": true},"));
+  CHECK_THAT(lines[10], Catch::Contains("\"return\": null"));
+  CHECK_THAT(lines[10], Catch::EndsWith("\"error\": \"FAILED_PRECONDITION: node 1 was evicted\"}"));
+  CHECK(rec.unknown() == 1);
+}
+
 TEST_CASE("misuse of a handle is an error and changes nothing", "[kv_history]") {
   HistoryRecorder rec(FakeClock());
   auto get = rec.Call(0, HistoryOp::Get("a"));

@@ -11,7 +11,9 @@
 // inline, out of line (a third of them exactly an overflow block's size, so that a freed block's
 // slot is reused by an item), and chunked (larger than one object); reads by one-sided GET, by
 // GetRpc and by MultiGet on either of its paths, one-sided READs or batched GETs by RPC (recorded
-// as one get per key over the MultiGet's interval), put, del and cas. With
+// as one get per key over the MultiGet's interval), put, del and cas, and the atomic updates:
+// IncrBy (on every sixth key, whose puts write decimal integers, and now and then elsewhere or
+// past int64, where it is refused), PutIfAbsent, PutIfPresent, GetAndSet, Append and Exists. With
 // --delay_block_reads a GET or a write that follows a link to an overflow block, or a GET that
 // follows an entry to its item, sleeps a little first, now and then (sync points
 // kv::*:BeforeBlockRead, kv::LookupOnce:BeforeItemRead), which widens the windows in which the
@@ -24,9 +26,10 @@
 // become unreachable, operations on them end in errors with an unknown outcome (they may or may
 // not have taken effect), and a thread stops using a key after an error so that a history holds
 // few of those. Even then InvalidArgument, DataLoss and Internal fail the node.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <algorithm>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -142,9 +145,11 @@ class Thread {
     int k = rng_() % keys;
     while (unreachable_.count(k) > 0) k = (k + 1) % keys;
     const std::string key = Key(k);
-    const std::string value =
-        Value(absl::StrCat("v", node_, "-", t_, "-", seq, ":"), PickSize(rng_, k, sizes_));
-    const int pick = rng_() % 20;
+    // Every sixth key holds integers (IncrBy's), the others unique values of every size.
+    const std::string value = k % 6 == 5 ? absl::StrCat(rng_() % 1000)
+                                         : Value(absl::StrCat("v", node_, "-", t_, "-", seq, ":"),
+                                                 PickSize(rng_, k, sizes_));
+    const int pick = rng_() % 27;
     if (pick < 5) {
       Get(k, [&] { return kv_.Get(key); });
     } else if (pick < 7 && k % 4 != 0) {
@@ -161,8 +166,39 @@ class Thread {
       absl::StatusOr<bool> d = kv_.Delete(key);
       (void)history_.ReturnDel(h, d);
       Check(k, d.status());
-    } else {
+    } else if (pick < 20) {
       Cas(k, value);
+    } else if (pick < 22) {
+      Incr(k);
+    } else if (pick < 23) {
+      auto h = history_.Call(client_, HistoryOp::PutIfAbsent(key, value));
+      absl::StatusOr<bool> r = kv_.PutIfAbsent(key, value);
+      (void)history_.ReturnCas(h, r);
+      Check(k, r.status());
+    } else if (pick < 24) {
+      auto h = history_.Call(client_, HistoryOp::Setxx(key, value));
+      absl::StatusOr<bool> r = kv_.PutIfPresent(key, value);
+      (void)history_.ReturnSetxx(h, r);
+      Check(k, r.status());
+    } else if (pick < 25) {
+      auto h = history_.Call(client_, HistoryOp::Getset(key, value));
+      absl::StatusOr<std::optional<std::string>> r = kv_.GetAndSet(key, value);
+      (void)history_.ReturnGetset(h, r);
+      Check(k, r.status());
+    } else if (pick < 26) {
+      // A digit on an integer key (which may make it one Redis does not read: "07"), a unique
+      // suffix elsewhere.
+      const std::string suffix =
+          k % 6 == 5 ? absl::StrCat(rng_() % 10) : absl::StrCat("+", node_, "-", t_, "-", seq);
+      auto h = history_.Call(client_, HistoryOp::Append(key, suffix));
+      absl::StatusOr<uint64_t> r = kv_.Append(key, suffix);
+      (void)history_.ReturnAppend(h, r);
+      Check(k, r.status());
+    } else {
+      auto h = history_.Call(client_, HistoryOp::Exists(key));
+      absl::StatusOr<bool> r = kv_.Exists(key);
+      (void)history_.ReturnExists(h, r);
+      Check(k, r.status());
     }
   }
 
@@ -213,6 +249,20 @@ class Thread {
     absl::StatusOr<bool> c = kv_.CompareAndSet(key, expected, value);
     (void)history_.ReturnCas(h, c);
     Check(k, c.status());
+  }
+
+  // IncrBy by a small delta, or now and then by one that leaves int64 (refused).
+  void Incr(int k) {
+    const std::string key = Key(k);
+    int64_t delta = static_cast<int64_t>(rng_() % 11) - 5;
+    if (rng_() % 10 == 0)
+      delta = rng_() % 2 ? std::numeric_limits<int64_t>::max() - 3
+                         : std::numeric_limits<int64_t>::min() + 3;
+    auto h = history_.Call(client_, HistoryOp::Incr(key, delta));
+    absl::StatusOr<int64_t> r = kv_.IncrBy(key, delta);
+    (void)history_.ReturnIncr(h, r);
+    // Its refusals (no integer there, or an overflow) are outcomes, not errors.
+    Check(k, HistoryRecorder::IsIncrRefusal(r.status()) ? absl::OkStatus() : r.status());
   }
 
   // False after an error (other than NotFound): the key is not used again; a failure unless a

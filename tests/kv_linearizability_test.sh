@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Linearizability of the KV store, checked for real: 3 node processes (tests/kv_history_app.cc,
 # launched by tools/cluster) run concurrent get / GetRpc / MultiGet (by READs and by batched
-# RPCs) / put / del / cas on a tiny table (3 home buckets of 128 bytes per shard, H = 2) under 48
+# RPCs) / put / del / cas and the atomic updates (IncrBy, PutIfAbsent, PutIfPresent, GetAndSet,
+# Append, Exists) on a tiny table (3 home buckets of 128 bytes per shard, H = 2) under 48
 # keys that are put and deleted all the time, with unique values of every size class (inline, out
 # of line, exactly an overflow block's size, chunked), so that entries are displaced, overflow
 # chains grow and shrink and

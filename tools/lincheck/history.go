@@ -319,10 +319,23 @@ func clip(s string) string {
 
 // Fields each kind of operation has: on the call, and on a known outcome.
 var (
-	commonFields  = []string{"client", "call", "return", "op", "key"}
-	callFields    = map[opKind][]string{opGet: nil, opPut: {"value"}, opDel: nil, opCas: {"expected", "value"}}
-	outcomeFields = map[opKind][]string{opGet: {"found"}, opPut: nil, opDel: {"deleted"}, opCas: {"ok"}}
+	commonFields = []string{"client", "call", "return", "op", "key"}
+	callFields   = map[opKind][]string{opGet: nil, opPut: {"value"}, opDel: nil,
+		opCas: {"expected", "value"}, opSetxx: {"value"}, opGetset: {"value"}, opAppend: {"value"},
+		opExists: nil, opIncr: {"delta"}}
+	outcomeFields = map[opKind][]string{opGet: {"found"}, opPut: nil, opDel: {"deleted"},
+		opCas: {"ok"}, opSetxx: {"ok"}, opGetset: {"found"}, opAppend: {"length"},
+		opExists: {"found"}, opIncr: {"failed"}}
 )
+
+// resultField is the outcome field holding the value a get, getset or incr returned: "old" for
+// getset, whose call has a "value" of its own (a journal merges call and return lines).
+func resultField(k opKind) string {
+	if k == opGetset {
+		return "old"
+	}
+	return "value"
+}
 
 // parseOperation validates one operation's fields (a journal's call and return lines merged).
 func parseOperation(f map[string]json.RawMessage, where string) (op operation, err error) {
@@ -357,17 +370,15 @@ func parseOperation(f map[string]json.RawMessage, where string) (op operation, e
 	if err != nil {
 		return
 	}
-	switch kindName {
-	case "get":
-		op.in.kind = opGet
-	case "put":
-		op.in.kind = opPut
-	case "del":
-		op.in.kind = opDel
-	case "cas":
-		op.in.kind = opCas
-	default:
-		return op, badInput("%s: field \"op\" must be \"get\", \"put\", \"del\" or \"cas\", got %q", where, kindName)
+	known := false
+	for k, name := range opNames {
+		if name == kindName {
+			op.in.kind, known = opKind(k), true
+		}
+	}
+	if !known {
+		return op, badInput("%s: field \"op\" must be one of %s, got %q", where,
+			strings.Join(opNames[:], ", "), kindName)
 	}
 	if op.in.key, err = stringField(f["key"], where, "key"); err != nil {
 		return
@@ -390,8 +401,8 @@ func parseOperation(f map[string]json.RawMessage, where string) (op operation, e
 			}
 		}
 	}
-	if op.in.kind == opGet && !op.out.unknown {
-		allowed["value"] = true
+	if (op.in.kind == opGet || op.in.kind == opGetset || op.in.kind == opIncr) && !op.out.unknown {
+		allowed[resultField(op.in.kind)] = true
 	}
 	var extra []string
 	for name := range f {
@@ -413,23 +424,73 @@ func parseOperation(f map[string]json.RawMessage, where string) (op operation, e
 		}
 	}
 	switch op.in.kind {
-	case opGet:
+	case opGet, opGetset:
+		if op.in.kind == opGetset {
+			if op.in.value, err = stringField(f["value"], where, "value"); err != nil {
+				return
+			}
+		}
 		if op.out.unknown {
 			break
 		}
 		if op.out.found, err = boolField(f["found"], where, "found"); err != nil {
 			return
 		}
-		raw, hasValue := f["value"]
+		raw, hasValue := f[resultField(op.in.kind)]
 		if op.out.found {
 			if !hasValue {
-				return op, badInput("%s: get with \"found\": true needs field \"value\"", where)
+				return op, badInput("%s: %s with \"found\": true needs field %q", where, kindName, resultField(op.in.kind))
+			}
+			if op.out.value, err = stringField(raw, where, resultField(op.in.kind)); err != nil {
+				return
+			}
+		} else if hasValue && !isNull(raw) {
+			return op, badInput("%s: %s with \"found\": false must have no %q (or null)", where, kindName, resultField(op.in.kind))
+		}
+	case opSetxx:
+		if op.in.value, err = stringField(f["value"], where, "value"); err != nil {
+			return
+		}
+		if !op.out.unknown {
+			if op.out.ok, err = boolField(f["ok"], where, "ok"); err != nil {
+				return
+			}
+		}
+	case opAppend:
+		if op.in.value, err = stringField(f["value"], where, "value"); err != nil {
+			return
+		}
+		if !op.out.unknown {
+			if op.out.length, err = intField(f["length"], where, "length"); err != nil {
+				return
+			}
+		}
+	case opExists:
+		if !op.out.unknown {
+			if op.out.found, err = boolField(f["found"], where, "found"); err != nil {
+				return
+			}
+		}
+	case opIncr:
+		if op.in.delta, err = intField(f["delta"], where, "delta"); err != nil {
+			return
+		}
+		if op.out.unknown {
+			break
+		}
+		if op.out.failed, err = boolField(f["failed"], where, "failed"); err != nil {
+			return
+		}
+		raw, hasValue := f["value"]
+		if !op.out.failed {
+			if !hasValue {
+				return op, badInput("%s: incr with \"failed\": false needs field \"value\"", where)
 			}
 			if op.out.value, err = stringField(raw, where, "value"); err != nil {
 				return
 			}
 		} else if hasValue && !isNull(raw) {
-			return op, badInput("%s: get with \"found\": false must have no \"value\" (or null)", where)
+			return op, badInput("%s: incr with \"failed\": true must have no \"value\" (or null)", where)
 		}
 	case opPut:
 		if op.in.value, err = stringField(f["value"], where, "value"); err != nil {

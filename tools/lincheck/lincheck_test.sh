@@ -41,9 +41,19 @@ expect 2 'visualize must be failure, always or never' --visualize=sometimes "$DA
 # Linearizable histories.
 expect 0 '^OK: linearizable \(2 keys\)' "$DATA/ok_concurrent.json"
 expect 0 '^OK: linearizable \(2 keys\)' "$DATA/ok_cas.json"
-expect 0 '5 operations \(2 of unknown outcome; 1 get\(s\) among them left out\)' \
+expect 0 '5 operations \(2 of unknown outcome; 1 read\(s\) among them left out\)' \
   "$DATA/ok_unknown_applied.json"
 expect 0 '^OK: linearizable \(1 key\)' "$DATA/ok_unknown_not_applied.json"
+# The atomic updates (incr, setxx, getset, append, exists; put-if-absent is a cas from null): the
+# last append's length needs the unknown incr to have applied; without it the key fails.
+expect 0 '^OK: linearizable \(2 keys\)' "$DATA/ok_atomic.json"
+grep -v '"return": null, "op": "incr"' "$DATA/ok_atomic.json" >"$TMP/no_unknown_incr.json"
+expect 1 'key "s": NOT LINEARIZABLE' --visualize=never "$TMP/no_unknown_incr.json"
+expect 1 'length 2 needs a value of 1 bytes before, but the key is absent' --visualize=never \
+  "$TMP/no_unknown_incr.json"
+# getset's old value comes as "old" on its return line (its call line has the new "value").
+printf '{"id": 0, "client": 1, "call": 1, "op": "getset", "key": "k", "value": "a"}\n{"id": 0, "return": 5, "found": false}\n{"id": 1, "client": 1, "call": 6, "op": "getset", "key": "k", "value": "b"}\n{"id": 1, "return": 9, "found": true, "old": "a"}\n' >"$TMP/getset.jsonl"
+expect 0 '^OK: linearizable \(1 key\)' "$TMP/getset.jsonl"
 # The journal format, one file per process; node 2 was killed with its put and cas pending, which
 # explain what node 1 read. Without node 2's journal they are values never written.
 expect 0 '5 operations \(2 of unknown outcome\) by 3 clients on 2 keys, from 2 files' \
@@ -80,6 +90,12 @@ expect_bad bad_resurrected 'it needs the key to be "v", but the key is absent'
 expect_bad bad_nonmonotonic 'key "mono": NOT LINEARIZABLE'
 expect_bad bad_nonmonotonic 'get\(\) -> "old"'
 expect_bad bad_unknown_unexplained 'NOT LINEARIZABLE: 2 of 2 keys: "early", "u"'
+expect_bad bad_lost_incr 'key "hits": NOT LINEARIZABLE \(3 operations\)'
+expect_bad bad_lost_incr 'value "1" needs the key to be "0" \(or absent, for 0\) before, but the key holds "1"'
+expect_bad bad_incr_refused 'a sum needs the key to hold an integer \(or be absent\), but the key holds "007"'
+expect_bad bad_append_length 'length 2 needs a value of 0 bytes before, but the key holds "ab"'
+expect_bad bad_getset_old 'it needs the key to be absent before, but the key holds "v1"'
+expect_bad bad_setxx_absent 'ok=true needs the key to be present, but it is absent'
 expect_bad bad_unknown_unexplained 'cas\(null -> "b"\) -> \? \(outcome unknown\).*error: DEADLINE_EXCEEDED'
 # A second run does not overwrite the first one's visualization.
 expect 1 'lincheck_bad_stale_read_2.html' "$DATA/bad_stale_read.json"
@@ -102,7 +118,13 @@ expect 2 'm2.json:4: operation 1: field "call" must be an integer' "$TMP/m2.json
 printf '{"operations": [\n{"client": 1, "call": 1, "return": 2, "op": "put", "key": "k", "value": "v"},\n{"client": 1, "call": 3, "ret' >"$TMP/m3.json"
 expect 2 'm3.json:3: invalid JSON' "$TMP/m3.json"
 printf '{"operations": [{"client": 1, "call": 1, "return": 2, "op": "inc", "key": "k"}]}' >"$TMP/m4.json"
-expect 2 'm4.json:1: operation 0: field "op" must be "get", "put", "del" or "cas", got "inc"' "$TMP/m4.json"
+expect 2 'm4.json:1: operation 0: field "op" must be one of get, put, del, cas, setxx, getset, append, exists, incr, got "inc"' "$TMP/m4.json"
+printf '{"operations": [{"client": 1, "call": 1, "return": 2, "op": "incr", "key": "k", "delta": 1, "failed": false}]}' >"$TMP/m13.json"
+expect 2 'incr with "failed": false needs field "value"' "$TMP/m13.json"
+printf '{"operations": [{"client": 1, "call": 1, "return": 2, "op": "incr", "key": "k", "delta": 1.5, "failed": true}]}' >"$TMP/m14.json"
+expect 2 'field "delta" must be an integer' "$TMP/m14.json"
+printf '{"operations": [{"client": 1, "call": 1, "return": 2, "op": "getset", "key": "k", "value": "v", "found": true}]}' >"$TMP/m15.json"
+expect 2 'getset with "found": true needs field "old"' "$TMP/m15.json"
 printf '{"operations": [{"client": 1, "call": 5, "return": 2, "op": "del", "key": "k", "deleted": true}]}' >"$TMP/m5.json"
 expect 2 '"return" 2 is before "call" 5' "$TMP/m5.json"
 printf '{"operations": [{"client": 1, "call": 1, "retrun": 2, "return": null, "op": "del", "key": "k"}]}' >"$TMP/m6.json"

@@ -160,7 +160,7 @@ type history struct {
 	clients  map[int64]int                    // client id -> dense index (visualization rows)
 	epoch    int64                            // the earliest call: report times are relative to it
 	unknownT int64                            // the return time of operations of unknown outcome
-	counts   struct{ ops, unknown, droppedGets, clients int }
+	counts   struct{ ops, unknown, droppedReads, clients int }
 }
 
 func newHistory(ops []operation) *history {
@@ -185,8 +185,8 @@ func newHistory(ops []operation) *history {
 		if op.out.unknown {
 			ret = h.unknownT
 			h.counts.unknown++
-			if op.in.kind == opGet { // constrains nothing
-				h.counts.droppedGets++
+			if op.in.kind == opGet || op.in.kind == opExists { // constrains nothing
+				h.counts.droppedReads++
 				continue
 			}
 		}

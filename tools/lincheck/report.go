@@ -34,8 +34,8 @@ func (h *history) report(results []keyResult, files []string, o options, elapsed
 		}
 	}
 	dropped := ""
-	if h.counts.droppedGets > 0 {
-		dropped = fmt.Sprintf("; %d get(s) among them left out", h.counts.droppedGets)
+	if h.counts.droppedReads > 0 {
+		dropped = fmt.Sprintf("; %d read(s) among them left out", h.counts.droppedReads)
 	}
 	fmt.Fprintf(stdout, "lincheck: %s (%d of unknown outcome%s) by %s on %s, from %s; checked in %.2fs\n",
 		plural(h.counts.ops, "operation"), h.counts.unknown, dropped, plural(h.counts.clients, "client"),
