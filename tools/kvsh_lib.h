@@ -108,8 +108,22 @@ std::vector<Token> WordTokens(absl::Span<const std::string> words);
 // NotFound (with the list of commands) for an unknown command.
 absl::StatusOr<std::string> HelpText(absl::string_view command, const Limits& limits);
 
-// The names of the commands, for completion.
+// The names of the commands (canonical spellings, as help lists them).
 std::vector<std::string> CommandNames();
+
+// TAB completion of a command name, as redis-cli's: the names and aliases (set, delete, exit)
+// starting with `prefix`, case-insensitively, sorted; in upper case when `prefix` is (SE: SET,
+// SETNX), else in lower case.
+std::vector<std::string> CompleteCommandName(absl::string_view prefix);
+
+// The argument hint the interactive shell shows after the cursor while `line` is typed, as
+// redis-cli's: for a known command name, the rest of its usage (the same table as the help
+// text): "set" -> " KEY VALUE [NX|XX] [GET]", "set k " -> "VALUE [NX|XX] [GET]". Each argument
+// typed (a complete or a partial word) takes off one required argument of the usage; optional
+// ones ([...]) stay, as redis-cli keeps them. Only the last command of the line counts (after
+// ';'). Empty when there is nothing to hint: no command, an unknown one, unbalanced quotes, no
+// required argument left and no optional one, or a line ending in ';'.
+std::string ArgumentHint(absl::string_view line);
 
 // A reply, as a redis server would give it.
 struct Reply {
