@@ -465,8 +465,8 @@ printf '%s\n' 'put a "x y"' 'get a' 'frob' 'help get' 'set a z NX' 'ping' 'set a
   'get a' 'incr n; incrby n 10; decr n; decrby n 3' $'se\t\tnx s1 v1' 'setnx s1 v2' \
   $'GETS\ta q' 'get a' 'append s1 "+w"; strlen s1; strlen nope; exists a s1 nope a' \
   'mset m1 1 m2 2; msetnx m2 x m3 y; mget m1 m2 m3' 'keys s*' 'ping "hello there"' \
-  $'dbs\t' 'info nosuchsection' 'set k v' 'quit' |
-  HOME="$TMP/home" timeout 120 script -qfec \
+  $'dbs\t' 'info nosuchsection' 'set k v' 'scan 0 MATCH nomatch* COUNT 1' 'quit' |
+  HOME="$TMP/home" TERM=xterm timeout 120 script -qfec \
     "$KVSH --local=2 --provider='$provider' --host=$host --lock_memory=false" /dev/null \
     >"$TMP/out" 2>"$TMP/err"
 rc=$?
@@ -491,7 +491,13 @@ for want in '^kvsh: node 2 of a cluster with shards on node\(s\) 0, 1' '^kvsh> g
 done
 # The replies from 'incr n' on, in order (the lines the shell printed, not the echoed input).
 sed -n '/^kvsh> incr n; incrby/,$p' "$TMP/plain" | grep -vE '^(kvsh> |$)' |
-  grep -vE '^(set +setnx *|incr n; .*|se\s*nx s1 v1|setnx s1 v2|GETS\s*a q|get a|append s1 .*|mset m1 .*|keys s\*|ping .*|dbs\s*|info nosuchsection|set k v|quit)$' >"$TMP/replies"
+  grep -vE '^(set +setnx *|incr n; .*|se\s*nx s1 v1|setnx s1 v2|GETS\s*a q|get a|append s1 .*|mset m1 .*|keys s\*|ping .*|dbs\s*|info nosuchsection|set k v|scan 0 .*|quit)$' \
+    >"$TMP/all"
+# SCAN's last: a step of one bucket, no key matching, a cursor that is not 0 (its value is the
+# shard's position and a bucket: not checked).
+tail -n 2 "$TMP/all" | tr '\n' '|' | grep -qxE '1\) "[1-9][0-9]*"\|2\) \(empty array\)\|' ||
+  fail "scan on the terminal: $(tail -n 2 "$TMP/all")"
+head -n -2 "$TMP/all" >"$TMP/replies"
 expect_out "$TMP/replies" '(integer) 1
 (integer) 11
 (integer) 10
@@ -516,6 +522,25 @@ OK'
 grep -q '^get\\040a$' "$TMP/home/.kvsh_history" || fail "history: $(cat "$TMP/home/.kvsh_history")"
 grep -q '^GETSET\\040a\\040q$' "$TMP/home/.kvsh_history" ||
   fail "TAB did not complete GETSET: $(cat "$TMP/home/.kvsh_history")"
+no_nodes_left
+# --raw on a terminal: bare values, (nil) still; an error as redis-cli --raw prints it. A dumb
+# terminal (TERM=dumb, as linenoise's list of them has it) gets no hints' escapes.
+printf '%s\n' 'set r "a b"; get r; get nope; incr c; mget r nope; frob' 'quit' |
+  HOME="$TMP/home" TERM=dumb timeout 120 script -qfec \
+    "$KVSH --local=1 --raw --provider='$provider' --host=$host --lock_memory=false" /dev/null \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc 1 "interactive session with --raw"
+! grep -qF "$e[90m" "$TMP/out" || fail "hints on a dumb terminal: $(cat -v "$TMP/out")"
+tr -d '\r' <"$TMP/out" | sed -E "s/$e\[90m[^$e]*$e\[0m$e\[[0-9]+D//g; s/$e\[K//g" |
+  sed -n '/^kvsh> set r/,$p' | grep -vE '^(kvsh> |$)' | grep -vE '^(set r .*|quit)$' >"$TMP/replies"
+expect_out "$TMP/replies" "OK
+a b
+(nil)
+1
+a b
+(nil)
+ERR unknown command 'frob'; commands: get, put, del, cas, mget, incr, incrby, decr, decrby, setnx, getset, append, strlen, exists, scan, keys, dbsize, mset, msetnx, info, ping, stats, help, quit; 'help' explains them"
 no_nodes_left
 
 echo "== signals: SIGTERM stops the shell and its nodes"

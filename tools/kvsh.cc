@@ -932,6 +932,7 @@ struct Interactive {
   Shell* shell = nullptr;
   bool stop = false;
   bool line_done = false;  // libedit handed over a line: install the handler again
+  bool hints = false;      // standard output is a terminal that takes ANSI escapes
   bool hint_shown = false;
   bool line_buffer_trusted = true;
   bool completing = false;  // the key was TAB
@@ -995,6 +996,7 @@ struct Interactive {
   // kHintKey's function: draws the hint for the line as it is now.
   static int DrawHint(int, int) {
     Interactive& self = *current;
+    if (!self.hints) return 0;
     const std::optional<std::string> line = self.Line();
     if (!line.has_value() || rl_point != rl_end || line->find('\0') != std::string::npos) {
       return 0;
@@ -1024,6 +1026,8 @@ struct Interactive {
   // Returns the signal that ended the shell (SIGTERM, SIGHUP), or 0.
   int Run(int signal_fd) {
     current = this;
+    const char* term = std::getenv("TERM");
+    hints = isatty(STDOUT_FILENO) && term != nullptr && std::strcmp(term, "dumb") != 0;
     rl_readline_name = const_cast<char*>("kvsh");
     rl_attempted_completion_function = Complete;
     stifle_history(1000);
