@@ -1,6 +1,7 @@
 // The parts of //tools:kvsh (the key-value shell) that do not touch a cluster: splitting a line
 // into commands and arguments with redis-cli's quoting, checking a command's arguments, the
-// replies and how they are printed, and the help text. kvsh.cc runs the commands.
+// replies and how they are printed, the help text, and the interactive shell's TAB completion
+// and argument hints (from the help's table of usages). kvsh.cc runs the commands.
 //
 // Quoting (as redis-cli): an argument is a word without spaces, "double quoted" (escapes \" \\ \n
 // \r \t \a \b and \xHH; any other \c is c) or 'single quoted' (only \' is an escape). A
