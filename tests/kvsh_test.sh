@@ -9,7 +9,10 @@
 # KEYS, SCAN (to cursor 0, through the shell holding a cluster), --pipe; a second and
 # a third shell attaching to a running cluster through --write_config's file (late nodes, a slot
 # used twice); a //tools:cluster -- --kv cluster (its self-check skipped); the interactive shell
-# on a pseudo-terminal (script(1)) with its history file; bad flags and configurations (exit status 2). No process is left behind.
+# on a pseudo-terminal (script(1)) with its history file, redis-cli's argument hints (the
+# escapes drawn after each key), TAB completion (and the list on a second TAB) and the commands
+# above; bad flags and configurations (exit status 2), --pattern/--count without --scan. No
+# process is left behind.
 source "$(dirname "$0")/lib.sh"
 KVSH=$(bin kvsh) || exit 1
 CLUSTER=$(bin cluster) || exit 1
@@ -455,20 +458,89 @@ if ! command -v script >/dev/null; then
   fail "script(1) (util-linux) is missing"
 fi
 mkdir -p "$TMP/home"
+# All of it reaches the terminal before the shell reads it; libedit takes it key by key, TAB
+# included: 'se' TAB TAB lists set and setnx, 'GETS' TAB completes GETSET (with its space), 'dbs'
+# TAB dbsize. (No Ctrl-U: the terminal's line discipline, still cooked then, would take it.)
 printf '%s\n' 'put a "x y"' 'get a' 'frob' 'help get' 'set a z NX' 'ping' 'set a "" XX GET' \
-  'get a' 'quit' |
-  HOME="$TMP/home" timeout 120 script -qfec \
+  'get a' 'incr n; incrby n 10; decr n; decrby n 3' $'se\t\tnx s1 v1' 'setnx s1 v2' \
+  $'GETS\ta q' 'get a' 'append s1 "+w"; strlen s1; strlen nope; exists a s1 nope a' \
+  'mset m1 1 m2 2; msetnx m2 x m3 y; mget m1 m2 m3' 'keys s*' 'ping "hello there"' \
+  $'dbs\t' 'info nosuchsection' 'set k v' 'scan 0 MATCH nomatch* COUNT 1' 'quit' |
+  HOME="$TMP/home" TERM=xterm timeout 120 script -qfec \
     "$KVSH --local=2 --provider='$provider' --host=$host --lock_memory=false" /dev/null \
     >"$TMP/out" 2>"$TMP/err"
 rc=$?
 expect_rc 1 "interactive session with one bad command"
 tr -d '\r' <"$TMP/out" >"$TMP/tty"
+# The argument hints, grey after the cursor (redis-cli's), each erased before the next key: the
+# rest of SET's usage after 'set', shrinking as its arguments are typed, optional ones staying.
+e=$'\e'
+for want in "t$e[90m KEY VALUE [NX|XX] [GET]$e[0m$e[24D$e[K " \
+  " $e[90mKEY VALUE [NX|XX] [GET]$e[0m$e[23D$e[Kk" "k$e[90m VALUE [NX|XX] [GET]$e[0m$e[20D$e[K " \
+  " $e[90mVALUE [NX|XX] [GET]$e[0m$e[19D$e[Kv" "v$e[90m [NX|XX] [GET]$e[0m$e[14D$e[K" \
+  "$e[K $e[90mKEY INCREMENT$e[0m$e[13D$e[K" "help$e[90m [COMMAND]$e[0m$e[10D$e[K"; do
+  grep -qF -- "$want" "$TMP/tty" ||
+    fail "the terminal lacks the hint $(printf %q "$want"):"$'\n'"$(cat -v "$TMP/tty")"
+done
+# Without the hints' escapes, what a user reads.
+sed -E "s/$e\[90m[^$e]*$e\[0m$e\[[0-9]+D//g; s/$e\[K//g" "$TMP/tty" >"$TMP/plain"
 for want in '^kvsh: node 2 of a cluster with shards on node\(s\) 0, 1' '^kvsh> get a$' '^"x y"$' \
   "^\(error\) ERR unknown command 'frob'" '^usage: get KEY$' '^kvsh> set a z NX$' '^\(nil\)$' \
-  '^PONG$' '^kvsh> get a$' '^""$'; do
-  grep -qE -- "$want" "$TMP/tty" || fail "the terminal lacks /$want/:"$'\n'"$(cat "$TMP/tty")"
+  '^PONG$' '^kvsh> get a$' '^""$' '^set +setnx *$'; do
+  grep -qE -- "$want" "$TMP/plain" || fail "the terminal lacks /$want/:"$'\n'"$(cat -v "$TMP/plain")"
 done
+# The replies from 'incr n' on, in order (the lines the shell printed, not the echoed input).
+sed -n '/^kvsh> incr n; incrby/,$p' "$TMP/plain" | grep -vE '^(kvsh> |$)' |
+  grep -vE '^(set +setnx *|incr n; .*|se\s*nx s1 v1|setnx s1 v2|GETS\s*a q|get a|append s1 .*|mset m1 .*|keys s\*|ping .*|dbs\s*|info nosuchsection|set k v|scan 0 .*|quit)$' \
+    >"$TMP/all"
+# SCAN's last: a step of one bucket, no key matching, a cursor that is not 0 (its value is the
+# shard's position and a bucket: not checked).
+tail -n 2 "$TMP/all" | tr '\n' '|' | grep -qxE '1\) "[1-9][0-9]*"\|2\) \(empty array\)\|' ||
+  fail "scan on the terminal: $(tail -n 2 "$TMP/all")"
+head -n -2 "$TMP/all" >"$TMP/replies"
+expect_out "$TMP/replies" '(integer) 1
+(integer) 11
+(integer) 10
+(integer) 7
+(integer) 1
+(integer) 0
+""
+"q"
+(integer) 4
+(integer) 4
+(integer) 0
+(integer) 3
+OK
+(integer) 0
+1) "1"
+2) "2"
+3) (nil)
+1) "s1"
+"hello there"
+(integer) 5
+OK'
 grep -q '^get\\040a$' "$TMP/home/.kvsh_history" || fail "history: $(cat "$TMP/home/.kvsh_history")"
+grep -q '^GETSET\\040a\\040q$' "$TMP/home/.kvsh_history" ||
+  fail "TAB did not complete GETSET: $(cat "$TMP/home/.kvsh_history")"
+no_nodes_left
+# --raw on a terminal: bare values, (nil) still; an error as redis-cli --raw prints it. A dumb
+# terminal (TERM=dumb, as linenoise's list of them has it) gets no hints' escapes.
+printf '%s\n' 'set r "a b"; get r; get nope; incr c; mget r nope; frob' 'quit' |
+  HOME="$TMP/home" TERM=dumb timeout 120 script -qfec \
+    "$KVSH --local=1 --raw --provider='$provider' --host=$host --lock_memory=false" /dev/null \
+    >"$TMP/out" 2>"$TMP/err"
+rc=$?
+expect_rc 1 "interactive session with --raw"
+! grep -qF "$e[90m" "$TMP/out" || fail "hints on a dumb terminal: $(cat -v "$TMP/out")"
+tr -d '\r' <"$TMP/out" | sed -E "s/$e\[90m[^$e]*$e\[0m$e\[[0-9]+D//g; s/$e\[K//g" |
+  sed -n '/^kvsh> set r/,$p' | grep -vE '^(kvsh> |$)' | grep -vE '^(set r .*|quit)$' >"$TMP/replies"
+expect_out "$TMP/replies" "OK
+a b
+(nil)
+1
+a b
+(nil)
+ERR unknown command 'frob'; commands: get, put, del, cas, mget, incr, incrby, decr, decrby, setnx, getset, append, strlen, exists, scan, keys, dbsize, mset, msetnx, info, ping, stats, help, quit; 'help' explains them"
 no_nodes_left
 
 echo "== signals: SIGTERM stops the shell and its nodes"
@@ -503,6 +575,11 @@ expect_fail 2 "-i must be 0 to 1000000 seconds, not -1" -- "$KVSH" --local=2 -r 
 expect_fail 2 "--pipe reads its commands from standard input" -- "$KVSH" --local=2 --pipe ping
 expect_fail 2 "--scan lists the keys: no -c" -- "$KVSH" --local=2 --scan -c 'get a'
 expect_fail 2 "--pattern and --count go with --scan" -- "$KVSH" --local=2 --pattern 'a*'
+# Given on the command line, even with their defaults (--count's is 10) or empty, or with a
+# command.
+expect_fail 2 "--pattern and --count go with --scan \(kvsh --scan" -- "$KVSH" --local=2 --count=10
+expect_fail 2 "--pattern and --count go with --scan" -- "$KVSH" --local=2 --count 5 get a
+expect_fail 2 "--pattern and --count go with --scan" -- "$KVSH" --local=2 --pattern= -c 'get a'
 expect_fail 2 "--count must be at least 1" -- "$KVSH" --local=2 --scan --count 0
 expect_fail 2 "unknown provider 'carrier-pigeon'" -- "$KVSH" --local=2 --provider=carrier-pigeon
 expect_fail 2 "kv_bucket_bytes must be a power of two" -- "$KVSH" --local=2 --kv_bucket_bytes=100

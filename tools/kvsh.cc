@@ -23,6 +23,7 @@
 #include <editline/readline.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -907,12 +908,34 @@ int RunScript(Shell& shell, int signal_fd) {
 }
 
 // The interactive shell: libedit's line editing (its callback interface, so that signals and a
-// dying cluster are noticed while the user types) and a history file.
+// dying cluster are noticed while the user types), a history file, TAB completion of command
+// names and redis-cli's argument hints.
+//
+// Hints: redis-cli (linenoise) draws the rest of a command's syntax greyed after the cursor, and
+// redraws it on every key. libedit has no hint hook: its readline emulation leaves out
+// rl_redisplay_function, rl_bind_key takes only rl_insert, and the EditLine handle behind it
+// is private, so el_set(EL_ADDFN) cannot be reached. What it does offer is rl_add_defun (a
+// function bound to a key, called with rl_line_buffer, rl_point and rl_end brought up to date)
+// and rl_insert (pushes a key into its input). So after each key the user types, the shell
+// pushes kHintKey, whose function draws the hint after the cursor (grey, cut to the terminal's
+// width) and moves the cursor back; the hint is erased (to the end of the line) before the next
+// key is read, while the cursor still sits where the hint was drawn. libedit does not know of
+// the hint, which is why it is only drawn with the cursor at the end of a line that fits on one
+// terminal row. rl_line_buffer is libedit's conversion buffer, which it reallocates for lines
+// over about 1 KiB without always updating rl_line_buffer: once a line has been that long
+// (kMaxTrustedLine), hints, and completion past the first word, are off for the session.
 struct Interactive {
+  static constexpr char kPrompt[] = "kvsh> ";
+  static constexpr int kHintKey = 0x1d;  // ^], ed-ignore in libedit's emacs keymap
+  static constexpr int kMaxTrustedLine = 512;
   static Interactive* current;
   Shell* shell = nullptr;
   bool stop = false;
   bool line_done = false;  // libedit handed over a line: install the handler again
+  bool hints = false;      // standard output is a terminal that takes ANSI escapes
+  bool hint_shown = false;
+  bool line_buffer_trusted = true;
+  bool completing = false;  // the key was TAB
   std::string history;
 
   static void OnLine(char* line) {
@@ -929,64 +952,125 @@ struct Interactive {
     if (!self.shell->RunLine(text)) self.stop = true;
   }
 
+  // The line being edited, when rl_line_buffer can be read (see kMaxTrustedLine).
+  std::optional<std::string> Line() {
+    if (rl_end >= kMaxTrustedLine) line_buffer_trusted = false;
+    if (!line_buffer_trusted || rl_line_buffer == nullptr || rl_end < 0) return std::nullopt;
+    return std::string(rl_line_buffer, static_cast<size_t>(rl_end));
+  }
+
   static char* NextCommandName(const char* text, int state) {
     static size_t index;
     static std::vector<std::string> names;
     if (state == 0) {
       index = 0;
-      names = kvsh::CommandNames();
+      names = kvsh::CompleteCommandName(text);
     }
-    while (index < names.size()) {
-      const std::string& n = names[index++];
-      if (absl::StartsWith(n, text)) return strdup(n.c_str());
-    }
-    return nullptr;
+    return index < names.size() ? strdup(names[index++].c_str()) : nullptr;
   }
 
-  // Completes command names at the start of a command; nothing else (keys are not listed).
+  // Completes command names at the start of a command, and help's argument; nothing else (keys
+  // are not listed).
   static char** Complete(const char* text, int start, int) {
     rl_attempted_completion_over = 1;
-    const absl::string_view before(rl_line_buffer, static_cast<size_t>(start));
-    const size_t semi = before.rfind(';');
-    const absl::string_view command =
-        semi == absl::string_view::npos ? before : before.substr(semi + 1);
-    if (!absl::StripAsciiWhitespace(command).empty()) return nullptr;
+    current->completing = true;
+    if (start > 0) {
+      const std::optional<std::string> line = current->Line();
+      if (!line.has_value() || static_cast<size_t>(start) > line->size()) return nullptr;
+      const absl::string_view before = absl::string_view(*line).substr(0, start);
+      const size_t semi = before.rfind(';');
+      absl::string_view command = absl::StripAsciiWhitespace(
+          semi == absl::string_view::npos ? before : before.substr(semi + 1));
+      const bool after_help = absl::EqualsIgnoreCase(command, "help");
+      if (!command.empty() && !after_help) return nullptr;
+    }
     return rl_completion_matches(text, NextCommandName);
+  }
+
+  static int TerminalColumns() {
+    winsize w{};
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0) return w.ws_col;
+    return 80;
+  }
+
+  // kHintKey's function: draws the hint for the line as it is now.
+  static int DrawHint(int, int) {
+    Interactive& self = *current;
+    if (!self.hints) return 0;
+    const std::optional<std::string> line = self.Line();
+    if (!line.has_value() || rl_point != rl_end || line->find('\0') != std::string::npos) {
+      return 0;
+    }
+    std::string hint = kvsh::ArgumentHint(*line);
+    if (hint.empty()) return 0;
+    int used = static_cast<int>(std::strlen(kPrompt));
+    for (const char c : *line) used += (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) ? 2 : 1;
+    const int room = TerminalColumns() - 1 - used;  // the last column would wrap
+    if (room <= 0) return 0;
+    if (static_cast<int>(hint.size()) > room) hint.resize(static_cast<size_t>(room));
+    // Grey (bright black, as redis-cli's hints), then back over the hint.
+    std::fputs(absl::StrCat("\x1b[90m", hint, "\x1b[0m\x1b[", hint.size(), "D").c_str(), stdout);
+    std::fflush(stdout);
+    self.hint_shown = true;
+    return 0;
+  }
+
+  // Erases the hint drawn after the cursor, which has not moved since.
+  void EraseHint() {
+    if (!hint_shown) return;
+    std::fputs("\x1b[K", stdout);
+    std::fflush(stdout);
+    hint_shown = false;
   }
 
   // Returns the signal that ended the shell (SIGTERM, SIGHUP), or 0.
   int Run(int signal_fd) {
     current = this;
+    const char* term = std::getenv("TERM");
+    hints = isatty(STDOUT_FILENO) && term != nullptr && std::strcmp(term, "dumb") != 0;
     rl_readline_name = const_cast<char*>("kvsh");
     rl_attempted_completion_function = Complete;
     stifle_history(1000);
     if (!history.empty()) read_history(history.c_str());
-    const char* prompt = "kvsh> ";
-    rl_callback_handler_install(prompt, OnLine);
+    rl_callback_handler_install(kPrompt, OnLine);
+    rl_add_defun("kvsh-hint", DrawHint, kHintKey);
     int result = 0;
     while (!stop) {
       bool lost = false;
       // A warning printed meanwhile ran over the line being typed: draw it again.
-      const int sig = WaitInput(STDIN_FILENO, signal_fd, *shell, &lost,
-                                [] { rl_forced_update_display(); });
+      const int sig = WaitInput(STDIN_FILENO, signal_fd, *shell, &lost, [] {
+        current->hint_shown = false;
+        rl_forced_update_display();
+      });
       if (lost) break;
+      EraseHint();
       if (sig == SIGINT) {
         // Ctrl-C drops the line being typed, as a shell does; Ctrl-D or quit leaves.
         rl_replace_line("", 0);
         WriteAll(STDOUT_FILENO, "^C\n");
         rl_callback_handler_remove();
-        rl_callback_handler_install(prompt, OnLine);
+        rl_callback_handler_install(kPrompt, OnLine);
         continue;
       }
       if (sig != 0) {
         result = sig;
         break;
       }
+      completing = false;
       rl_callback_read_char();
+      if (!line_done && !stop && !completing) {
+        rl_insert(1, kHintKey);  // read at once by the next call: DrawHint
+        rl_callback_read_char();
+      } else if (!line_done && !stop) {
+        // After TAB, the hint is drawn without kHintKey: libedit lists the matches on a second
+        // TAB only if no other command ran in between. Its completion (fn_complete) brought
+        // rl_point and rl_end up to date.
+        DrawHint(0, 0);
+      }
       if (line_done && !stop) {
         // libedit leaves its callback mode after each line; this shows the prompt again.
         line_done = false;
-        rl_callback_handler_install(prompt, OnLine);
+        rl_callback_handler_install(kPrompt, OnLine);
       }
     }
     rl_callback_handler_remove();
@@ -1234,9 +1318,11 @@ bool GivenOnCommandLine(int argc, char** argv, absl::string_view name) {
   return false;
 }
 
-// The flags that say how commands are given (-c, a command as arguments, -x, -r, -i, --pipe)
-// fit together.
-absl::Status CheckCommandFlags(bool c_given, const std::vector<std::string>& command) {
+// The flags that say how commands are given (-c, a command as arguments, -x, -r, -i, --pipe,
+// --scan) fit together. scan_options_given: --pattern or --count is on the command line (even
+// with --count's default value, which GetFlag cannot tell apart).
+absl::Status CheckCommandFlags(bool c_given, bool scan_options_given,
+                               const std::vector<std::string>& command) {
   if (c_given && !command.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "give the commands either with -c or as arguments ('", command[0], "' ...), not both"));
@@ -1263,8 +1349,10 @@ absl::Status CheckCommandFlags(bool c_given, const std::vector<std::string>& com
     return absl::InvalidArgumentError(
         "--scan lists the keys: no -c, command arguments, -r or --pipe with it");
   }
-  if (!scan && (!absl::GetFlag(FLAGS_pattern).empty() || absl::GetFlag(FLAGS_count) != 10)) {
-    return absl::InvalidArgumentError("--pattern and --count go with --scan");
+  if (!scan && scan_options_given) {
+    return absl::InvalidArgumentError(
+        "--pattern and --count go with --scan (kvsh --scan [--pattern P] [--count N]); in the "
+        "shell, scan CURSOR [MATCH P] [COUNT N]");
   }
   if (absl::GetFlag(FLAGS_count) == 0) {
     return absl::InvalidArgumentError("--count must be at least 1");
@@ -1346,7 +1434,9 @@ int Main(int argc, char** argv, const std::vector<std::string>& node_args,
     spdlog::error("{}", std::string(s.message()));
     return kExitUsage;
   }
-  if (absl::Status s = CheckCommandFlags(c_given, command); !s.ok()) {
+  const bool scan_options_given =
+      GivenOnCommandLine(argc, argv, "pattern") || GivenOnCommandLine(argc, argv, "count");
+  if (absl::Status s = CheckCommandFlags(c_given, scan_options_given, command); !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
     return kExitUsage;
   }
@@ -1539,8 +1629,9 @@ int main(int argc, char** argv) {
       "(error) ERR ...); --raw prints bare values (but a missing key as (nil), unlike\n"
       "redis-cli --raw, so that it differs from an empty value). Outside the interactive shell,\n"
       "errors go to standard error, with their input line in script mode.\n"
-      "The interactive shell (standard input a terminal) has line editing, completion of\n"
-      "command names and a history (--history_file).\n"
+      "The interactive shell (standard input a terminal) has line editing, TAB completion of\n"
+      "command names, redis-cli's argument hints (greyed after the cursor) and a history\n"
+      "(--history_file).\n"
       "\n"
       "Exit status: 0 every command succeeded (a missing key is (nil), not an error); 1 a command\n"
       "failed or the shell lost the cluster; 2 bad flags or configuration, or the cluster could\n"

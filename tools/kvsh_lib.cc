@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -474,6 +475,70 @@ std::vector<std::string> CommandNames() {
   std::vector<std::string> names;
   for (const Spec& s : Specs()) names.push_back(s.name);
   return names;
+}
+
+std::vector<std::string> CompleteCommandName(absl::string_view prefix) {
+  const std::string lower = absl::AsciiStrToLower(prefix);
+  const bool upper =
+      !prefix.empty() && absl::AsciiStrToUpper(prefix) == prefix && lower != std::string(prefix);
+  std::vector<std::string> names;
+  for (const Spec& s : Specs()) {
+    std::vector<const char*> all = {s.name};
+    all.insert(all.end(), s.aliases.begin(), s.aliases.end());
+    for (const char* n : all) {
+      if (absl::StartsWith(n, lower)) names.push_back(upper ? absl::AsciiStrToUpper(n) : n);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+namespace {
+
+// A usage's arguments ("KEY [KEY ...]" of "del KEY [KEY ...]"), split at the spaces outside
+// brackets: "KEY", "[KEY ...]".
+std::vector<std::string> UsageArguments(const Spec& spec) {
+  absl::string_view rest = spec.usage;
+  absl::ConsumePrefix(&rest, spec.name);
+  std::vector<std::string> out;
+  int depth = 0;
+  std::string current;
+  for (const char c : rest) {
+    if (c == ' ' && depth == 0) {
+      if (!current.empty()) out.push_back(std::move(current));
+      current.clear();
+      continue;
+    }
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    current.push_back(c);
+  }
+  if (!current.empty()) out.push_back(std::move(current));
+  return out;
+}
+
+}  // namespace
+
+std::string ArgumentHint(absl::string_view line) {
+  const absl::string_view trimmed = absl::StripTrailingAsciiWhitespace(line);
+  if (trimmed.empty() || trimmed.back() == ';') return "";
+  absl::StatusOr<std::vector<std::vector<Token>>> commands = SplitLine(line);
+  if (!commands.ok() || commands->empty()) return "";
+  const std::vector<Token>& tokens = commands->back();
+  const Spec* spec = FindSpec(tokens[0].text);
+  if (spec == nullptr) return "";
+  std::vector<std::string> arguments = UsageArguments(*spec);
+  // As redis-cli: each argument typed takes off a required one, up to the first optional one.
+  size_t typed = tokens.size() - 1;
+  size_t first = 0;
+  while (typed > 0 && first < arguments.size() && arguments[first][0] != '[') {
+    ++first;
+    --typed;
+  }
+  arguments.erase(arguments.begin(), arguments.begin() + first);
+  if (arguments.empty()) return "";
+  const bool after_space = line.size() > trimmed.size();
+  return absl::StrCat(after_space ? "" : " ", absl::StrJoin(arguments, " "));
 }
 
 absl::StatusOr<Command> ParseCommand(absl::Span<const Token> tokens, const Limits& limits) {

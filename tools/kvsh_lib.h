@@ -1,6 +1,7 @@
 // The parts of //tools:kvsh (the key-value shell) that do not touch a cluster: splitting a line
 // into commands and arguments with redis-cli's quoting, checking a command's arguments, the
-// replies and how they are printed, and the help text. kvsh.cc runs the commands.
+// replies and how they are printed, the help text, and the interactive shell's TAB completion
+// and argument hints (from the help's table of usages). kvsh.cc runs the commands.
 //
 // Quoting (as redis-cli): an argument is a word without spaces, "double quoted" (escapes \" \\ \n
 // \r \t \a \b and \xHH; any other \c is c) or 'single quoted' (only \' is an escape). A
@@ -108,8 +109,22 @@ std::vector<Token> WordTokens(absl::Span<const std::string> words);
 // NotFound (with the list of commands) for an unknown command.
 absl::StatusOr<std::string> HelpText(absl::string_view command, const Limits& limits);
 
-// The names of the commands, for completion.
+// The names of the commands (canonical spellings, as help lists them).
 std::vector<std::string> CommandNames();
+
+// TAB completion of a command name, as redis-cli's: the names and aliases (set, delete, exit)
+// starting with `prefix`, case-insensitively, sorted; in upper case when `prefix` is (SE: SET,
+// SETNX), else in lower case.
+std::vector<std::string> CompleteCommandName(absl::string_view prefix);
+
+// The argument hint the interactive shell shows after the cursor while `line` is typed, as
+// redis-cli's: for a known command name, the rest of its usage (the same table as the help
+// text): "set" -> " KEY VALUE [NX|XX] [GET]", "set k " -> "VALUE [NX|XX] [GET]". Each argument
+// typed (a complete or a partial word) takes off one required argument of the usage; optional
+// ones ([...]) stay, as redis-cli keeps them. Only the last command of the line counts (after
+// ';'). Empty when there is nothing to hint: no command, an unknown one, unbalanced quotes, no
+// required argument left and no optional one, or a line ending in ';'.
+std::string ArgumentHint(absl::string_view line);
 
 // A reply, as a redis server would give it.
 struct Reply {

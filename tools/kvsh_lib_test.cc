@@ -1,5 +1,6 @@
 #include "tools/kvsh_lib.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
@@ -461,6 +462,57 @@ TEST_CASE("help lists every command and explains one", "[kvsh]") {
   absl::StatusOr<std::string> exists = HelpText("exists", Limits{});
   REQUIRE(exists.ok());
   CHECK_THAT(*exists, Catch::Contains("a key named twice counts twice"));
+}
+
+TEST_CASE("TAB completes command names and aliases, case-insensitively", "[kvsh]") {
+  using Names = std::vector<std::string>;
+  CHECK(CompleteCommandName("se") == Names{"set", "setnx"});
+  CHECK(CompleteCommandName("Se") == Names{"set", "setnx"});
+  CHECK(CompleteCommandName("SE") == Names{"SET", "SETNX"});
+  CHECK(CompleteCommandName("de") == Names{"decr", "decrby", "del", "delete"});
+  CHECK(CompleteCommandName("get") == Names{"get", "getset"});
+  CHECK(CompleteCommandName("x").empty());
+  // Every name help lists completes from its first letter.
+  for (const std::string& name : CommandNames()) {
+    const Names all = CompleteCommandName(name.substr(0, 1));
+    CHECK(std::find(all.begin(), all.end(), name) != all.end());
+  }
+  CHECK(CompleteCommandName("").size() == CommandNames().size() + 3);  // + set, delete, exit
+}
+
+TEST_CASE("argument hints: the rest of the usage, as redis-cli shows them", "[kvsh]") {
+  CHECK(ArgumentHint("set") == " KEY VALUE [NX|XX] [GET]");
+  CHECK(ArgumentHint("set ") == "KEY VALUE [NX|XX] [GET]");
+  CHECK(ArgumentHint("SET k") == " VALUE [NX|XX] [GET]");
+  CHECK(ArgumentHint("set k ") == "VALUE [NX|XX] [GET]");
+  CHECK(ArgumentHint("set k v ") == "[NX|XX] [GET]");
+  CHECK(ArgumentHint("set k \"two words\" NX ") == "[NX|XX] [GET]");  // optional ones stay
+  CHECK(ArgumentHint("get k") == "");
+  CHECK(ArgumentHint("get ") == "KEY");
+  CHECK(ArgumentHint("del a b ") == "[KEY ...]");
+  CHECK(ArgumentHint("scan 0 ") == "[MATCH PATTERN] [COUNT N]");
+  CHECK(ArgumentHint("mset ") == "KEY VALUE [KEY VALUE ...]");
+  CHECK(ArgumentHint("cas k (nil) ") == "NEW");
+  CHECK(ArgumentHint("help") == " [COMMAND]");
+  CHECK(ArgumentHint("dbsize ") == "");
+  CHECK(ArgumentHint("quit") == "");
+  // The last command of the line; none after a ';', an unknown command or open quotes.
+  CHECK(ArgumentHint("put a 1; incrby ") == "KEY INCREMENT");
+  CHECK(ArgumentHint("put a 1;") == "");
+  CHECK(ArgumentHint("put a 1; ") == "");
+  CHECK(ArgumentHint("frob ") == "");
+  CHECK(ArgumentHint("put k \"open ") == "");
+  CHECK(ArgumentHint("") == "");
+  CHECK(ArgumentHint("   ") == "");
+  CHECK(ArgumentHint("# put ") == "");
+  // The hint is the help's usage: they never disagree.
+  for (const std::string& name : CommandNames()) {
+    absl::StatusOr<std::string> help = HelpText(name, Limits{});
+    REQUIRE(help.ok());
+    if (name == "help") continue;  // its help is the list
+    const std::string hint = ArgumentHint(name);
+    CHECK_THAT(*help, Catch::StartsWith(absl::StrCat("usage: ", name, hint, "\n")));
+  }
 }
 
 TEST_CASE("stats: a table with a total, or tab-separated with --raw", "[kvsh]") {
