@@ -1,8 +1,11 @@
 #include "tools/resp.h"
 
+#include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "catch2/catch.hpp"
 #include "tools/kvsh_lib.h"
@@ -111,6 +114,53 @@ TEST_CASE("protocol errors use redis-server's words") {
   for (int i = 0; i < 9; ++i) big += "$100\r\n" + std::string(100, 'v') + "\r\n";
   CHECK(error(big) == "<no error>");  // 976 bytes so far
   CHECK(error(big + "$100\r\n") == "Protocol error: request larger than 1000 bytes");
+}
+
+TEST_CASE("a pipelined stream read in pieces of any size gives the same commands") {
+  const std::string stream =
+      "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4\r\na\r\nb\r\n"
+      "PING\r\n"
+      "*0\r\n"
+      "get \"x y\"\n"
+      "*2\r\n$4\r\nECHO\r\n$0\r\n\r\n";
+  const std::vector<Args> whole = ParseAll(stream);
+  REQUIRE(whole.size() == 5);
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    // What a server does: append what a read brought, answer every complete request.
+    std::string buffer;
+    std::vector<Args> got;
+    for (size_t at = 0; at < stream.size();) {
+      const size_t n = std::min<size_t>(1 + rng() % 9, stream.size() - at);
+      buffer += stream.substr(at, n);
+      at += n;
+      std::string rest;
+      for (Args& a : ParseAll(buffer, {}, &rest)) got.push_back(std::move(a));
+      buffer = rest;
+    }
+    CHECK(buffer.empty());
+    REQUIRE(got == whole);
+  }
+}
+
+TEST_CASE("random bytes are parsed or refused, never read out of bounds") {
+  std::mt19937 rng(11);
+  const std::string alphabet = "*$\r\n0123456789-\"' \\xaZ";
+  Limits limits;
+  limits.max_bulk = 64;
+  limits.max_args = 16;
+  limits.max_inline = 128;
+  for (int round = 0; round < 20000; ++round) {
+    std::string in;
+    const size_t n = rng() % 40;
+    for (size_t i = 0; i < n; ++i) in.push_back(alphabet[rng() % alphabet.size()]);
+    const Request r = ParseRequest(in, limits);
+    if (r.kind == Request::kCommand || r.kind == Request::kEmpty) {
+      REQUIRE(r.consumed > 0);
+      REQUIRE(r.consumed <= in.size());
+    }
+    if (r.kind == Request::kError) REQUIRE(absl::StartsWith(r.error, "Protocol error: "));
+  }
 }
 
 TEST_CASE("replies are encoded as RESP2") {
