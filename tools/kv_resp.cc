@@ -37,8 +37,9 @@
 // being read (its replies are not piled up without bound).
 //
 // Exit status: 0 after SIGTERM or SIGINT (a requested stop); 2 for bad flags, a cluster that
-// could not be started or joined, or a port that cannot be listened on; 1 if the event loop
-// fails.
+// could not be started or joined, or a port that cannot be listened on; 1 when the gateway's node
+// is evicted from the cluster (it stops serving rather than answer errors for ever) or the event
+// loop fails.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -75,6 +76,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "api/runtime_impl.h"
 #include "farm/farm.h"
 #include "farm/kv/kv.h"
 #include "platform/logging.h"
@@ -242,7 +244,7 @@ class FrontDoor {
       return Reply::Array(std::move(out));
     }
     if (args.size() < 2) return WrongArity("config");
-    return Reply::Error(absl::StrCat("ERR CONFIG ", Lower(args[1]),
+    return Reply::Error(absl::StrCat("ERR CONFIG ", absl::AsciiStrToUpper(args[1]),
                                      " is not supported by kv_resp (only CONFIG GET)"));
   }
 
@@ -330,8 +332,8 @@ absl::StatusOr<int> ListenUnix(const std::string& path) {
 
 class Server {
  public:
-  Server(FrontDoor& door, const resp::Limits& limits, kvsh::LocalCluster* local)
-      : door_(door), limits_(limits), local_(local) {}
+  Server(FrontDoor& door, const resp::Limits& limits, Runtime& runtime, kvsh::LocalCluster* local)
+      : door_(door), limits_(limits), runtime_(runtime), local_(local) {}
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
@@ -376,7 +378,7 @@ class Server {
       }
       if (absl::Now() - last_check > absl::Milliseconds(500)) {
         last_check = absl::Now();
-        CheckCluster();
+        if (absl::Status s = CheckCluster(); !s.ok()) return s;
       }
     }
   }
@@ -503,17 +505,29 @@ class Server {
     conns_.erase(fd);
   }
 
-  // The nodes of --local that died: their shards' keys answer errors from now on.
-  void CheckCluster() {
-    if (local_ == nullptr) return;
-    std::string logs;
-    if (std::optional<std::string> dead = local_->CheckChildren(&logs); dead.has_value()) {
-      spdlog::warn("{}: the keys of its shard cannot be reached now\n{}", *dead, logs);
+  // Says which nodes of --local died (their shards' keys answer errors from now on); Unavailable
+  // once the gateway's own node is no longer a member of the cluster (evicted), when no command
+  // can succeed any more: better to stop, so that whatever runs the gateway sees it and starts
+  // another, than to answer every command with an error.
+  absl::Status CheckCluster() {
+    if (local_ != nullptr) {
+      std::string logs;
+      if (std::optional<std::string> dead = local_->CheckChildren(&logs); dead.has_value()) {
+        spdlog::warn("{}: the keys of its shard cannot be reached now\n{}", *dead, logs);
+      }
     }
+    const absl::Status evicted = RuntimeAccess::Of(runtime_).node->evicted();
+    if (!evicted.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("the gateway is no longer a member of the cluster (", evicted.message(),
+                       "); start it again to rejoin"));
+    }
+    return absl::OkStatus();
   }
 
   FrontDoor& door_;
   const resp::Limits limits_;
+  Runtime& runtime_;
   kvsh::LocalCluster* const local_;
   int epoll_ = -1;
   int signal_fd_ = -1;
@@ -585,7 +599,7 @@ int Main(const std::vector<std::string>& node_args) {
     // A bulk is an argument: at most a value (keys are smaller), plus nothing.
     limits.max_bulk = commands.limits().max_value_size;
     limits.max_args = absl::GetFlag(FLAGS_max_args);
-    Server server(door, limits, session.local.get());
+    Server server(door, limits, *session.runtime, session.local.get());
     absl::Status s = server.Init(signal_fd);
     if (s.ok()) s = server.AddListener(*tcp);
     if (s.ok() && unix_fd.has_value()) s = server.AddListener(*unix_fd);
@@ -628,7 +642,8 @@ int main(int argc, char** argv) {
       "ping, cas, stats, help) and echo, select 0, quit, hello [2], command, config get, client\n"
       "setname/setinfo/getname/id, auth. One thread serves every connection (see\n"
       "tools/kv_resp.cc). Exit status: 0 stopped by SIGTERM or SIGINT; 2 bad flags, a cluster\n"
-      "that could not be started or joined, or a port in use; 1 the server failed.\n"
+      "that could not be started or joined, or a port in use; 1 the gateway lost the cluster\n"
+      "(evicted) or failed.\n"
       "\n"
       "The gateway is a node of the cluster: --provider, --endpoint, --poll, --ring_size,\n"
       "--workers and --log_level are the node flags (--ring_size and --workers must be the\n"
