@@ -108,6 +108,8 @@ const kvsh::SessionTool kGatewayTool{"kv_resp", "the gateway"};
 
 // Bytes read from a connection at a time (redis-server reads 16 KiB).
 constexpr size_t kReadChunk = 64 << 10;
+// Replies waiting to be written to a connection beyond which its requests wait (Server::Answer).
+constexpr size_t kMaxPendingOutput = 16 << 20;
 
 std::string Lower(absl::string_view s) { return absl::AsciiStrToLower(s); }
 
@@ -438,20 +440,25 @@ class Server {
         Drop(c);  // the client went away (its unanswered requests die with it)
         return;
       }
-      if (got > 0) {
-        c.in.append(buf, static_cast<size_t>(got));
-        Answer(c);
-      }
-    } else if (events & (EPOLLERR | EPOLLHUP)) {
-      Drop(c);
+      if (got > 0) c.in.append(buf, static_cast<size_t>(got));
+    } else if (!(events & EPOLLOUT)) {
+      Drop(c);  // EPOLLERR or EPOLLHUP
       return;
     }
-    Flush(c);
+    for (;;) {
+      const bool more = Answer(c);
+      if (!Flush(c)) return;
+      // Requests left for lack of room for their replies: on once the replies are written.
+      if (!more || !c.out.empty()) return;
+    }
   }
 
-  // Answers every complete request of c.in, in order (pipelining), into c.out.
-  void Answer(Conn& c) {
+  // Answers the complete requests of c.in, in order (pipelining), into c.out, until c.out holds
+  // kMaxPendingOutput bytes (a client that pipelines many large GETs is answered as it reads,
+  // not all at once into memory). True when complete requests are left for that reason.
+  bool Answer(Conn& c) {
     size_t used = 0;
+    bool more = false;
     while (!c.closing) {
       resp::Request r = resp::ParseRequest(absl::string_view(c.in).substr(used), limits_);
       if (r.kind == resp::Request::kIncomplete) break;
@@ -461,6 +468,10 @@ class Server {
         c.closing = true;
         break;
       }
+      if (c.out.size() >= kMaxPendingOutput) {
+        more = true;
+        break;
+      }
       used += r.consumed;
       if (r.kind == resp::Request::kEmpty) continue;
       bool close = false;
@@ -468,10 +479,12 @@ class Server {
       c.closing = close;
     }
     c.in.erase(0, used);
+    return more;
   }
 
-  // Writes what it can of c.out; waits for EPOLLOUT (not reading) while some is left.
-  void Flush(Conn& c) {
+  // Writes what it can of c.out; waits for EPOLLOUT (not reading) while some is left. False when
+  // the connection was dropped (a write failed, or it was closing and all is written).
+  bool Flush(Conn& c) {
     size_t done = 0;
     while (done < c.out.size()) {
       const ssize_t n = send(c.fd, c.out.data() + done, c.out.size() - done, MSG_NOSIGNAL);
@@ -479,14 +492,14 @@ class Server {
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       if (n <= 0) {
         Drop(c);
-        return;
+        return false;
       }
       done += static_cast<size_t>(n);
     }
     c.out.erase(0, done);
     if (c.out.empty() && c.closing) {
       Drop(c);
-      return;
+      return false;
     }
     const bool writing = !c.out.empty();
     if (writing != c.writing) {
@@ -496,6 +509,7 @@ class Server {
       ev.data.fd = c.fd;
       epoll_ctl(epoll_, EPOLL_CTL_MOD, c.fd, &ev);
     }
+    return true;
   }
 
   void Drop(Conn& c) {

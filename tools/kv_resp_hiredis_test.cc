@@ -1,8 +1,9 @@
 // //tools:kv_resp through hiredis (Debian's libhiredis, the C client most Redis libraries wrap):
 // a real gateway on a real one-node cluster (kv_resp --local=1), then binary-safe values (zero
 // bytes and \r\n inside; the largest value the store takes), nil and nested-array replies,
-// pipelined requests answered in order, connections on several threads at once, and a value one
-// byte over the limit: a protocol error that closes that connection only.
+// pipelined requests answered in order (also 40 MiB of replies to GETs sent at once), connections
+// on several threads at once, and a value one byte over the limit: a protocol error that closes
+// that connection only.
 #include <hiredis/hiredis.h>
 #include <signal.h>
 
@@ -111,6 +112,29 @@ TEST_CASE("binary-safe values up to the store's limit") {
     REQUIRE(get->type == REDIS_REPLY_STRING);
     CHECK(std::string(get->str, get->len) == *v);
   }
+}
+
+TEST_CASE("pipelined GETs of large values are all answered, more than the gateway buffers") {
+  Context c = Gateway::Get().Connect();
+  const std::string value = RandomBytes(1 << 20, 3);
+  Reply set = Command(c.get(), {"SET", "large", value});
+  REQUIRE(set != nullptr);
+  REQUIRE(set->type == REDIS_REPLY_STATUS);
+  constexpr int kGets = 40;  // 40 MiB of replies: the gateway holds 16 MiB at most
+  for (int i = 0; i < kGets; ++i) REQUIRE(redisAppendCommand(c.get(), "GET large") == REDIS_OK);
+  REQUIRE(redisAppendCommand(c.get(), "PING") == REDIS_OK);
+  for (int i = 0; i < kGets; ++i) {
+    void* raw = nullptr;
+    REQUIRE(redisGetReply(c.get(), &raw) == REDIS_OK);
+    Reply r(static_cast<redisReply*>(raw));
+    REQUIRE(r->type == REDIS_REPLY_STRING);
+    REQUIRE(std::string(r->str, r->len) == value);
+  }
+  void* raw = nullptr;
+  REQUIRE(redisGetReply(c.get(), &raw) == REDIS_OK);
+  Reply pong(static_cast<redisReply*>(raw));
+  REQUIRE(pong->type == REDIS_REPLY_STATUS);
+  CHECK(std::string(pong->str) == "PONG");
 }
 
 TEST_CASE("nil, integer and nested array replies") {
