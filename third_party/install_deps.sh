@@ -14,6 +14,7 @@ packages=(
   libspdlog-dev libfmt-dev           # spdlog 1.10 on fmt 9
   libasan8 libubsan1 libtsan2        # gcc 12's sanitizer runtimes (.ci/run's asan and tsan lanes)
   libhiredis-dev redis-server        # txn_bench's and kvbench's Redis peer (hiredis 0.14, Redis 7.0)
+  redis-tools                        # redis-cli and redis-benchmark, against //tools:kv_resp
   libpq-dev postgresql               # //tools:txn_bench's PostgreSQL peer (libpq 15, PostgreSQL 15)
   libedit-dev                        # //tools:kvsh's line editing and history (BSD libedit 3.1)
   memcached libmemcached-dev libmemcached-tools  # //tools:kvbench's memcached peer (1.6, libmemcached 1.1)
