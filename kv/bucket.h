@@ -1,7 +1,8 @@
 // The payload of a bucket of the KV table (an overflow block's payload is an 8-byte identity
-// word, kv/kv.cc's BlockIdentity, followed by the same layout):
+// word, kv/internal/shard.h's BlockIdentity, followed by the same layout):
 // how entries are laid out in it, and the edits the table makes. Pure functions on bytes: the
-// table (kv/kv.cc) reads buckets as objects (txn/object.h) and writes them in transactions.
+// table (kv/table_txn.cc, kv/lookup.cc) reads buckets as objects (txn/object.h) and writes them in
+// transactions.
 //
 // Layout of a payload of P bytes (P = bucket_bytes - 24, the object header):
 //
@@ -10,14 +11,14 @@
 //   +8   entries   packed one after another; a kind byte of 0 (or the end) ends them; the
 //                  rest of the payload is zeros
 //
-// An entry starts with 8 bytes: kind (1 inline, 2 out of line, 3 chunked), delta (how many buckets after
-// its key's home bucket it sits: 0 .. H-1; 0 in overflow blocks), key length (16 bits), value
+// An entry starts with 8 bytes: kind (1 inline, 2 out of line, 3 chunked), delta (how many buckets
+// after its key's home bucket it sits: 0 .. H-1; 0 in overflow blocks), key length (16 bits), value
 // length (32 bits), all little-endian. An inline entry continues with the key and the value,
 // padded with zeros to a multiple of 8; an out-of-line entry with the key's 64-bit hash and the
 // packed address of an object whose payload is the key's and the value's lengths (32 bits each),
-// the key and the value (kv/kv.cc, EncodeItem). A chunked entry
+// the key and the value (kv/internal/value.h, EncodeItem). A chunked entry
 // (a value too large for one object) has the same layout; its object is the value's index (see
-// kv/kv.cc: a tag, the key and the addresses of the chunk objects holding the value).
+// kv/internal/value.h: a tag, the key and the addresses of the chunk objects holding the value).
 //
 // Thread safety: none needed (values only).
 #ifndef FARM_KV_BUCKET_H_

@@ -4,16 +4,17 @@
 // (kv/history.h, HistoryRecorder::StartJournal) to <--history_dir>/node<N>.jsonl, so the journal
 // of a process that dies keeps every event up to its death.
 //
-// The workload reaches every path of the table (kv/kv.cc): a tiny table (--buckets home buckets
-// of --bucket_bytes per shard, neighbourhood --neighbourhood) under --keys keys that are put and
-// deleted all the time, so that entries are displaced (hopscotch), overflow chains grow and
-// shrink, and blocks and items are freed and their slots reused; unique values of every size class:
-// inline, out of line (a third of them exactly an overflow block's size, so that a freed block's
-// slot is reused by an item), and chunked (larger than one object); reads by one-sided GET, by
-// GetRpc and by MultiGet on either of its paths, one-sided READs or batched GETs by RPC (recorded
-// as one get per key over the MultiGet's interval), put, del and cas, and the atomic updates:
-// IncrBy (on every sixth key, whose puts write decimal integers, and now and then elsewhere or
-// past int64, where it is refused), PutIfAbsent, PutIfPresent, GetAndSet, Append and Exists. With
+// The workload reaches every path of the table (kv/table_txn.cc, kv/lookup.cc): a tiny table
+// (--buckets home buckets of --bucket_bytes per shard, neighbourhood --neighbourhood) under --keys
+// keys that are put and deleted all the time, so that entries are displaced (hopscotch), overflow
+// chains grow and shrink, and blocks and items are freed and their slots reused; unique values of
+// every size class: inline, out of line (a third of them exactly an overflow block's size, so that
+// a freed block's slot is reused by an item), and chunked (larger than one object); reads by
+// one-sided GET, by GetRpc and by MultiGet on either of its paths, one-sided READs or batched GETs
+// by RPC (recorded as one get per key over the MultiGet's interval), put, del and cas, and the
+// atomic updates: IncrBy (on every sixth key, whose puts write decimal integers, and now and then
+// elsewhere or past int64, where it is refused), PutIfAbsent, PutIfPresent, GetAndSet, Append and
+// Exists. With
 // --delay_block_reads a GET or a write that follows a link to an overflow block, or a GET that
 // follows an entry to its item, sleeps a little first, now and then (sync points
 // kv::*:BeforeBlockRead, kv::LookupOnce:BeforeItemRead), which widens the windows in which the
