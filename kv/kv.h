@@ -289,7 +289,9 @@ class Client {
   // is 0. A step returns the keys matching `pattern` (Redis's glob patterns, kv/glob.h; empty:
   // every key) among those whose home bucket lies in the `count` home buckets of one shard that
   // the step covers (Redis's COUNT: a hint of the work, not of the keys returned; a step may
-  // return none with a cursor that is not 0, and never crosses into another shard). The cursor
+  // return none with a cursor that is not 0, and never crosses into another shard; a COUNT whose
+  // buckets do not fit one READ of the Worker's buffer, RuntimeOptions::worker_buffer, covers as
+  // many as fit: 4,089 of 256 bytes with H = 8 and the default 1 MiB). The cursor
   // is a shard's position and a home bucket in it.
   // Guarantee (Redis's): a key present from the iteration's first call to its last is returned
   // at least once, whatever is written meanwhile; a key added or removed meanwhile may or may

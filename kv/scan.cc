@@ -131,7 +131,11 @@ absl::StatusOr<ScanPage> Client::Scan(uint64_t cursor, uint64_t count, absl::str
         absl::StrCat("kv: cursor ", cursor, " was not returned by a scan of this store (bucket ",
                      first, " of a shard of ", s.buckets, ")"));
   }
-  const uint64_t n = std::min<uint64_t>(std::max<uint64_t>(count, 1), s.buckets - first);
+  // The step's buckets are one READ, which must fit the worker's registered buffer: a larger
+  // COUNT (a hint, as Redis's) covers as many buckets as fit.
+  const uint64_t fit = RuntimeAccess::Of(*impl_->worker).staging->size() / s.bucket_bytes;
+  const uint64_t most = fit > s.neighbourhood ? fit - (s.neighbourhood - 1) : 1;
+  const uint64_t n = std::min<uint64_t>({std::max<uint64_t>(count, 1), most, s.buckets - first});
   ScanPage page;
   absl::Status st = impl_->worker->Run([&](Txn& txn) -> absl::Status {
     page.keys.clear();
