@@ -87,6 +87,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "farm/farm.h"
+#include "farm/kv/shard_stats.h"
 
 namespace farm {
 namespace kv {
@@ -147,18 +148,7 @@ inline constexpr size_t kAutoMinBatch = 4;
 // are.
 MultiGetPath ResolveMultiGet(MultiGetPath path, absl::string_view provider);
 
-// One shard's statistics (Client::Stats).
-struct ShardStats {
-  uint32_t node = 0;
-  uint64_t buckets = 0;
-  uint64_t bucket_bytes = 0;
-  uint64_t items = 0;             // keys stored
-  uint64_t inline_items = 0;      // ... with the value in the bucket
-  uint64_t displaced_items = 0;   // ... in a bucket after their home bucket (hopscotch)
-  uint64_t overflow_blocks = 0;   // chained overflow objects
-  uint64_t out_of_line_bytes = 0; // bytes of the slots of out-of-line items
-  uint64_t memory_bytes = 0;      // buckets + overflow + out-of-line slots
-};
+// One shard's statistics (Client::Stats): ShardStats, in farm/kv/shard_stats.h.
 
 class Store {
  public:

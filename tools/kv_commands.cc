@@ -194,25 +194,7 @@ Reply KvCommands::MultiPutIfNoneExists(const Command& c) {
   return Reply::Integer(set ? 1 : 0);
 }
 
-absl::StatusOr<std::vector<StatsRow>> KvCommands::StatsRows() {
-  absl::StatusOr<std::vector<kv::ShardStats>> stats = client_.Stats();
-  if (!stats.ok()) return stats.status();
-  std::vector<StatsRow> rows;
-  for (const kv::ShardStats& s : *stats) {
-    StatsRow r;
-    r.node = s.node;
-    r.buckets = s.buckets;
-    r.bucket_bytes = s.bucket_bytes;
-    r.items = s.items;
-    r.inline_items = s.inline_items;
-    r.displaced_items = s.displaced_items;
-    r.overflow_blocks = s.overflow_blocks;
-    r.out_of_line_bytes = s.out_of_line_bytes;
-    r.memory_bytes = s.memory_bytes;
-    rows.push_back(r);
-  }
-  return rows;
-}
+absl::StatusOr<std::vector<StatsRow>> KvCommands::StatsRows() { return client_.Stats(); }
 
 // put (Redis's SET) and its options: each alone is one call of the store, which reads and
 // writes in one transaction; NX or XX with GET, which the store has no call for, are

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "farm/kv/shard_stats.h"
 
 namespace farm {
 namespace kvsh {
@@ -155,18 +156,8 @@ std::string Format(const Reply& reply, bool raw);
 // status code's name, e.g. "UNAVAILABLE kv: the key's shard on node 1 cannot be reached: ...".
 Reply ErrorReply(const absl::Status& status);
 
-// One shard's statistics, as Client::Stats reports them (farm/kv/kv.h ShardStats).
-struct StatsRow {
-  uint32_t node = 0;
-  uint64_t buckets = 0;
-  uint64_t bucket_bytes = 0;
-  uint64_t items = 0;
-  uint64_t inline_items = 0;
-  uint64_t displaced_items = 0;
-  uint64_t overflow_blocks = 0;
-  uint64_t out_of_line_bytes = 0;
-  uint64_t memory_bytes = 0;
-};
+// One shard's statistics, as Client::Stats reports them.
+using StatsRow = kv::ShardStats;
 
 // A table with one line per shard and a total (raw: tab-separated, with a header line).
 std::string FormatStats(absl::Span<const StatsRow> rows, bool raw);
