@@ -49,6 +49,7 @@ mutants=(
   "promote_syncing_backup   //tests:replication_test a backup still copying its region is never promoted"  # a backup still copying its region (re-replication) is promoted
   "no_recovery_vote         //tests:replication_test a transaction seen committed stays committed when its coordinator and that owner fail"  # recovery commits only what a surviving owner committed (recovery_test catches it too)
   "backups_read_apart       //tests:replication_test a region promoted while a commit reads its copies loses no committed write"  # a commit reads a region's backups apart from its primary (in a later membership): its record goes to no backup
+  "recover_answer_whole     //tests:replication_test a departed coordinator's recovery ends when the answers are longer than a message"  # a RECOVER answer goes in one message however long: refused past the limit, the recovery never ends
   "forget_truncations       //tests:replication_test a coordinator that fails between two truncations loses none of its writes"  # backups do not remember what they truncated
   "bound_ignores_unfinished //tests:replication_test a coordinator that fails between two truncations loses none of its writes"  # the truncation bound passes transactions not yet truncated everywhere
   "count_partial_records    //txn:backup_log_test"  # a COMMIT-BACKUP record missing parts counts in the vote

@@ -716,6 +716,116 @@ TEST_CASE("a region promoted while a commit reads its copies loses no committed 
   CHECK(testing::ReadWhenReadable(*w0, on1) == 1);  // the promoted copy applied node 1's part
 }
 
+// A departed coordinator's recovery asks every member what it holds of the coordinator's
+// transactions, and what it truncated above the coordinator's truncation bound. A transaction of
+// the coordinator held unfinished keeps that bound where it is while the coordinator commits
+// thousands more: the backup remembers every one it truncated, and its answer (about 20 bytes a
+// transaction) is longer than a message. It comes in pieces; sent whole it was refused
+// ("exceeds the message limit") on every attempt, and the recovery never ended (chaos kill_cm,
+// seen once in CI: the regions the coordinator's unfinished transactions locked stayed locked).
+TEST_CASE("a departed coordinator's recovery ends when the answers are longer than a message",
+          "[replication][sync_point]") {
+  std::vector<std::unique_ptr<Runtime>> rts = StartReplicated(1);
+  std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);
+  // An object array in each data region (two a node; an array takes most of a region), and its
+  // backup.
+  std::vector<std::pair<GlobalAddress, uint32_t>> arrays;
+  for (uint32_t n = 0; n < 3; ++n) {
+    for (int i = 0; i < 2; ++i) {
+      absl::StatusOr<GlobalAddress> a = EngineOf(*rts[n]).CreateObjectArray(8, 10000);
+      INFO(a.status().ToString());
+      REQUIRE(a.ok());
+      const std::vector<uint32_t> b = NodeOf(*rts[0]).BackupsOf(a->region);
+      REQUIRE(b.size() == 1);
+      arrays.emplace_back(*a, b[0]);
+    }
+  }
+  WaitForTruncation(rts);  // the arrays reached their backups
+  // A coordinator (not node 0, which reports it) whose transactions write a region backed up on
+  // each survivor: both survivors then remember thousands of truncations.
+  uint32_t coordinator = 0;
+  GlobalAddress x, y;  // backed up on node 0, and on the other survivor
+  for (uint32_t c : {uint32_t{1}, uint32_t{2}}) {
+    const uint32_t survivor = 3 - c;
+    auto on0 =
+        std::find_if(arrays.begin(), arrays.end(), [](const auto& a) { return a.second == 0; });
+    auto on_s = std::find_if(arrays.begin(), arrays.end(),
+                             [&](const auto& a) { return a.second == survivor; });
+    if (on0 == arrays.end() || on_s == arrays.end()) continue;
+    coordinator = c;
+    x = on0->first;
+    y = on_s->first;
+    break;
+  }
+  REQUIRE(coordinator != 0);
+  const uint32_t survivor = 3 - coordinator;
+  const GlobalAddress held_object{y.region, y.offset + 64};  // the next slot of y's array
+  INFO("coordinator node " << coordinator << ": x " << x.ToString() << " (backup node 0), y "
+                           << y.ToString() << " (backup node " << survivor << ")");
+  std::unique_ptr<Worker> held_worker = NewWorker(*rts[coordinator]);
+  std::unique_ptr<Worker> wc = NewWorker(*rts[coordinator]);
+  Gate gate;
+  std::atomic<std::thread::id> held_thread{};
+  SyncPoint* sp = SyncPoint::GetInstance();
+  sp->SetCallBack("Transaction::SendBackups:AfterCopies", [&](void*) {
+    if (std::this_thread::get_id() == held_thread.load()) gate.Hold();
+  });
+  sp->EnableProcessing();
+  AtExit cleanup{[&] {
+    gate.Open();
+    sp->DisableProcessing();
+    sp->ClearAllCallBacks();
+  }};
+  std::thread held([&] {
+    held_thread.store(std::this_thread::get_id());
+    (void)held_worker->Run([&](Txn& t) -> absl::Status { return t.Put(held_object, int64_t{1}); });
+  });
+  AtExit join{[&] {
+    gate.Open();
+    if (held.joinable()) held.join();
+  }};
+  REQUIRE(gate.WaitReached(std::chrono::seconds(60)));
+  constexpr int kCommits = 2000;
+  for (int i = 0; i < kCommits; ++i) {
+    const absl::Status s = wc->Run([&](Txn& t) -> absl::Status {
+      absl::StatusOr<int64_t> v = t.Get<int64_t>(x);
+      if (!v.ok()) return v.status();
+      if (absl::Status s = t.Put(x, *v + 1); !s.ok()) return s;
+      return t.Put(y, *v + 1);
+    });
+    REQUIRE(s.ok());
+  }
+  // Both backups applied and dropped the records, and remember them: more than one message's
+  // worth each (a message takes about 800).
+  for (uint32_t n : {uint32_t{0}, survivor}) {
+    txn::BackupLog& log = EngineOf(*rts[n]).backup_log();
+    for (int i = 0; log.truncated_remembered() < 1500; ++i) {
+      INFO("node " << n << " remembers " << log.truncated_remembered() << " truncation(s)");
+      REQUIRE(i < 6000);
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  Evict(rts, coordinator, "the test evicts the coordinator while a transaction holds its bound");
+  gate.Open();
+  held.join();
+  // Both survivors finish the recovery (every member voted, recorded, applied and forgot it).
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (uint32_t n : {uint32_t{0}, survivor}) {
+    while (EngineOf(*rts[n]).forgotten_departures() == 0) {
+      INFO("node " << n << " still recovers the coordinator's transactions");
+      REQUIRE(absl::Now() < deadline);
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  CHECK(testing::ReadWhenReadable(*w0, x) == kCommits);
+  CHECK(testing::ReadWhenReadable(*w0, y) == kCommits);
+  const int64_t held_value = testing::ReadWhenReadable(*w0, held_object);
+  CHECK((held_value == 0 || held_value == 1));
+  // The held transaction's object is not left locked: a transaction writes it.
+  REQUIRE(w0->Run([&](Txn& t) -> absl::Status { return t.Put(held_object, int64_t{7}); }).ok());
+  CHECK(testing::ReadWhenReadable(*w0, held_object) == 7);
+}
+
 TEST_CASE("a backup still copying its region is never promoted", "[replication][sync_point]") {
   std::vector<std::unique_ptr<Runtime>> rts = StartReplicated(1);
   std::unique_ptr<Worker> w0 = NewWorker(*rts[0]);

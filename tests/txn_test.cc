@@ -834,7 +834,10 @@ TEST_CASE("RECOVER requests about departures a node never knew leave nothing beh
       absl::StatusOr<std::string> r =
           rpc0->Call(1, txn::kRecoverMethod, txn::EncodeRecover(req), absl::Seconds(10));
       REQUIRE(r.ok());
-      absl::StatusOr<txn::RecoverAnswer> answer = txn::DecodeRecoverAnswer(*r);
+      absl::StatusOr<txn::RecoverPiece> piece = txn::DecodeRecoverPiece(*r);
+      REQUIRE(piece.ok());
+      CHECK(piece->bytes.size() == piece->total);  // one piece
+      absl::StatusOr<txn::RecoverAnswer> answer = txn::DecodeRecoverAnswer(piece->bytes);
       REQUIRE(answer.ok());
       CHECK(answer->status == txn::RecoverStatus::kOk);
       CHECK(answer->votes.empty());
@@ -846,7 +849,9 @@ TEST_CASE("RECOVER requests about departures a node never knew leave nothing beh
       txn::EncodeRecover(txn::RecoverRequest{txn::RecoverOp::kVote, 7, 100, epoch + 1, {}}),
       absl::Seconds(10));
   REQUIRE(r.ok());
-  absl::StatusOr<txn::RecoverAnswer> answer = txn::DecodeRecoverAnswer(*r);
+  absl::StatusOr<txn::RecoverPiece> piece = txn::DecodeRecoverPiece(*r);
+  REQUIRE(piece.ok());
+  absl::StatusOr<txn::RecoverAnswer> answer = txn::DecodeRecoverAnswer(piece->bytes);
   REQUIRE(answer.ok());
   CHECK(answer->status == txn::RecoverStatus::kOtherEpoch);
   CHECK(answer->epoch == epoch);

@@ -495,8 +495,39 @@ size_t Engine::handing_off() const {
 }
 
 absl::StatusOr<std::string> Engine::OnRecover(uint32_t from, const RecoverRequest& request) {
-  RecoverAnswer out;
   std::lock_guard<std::mutex> l(mu_);
+  const auto kept_key = std::make_tuple(from, request.coordinator, request.fence_epoch);
+  const uint64_t piece = max_message_ - kRecoverPieceHeader;
+  RecoverPiece p;
+  if (request.offset > 0) {
+    // The rest of an answer kept for this asker; gone if it asked for a new one since.
+    auto it = kept_answers_.find(kept_key);
+    if (it == kept_answers_.end() || it->second.id != request.answer ||
+        request.offset >= it->second.bytes.size()) {
+      return EncodeRecoverPiece(p);
+    }
+    p.answer = it->second.id;
+    p.total = it->second.bytes.size();
+    p.bytes = it->second.bytes.substr(request.offset, piece);
+    if (request.offset + p.bytes.size() == p.total) kept_answers_.erase(it);  // all taken
+    return EncodeRecoverPiece(p);
+  }
+  std::string answer = EncodeRecoverAnswer(AnswerRecover(from, request));
+  p.total = answer.size();
+  // Mutant: the answer goes whole, however long (a message refuses it past its limit).
+  if (answer.size() <= piece || FARM_MUTANT("recover_answer_whole")) {
+    kept_answers_.erase(kept_key);
+    p.bytes = std::move(answer);
+    return EncodeRecoverPiece(p);
+  }
+  p.answer = next_answer_id_++;
+  p.bytes = answer.substr(0, piece);
+  kept_answers_[kept_key] = KeptAnswer{p.answer, std::move(answer)};
+  return EncodeRecoverPiece(p);
+}
+
+RecoverAnswer Engine::AnswerRecover(uint32_t from, const RecoverRequest& request) {
+  RecoverAnswer out;
   out.epoch = members_epoch_;
   const auto key = std::make_pair(request.coordinator, request.fence_epoch);
   auto d = std::find_if(departures_.begin(), departures_.end(), [&](const Departure& x) {
@@ -510,7 +541,7 @@ absl::StatusOr<std::string> Engine::OnRecover(uint32_t from, const RecoverReques
       // epoch: asked again), or it joined after the coordinator left and holds nothing of it.
       if (request.epoch != members_epoch_) out.status = RecoverStatus::kOtherEpoch;
     }
-    return EncodeRecoverAnswer(out);
+    return out;
   }
   switch (request.op) {
     case RecoverOp::kVote: {
@@ -575,21 +606,54 @@ absl::StatusOr<std::string> Engine::OnRecover(uint32_t from, const RecoverReques
       // Every member applied every decision: undecided records of the coordinator are gone.
       participant_->Forget(key.first, key.second);
       backup_log_->Forget(key.first, key.second);
+      for (auto it = kept_answers_.begin(); it != kept_answers_.end();) {
+        const auto& [asker, coordinator, fence] = it->first;
+        if (coordinator == key.first && fence == key.second) {
+          kept_answers_.erase(it++);
+        } else {
+          ++it;
+        }
+      }
       forgotten_.insert(key);
       departures_.erase(d);
       cv_.notify_all();
       break;
   }
-  return EncodeRecoverAnswer(out);
+  return out;
 }
 
-absl::StatusOr<RecoverAnswer> Engine::AskRecover(uint32_t member, const RecoverRequest& request) {
-  absl::StatusOr<std::string> r =
-      member == node_->id()
-          ? OnRecover(member, request)
-          : rpc_->Call(*lane_, member, kRecoverMethod, EncodeRecover(request), absl::Seconds(1));
-  if (!r.ok()) return r.status();
-  return DecodeRecoverAnswer(*r);
+absl::StatusOr<RecoverAnswer> Engine::AskRecover(uint32_t member, RecoverRequest request) {
+  std::string answer;
+  uint64_t total = 0;
+  request.answer = 0;
+  do {
+    request.offset = answer.size();
+    absl::StatusOr<std::string> r =
+        member == node_->id()
+            ? OnRecover(member, request)
+            : rpc_->Call(*lane_, member, kRecoverMethod, EncodeRecover(request), absl::Seconds(1));
+    if (!r.ok()) return r.status();
+    absl::StatusOr<RecoverPiece> p = DecodeRecoverPiece(*r);
+    if (!p.ok()) return p.status();
+    if (request.offset == 0) {
+      request.answer = p->answer;
+      total = p->total;
+    } else if (p->answer != request.answer || p->total != total) {
+      return absl::AbortedError(absl::StrCat("node ", member, "'s RECOVER answer of ", total,
+                                             " bytes is gone after ", answer.size(),
+                                             " (it made another): asked again"));
+    }
+    if (p->bytes.empty() && answer.size() < total) {
+      return absl::DataLossError(absl::StrCat("node ", member, " sent an empty piece of its ",
+                                              total, "-byte RECOVER answer"));
+    }
+    answer += p->bytes;
+  } while (answer.size() < total);
+  if (answer.size() != total) {
+    return absl::DataLossError(absl::StrCat("node ", member, " sent ", answer.size(),
+                                            " bytes of a ", total, "-byte RECOVER answer"));
+  }
+  return DecodeRecoverAnswer(answer);
 }
 
 bool Engine::Pause(absl::Duration d) {
@@ -709,14 +773,22 @@ bool Engine::RecoverOnce(uint32_t coordinator, uint64_t fence) {
     spdlog::info("txn: transaction {} of departed node {}: {} ({})", txn.ToString(), coordinator,
                  o.commit ? "commit" : "abort", o.why);
   }
-  // 3. Recorded by every member before any applies them.
+  // 3. Recorded by every member before any applies them, as many to a message as fit.
+  const size_t per_message = (max_message_ - kRecoverRequestBytes) / kRecoverDecisionBytes;
+  const std::vector<std::pair<TxnId, bool>> decisions = std::move(req.decisions);
   for (uint32_t member : members) {
-    absl::StatusOr<RecoverAnswer> a = AskRecover(member, req);
-    if (!a.ok() || a->status == RecoverStatus::kOtherEpoch ||
-        a->status == RecoverStatus::kConflict) {
-      return false;
-    }
-    if (a->status == RecoverStatus::kFinished) return finished();
+    size_t from = 0;
+    do {
+      const size_t n = std::min(per_message, decisions.size() - from);
+      req.decisions.assign(decisions.begin() + from, decisions.begin() + from + n);
+      from += n;
+      absl::StatusOr<RecoverAnswer> a = AskRecover(member, req);
+      if (!a.ok() || a->status == RecoverStatus::kOtherEpoch ||
+          a->status == RecoverStatus::kConflict) {
+        return false;
+      }
+      if (a->status == RecoverStatus::kFinished) return finished();
+    } while (from < decisions.size());
   }
   // 4. Applied, and 5. forgotten, by every member until it did or left (this node last).
   std::rotate(members.begin(), std::find(members.begin(), members.end(), node_->id()) + 1,

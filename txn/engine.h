@@ -51,6 +51,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -166,8 +167,11 @@ class Engine {
   // Says HandOffReady for each region being handed over that nothing holds here any more (the
   // engine's thread).
   void CheckHandOffs();
-  // The RECOVER handler (txn/protocol.h), for another member's recovery or this node's own.
+  // The RECOVER handler (txn/protocol.h), for another member's recovery or this node's own: a
+  // piece of the answer (RecoverPiece).
   absl::StatusOr<std::string> OnRecover(uint32_t from, const RecoverRequest& request);
+  // The answer to `request` (mu_ held).
+  RecoverAnswer AnswerRecover(uint32_t from, const RecoverRequest& request);
   // A coordinator that left, being recovered here.
   struct Departure {
     uint32_t coordinator = 0;
@@ -186,8 +190,9 @@ class Engine {
   // One attempt: true once every member forgot the departure, false to try again (another
   // epoch, a member that did not answer yet).
   bool RecoverOnce(uint32_t coordinator, uint64_t fence);
-  // Sends `request` to `member` (this node's own handler for itself).
-  absl::StatusOr<RecoverAnswer> AskRecover(uint32_t member, const RecoverRequest& request);
+  // Sends `request` to `member` (this node's own handler for itself), and takes the answer's
+  // pieces.
+  absl::StatusOr<RecoverAnswer> AskRecover(uint32_t member, RecoverRequest request);
   // Waits up to `d` unless stopping. False if stopping.
   bool Pause(absl::Duration d);
 
@@ -223,6 +228,14 @@ class Engine {
   // Departures whose recovery finished (coordinator, fence), so that a late question about one
   // is answered "finished" (guarded by mu_; one entry per departure).
   absl::flat_hash_set<std::pair<uint32_t, uint64_t>> forgotten_;
+  // RECOVER answers longer than one piece (RecoverPiece), until the asker took the rest: by
+  // (asker, coordinator, fence), one per asker and departure (guarded by mu_).
+  struct KeptAnswer {
+    uint64_t id = 0;
+    std::string bytes;
+  };
+  absl::flat_hash_map<std::tuple<uint32_t, uint32_t, uint64_t>, KeptAnswer> kept_answers_;
+  uint64_t next_answer_id_ = 1;                                              // guarded by mu_
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> truncations_;         // guarded by mu_
   absl::flat_hash_map<uint32_t, std::vector<uint64_t>> backup_truncations_;  // guarded by mu_
   std::vector<std::pair<uint32_t, ArrayRecord>> pending_arrays_;             // guarded by mu_

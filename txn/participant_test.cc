@@ -408,6 +408,31 @@ TEST_CASE("corrupt protocol messages are errors, never crashes", "[participant]"
   CHECK_FALSE(DecodeReserve(std::string(27, 'a')).ok());
   CHECK_FALSE(DecodeRecover(std::string(11, 'a')).ok());
   CHECK_FALSE(DecodeRecoverAnswer(std::string(1, 4)).ok());
+  // A piece: every truncation fails, and bytes beyond the answer's size too.
+  const std::string piece = EncodeRecoverPiece(RecoverPiece{3, 10, "abc"});
+  absl::StatusOr<RecoverPiece> p = DecodeRecoverPiece(piece);
+  REQUIRE(p.ok());
+  CHECK(p->answer == 3);
+  CHECK(p->total == 10);
+  CHECK(p->bytes == "abc");
+  for (size_t n = 0; n < piece.size(); ++n)
+    CHECK_FALSE(DecodeRecoverPiece(piece.substr(0, n)).ok());
+  CHECK_FALSE(DecodeRecoverPiece(EncodeRecoverPiece(RecoverPiece{3, 2, "abc"})).ok());
+}
+
+TEST_CASE("a RECOVER request of the largest decision count fits its size bound", "[participant]") {
+  RecoverRequest r{RecoverOp::kRecord, 7, 3, 9, {}};
+  r.answer = 5;
+  r.offset = 11;
+  for (int i = 0; i < 100; ++i) r.decisions.emplace_back(Txn(i + 1), i % 2 == 0);
+  const std::string wire = EncodeRecover(r);
+  CHECK(wire.size() == kRecoverRequestBytes + 100 * kRecoverDecisionBytes);
+  absl::StatusOr<RecoverRequest> back = DecodeRecover(wire);
+  REQUIRE(back.ok());
+  CHECK(back->answer == 5);
+  CHECK(back->offset == 11);
+  CHECK(back->decisions.size() == 100);
+  CHECK(back->decisions[1].second == false);
 }
 
 TEST_CASE("a region being handed over grants no new LOCK; those granted before finish",

@@ -201,6 +201,8 @@ std::string EncodeRecover(const RecoverRequest& r) {
     PutTxn(w, t);
     w.U8(commit ? 1 : 0);
   }
+  w.U64(r.answer);
+  w.U64(r.offset);
   return std::move(w.str());
 }
 
@@ -220,7 +222,9 @@ absl::StatusOr<RecoverRequest> DecodeRecover(absl::string_view b) {
     if (!GetTxn(r, &t) || !r.U8(&c) || c > 1) return WireReader::Corrupt("RECOVER");
     commit = c == 1;
   }
-  if (!r.done()) return WireReader::Corrupt("RECOVER");
+  if (!r.U64(&out.answer) || !r.U64(&out.offset) || !r.done()) {
+    return WireReader::Corrupt("RECOVER");
+  }
   return out;
 }
 
@@ -267,6 +271,26 @@ absl::StatusOr<RecoverAnswer> DecodeRecoverAnswer(absl::string_view b) {
     if (!GetTxn(r, &t)) return WireReader::Corrupt("RECOVER answer");
   }
   if (!r.done()) return WireReader::Corrupt("RECOVER answer");
+  return out;
+}
+
+std::string EncodeRecoverPiece(const RecoverPiece& p) {
+  WireWriter w;
+  w.U64(p.answer);
+  w.U64(p.total);
+  w.Bytes(p.bytes);
+  return std::move(w.str());
+}
+
+absl::StatusOr<RecoverPiece> DecodeRecoverPiece(absl::string_view b) {
+  WireReader r(b);
+  RecoverPiece out;
+  absl::string_view bytes;
+  if (!r.U64(&out.answer) || !r.U64(&out.total) || !r.Bytes(&bytes) || !r.done() ||
+      bytes.size() > out.total) {
+    return WireReader::Corrupt("RECOVER piece");
+  }
+  out.bytes = std::string(bytes);
   return out;
 }
 

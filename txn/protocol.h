@@ -172,9 +172,17 @@ struct RecoverRequest {
   uint64_t fence_epoch = 0;
   uint64_t epoch = 0;                             // the asker's membership epoch
   std::vector<std::pair<TxnId, bool>> decisions;  // kRecord: commit or abort
+  // The answer comes in pieces (RecoverPiece): the piece from byte `offset` on of answer
+  // `answer`; offset 0 asks for a new answer (its first piece).
+  uint64_t answer = 0;
+  uint64_t offset = 0;
 };
 std::string EncodeRecover(const RecoverRequest& r);
 absl::StatusOr<RecoverRequest> DecodeRecover(absl::string_view b);
+// The bytes one kRecord decision takes in EncodeRecover, and those of the rest of a request: a
+// request carries at most (limit - kRecoverRequestBytes) / kRecoverDecisionBytes decisions.
+inline constexpr uint64_t kRecoverRequestBytes = 1 + 4 + 8 + 8 + 8 + 8 + 8;
+inline constexpr uint64_t kRecoverDecisionBytes = 4 + 8 + 8 + 1;
 
 enum class Decided : uint8_t { kNone = 0, kCommit = 1, kAbort = 2 };
 // One member's vote on one transaction.
@@ -205,6 +213,22 @@ struct RecoverAnswer {
 };
 std::string EncodeRecoverAnswer(const RecoverAnswer& a);
 absl::StatusOr<RecoverAnswer> DecodeRecoverAnswer(absl::string_view b);
+
+// A RECOVER answer (EncodeRecoverAnswer) travels in pieces that each fit in one message: a vote
+// lists every transaction of the departed coordinator the answerer holds anything of, and every
+// one it truncated above that coordinator's last truncation bound (thousands, when an unfinished
+// transaction held the bound back), far more than a message takes. The answerer keeps an answer
+// longer than one piece until the asker took the rest (RecoverRequest.answer, .offset).
+// `answer` 0 with `total` 0: the answer asked for is gone (the answerer made another since):
+// ask for a new one.
+struct RecoverPiece {
+  uint64_t answer = 0;  // the answer's id at the answerer (0: it fitted in this one piece)
+  uint64_t total = 0;   // the answer's size
+  std::string bytes;    // from the request's offset on
+};
+inline constexpr uint64_t kRecoverPieceHeader = 8 + 8 + 8;
+std::string EncodeRecoverPiece(const RecoverPiece& p);
+absl::StatusOr<RecoverPiece> DecodeRecoverPiece(absl::string_view b);
 
 // A reservation request: the object's size; the response is the packed slot address and the
 // slot's version (16 bytes), which the allocation's COMMIT-BACKUP carries.
