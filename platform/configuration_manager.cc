@@ -191,6 +191,10 @@ class CmServerImpl : public CmServer {
 
   void Run() {
     RaiseToLeasePriority();
+    // Tests hold a CM back here, before its first turn, as a loaded machine can (the argument:
+    // its node's id): one that took over answers its members late.
+    [[maybe_unused]] uint32_t self = self_;
+    FARM_SYNC_POINT_CALLBACK("CmServer::Run:Start", &self);
     if (taking_over_) {
       spdlog::info("configuration manager listening on port {}, for the members to reconnect",
                    listener_->port());
@@ -466,7 +470,7 @@ class CmServerImpl : public CmServer {
     std::string refusal;
     if (req.config_fingerprint() != Fingerprint(config_)) {
       refusal = "the node was started with a different cluster configuration than the CM's";
-    } else if (it == members_.end() || !taking_over_ || it->second.channel != nullptr) {
+    } else if (it == members_.end() || !taking_over_) {
       refusal =
           absl::StrCat("node ", id, " is not a member of the configuration (membership epoch ",
                        epoch_, ") that node ", self_, " took over or runs as CM",
@@ -485,10 +489,13 @@ class CmServerImpl : public CmServer {
     accepted.mutable_accepted()->set_node_id(id);
     if (!ch->Send(accepted).ok()) return;
     Member& m = it->second;
+    // Reconnected before: the node gave that connection up (its answer came late) and tried
+    // again, so this one replaces it.
+    if (m.channel != nullptr) m.channel->Shutdown();
     m.channel = std::move(ch);
     m.last_heard = Clock::now();
-    // Judged gone earlier in the takeover (its first connection closed, or a peer that could not
-    // reach it while its lease lapsed reported it): it is back, and stays.
+    // Judged gone earlier in the takeover (a peer that could not reach it while its lease lapsed
+    // reported it): it is back, and stays.
     takeover_gone_.erase(id);
     for (const control::BackupCopy& c : req.backup_copies())
       backup_copies_[{c.region_id(), id}] = c;
@@ -1339,6 +1346,7 @@ class CmServerImpl : public CmServer {
   // StepDownIfPaused).
   void WatchMembers() {
     std::map<uint32_t, std::string> gone;  // id -> why
+    std::set<uint32_t> closed;             // of those, the ones whose connection closed
     std::vector<control::Suspect> suspects;
     std::vector<std::pair<uint32_t, uint32_t>> hand_off_ready;  // region, from
     const Clock::time_point now = Clock::now();
@@ -1349,6 +1357,7 @@ class CmServerImpl : public CmServer {
         if (!msg.ok()) {
           if (!absl::IsDeadlineExceeded(msg.status())) {
             gone[id] = absl::StrCat("its connection closed (", msg.status().message(), ")");
+            closed.insert(id);
           }
           break;
         }
@@ -1425,12 +1434,16 @@ class CmServerImpl : public CmServer {
       return;
     }
     if (taking_over_) {
-      // Removed with the failed CM when the takeover ends: no membership goes out before.
+      // Removed with the failed CM when the takeover ends: no membership goes out before. A
+      // member whose connection closed only counts as not reconnected (yet): it gave that
+      // connection up when this CM was late to answer, and tries again within the window.
       for (const auto& [id, why] : gone) {
         Member& m = members_[id];
         if (m.channel != nullptr) m.channel->Shutdown();
         m.channel.reset();
-        takeover_gone_.emplace(id, why);
+        if (!closed.count(id) || FARM_MUTANT("reconnect_gives_up_at_once")) {
+          takeover_gone_.emplace(id, why);
+        }
       }
       return;
     }
@@ -2040,6 +2053,8 @@ class TcpConfigurationManager : public ConfigurationManager {
     // works after all (this node was paused, or only its connection broke), it removes this node
     // within a lease and records that, which the record shows before this node's turn comes.
     std::set<uint32_t> unreachable{lost_cm};
+    // When this node first tried to reconnect to each CM the record named since.
+    std::map<uint32_t, Clock::time_point> first_tried;
     const Clock::time_point lost_at = Clock::now();
     // The CM this node's claim replaces, and why (the last claim tried: its write may have been
     // applied although its answer did not come).
@@ -2086,6 +2101,21 @@ class TcpConfigurationManager : public ConfigurationManager {
         const Rejoined r = Rejoin(cm, m, *me);
         if (r == Rejoined::kYes) return true;
         if (r == Rejoined::kStopped) return false;
+        // A CM the record names, other than the one this node lost, may have only just taken
+        // over: it listens once its claim is recorded, and answers once it runs, which a loaded
+        // machine can hold back for seconds. It waits a reconnection window for its members, so
+        // it is tried again until that window (and a lease more) has passed since this node
+        // first tried it, and only then counts as unreachable. Counted at once, a CM that was
+        // slow to answer lost its role to the next node, which removed it with the CM that had
+        // failed: two members gone at once, and with them regions whose only copies they held
+        // (chaos partition_cm, seen once in CI).
+        if (cm != lost_cm && !FARM_MUTANT("reconnect_gives_up_at_once")) {
+          const Clock::time_point first = first_tried.try_emplace(cm, Clock::now()).first->second;
+          if (Clock::now() < first + absl::ToChronoNanoseconds(ReconnectWindow(lease)) + lease_) {
+            Pause(kLookupPause);
+            continue;
+          }
+        }
         spdlog::warn(
             "node {}: cannot reconnect to the configuration manager the record names, "
             "node {}",

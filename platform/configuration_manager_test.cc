@@ -809,6 +809,16 @@ struct TakeoverCluster {
 
   absl::StatusOr<control::Membership> Stored() { return StoredMembership(*view); }
 
+  // Nodes 1 and 2 hold leases from the CM that took over, two leases on, and were not evicted.
+  void CheckLeasesHeld() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 * kLeaseMs));
+    CHECK(n[1]->lease_expiry() > Clock::now());
+    CHECK(n[2]->lease_expiry() > Clock::now());
+    std::lock_guard<std::mutex> l(mu);
+    CHECK(!evicted[1].has_value());
+    CHECK(!evicted[2].has_value());
+  }
+
   const config::ClusterConfig c = ReplicatedConfig();
   std::shared_ptr<InMemoryConfigurationRecord> record = NewInMemoryConfigurationRecord();
   std::unique_ptr<CmServer> server;
@@ -871,12 +881,7 @@ TEST_CASE("when the CM fails, a member takes over through the store and the othe
   REQUIRE(stored.ok());
   CHECK(stored->cm_node_id() == 1);
   CHECK(stored->epoch() >= active->epoch());
-  std::this_thread::sleep_for(std::chrono::milliseconds(2 * kLeaseMs));
-  CHECK(t.n[1]->lease_expiry() > Clock::now());
-  CHECK(t.n[2]->lease_expiry() > Clock::now());
-  std::lock_guard<std::mutex> l(t.mu);
-  CHECK(!t.evicted[1].has_value());
-  CHECK(!t.evicted[2].has_value());
+  t.CheckLeasesHeld();
 }
 
 TEST_CASE("a CM that did not run for a lease steps down, and a member takes over",
@@ -906,6 +911,44 @@ TEST_CASE("a CM that did not run for a lease steps down, and a member takes over
   CHECK(t.evicted[0].has_value());  // the CM's own node: its lease ended
   CHECK(!t.evicted[1].has_value());
   CHECK(!t.evicted[2].has_value());
+}
+
+// The CM that takes over (node 1) is held back before its first turn for two and a half leases,
+// as a loaded machine held one back in CI: longer than a member waits for the answer to one
+// reconnection (two leases). Node 2 tries again within the takeover's window instead of counting
+// node 1 unreachable and taking over itself, which removed node 1 with node 0: two members gone
+// at once, their regions' only copies with them.
+TEST_CASE("a member waits for a CM that took over and answers late",
+          "[cm][store][takeover][sync_point]") {
+  TakeoverCluster t;
+  std::atomic<bool> held{false};
+  SyncPoint* sp = SyncPoint::GetInstance();
+  sp->SetCallBack("CmServer::Run:Start", [&](void* arg) {
+    if (*static_cast<uint32_t*>(arg) == 1 && !held.exchange(true)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 * kLeaseMs / 2));
+    }
+  });
+  sp->EnableProcessing();
+  t.KillCm();
+  auto taken_over = [](const control::Membership& m) {
+    return m.cm_node_id() == 1 && !Lists(m, 0);
+  };
+  std::optional<control::Membership> m1 = t.WaitFor(1, taken_over);
+  sp->Reset();
+  CHECK(held.load());
+  REQUIRE(m1.has_value());
+  std::optional<control::Membership> m2 = t.WaitFor(2, taken_over);
+  REQUIRE(m2.has_value());
+  CHECK(Lists(*m1, 1));
+  CHECK(Lists(*m1, 2));
+  CHECK(m1->departed().count(1) == 0);
+  CHECK(m1->departed().count(2) == 0);
+  absl::StatusOr<control::Membership> stored = t.Stored();
+  REQUIRE(stored.ok());
+  CHECK(stored->cm_node_id() == 1);
+  CHECK(Lists(*stored, 1));
+  CHECK(Lists(*stored, 2));
+  t.CheckLeasesHeld();
 }
 
 TEST_CASE("a member that does not reconnect to the CM that took over is removed",
