@@ -355,6 +355,76 @@ std::vector<Token> WordTokens(absl::Span<const std::string> words) {
   return tokens;
 }
 
+absl::Status ReadQuoted(absl::string_view line, size_t* pos, bool strict_hex, std::string* out) {
+  const size_t n = line.size();
+  const size_t start = *pos;
+  const char q = line[start];
+  size_t i = start + 1;
+  while (i < n) {
+    const char c = line[i];
+    if (c == q) {
+      *pos = i + 1;
+      return absl::OkStatus();
+    }
+    if (c == '\\' && i + 1 < n) {
+      const char e = line[i + 1];
+      if (q == '\'') {
+        // In single quotes only \' is an escape.
+        if (e == '\'') {
+          out->push_back('\'');
+          i += 2;
+        } else {
+          out->push_back('\\');
+          ++i;
+        }
+        continue;
+      }
+      switch (e) {
+        case 'n':
+          out->push_back('\n');
+          break;
+        case 'r':
+          out->push_back('\r');
+          break;
+        case 't':
+          out->push_back('\t');
+          break;
+        case 'a':
+          out->push_back('\a');
+          break;
+        case 'b':
+          out->push_back('\b');
+          break;
+        case 'x': {
+          const int hi = i + 2 < n ? HexDigit(line[i + 2]) : -1;
+          const int lo = i + 3 < n ? HexDigit(line[i + 3]) : -1;
+          if (hi >= 0 && lo >= 0) {
+            out->push_back(static_cast<char>(hi * 16 + lo));
+            i += 4;
+            continue;
+          }
+          if (strict_hex) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "bad escape at column ", i + 1, ": \\x takes two hex digits, e.g. \\x00"));
+          }
+          out->push_back('x');  // Redis's reading
+          break;
+        }
+        default:
+          out->push_back(e);
+          break;  // \" \\ and any other \c: c
+      }
+      i += 2;
+      continue;
+    }
+    out->push_back(c);
+    ++i;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unbalanced quotes: the ",
+                                                 q == '"' ? "double" : "single",
+                                                 " quote at column ", start + 1, " is not closed"));
+}
+
 absl::StatusOr<std::vector<std::vector<Token>>> SplitLine(absl::string_view line) {
   std::vector<std::vector<Token>> commands;
   std::vector<Token> current;
@@ -379,59 +449,7 @@ absl::StatusOr<std::vector<std::vector<Token>>> SplitLine(absl::string_view line
     const char q = line[i];
     if (q == '"' || q == '\'') {
       t.quoted = true;
-      const size_t start = i;
-      ++i;
-      bool closed = false;
-      while (i < n) {
-        const char c = line[i];
-        if (c == q) {
-          closed = true;
-          ++i;
-          break;
-        }
-        if (c == '\\' && i + 1 < n) {
-          const char e = line[i + 1];
-          if (q == '\'') {
-            // In single quotes only \' is an escape.
-            if (e == '\'') {
-              t.text.push_back('\'');
-              i += 2;
-            } else {
-              t.text.push_back('\\');
-              ++i;
-            }
-            continue;
-          }
-          switch (e) {
-            case 'n': t.text.push_back('\n'); break;
-            case 'r': t.text.push_back('\r'); break;
-            case 't': t.text.push_back('\t'); break;
-            case 'a': t.text.push_back('\a'); break;
-            case 'b': t.text.push_back('\b'); break;
-            case 'x': {
-              const int hi = i + 2 < n ? HexDigit(line[i + 2]) : -1;
-              const int lo = i + 3 < n ? HexDigit(line[i + 3]) : -1;
-              if (hi < 0 || lo < 0) {
-                return absl::InvalidArgumentError(absl::StrCat(
-                    "bad escape at column ", i + 1, ": \\x takes two hex digits, e.g. \\x00"));
-              }
-              t.text.push_back(static_cast<char>(hi * 16 + lo));
-              i += 4;
-              continue;
-            }
-            default: t.text.push_back(e); break;  // \" \\ and any other \c: c
-          }
-          i += 2;
-          continue;
-        }
-        t.text.push_back(c);
-        ++i;
-      }
-      if (!closed) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "unbalanced quotes: the ", q == '"' ? "double" : "single", " quote at column ",
-            start + 1, " is not closed"));
-      }
+      if (absl::Status s = ReadQuoted(line, &i, /*strict_hex=*/true, &t.text); !s.ok()) return s;
       if (i < n && !IsSpace(line[i]) && line[i] != ';') {
         return absl::InvalidArgumentError(
             absl::StrCat("a closing quote must be followed by a space, ';' or the end of the "

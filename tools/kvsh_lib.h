@@ -39,6 +39,14 @@ struct Token {
 // escape, or a closing quote followed by something other than a space.
 absl::StatusOr<std::vector<std::vector<Token>>> SplitLine(absl::string_view line);
 
+// Reads the quoted string that starts at line[*pos] (a " or a ') as redis-cli and redis-server
+// read one (sdssplitargs): in double quotes \n \r \t \a \b, \xHH, and \c for any other c; in
+// single quotes only \'. Appends its bytes to `out` and moves *pos past the closing quote.
+// InvalidArgument if it does not close; with `strict_hex` (kvsh) also for a \x without two hex
+// digits, which Redis reads as an x. SplitLine's quoted tokens, and the RESP gateway's inline
+// requests (tools/resp.cc).
+absl::Status ReadQuoted(absl::string_view line, size_t* pos, bool strict_hex, std::string* out);
+
 // `bytes` as redis-cli shows a string: in double quotes, printable ASCII as is, \" \\ \n \r \t
 // \a \b escaped, every other byte as \xHH. SplitLine reads it back as the same bytes.
 std::string Quote(absl::string_view bytes);

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "tools/kvsh_lib.h"
 
 namespace farm {
 namespace resp {
@@ -23,87 +24,27 @@ bool ParseLength(absl::string_view s, int64_t* out) {
   return absl::SimpleAtoi(s, out);
 }
 
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t' || c == '\0'; }
 
 // redis-server's sdssplitargs: false for unbalanced quotes (or a closing quote followed by
-// something other than a space).
+// something other than a space). A quote opens quoting inside a word too.
 bool SplitInline(absl::string_view line, std::vector<std::string>* args) {
   size_t p = 0;
   for (;;) {
     while (p < line.size() && absl::ascii_isspace(static_cast<unsigned char>(line[p]))) ++p;
     if (p == line.size()) return true;
     std::string current;
-    bool in_double = false, in_single = false, done = false;
-    while (!done) {
-      if (in_double) {
-        if (p == line.size()) return false;
-        if (line[p] == '\\' && p + 3 < line.size() && line[p + 1] == 'x' &&
-            HexValue(line[p + 2]) >= 0 && HexValue(line[p + 3]) >= 0) {
-          current.push_back(static_cast<char>(HexValue(line[p + 2]) * 16 + HexValue(line[p + 3])));
-          p += 3;
-        } else if (line[p] == '\\' && p + 1 < line.size()) {
-          ++p;
-          switch (line[p]) {
-            case 'n':
-              current.push_back('\n');
-              break;
-            case 'r':
-              current.push_back('\r');
-              break;
-            case 't':
-              current.push_back('\t');
-              break;
-            case 'b':
-              current.push_back('\b');
-              break;
-            case 'a':
-              current.push_back('\a');
-              break;
-            default:
-              current.push_back(line[p]);
-              break;
-          }
-        } else if (line[p] == '"') {
-          // The closing quote must be followed by a space or the end.
-          if (p + 1 < line.size() &&
-              !absl::ascii_isspace(static_cast<unsigned char>(line[p + 1]))) {
-            return false;
-          }
-          done = true;
-        } else {
-          current.push_back(line[p]);
-        }
-      } else if (in_single) {
-        if (p == line.size()) return false;
-        if (line[p] == '\\' && p + 1 < line.size() && line[p + 1] == '\'') {
-          ++p;
-          current.push_back('\'');
-        } else if (line[p] == '\'') {
-          if (p + 1 < line.size() &&
-              !absl::ascii_isspace(static_cast<unsigned char>(line[p + 1]))) {
-            return false;
-          }
-          done = true;
-        } else {
-          current.push_back(line[p]);
-        }
-      } else if (p == line.size() || IsSpace(line[p])) {
-        done = true;
-      } else if (line[p] == '"') {
-        in_double = true;
-      } else if (line[p] == '\'') {
-        in_single = true;
-      } else {
-        current.push_back(line[p]);
+    while (p < line.size() && !IsSpace(line[p])) {
+      if (line[p] != '"' && line[p] != '\'') {
+        current.push_back(line[p++]);
+        continue;
       }
-      if (p < line.size()) ++p;
+      if (!kvsh::ReadQuoted(line, &p, /*strict_hex=*/false, &current).ok()) return false;
+      // The closing quote must be followed by a space or the end.
+      if (p < line.size() && !absl::ascii_isspace(static_cast<unsigned char>(line[p]))) {
+        return false;
+      }
+      break;
     }
     args->push_back(std::move(current));
   }

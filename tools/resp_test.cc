@@ -76,6 +76,11 @@ TEST_CASE("inline commands are split as redis-server splits them") {
         std::vector<Args>{{"<error: Protocol error: unbalanced quotes in request>"}});
   CHECK(ParseAll("GET \"a\"b\r\n") ==
         std::vector<Args>{{"<error: Protocol error: unbalanced quotes in request>"}});
+  // As sdssplitargs: a quote opens quoting inside a word too, and \x without two hex digits is
+  // an x (kvsh refuses that one; the gateway answers as redis-server does).
+  CHECK(ParseAll("GET ab\"c d\"\r\n") == std::vector<Args>{{"GET", "abc d"}});
+  CHECK(ParseAll("GET \"\\xZZ\\q\"\r\n") == std::vector<Args>{{"GET", "xZZq"}});
+  CHECK(ParseAll("GET 'a\\b'\r\n") == std::vector<Args>{{"GET", "a\\b"}});
 }
 
 TEST_CASE("empty multibulks are no command") {
