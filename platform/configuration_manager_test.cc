@@ -793,6 +793,7 @@ struct TakeoverCluster {
   }
 
   // Waits up to 60 s for node `i` to get a membership for which `done` holds; the first one.
+  // None once node `i` was evicted without one (no membership comes after that).
   std::optional<control::Membership> WaitFor(
       int i, const std::function<bool(const control::Membership&)>& done) {
     for (int k = 0; k < 6000; ++k) {
@@ -801,6 +802,7 @@ struct TakeoverCluster {
         for (const control::Membership& m : seen[i]) {
           if (done(m)) return m;
         }
+        if (evicted[i].has_value()) return std::nullopt;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
